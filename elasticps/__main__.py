@@ -1,0 +1,5 @@
+import sys
+
+from elasticps.cli import main
+
+sys.exit(main())

@@ -1,0 +1,66 @@
+"""The ``elasticps`` command line. Each subsystem registers its own subcommands.
+
+A subsystem's ``cli.py`` exposes ``register(subparsers)``, adding parsers whose ``func``
+default takes the parsed ``argparse.Namespace`` and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from elasticps.errors import ElasticPSError
+
+# Order is the order of `elasticps --help`.
+COMMAND_MODULES: tuple[str, ...] = (
+    "elasticps.config_cli",
+)
+
+EPILOG = """\
+Start here:
+  elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py
+      train the CTR demo on this machine (embedded store, no setup)
+  elasticps env
+      every PADDLE_* variable elasticps reads, with defaults
+
+Run `elasticps COMMAND --help` for a command's options.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elasticps",
+        description="Elastic, fault-tolerant parameter-server training for PyTorch models.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output (-vv for debug)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ElasticPSError as exc:
+        print(f"elasticps: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

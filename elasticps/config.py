@@ -1,0 +1,294 @@
+"""The environment contract: every ``PADDLE_*`` variable elasticps reads, in one place.
+
+The seed's names (``PADDLE_PSERVERS``, ``PADDLE_TRAINER_ID``, ...) keep their meaning; the
+PaddleCloud spellings ``PADDLE_INIT_<X>`` are accepted as aliases of ``PADDLE_<X>``. Everything
+elasticps added uses the same prefix. :func:`load_config` reads the environment, applies keyword
+overrides (keywords win) and returns a frozen, validated :class:`Config`. A malformed value raises
+:class:`~elasticps.errors.ConfigError` naming the variable and the value; nothing is defaulted
+silently.
+
+To add a variable: add a field to :class:`Config` and one :class:`EnvVar` row to ``ENV_VARS``;
+the README's table is generated from the same rows by ``elasticps env``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elasticps.errors import ConfigError
+
+ROLES = ("master", "pserver", "trainer")
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            raise ValueError("is not an integer") from None
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"must be <= {maximum}")
+        return value
+
+    return parse
+
+
+def _parse_float(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ValueError("is not a number") from None
+        if not value >= minimum:  # also rejects NaN
+            raise ValueError(f"must be >= {minimum}")
+        return value
+
+    return parse
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("is not a boolean (use true/false, 1/0, yes/no)")
+
+
+def _parse_csv(text: str) -> tuple[str, ...]:
+    items = tuple(part.strip() for part in text.split(",") if part.strip())
+    for item in items:
+        if any(ch.isspace() for ch in item):
+            raise ValueError(f"entry {item!r} contains whitespace")
+    return items
+
+
+def _parse_role(text: str) -> str:
+    role = text.strip().lower()
+    if role not in ROLES:
+        raise ValueError(f"is not one of {', '.join(ROLES)}")
+    return role
+
+
+def _parse_job_name(text: str) -> str:
+    name = text.strip()
+    if len(name) > 63 or not _DNS1123.match(name):
+        raise ValueError(
+            "is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, "
+            "starting and ending with a letter or digit)"
+        )
+    return name
+
+
+def _parse_store_url(text: str) -> str:
+    url = text.strip()
+    if not (url.startswith("etcd://") or url.startswith("file://")):
+        raise ValueError("must start with etcd:// or file://")
+    return url
+
+
+def _parse_str(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One row of the environment contract."""
+
+    name: str
+    field: str
+    parse: Callable[[str], Any]
+    doc: str
+    seed: bool = False  # named by the seed discussions; has a PADDLE_INIT_ alias
+
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    # The seed's contract.
+    EnvVar("PADDLE_PSERVERS", "pservers", _parse_csv,
+           "Comma-separated pserver hosts (informational: pservers are found through the store).",
+           seed=True),
+    EnvVar("PADDLE_TRAINER_ID", "trainer_id", _parse_int(0),
+           "This trainer's index, 0-based.", seed=True),
+    EnvVar("PADDLE_TRAINER_COUNT", "trainer_count", _parse_int(1),
+           "Number of trainers the job starts with.", seed=True),
+    EnvVar("PADDLE_NUM_GRADIENT_SERVERS", "num_gradient_servers", _parse_int(1),
+           "Number of processes pushing gradients (the trainers), as in Paddle v1.", seed=True),
+    EnvVar("PADDLE_PORTS_NUM_FOR_SPARSE", "ports_num_for_sparse", _parse_int(0),
+           "Extra ports per pserver for sparse traffic (accepted for compatibility; one gRPC "
+           "port carries both).", seed=True),
+    EnvVar("PADDLE_PORT", "port", _parse_int(0, 65535),
+           "Port a server role binds (0 = any free port, published through the store).",
+           seed=True),
+    EnvVar("PADDLE_PORTS_NUM", "ports_num", _parse_int(1),
+           "Ports per pserver (accepted for compatibility).", seed=True),
+    EnvVar("PADDLE_USE_GPU", "use_gpu", _parse_bool,
+           "Train on the GPU.", seed=True),
+    # elasticps additions.
+    EnvVar("PADDLE_STORE", "store", _parse_store_url,
+           "Coordination store: etcd://host:2379[,host2:2379] or file:///path/job.db."),
+    EnvVar("PADDLE_JOB_NAME", "job_name", _parse_job_name,
+           "Job name (DNS-1123 label); every store key lives under /elasticps/<job>/."),
+    EnvVar("PADDLE_ROLE", "role", _parse_role, "Role of this process: master, pserver or trainer."),
+    EnvVar("PADDLE_JOB_TOKEN", "token", _parse_str,
+           "Per-job RPC token; every call must carry it."),
+    EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1),
+           "Number of pserver slots N (job config, fixed for the job's life)."),
+    EnvVar("PADDLE_HOST", "host", _parse_str,
+           "Address this process advertises to its peers (pod IP in a cluster)."),
+    EnvVar("PADDLE_DATA", "data", _parse_str, "Dataset URL (a directory made by `elasticps data`)."),
+    EnvVar("PADDLE_CHECKPOINT_URL", "checkpoint_url", _parse_str,
+           "fsspec URL where pservers write checkpoints."),
+    EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1),
+           "Seconds between pserver checkpoints."),
+    EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1),
+           "Checkpoints kept per pserver slot."),
+    EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1),
+           "Seconds a store lease lives without keepalive; bounds failure detection."),
+)
+
+ALIAS_PREFIX = "PADDLE_INIT_"
+
+
+def alias_of(var: EnvVar) -> str | None:
+    """The ``PADDLE_INIT_<X>`` spelling of a seed variable, or None."""
+    return ALIAS_PREFIX + var.name.removeprefix("PADDLE_") if var.seed else None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated configuration of one elasticps process. Frozen: build a new one to change it."""
+
+    pservers: tuple[str, ...] = ()
+    trainer_id: int = 0
+    trainer_count: int = 1
+    num_gradient_servers: int = 1
+    ports_num_for_sparse: int = 0
+    port: int = 7164
+    ports_num: int = 1
+    use_gpu: bool = False
+    store: str | None = None
+    job_name: str = "elasticps"
+    role: str | None = None
+    token: str = ""
+    num_pservers: int | None = None
+    host: str = "127.0.0.1"
+    data: str | None = None
+    checkpoint_url: str | None = None
+    checkpoint_interval: float = 60.0
+    checkpoint_keep: int = 3
+    lease_ttl: int = 5
+
+    @property
+    def pserver_count(self) -> int:
+        """N, the number of pserver slots: PADDLE_NUM_PSERVERS, else len(PADDLE_PSERVERS), else 1."""
+        if self.num_pservers is not None:
+            return self.num_pservers
+        return max(1, len(self.pservers))
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that reproduces this config in a child process."""
+        env: dict[str, str] = {}
+        for var in ENV_VARS:
+            value = getattr(self, var.field)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                env[var.name] = "true" if value else "false"
+            elif isinstance(value, tuple):
+                env[var.name] = ",".join(value)
+            else:
+                env[var.name] = str(value)
+        return env
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Config)}
+_BY_FIELD = {var.field: var for var in ENV_VARS}
+
+
+def _read_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for var in ENV_VARS:
+        found: list[tuple[str, str]] = []
+        for name in (var.name, alias_of(var)):
+            if name is not None and name in env:
+                found.append((name, env[name]))
+        if not found:
+            continue
+        if len(found) == 2 and found[0][1].strip() != found[1][1].strip():
+            raise ConfigError(
+                f"{found[0][0]}={found[0][1]!r} and its alias {found[1][0]}={found[1][1]!r} "
+                "disagree; set only one of them"
+            )
+        name, raw = found[0]
+        try:
+            values[var.field] = var.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"environment variable {name}={raw!r} {exc}") from exc
+    return values
+
+
+def _check_override(field: str, value: Any) -> Any:
+    """Validate a keyword override with the same parser the env var uses."""
+    var = _BY_FIELD.get(field)
+    if var is None or value is None:
+        return value
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, list | tuple):
+        text = ",".join(str(v) for v in value)
+    else:
+        text = str(value)
+    try:
+        return var.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{field}={value!r} (env {var.name}) {exc}") from exc
+
+
+def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """Build a :class:`Config` from ``env`` (default ``os.environ``); keyword arguments win."""
+    unknown = sorted(set(overrides) - _FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"unknown configuration option(s) {', '.join(unknown)}; "
+            f"known options are {', '.join(sorted(_FIELDS))}"
+        )
+    values = _read_env(os.environ if env is None else env)
+    for field, value in overrides.items():
+        values[field] = _check_override(field, value)
+    config = Config(**values)
+    if config.trainer_id >= max(config.trainer_count, 1) and "trainer_id" in values and (
+        "trainer_count" in values
+    ):
+        raise ConfigError(
+            f"PADDLE_TRAINER_ID={config.trainer_id} is out of range for "
+            f"PADDLE_TRAINER_COUNT={config.trainer_count}"
+        )
+    return config
+
+
+_current: Config | None = None
+
+
+def init(**overrides: Any) -> Config:
+    """Read ``PADDLE_*`` from the environment, apply keyword overrides, and remember the result.
+
+    ``elasticps.init(use_gpu=False)`` is the seed's entry point; it returns the frozen config.
+    """
+    global _current
+    _current = load_config(**overrides)
+    return _current
+
+
+def current() -> Config:
+    """The config set by :func:`init`, or one read from the environment now."""
+    return _current if _current is not None else load_config()

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code. Do not edit: run scripts/gen_protos.sh."""

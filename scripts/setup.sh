@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: etcd (for the tests and etcd:// jobs) and a venv with elasticps.
+# Safe to run again: every step checks what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v etcd >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+  else
+    sudo apt-get update -qq
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+  fi
+fi
+# etcd-server's package may start a system etcd on :2379; our tests use their own ports.
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first and pinned, so no resolver step can reach for a CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0" numpy
+.venv/bin/python -m pip install -q -e ".[dev]"
+echo "setup done: $(.venv/bin/elasticps --version 2>/dev/null || echo elasticps installed in .venv)"
