@@ -40,7 +40,7 @@ def master_http(store: Store) -> str | None:
 
 def fetch_status(http: str, timeout: float = 2.0) -> dict[str, Any] | None:
     try:
-        with urllib.request.urlopen(f"http://{http}/api/status", timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"http://{http}/api/status", timeout=timeout) as resp:
             doc = json.loads(resp.read())
     except (OSError, ValueError):
         return None

@@ -7,6 +7,7 @@ role's own helpers die with it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,7 +66,7 @@ class RoleProcess:
                 log.write(f"\n===== restart {self.restarts} of {self.spec.name} =====\n".encode())
                 log.flush()
         try:
-            self.popen = subprocess.Popen(  # noqa: S603 - argv is ours, no shell
+            self.popen = subprocess.Popen(
                 list(self.spec.argv),
                 env=self.spec.env,
                 stdin=subprocess.DEVNULL,
@@ -95,10 +96,8 @@ class RoleProcess:
         """Send ``signum`` to the child's process group (it leads its own session)."""
         if self.popen is None or self.poll() is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def log_tail(self, lines: int = 30) -> str:
         if self.spec.log_path is None or not self.spec.log_path.exists():

@@ -84,7 +84,8 @@ class StepRunner:
                 module.bind(client)
                 self.layers.setdefault(module.table_name, []).append(module)
         self.sparse_ids = sparse_ids or self._all_tables_read_sparse
-        self._comm = ThreadPoolExecutor(1, thread_name_prefix="elasticps-comm") if prefetch else None
+        self._comm = (ThreadPoolExecutor(1, thread_name_prefix="elasticps-comm")
+                      if prefetch else None)
         self._next: Future[_Prefetched] | None = None
         self._next_batch: object | None = None
         self._push: Future[None] | None = None

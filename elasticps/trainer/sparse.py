@@ -98,8 +98,9 @@ class SparseEmbedding(torch.nn.Module):
     def unique_ids(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Validated ``(unique ids, inverse index)`` of a batch's ids."""
         flat = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
-        if flat.size and (flat.min() < 0 or (self.num_embeddings and flat.max() >= self.num_embeddings)):
-            bad = flat[(flat < 0) | ((flat >= self.num_embeddings) if self.num_embeddings else False)]
+        bound = self.num_embeddings
+        if flat.size and (flat.min() < 0 or (bound and flat.max() >= bound)):
+            bad = flat[(flat < 0) | (flat >= bound if bound else False)]
             raise InvalidArgumentError(
                 f"sparse table {self.table_name!r} got id {int(bad[0])}, outside "
                 f"[0, {self.num_embeddings or 'inf'})", code="INVALID_ARGUMENT")
