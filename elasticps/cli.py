@@ -18,6 +18,7 @@ from elasticps.errors import ElasticPSError
 COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.launch.cli",
     "elasticps.config_cli",
+    "elasticps.data.cli",
 )
 
 EPILOG = """\
