@@ -28,8 +28,9 @@ from elasticps.trainer.runner import StepRunner
 
 log = logging.getLogger(__name__)
 
-# (task, records to skip) -> iterator of (seq, batch, records in batch)
-BatchSource = Callable[[master_pb2.Task], Iterator[tuple[int, Any, int]]]
+# task -> iterator of (seq, records of the task done after this batch, batch), from the task's
+# resume point on (elasticps.master.reader.task_batches numbers them).
+BatchSource = Callable[[master_pb2.Task], Iterator[tuple[int, int, Any]]]
 
 
 @dataclass
@@ -43,12 +44,12 @@ class LoopStats:
     pass_metrics: list[dict[str, float]] = field(default_factory=list)
 
 
-def _lookahead(items: Iterator[tuple[int, Any, int]]) -> Iterator[tuple[tuple[int, Any, int], Any]]:
+def _lookahead(items: Iterator[tuple[int, int, Any]]) -> Iterator[tuple[tuple[int, int, Any], Any]]:
     """Each item with the next item's batch (None at the end), for prefetching."""
     current = next(items, None)
     while current is not None:
         following = next(items, None)
-        yield current, (following[1] if following is not None else None)
+        yield current, (following[2] if following is not None else None)
         current = following
 
 
@@ -136,11 +137,12 @@ class TrainingLoop:
         batches = 0
         last_report = 0
         last_publish = time.monotonic()
-        for (seq, batch, size), next_batch in _lookahead(self.batches(task)):
+        for (seq, done, batch), next_batch in _lookahead(self.batches(task)):
+            size = len(batch)
             ref = common_pb2.BatchRef(pass_id=task.pass_id, task_id=task.task_id, seq=seq,
                                       trainer=self.trainer_name)
             result = self.runner.run(batch, ref, next_batch)
-            records += size
+            records = done
             batches += 1
             metrics.add(result.labels, result.probs, result.loss)
             self._count(size, result.loss)

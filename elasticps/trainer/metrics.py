@@ -1,38 +1,22 @@
-"""Pass metrics: AUC and log loss over (probability, label) pairs a trainer accumulated."""
+"""Pass metrics: AUC and log loss (the data layer's exact ones) over what a trainer saw."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
+from elasticps.data.auc import auc, log_loss
+from elasticps.errors import DataError
 
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the ROC curve (ties count one half); NaN when only one class is present."""
-    labels = np.asarray(labels).reshape(-1) > 0.5
-    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    positives = int(labels.sum())
-    negatives = labels.size - positives
-    if positives == 0 or negatives == 0:
+
+def _safe(metric: Callable[[np.ndarray, np.ndarray], float], labels: np.ndarray,
+          probs: np.ndarray) -> float:
+    try:
+        return float(metric(labels, probs))
+    except DataError:  # NaN predictions (a diverged model): report NaN, do not crash training
         return math.nan
-    order = np.argsort(scores, kind="mergesort")
-    sorted_scores = scores[order]
-    ranks = np.empty(scores.size, dtype=np.float64)
-    # Average ranks over runs of equal scores.
-    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
-    starts = np.concatenate([[0], boundaries])
-    ends = np.concatenate([boundaries, [scores.size]])
-    average = (starts + ends + 1) / 2.0
-    ranks[order] = np.repeat(average, ends - starts)
-    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-
-
-def log_loss(labels: np.ndarray, probs: np.ndarray, eps: float = 1e-7) -> float:
-    labels = np.asarray(labels, dtype=np.float64).reshape(-1)
-    probs = np.clip(np.asarray(probs, dtype=np.float64).reshape(-1), eps, 1 - eps)
-    if labels.size == 0:
-        return math.nan
-    return float(-np.mean(labels * np.log(probs) + (1 - labels) * np.log(1 - probs)))
 
 
 class MetricAccumulator:
@@ -61,5 +45,5 @@ class MetricAccumulator:
             return {"samples": 0.0}
         labels = np.concatenate(self._labels)
         probs = np.concatenate(self._probs)
-        return {"auc": roc_auc(labels, probs), "logloss": log_loss(labels, probs),
+        return {"auc": _safe(auc, labels, probs), "logloss": _safe(log_loss, labels, probs),
                 "cost": self.loss_sum / max(self.samples, 1), "samples": float(self.samples)}
