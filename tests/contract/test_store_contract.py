@@ -12,6 +12,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,13 @@ from pathlib import Path
 import aetcd
 import pytest
 
-from elasticps.errors import ConfigError, LeaseExpiredError, NotLeaderError, StoreError
+from elasticps.errors import (
+    ConfigError,
+    LeaseExpiredError,
+    NotLeaderError,
+    StoreError,
+    StoreUnavailableError,
+)
 from elasticps.store import (
     Compare,
     Delete,
@@ -31,7 +38,8 @@ from elasticps.store import (
 )
 from elasticps.store.election import Election, leader_value
 from elasticps.store.embedded_store import EmbeddedStore
-from tests.etcd_server import EtcdServer
+from elasticps.store.etcd_store import EtcdStore
+from tests.etcd_server import EtcdServer, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TTL = 2  # seconds; small to keep the suite fast, large enough for a loaded 2-core machine
@@ -361,3 +369,62 @@ def test_leader_txn_separates_lost_lock_from_failed_extra_compare(store: Store) 
     assert store.get("x") is None
     assert election.campaign(timeout=5)  # a fresh lease, a fresh token
     assert election.leader_txn([Put("x", b"2")]).succeeded
+
+
+# -- etcd only: surviving the server's crash -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def private_etcd() -> Iterator[EtcdServer]:
+    """An etcd of our own to kill, so the session's shared etcd stays up for other tests."""
+    server = EtcdServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_etcd_watch_survives_kill_and_restart_without_missing_an_event(
+        private_etcd: EtcdServer, job_name: str) -> None:
+    prefix = job_prefix(job_name)
+    store = EtcdStore.from_url(private_etcd.url, prefix, retry_for=30)
+    impatient = EtcdStore.from_url(private_etcd.url, prefix, retry_for=0.5)
+    try:
+        watch = store.watch_prefix("r/")
+        lease = store.grant_lease(TTL)
+        lease.keep_alive()
+        before = store.put("r/before", b"1", lease=lease.id)
+        private_etcd.kill()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="no endpoint answered"):
+            impatient.get("r/before")
+        assert time.monotonic() - started < 5
+        # A write issued while etcd is down waits for it (retry with backoff) instead of failing.
+        during: list[int] = []
+        writer = threading.Thread(target=lambda: during.append(store.put("r/during", b"2")))
+        writer.start()
+        private_etcd.start()
+        writer.join(timeout=30)
+        after = store.put("r/after", b"3")
+        later = store.put("r/later", b"4")
+        got = [watch.get(timeout=15) for _ in range(4)]
+        assert watch.get(timeout=0.3) is None  # and nothing twice
+        assert [(e.key, e.revision) for e in got if e is not None] == [
+            ("r/before", before), ("r/during", during[0]), ("r/after", after),
+            ("r/later", later)]
+        assert not lease.expired
+        assert store.get("r/before") is not None  # etcd restored the lease; keepalive goes on
+        watch.cancel()
+    finally:
+        impatient.close()
+        store.close()
+
+
+def test_etcd_endpoints_are_tried_in_order(private_etcd: EtcdServer, job_name: str) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    url = f"etcd://{dead},{private_etcd.endpoint}"
+    with EtcdStore.from_url(url, job_prefix(job_name), retry_for=5) as store:
+        with store.watch_prefix("e/") as watch:
+            revision = store.put("e/k", b"v")
+            event = watch.get(timeout=10)
+        assert event is not None
+        assert (event.key, event.revision) == ("e/k", revision)
+        assert store.get("e/k").value == b"v"  # type: ignore[union-attr]
