@@ -142,7 +142,8 @@ class ShardCheckpoints:
                     log.warning("%s skips store key %s: %s", self.node, kv.key, exc)
                     continue
                 found.setdefault(manifest.id, manifest)
-        mine = [m for m in found.values() if (m.shard, m.num_shards) == (self.shard, self.num_shards)]
+        slot = (self.shard, self.num_shards)
+        mine = [m for m in found.values() if (m.shard, m.num_shards) == slot]
         return sorted(mine, key=lambda m: m.id, reverse=True)
 
     def _next_id(self) -> str:
@@ -170,7 +171,9 @@ class ShardCheckpoints:
                 directory=f"{self.url}/{shard_dir_name(self.shard, self.num_shards)}",
             )
             body = manifest.to_json()
-            self._write_atomically(f"ckpt-{checkpoint_id}.json", lambda out: _write_bytes(out, body))
+            self._write_atomically(
+                f"ckpt-{checkpoint_id}.json", lambda out: _write_bytes(out, body)
+            )
             if self.store is not None:
                 self.store.put(f"{self._store_prefix()}{checkpoint_id}", body)
             log.info("%s wrote checkpoint %s (%d bytes, sha256 %s).", self.node, checkpoint_id,

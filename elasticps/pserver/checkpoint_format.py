@@ -41,8 +41,10 @@ from elasticps.pserver.shard import DenseState, Snapshot, SparseState
 
 FORMAT = "elasticps.pserver.checkpoint"
 VERSION = 1
-_DTYPES = {np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32"}
-_FROM_CODE = {code: dtype for dtype, code in _DTYPES.items()}
+_DTYPES: dict[np.dtype[Any], str] = {
+    np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32"
+}
+_FROM_CODE: dict[str, np.dtype[Any]] = {code: dtype for dtype, code in _DTYPES.items()}
 
 
 def snapshot_tensors(snap: Snapshot) -> dict[str, np.ndarray]:
@@ -105,12 +107,14 @@ def write_stream(
     return size, digest.hexdigest()
 
 
-def _chunks(tensors: dict[str, np.ndarray], metadata: dict[str, Any]) -> Iterator[bytes | memoryview]:
+def _chunks(
+    tensors: dict[str, np.ndarray], metadata: dict[str, Any]
+) -> Iterator[bytes | memoryview]:
     yield _header(tensors, metadata)
     for arr in tensors.values():
         contiguous = np.ascontiguousarray(arr)
         if contiguous.nbytes:
-            yield memoryview(contiguous).cast("B")
+            yield contiguous.reshape(-1).view(np.uint8).data
 
 
 def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -128,8 +132,10 @@ def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if not 0 <= start <= stop <= len(data) - base:
                 raise ValueError(f"tensor {name} lies outside the file")
             dtype = _FROM_CODE[entry["dtype"]]
-            tensors[name] = np.frombuffer(data, dtype=dtype, count=(stop - start) // dtype.itemsize,
-                                          offset=base + start).reshape(entry["shape"])
+            count = (stop - start) // dtype.itemsize
+            tensors[name] = np.frombuffer(
+                data, dtype=dtype, count=count, offset=base + start
+            ).reshape(entry["shape"])
     except (ValueError, KeyError, TypeError, struct.error) as exc:
         raise CheckpointError(f"not an elasticps checkpoint file: {exc}") from exc
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
@@ -147,7 +153,8 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sna
         dense: dict[str, DenseState] = {}
         sparse: dict[str, SparseState] = {}
         for spec in specs:
-            prefix = ("dense." if spec.kind == pserver_pb2.TableSpec.DENSE else "sparse.") + spec.name
+            is_dense = spec.kind == pserver_pb2.TableSpec.DENSE
+            prefix = ("dense." if is_dense else "sparse.") + spec.name
             slots = {key.rsplit(".slot.", 1)[1]: np.array(arr) for key, arr in tensors.items()
                      if key.startswith(prefix + ".slot.")}
             if spec.kind == pserver_pb2.TableSpec.DENSE:
