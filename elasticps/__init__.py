@@ -14,7 +14,7 @@ from elasticps.config import Config, init, load_config
 from elasticps.errors import ElasticPSError
 
 if TYPE_CHECKING:
-    from elasticps import nn
+    from elasticps import nn, reader
     from elasticps.trainer import events, optim
     from elasticps.trainer.dist import dist_train
     from elasticps.trainer.trainer import Trainer
@@ -27,6 +27,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "nn": ("elasticps.nn", None),
     "optim": ("elasticps.trainer.optim", None),
     "events": ("elasticps.trainer.events", None),
+    "reader": ("elasticps.reader", None),
 }
 
 
@@ -46,4 +47,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Config", "ElasticPSError", "Job", "Trainer", "__version__", "dist_train", "events",
-           "init", "load_config", "nn", "optim"]
+           "init", "load_config", "nn", "optim", "reader"]
