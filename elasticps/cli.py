@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.launch.cli",
     "elasticps.config_cli",
     "elasticps.data.cli",
+    "elasticps.master.cli",
 )
 
 EPILOG = """\

@@ -45,7 +45,7 @@ class StatusServer:
         fn = status_fn
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/api/status":
                     body = json.dumps(fn(), indent=1).encode()
@@ -62,7 +62,7 @@ class StatusServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("status http: " + format, *args)
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -85,7 +86,7 @@ class MasterServer:
         won = time.monotonic()
         log.info("Master %s of job %s is the leader; loading the state.", opts.node, opts.job)
 
-        def commit(ops: list[Op] | tuple[Op, ...]) -> None:
+        def commit(ops: Sequence[Op]) -> None:
             election.leader_txn(ops)
 
         state = MasterState(opts.job, opts.node, Snapshot(self.store, commit), opts.policy,

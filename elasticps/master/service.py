@@ -11,6 +11,7 @@ from the store.
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import logging
 import threading
@@ -38,9 +39,8 @@ THROUGHPUT_WINDOW_S = 30.0
 
 def data_chunk_lister(url: str) -> list[ChunkInfo]:
     """The chunks of the dataset at ``url``, from the data layer's manifest."""
-    from elasticps.data import open_dataset  # the data layer is heavy (pyarrow): load lazily
-
-    manifest = open_dataset(url).manifest
+    data = importlib.import_module("elasticps.data")  # heavy (pyarrow): load lazily
+    manifest = data.open_dataset(url).manifest
     return [ChunkInfo(c.path, c.row_group, c.num_rows) for c in manifest.chunks]
 
 
@@ -243,22 +243,25 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self.state = state
 
     @rpc_handler
-    def SetDataset(self, request: master_pb2.SetDatasetRequest,
-                   context: grpc.ServicerContext) -> master_pb2.SetDatasetResponse:
+    def SetDataset(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.SetDatasetRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.SetDatasetResponse:
         queue = self.state.set_dataset(request.dataset_url, request.chunks_per_task,
                                        request.num_passes)
         return master_pb2.SetDatasetResponse(num_tasks=queue.num_tasks,
                                              num_chunks=queue.num_chunks)
 
     @rpc_handler
-    def GetTask(self, request: master_pb2.GetTaskRequest,
-                context: grpc.ServicerContext) -> master_pb2.GetTaskResponse:
+    def GetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.GetTaskRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.GetTaskResponse:
         state = self.state
         with state.lock:
             queue = state.check_serving()
             result, delta = queue.get_task(request.trainer, request.pass_id, state.clock())
             state.persist(delta)
-            response = master_pb2.GetTaskResponse(outcome=int(result.outcome),
+            response = master_pb2.GetTaskResponse(
+                outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
                                                   pass_id=result.pass_id, reason=result.reason)
             if result.outcome is Outcome.TASK and result.task is not None:
                 assert state.dataset is not None
@@ -266,8 +269,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             return response
 
     @rpc_handler
-    def ReportProgress(self, request: master_pb2.ReportProgressRequest,
-                       context: grpc.ServicerContext) -> master_pb2.ReportProgressResponse:
+    def ReportProgress(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.ReportProgressRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.ReportProgressResponse:
         state = self.state
         with state.lock:
             queue = state.check_serving()
@@ -279,8 +283,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                                                      reason=reply.reason)
 
     @rpc_handler
-    def TaskFinished(self, request: master_pb2.TaskFinishedRequest,
-                     context: grpc.ServicerContext) -> master_pb2.TaskFinishedResponse:
+    def TaskFinished(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.TaskFinishedRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.TaskFinishedResponse:
         state = self.state
         with state.lock:
             queue = state.check_serving()
@@ -292,8 +297,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             return master_pb2.TaskFinishedResponse(accepted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
-    def TaskFailed(self, request: master_pb2.TaskFailedRequest,
-                   context: grpc.ServicerContext) -> master_pb2.TaskFailedResponse:
+    def TaskFailed(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.TaskFailedRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.TaskFailedResponse:
         state = self.state
         with state.lock:
             queue = state.check_serving()
@@ -306,8 +312,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             return master_pb2.TaskFailedResponse(accepted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
-    def RequestSaveModel(self, request: master_pb2.RequestSaveModelRequest,
-                         context: grpc.ServicerContext) -> master_pb2.RequestSaveModelResponse:
+    def RequestSaveModel(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.RequestSaveModelRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.RequestSaveModelResponse:
         state = self.state
         with state.lock:
             queue = state.check_serving()
@@ -318,6 +325,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                                                        reason=reply.reason)
 
     @rpc_handler
-    def Status(self, request: master_pb2.StatusRequest,
-               context: grpc.ServicerContext) -> master_pb2.StatusResponse:
+    def Status(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.StatusRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.StatusResponse:
         return master_pb2.StatusResponse(json=json.dumps(self.state.status()))
