@@ -154,7 +154,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
-           "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (never set it in jobs)."),
+           "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
