@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.config_cli",
     "elasticps.data.cli",
     "elasticps.master.cli",
+    "elasticps.pserver.cli",
 )
 
 EPILOG = """\

@@ -155,6 +155,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
            "Directory the local launcher gave the job (logs, generated data, exported model)."),
+    EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
+           "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -189,6 +191,7 @@ class Config:
     checkpoint_keep: int = 3
     lease_ttl: int = 5
     workdir: str | None = None
+    fault_inject: str = ""
 
     @property
     def pserver_count(self) -> int:

@@ -82,6 +82,20 @@ class Snapshot:
     counters: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ShardStats:
+    shard: int
+    num_shards: int
+    initialized: bool
+    tables: list[tuple[str, int, int]]  # (name, rows, bytes)
+    pushes: int
+    pushes_per_sec: float
+    duplicates: int
+    skipped_nonfinite: int
+    applied_batches: int
+    restored_from: str
+
+
 class ShardState:
     """Tables, optimizer state and applied batches of shard ``shard`` of ``num_shards``."""
 
@@ -301,22 +315,17 @@ class ShardState:
 
     # -- stats ------------------------------------------------------------------------------
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> ShardStats:
         with self.lock:
             now = time.monotonic()
             recent = sum(1 for t in self._recent if now - t <= _RATE_WINDOW_S)
-            return {
-                "shard": self.shard,
-                "num_shards": self.num_shards,
-                "initialized": self.initialized,
-                "tables": [(n, t.rows, t.nbytes) for n, t in self.tables.items()],
-                "pushes": self.pushes,
-                "pushes_per_sec": recent / _RATE_WINDOW_S,
-                "duplicates": self.duplicates,
-                "skipped_nonfinite": self.skipped_nonfinite,
-                "applied_batches": len(self.applied),
-                "restored_from": self.restored_from,
-            }
+            return ShardStats(
+                shard=self.shard, num_shards=self.num_shards, initialized=self.initialized,
+                tables=[(n, t.rows, t.nbytes) for n, t in self.tables.items()],
+                pushes=self.pushes, pushes_per_sec=recent / _RATE_WINDOW_S,
+                duplicates=self.duplicates, skipped_nonfinite=self.skipped_nonfinite,
+                applied_batches=len(self.applied), restored_from=self.restored_from,
+            )
 
 
 def _brief(spec: pserver_pb2.TableSpec) -> str:
