@@ -23,6 +23,8 @@ Dense normalisations (missing -> 0.0 in every mode), for column j of I1..I13:
   values, about the 95th percentile of each column), giving [0, 1].
 * ``log``: ``log(1 + max(x, 0))`` (as in DLRM's Criteo preprocessing).
 * ``none``: ``float(x)``.
+* ``log-missing``: ``log(1 + max(x, 0))`` as ``log``, but a missing value becomes ``-1.0``
+  (impossible for a present value), so a model can tell "missing" from "zero".
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from elasticps.errors import ConfigError
 
-DENSE_NORMS = ("minmax", "log", "none")
+DENSE_NORMS = ("minmax", "log", "none", "log-missing")
 DEFAULT_ID_SPACE = 1_000_001  # the classic demo's sparse_feature_dim
 MISSING_VALUE = 1 << 32
 
@@ -95,13 +97,14 @@ def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> 
 
 
 def normalize_dense(values: np.ndarray, missing: np.ndarray, dense_norm: str) -> np.ndarray:
-    """Normalise integer features ``values`` (``[B, 13]``) to float32; missing -> 0.0."""
+    """Normalise integer features ``values`` (``[B, 13]``) to float32; missing -> 0.0
+    (-1.0 with ``log-missing``)."""
     x = values.astype(np.float32)
     if dense_norm == "minmax":
         x = (np.clip(x, DENSE_MIN, DENSE_MAX) - DENSE_MIN) / (DENSE_MAX - DENSE_MIN)
-    elif dense_norm == "log":
+    elif dense_norm in ("log", "log-missing"):
         x = np.log1p(np.maximum(x, np.float32(0.0)))
     elif dense_norm != "none":
         raise ConfigError(f"dense_norm={dense_norm!r} is not one of {', '.join(DENSE_NORMS)}")
-    x[missing] = 0.0
+    x[missing] = -1.0 if dense_norm == "log-missing" else 0.0
     return x.astype(np.float32, copy=False)

@@ -60,12 +60,33 @@ class WideDeep(nn.Module):
         return wide + self.deep(dense, sparse)
 
 
-MODELS: dict[str, type[nn.Module]] = {"dnn": CtrDnn, "wide_deep": WideDeep}
+class DeepFM(nn.Module):
+    """DeepFM (Guo et al. 2017): first-order weights (table ``wide``, dim 1, plus a linear map of
+    the dense features), a factorization machine over the 26 slot embeddings (pairwise dot
+    products, which learn feature crosses), and the CTR-DNN tower on the same embeddings."""
+
+    def __init__(self, make_embedding: MakeEmbedding, *, embedding_dim: int = 10,
+                 hidden: Sequence[int] = (400, 400, 400), table: str = "embedding") -> None:
+        super().__init__()
+        self.embedding = make_embedding(table, embedding_dim)
+        self.first_order = make_embedding("wide", 1)
+        self.dense_linear = nn.Linear(NUM_DENSE, 1)
+        self.mlp = mlp([NUM_DENSE + NUM_SLOTS * embedding_dim, *hidden, 1])
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        emb = self.embedding(sparse)  # [B, 26, dim]
+        first = self.first_order(sparse).sum(dim=(1, 2)) + self.dense_linear(dense).squeeze(1)
+        fm = 0.5 * (emb.sum(dim=1).pow(2) - emb.pow(2).sum(dim=1)).sum(dim=1)
+        deep = self.mlp(torch.cat([dense, emb.flatten(1)], dim=1)).squeeze(1)
+        return first + fm + deep
+
+
+MODELS: dict[str, type[nn.Module]] = {"dnn": CtrDnn, "wide_deep": WideDeep, "deepfm": DeepFM}
 
 
 def build(name: str, make_embedding: MakeEmbedding, *, embedding_dim: int = 10,
           hidden: Sequence[int] = (400, 400, 400)) -> nn.Module:
-    """The model called ``name`` (``dnn`` or ``wide_deep``)."""
+    """The model called ``name`` (``dnn``, ``wide_deep`` or ``deepfm``)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     return MODELS[name](make_embedding, embedding_dim=embedding_dim, hidden=hidden)
