@@ -97,6 +97,7 @@ class PServerClient:
         self._pool = ThreadPoolExecutor(max_workers=4 * num_shards + 4,
                                         thread_name_prefix="pserver-call")
         self._repairing = threading.Lock()
+        self._retired: list[grpc.Channel] = []
         self._closed = threading.Event()
         revision = store.revision()
         for kv in store.get_prefix(SLOT_PREFIX):
@@ -117,9 +118,10 @@ class PServerClient:
         address = json.loads(value)["address"] if value else None
         with self._cond:
             shard = self._shards[slot]
-            # A PUT with the same address is still a new process (new lease): reconnect.
+            # A PUT with the same address is still a new process (new lease): reconnect. The
+            # old channel is retired, not closed: closing would CANCEL calls still in flight.
             if shard.channel is not None:
-                shard.channel.close()
+                self._retired.append(shard.channel)
             shard.address, shard.channel, shard.stub = address, None, None
             self._cond.notify_all()
         if address:
@@ -436,6 +438,9 @@ class PServerClient:
                 if shard.channel is not None:
                     shard.channel.close()
                 shard.channel = shard.stub = None
+            for channel in self._retired:
+                channel.close()
+            self._retired.clear()
             self._cond.notify_all()
         self._pool.shutdown(wait=False, cancel_futures=True)
 

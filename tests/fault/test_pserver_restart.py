@@ -79,6 +79,7 @@ def test_restart_restores_newest_good_checkpoint_and_skips_a_corrupt_one(
             assert inspect.returncode == 1, inspect.stderr
             assert f"checkpoint {newest.id}" in inspect.stdout
             assert "checksum BAD" in inspect.stdout
+            assert inspect.stdout.count("checksum ok") == 1  # the older, good checkpoint
             assert "table    emb: sparse dim 4, id space unbounded, 5 rows" in inspect.stdout
 
             # The trainer keeps waiting while the shard is down, then goes on.

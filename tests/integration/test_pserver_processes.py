@@ -88,6 +88,15 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
                           {"emb": (ids, rows)})
         assert [r.applied for r in dup] == [False, False]
 
+        # NaN in one shard's part drops the whole batch on every shard (counted, recorded).
+        nan_w = np.ones((5, 3), np.float32)
+        nan_w[4, 2] = np.nan  # the last element lies in shard 1's slice
+        skipped = client.push(common_pb2.BatchRef(pass_id=0, task_id=0, seq=99), {"w": nan_w},
+                              {"emb": (ids, rows)})
+        assert [(r.applied, r.skipped) for r in skipped] == [(True, True), (True, True)]
+        np.testing.assert_array_equal(client.pull_dense()["w"], before_w)
+        np.testing.assert_array_equal(client.pull_sparse("emb", all_ids), before_rows)
+
         # Bad pushes straight at shard 0 over the wire: clear errors, nothing changes.
         address = client._shards[0].address
         stub = pserver_pb2_grpc.ParameterServerStub(make_channel(address, TOKEN))
@@ -128,6 +137,7 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
         stats = client.stats()
         assert stats["pushes"] == 12
         assert stats["duplicates"] == 2
+        assert stats["skipped_nonfinite"] == 2
         assert stats["rows"] == 1000 + 15
 
         # A call without the job token, or with a wrong one, is refused.
