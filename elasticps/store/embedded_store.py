@@ -432,7 +432,7 @@ class EmbeddedStore(Store):
         return deleted
 
     def _put(self, cur: sqlite3.Cursor, rev: _Revision, op: Put) -> None:
-        value = check_value(op.value)
+        value = check_value(op.value, op.key)
         if op.lease and not cur.execute("SELECT 1 FROM leases WHERE id=?",
                                         (op.lease,)).fetchone():
             raise LeaseExpiredError(

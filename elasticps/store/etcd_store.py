@@ -70,6 +70,7 @@ _CHANNEL_OPTIONS = {
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 1000,
     "grpc.keepalive_time_ms": 10_000,
+    "grpc.max_receive_message_length": 256 << 20,  # a long prefix listing exceeds 4 MiB
     "grpc.keepalive_timeout_ms": 5_000,
 }
 _TARGETS = {
@@ -287,7 +288,7 @@ class EtcdStore(Store):
     def _op(self, op: Op) -> Any:
         if isinstance(op, Put):
             return rpc.RequestOp(request_put=rpc.PutRequest(
-                key=self._full(op.key), value=check_value(op.value), lease=op.lease))
+                key=self._full(op.key), value=check_value(op.value, op.key), lease=op.lease))
         full = self._full(op.key)
         if op.prefix:
             return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
