@@ -18,6 +18,7 @@ from elasticps.errors import ElasticPSError
 COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.config_cli",
     "elasticps.master.cli",
+    "elasticps.data.cli",
 )
 
 EPILOG = """\
