@@ -16,6 +16,9 @@ from elasticps.errors import ElasticPSError
 
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (
+    "elasticps.master.cli",
+    "elasticps.data.cli",
+    "elasticps.store.cli",
     "elasticps.config_cli",
     "elasticps.pserver.cli",
 )

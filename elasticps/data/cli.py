@@ -1,0 +1,157 @@
+"""``elasticps data convert|synth|inspect``: make and look at chunked CTR datasets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from elasticps.data.writer import COMPRESSIONS, DEFAULT_CHUNKS_PER_FILE, DEFAULT_ROWS_PER_CHUNK
+
+DATA_EPILOG = """\
+Examples:
+  elasticps data synth ctr --rows 1000000 --test-rows 100000 --seed 1 --out /data/ctr
+      a synthetic CTR dataset whose best achievable AUC is in its manifest
+  elasticps data convert criteo train.txt --out /data/criteo
+      the Criteo Kaggle text release -> chunked Parquet
+  elasticps data inspect /data/ctr
+      rows, chunks, label rate, missing rates, best AUC
+"""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="output dataset directory (a local path or any fsspec URL)")
+    parser.add_argument("--rows-per-chunk", type=_positive, default=DEFAULT_ROWS_PER_CHUNK,
+                        metavar="N", help="rows per chunk (Parquet row group); the master hands "
+                        f"out chunks as tasks (default {DEFAULT_ROWS_PER_CHUNK})")
+    parser.add_argument("--chunks-per-file", type=_positive, default=DEFAULT_CHUNKS_PER_FILE,
+                        metavar="N", help="chunks per Parquet file before a new file starts "
+                        f"(default {DEFAULT_CHUNKS_PER_FILE})")
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd",
+                        help="Parquet compression (default zstd)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the dataset already in --out")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress line even on a terminal")
+
+
+def register(subparsers: Any) -> None:
+    data = subparsers.add_parser(
+        "data", help="make and inspect chunked CTR datasets (Criteo, synthetic)",
+        description="Make chunked Parquet CTR datasets and look at them.",
+        epilog=DATA_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+
+    convert = actions.add_parser("convert", help="convert text data to a dataset")
+    kinds = convert.add_subparsers(dest="convert_kind", metavar="FORMAT", required=True)
+    criteo = kinds.add_parser(
+        "criteo", help="Criteo display-ads text (TSV, or CSV with a header)",
+        description="Convert Criteo display-ads text to a chunked Parquet dataset. Each line is "
+        "label, I1..I13 (integers, may be empty or negative), C1..C26 (8 hex digits, may be "
+        "empty), tab separated; comma-separated files with a header line also work. Inputs "
+        "may be compressed (.gz, .bz2, .xz). Malformed lines are reported with their line "
+        "numbers and skipped; more than --max-bad-rows of them fail the run.",
+    )
+    criteo.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or fsspec URLs")
+    _add_output_options(criteo)
+    criteo.add_argument("--max-bad-rows", type=_non_negative, default=0, metavar="K",
+                        help="skip up to K malformed lines; one more fails the run (default 0)")
+    criteo.set_defaults(func=run_convert_criteo)
+
+    synth = actions.add_parser("synth", help="generate a synthetic dataset")
+    synth_kinds = synth.add_subparsers(dest="synth_kind", metavar="KIND", required=True)
+    ctr = synth_kinds.add_parser(
+        "ctr", help="CTR rows from a planted model with a known best AUC",
+        description="Generate rows with the Criteo schema from a planted logistic model over "
+        "hashed feature weights and feature crosses. The AUC of the true probabilities (the "
+        "best any model can do) is stored in the manifest as best_auc.",
+    )
+    ctr.add_argument("--rows", type=_positive, required=True, metavar="N", help="rows to write")
+    ctr.add_argument("--seed", type=int, required=True, help="seed: same seed, same data")
+    ctr.add_argument("--test-rows", type=_non_negative, default=0, metavar="M",
+                     help="also write M held-out rows from the same model to DIR/test")
+    ctr.add_argument("--label-rate", type=float, default=0.25,
+                     help="target fraction of positive labels (default 0.25)")
+    ctr.add_argument("--signal", type=float, default=None,
+                     help="strength of the planted model; higher = higher best AUC "
+                     "(default 0.7, best AUC near 0.80)")
+    ctr.add_argument("--max-vocab", type=_positive, default=100_000,
+                     help="cap on distinct values per categorical slot (default 100000)")
+    _add_output_options(ctr)
+    ctr.set_defaults(func=run_synth_ctr)
+
+    inspect = actions.add_parser(
+        "inspect", help="summarise a dataset",
+        description="Print rows, chunks, label rate, per-column missing rates and the planted "
+        "best AUC (synthetic data) of a dataset.",
+    )
+    inspect.add_argument("dataset", metavar="DIR", help="dataset directory or fsspec URL")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.set_defaults(func=run_inspect)
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    return False if args.no_progress else None
+
+
+def run_convert_criteo(args: argparse.Namespace) -> int:
+    from elasticps.data.criteo import convert_criteo
+
+    report = convert_criteo(
+        args.inputs, args.out, rows_per_chunk=args.rows_per_chunk,
+        chunks_per_file=args.chunks_per_file, max_bad_rows=args.max_bad_rows,
+        compression=args.compression, overwrite=args.overwrite, progress=_progress(args),
+    )
+    assert report.manifest is not None
+    for where, why in report.bad_lines:
+        print(f"skipped malformed line {where}: {why}", file=sys.stderr)
+    print(f"wrote {report.rows:,} rows in {len(report.manifest.chunks)} chunks to {args.out} "
+          f"({report.bad_rows} malformed, {report.blank_lines} blank line(s) skipped)")
+    return 0
+
+
+def run_synth_ctr(args: argparse.Namespace) -> int:
+    from elasticps.data.synth import DEFAULT_SIGNAL, synth_ctr
+
+    report = synth_ctr(
+        args.out, args.rows, args.seed, test_rows=args.test_rows,
+        rows_per_chunk=args.rows_per_chunk, chunks_per_file=args.chunks_per_file,
+        label_rate=args.label_rate,
+        signal=DEFAULT_SIGNAL if args.signal is None else args.signal,
+        max_vocab=args.max_vocab, compression=args.compression, overwrite=args.overwrite,
+        progress=_progress(args),
+    )
+    m = report.manifest
+    print(f"wrote {m.num_rows:,} rows in {len(m.chunks)} chunks to {args.out}; "
+          f"label rate {m.label_rate:.4f}, best AUC {m.best_auc:.4f}")
+    if report.test_manifest is not None:
+        t = report.test_manifest
+        print(f"wrote {t.num_rows:,} test rows to {args.out.rstrip('/')}/test; "
+              f"best AUC {t.best_auc:.4f}")
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from elasticps.data.inspect import format_summary, summary
+    from elasticps.data.reader import open_dataset
+
+    info = summary(open_dataset(args.dataset))
+    print(json.dumps(info, indent=1) if args.json else format_summary(info))
+    return 0

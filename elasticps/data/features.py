@@ -1,0 +1,103 @@
+"""Feature transforms: the stable categorical hash and the dense normalisations.
+
+Categorical hash (never Python's ``hash()``, which is salted per process)::
+
+    v    = the slot's uint32 value, or 2**32 when the value is missing
+    key  = (slot << 33) | v                      # slot = 0 for C1 ... 25 for C26
+    z    = key + 0x9E3779B97F4A7C15              (mod 2**64)
+    z    = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9  (mod 2**64)
+    z    = (z ^ (z >> 27)) * 0x94D049BB133111EB  (mod 2**64)
+    z    =  z ^ (z >> 31)
+    id   = z % id_space
+
+That is one step of splitmix64 (Steele, Lea and Flood) seeded with ``key``. All 26 slots share
+one id space (one embedding table) and the slot is part of the key, so equal values in different
+slots get unrelated ids. A missing value is its own per-slot category (it cannot collide with a
+real value before hashing, because 2**32 is not a uint32).
+
+Dense normalisations (missing -> 0.0 in every mode), for column j of I1..I13:
+
+* ``minmax`` (default; the classic Paddle CTR demo):
+  ``(clip(x, lo_j, hi_j) - lo_j) / (hi_j - lo_j)`` with ``lo = [0, -3, 0, ..., 0]`` and
+  ``hi = [20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50]`` (the demo's clip
+  values, about the 95th percentile of each column), giving [0, 1].
+* ``log``: ``log(1 + max(x, 0))`` (as in DLRM's Criteo preprocessing).
+* ``none``: ``float(x)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from elasticps.errors import ConfigError
+
+DENSE_NORMS = ("minmax", "log", "none")
+DEFAULT_ID_SPACE = 1_000_001  # the classic demo's sparse_feature_dim
+MISSING_VALUE = 1 << 32
+
+DENSE_MIN = np.array([0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float32)
+DENSE_MAX = np.array(
+    [20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50], dtype=np.float32
+)
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How raw rows become model inputs: the hashed id space and the dense normalisation."""
+
+    id_space: int = DEFAULT_ID_SPACE
+    dense_norm: str = "minmax"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.id_space, bool) or not isinstance(self.id_space, int) or not (
+            1 <= self.id_space <= 2**63 - 1
+        ):
+            raise ConfigError(f"id_space={self.id_space!r} must be an integer in [1, 2**63-1]")
+        if self.dense_norm not in DENSE_NORMS:
+            raise ConfigError(
+                f"dense_norm={self.dense_norm!r} is not one of {', '.join(DENSE_NORMS)}"
+            )
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """One splitmix64 step for every element of a uint64 array (wrapping arithmetic)."""
+    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MUL1
+    z = (z ^ (z >> np.uint64(27))) * _MUL2
+    return z ^ (z >> np.uint64(31))
+
+
+def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> np.ndarray:
+    """Hash ``values`` (uint32-valued, shape ``[B, S]``, column = slot) to int64 ids.
+
+    ``missing`` (bool, same shape) marks missing values; their ``values`` entries are ignored.
+    """
+    if values.ndim != 2 or values.shape != missing.shape:
+        raise ValueError(
+            f"values {values.shape} and missing {missing.shape} must be equal 2-D shapes"
+        )
+    v = values.astype(np.uint64)
+    v[missing] = np.uint64(MISSING_VALUE)
+    slots = np.arange(values.shape[1], dtype=np.uint64) << np.uint64(33)
+    with np.errstate(over="ignore"):
+        mixed = splitmix64(v | slots)
+    return (mixed % np.uint64(id_space)).astype(np.int64)
+
+
+def normalize_dense(values: np.ndarray, missing: np.ndarray, dense_norm: str) -> np.ndarray:
+    """Normalise integer features ``values`` (``[B, 13]``) to float32; missing -> 0.0."""
+    x = values.astype(np.float32)
+    if dense_norm == "minmax":
+        x = (np.clip(x, DENSE_MIN, DENSE_MAX) - DENSE_MIN) / (DENSE_MAX - DENSE_MIN)
+    elif dense_norm == "log":
+        x = np.log1p(np.maximum(x, np.float32(0.0)))
+    elif dense_norm != "none":
+        raise ConfigError(f"dense_norm={dense_norm!r} is not one of {', '.join(DENSE_NORMS)}")
+    x[missing] = 0.0
+    return x.astype(np.float32, copy=False)

@@ -1,0 +1,224 @@
+"""Reading datasets: the manifest, one chunk's raw rows, and model-ready batches.
+
+``iter_batches(url, chunk, batch_size, start_record=k)`` reads one row group, turns it into
+arrays once (hash + normalise, vectorised), and yields slices. Deterministic: the same chunk,
+offset, batch size, feature config and shuffle seed always give the same batches, in any
+process. With ``shuffle_seed`` the chunk's rows are permuted by
+``numpy.random.default_rng([shuffle_seed, crc32(chunk.path), chunk.row_group])`` first, and
+``start_record`` counts rows of the permuted order, so a trainer that resumes a task at record
+``k`` sees exactly the rows it had not seen.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
+
+from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
+from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
+from elasticps.data.schema import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
+from elasticps.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_FEATURES = FeatureConfig()
+
+
+@dataclass(frozen=True)
+class CtrBatch:
+    """One batch: ``dense`` float32[B, 13], ``sparse`` int64[B, 26] ids, ``label`` float32[B]."""
+
+    dense: np.ndarray
+    sparse: np.ndarray
+    label: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
+
+    def to_torch(
+        self, device: str | torch.device | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(dense, sparse, label) tensors; on CPU they share memory with the numpy arrays."""
+        import torch
+
+        tensors = tuple(torch.from_numpy(a) for a in (self.dense, self.sparse, self.label))
+        if device is not None:
+            tensors = tuple(t.to(device) for t in tensors)
+        return tensors[0], tensors[1], tensors[2]
+
+
+@dataclass(frozen=True)
+class RawColumns:
+    """A chunk's rows before the feature transforms; ``*_missing`` mark nulls."""
+
+    label: np.ndarray  # int8[n]
+    dense: np.ndarray  # int32[n, 13]
+    dense_missing: np.ndarray  # bool[n, 13]
+    sparse: np.ndarray  # uint32[n, 26]
+    sparse_missing: np.ndarray  # bool[n, 26]
+
+
+def _resolve(dataset_url: str, path: str) -> str:
+    if "://" in path or path.startswith("/"):
+        return path
+    return dataset_url.rstrip("/") + "/" + path
+
+
+def _open_parquet(url: str) -> pq.ParquetFile:
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        if isinstance(fs, LocalFileSystem):
+            return pq.ParquetFile(path)  # native reads, no Python file object in the way
+        return pq.ParquetFile(fs.open(path, "rb"), pre_buffer=True)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"cannot open Parquet file {url!r}: {exc}") from exc
+
+
+def read_chunk_table(
+    dataset_url: str, chunk: ChunkRef, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """The rows of one chunk as an Arrow table (all columns unless ``columns`` is given)."""
+    url = _resolve(dataset_url, chunk.path)
+    parquet = _open_parquet(url)
+    groups = parquet.metadata.num_row_groups
+    if not 0 <= chunk.row_group < groups:
+        raise DataError(f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}")
+    try:
+        table = parquet.read_row_group(chunk.row_group, columns=list(columns) if columns else None)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"cannot read chunk {chunk.key} of {dataset_url}: {exc}") from exc
+    if table.num_rows != chunk.num_rows:
+        raise DataError(
+            f"chunk {chunk.key} of {dataset_url} holds {table.num_rows} rows but the manifest "
+            f"says {chunk.num_rows}"
+        )
+    return table
+
+
+def _column_numpy(table: pa.Table, name: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    column = table.column(name)
+    values = pc.fill_null(column, 0).to_numpy().astype(dtype, copy=False)
+    if column.null_count == 0:
+        return values, np.zeros(len(values), dtype=bool)
+    return values, np.asarray(column.is_null().to_numpy(), dtype=bool)
+
+
+def table_to_raw(table: pa.Table) -> RawColumns:
+    """Arrow rows -> numpy arrays, one column at a time (no per-row Python)."""
+    n = table.num_rows
+    dense = np.empty((n, len(DENSE_COLUMNS)), dtype=np.int32)
+    dense_missing = np.empty((n, len(DENSE_COLUMNS)), dtype=bool)
+    sparse = np.empty((n, len(SPARSE_COLUMNS)), dtype=np.uint32)
+    sparse_missing = np.empty((n, len(SPARSE_COLUMNS)), dtype=bool)
+    for j, name in enumerate(DENSE_COLUMNS):
+        dense[:, j], dense_missing[:, j] = _column_numpy(table, name, np.int32)
+    for j, name in enumerate(SPARSE_COLUMNS):
+        sparse[:, j], sparse_missing[:, j] = _column_numpy(table, name, np.uint32)
+    label, _ = _column_numpy(table, LABEL, np.int8)
+    return RawColumns(label, dense, dense_missing, sparse, sparse_missing)
+
+
+def chunk_permutation(chunk: ChunkRef, shuffle_seed: int) -> np.ndarray:
+    """The deterministic row order of a shuffled chunk (same in every process)."""
+    rng = np.random.default_rng([shuffle_seed, zlib.crc32(chunk.path.encode()), chunk.row_group])
+    return rng.permutation(chunk.num_rows)
+
+
+def iter_batches(
+    dataset_url: str,
+    chunk: ChunkRef,
+    batch_size: int,
+    *,
+    start_record: int = 0,
+    features: FeatureConfig = DEFAULT_FEATURES,
+    shuffle_seed: int | None = None,
+) -> Iterator[CtrBatch]:
+    """Batches of one chunk from record ``start_record`` on; the last batch may be short."""
+    if batch_size < 1:
+        raise DataError(f"batch_size={batch_size} must be >= 1")
+    if not 0 <= start_record <= chunk.num_rows:
+        raise DataError(
+            f"start_record={start_record} is outside chunk {chunk.key} of {chunk.num_rows} rows"
+        )
+    if start_record == chunk.num_rows:
+        return
+    raw = table_to_raw(read_chunk_table(dataset_url, chunk, FEATURE_COLUMNS))
+    rows: np.ndarray | slice = slice(start_record, None)
+    if shuffle_seed is not None:
+        rows = chunk_permutation(chunk, shuffle_seed)[start_record:]
+    dense = normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
+    sparse = hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
+    label = raw.label[rows].astype(np.float32)
+    for begin in range(0, label.shape[0], batch_size):
+        end = begin + batch_size
+        yield CtrBatch(dense[begin:end], sparse[begin:end], label[begin:end])
+
+
+class Dataset:
+    """An opened dataset directory: its manifest and readers over its chunks."""
+
+    def __init__(self, url: str, manifest: Manifest) -> None:
+        self.url = url
+        self.manifest = manifest
+
+    @property
+    def chunks(self) -> tuple[ChunkRef, ...]:
+        return self.manifest.chunks
+
+    @property
+    def num_rows(self) -> int:
+        return self.manifest.num_rows
+
+    @property
+    def best_auc(self) -> float | None:
+        return self.manifest.best_auc
+
+    def split(self, name: str) -> Dataset:
+        """A sibling split named in the manifest, e.g. ``split("test")`` of a synthetic set."""
+        if name not in self.manifest.splits:
+            known = ", ".join(sorted(self.manifest.splits)) or "none"
+            raise DataError(f"dataset {self.url} has no split {name!r} (splits: {known})")
+        return open_dataset(_resolve(self.url, self.manifest.splits[name]))
+
+    def read_chunk(self, chunk: ChunkRef, columns: Sequence[str] | None = None) -> pa.Table:
+        return read_chunk_table(self.url, chunk, columns)
+
+    def iter_batches(
+        self,
+        batch_size: int,
+        *,
+        features: FeatureConfig = DEFAULT_FEATURES,
+        chunks: Iterable[ChunkRef] | None = None,
+        shuffle_seed: int | None = None,
+    ) -> Iterator[CtrBatch]:
+        """Batches over ``chunks`` (default: all, in manifest order); batches do not span chunks."""
+        for chunk in self.chunks if chunks is None else chunks:
+            yield from iter_batches(
+                self.url, chunk, batch_size, features=features, shuffle_seed=shuffle_seed
+            )
+
+
+def open_dataset(url: str) -> Dataset:
+    """Open the dataset directory at ``url`` (a local path or any fsspec URL)."""
+    manifest_url = url.rstrip("/") + "/" + MANIFEST_NAME
+    try:
+        with fsspec.open(manifest_url, "rb") as handle:
+            text = handle.read()
+    except FileNotFoundError as exc:
+        raise DataError(
+            f"{url!r} is not a dataset: it has no {MANIFEST_NAME} (make one with "
+            "`elasticps data convert` or `elasticps data synth`)"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {manifest_url}: {exc}") from exc
+    return Dataset(url.rstrip("/") or url, Manifest.from_json(text, where=manifest_url))

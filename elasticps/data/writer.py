@@ -1,0 +1,204 @@
+"""Writes a dataset directory: Parquet row groups of a fixed size, then the manifest.
+
+Row groups are the chunks the master hands out, so each one holds exactly ``rows_per_chunk`` rows
+(the last may hold fewer). A new ``part-NNNNN.parquet`` file starts every ``chunks_per_file``
+chunks, so large datasets are many files of bounded size. Memory stays bounded by one chunk.
+Data files are written first and the manifest last; on failure the files written so far are
+deleted, so a directory never holds a manifest that points at missing data.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import elasticps
+from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
+from elasticps.data.schema import LABEL, schema_description
+from elasticps.errors import DataError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROWS_PER_CHUNK = 65536
+DEFAULT_CHUNKS_PER_FILE = 64
+COMPRESSIONS = ("zstd", "snappy", "lz4", "gzip", "none")
+
+
+def _join(root: str, name: str) -> str:
+    return root.rstrip("/") + "/" + name
+
+
+class DatasetWriter:
+    """Accumulates tables and writes fixed-size row groups; ``close()`` writes the manifest."""
+
+    def __init__(
+        self,
+        out_url: str,
+        schema: pa.Schema,
+        *,
+        rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
+        chunks_per_file: int = DEFAULT_CHUNKS_PER_FILE,
+        compression: str = "zstd",
+        overwrite: bool = False,
+    ) -> None:
+        if rows_per_chunk < 1:
+            raise DataError(f"rows_per_chunk={rows_per_chunk} must be >= 1")
+        if chunks_per_file < 1:
+            raise DataError(f"chunks_per_file={chunks_per_file} must be >= 1")
+        if compression not in COMPRESSIONS:
+            raise DataError(f"compression={compression!r} is not one of {', '.join(COMPRESSIONS)}")
+        self.out_url = out_url
+        self.schema = schema
+        self.rows_per_chunk = rows_per_chunk
+        self.chunks_per_file = chunks_per_file
+        self.compression = compression
+        self.fs, self.root = fsspec.core.url_to_fs(out_url)
+        self._prepare_dir(overwrite)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._file: Any = None
+        self._writer: pq.ParquetWriter | None = None
+        self._file_index = -1
+        self._groups_in_file = 0
+        self._written: list[str] = []
+        self.chunks: list[ChunkRef] = []
+        self.num_rows = 0
+        self.num_positive = 0
+        self.null_counts: dict[str, int] = {name: 0 for name in schema.names}
+
+    def _prepare_dir(self, overwrite: bool) -> None:
+        self._created_root = not self.fs.exists(self.root)
+        if self._created_root:
+            self.fs.makedirs(self.root, exist_ok=True)
+            return
+        if not self.fs.isdir(self.root):
+            raise DataError(f"output {self.out_url!r} exists and is not a directory")
+        entries = self.fs.ls(self.root, detail=False)
+        if not entries:
+            return
+        if not overwrite:
+            raise DataError(
+                f"output directory {self.out_url!r} is not empty; choose a new directory or "
+                "pass --overwrite to replace the dataset in it"
+            )
+        names = {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries}
+        # The manifest goes first, so an interrupted overwrite never leaves a valid-looking dataset.
+        if MANIFEST_NAME in names:
+            self.fs.rm(_join(self.root, MANIFEST_NAME))
+        for name in sorted(names):
+            if name.startswith("part-") and name.endswith(".parquet"):
+                self.fs.rm(_join(self.root, name))
+            elif self.fs.isdir(_join(self.root, name)) and self.fs.exists(
+                _join(_join(self.root, name), MANIFEST_NAME)
+            ):
+                self.fs.rm(_join(self.root, name), recursive=True)  # an old split, e.g. test/
+        log.info("Removed the old dataset in %s to overwrite it.", self.out_url)
+
+    def write(self, table: pa.Table) -> None:
+        """Add rows; full chunks are written out at once."""
+        if table.num_rows == 0:
+            return
+        if table.schema != self.schema:
+            table = table.cast(self.schema)
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        while self._pending_rows >= self.rows_per_chunk:
+            self._flush(self.rows_per_chunk)
+
+    def _flush(self, rows: int) -> None:
+        pending = pa.concat_tables(self._pending)
+        chunk, rest = pending.slice(0, rows), pending.slice(rows)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+        if self._writer is None or self._groups_in_file >= self.chunks_per_file:
+            self._open_next_file()
+        assert self._writer is not None
+        self._writer.write_table(chunk.combine_chunks(), row_group_size=rows)
+        self.chunks.append(ChunkRef(self._part_name(), self._groups_in_file, chunk.num_rows))
+        self._groups_in_file += 1
+        self.num_rows += chunk.num_rows
+        self.num_positive += int(pc.sum(chunk.column(LABEL)).as_py() or 0)
+        for name in self.schema.names:
+            self.null_counts[name] += chunk.column(name).null_count
+
+    def _part_name(self) -> str:
+        return f"part-{self._file_index:05d}.parquet"
+
+    def _open_next_file(self) -> None:
+        self._close_file()
+        self._file_index += 1
+        self._groups_in_file = 0
+        path = _join(self.root, self._part_name())
+        self._written.append(path)
+        self._file = self.fs.open(path, "wb")
+        self._writer = pq.ParquetWriter(
+            self._file,
+            self.schema,
+            compression=None if self.compression == "none" else self.compression,
+            use_dictionary=True,
+            write_statistics=False,
+        )
+
+    def _close_file(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def close(self, **fields: Any) -> Manifest:
+        """Write the last partial chunk and the manifest; ``fields`` fill the manifest."""
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        self._close_file()
+        manifest = Manifest(
+            num_rows=self.num_rows,
+            num_positive=self.num_positive,
+            chunks=tuple(self.chunks),
+            schema=tuple(schema_description(with_p_true="p_true" in self.schema.names)),
+            null_counts=dict(self.null_counts),
+            created_by=f"elasticps {elasticps.__version__}",
+            **fields,
+        )
+        write_manifest(self.fs, self.root, manifest)
+        return manifest
+
+    def abort(self) -> None:
+        """Delete what was written; the output directory is left as it was found."""
+        try:
+            self._close_file()
+        except Exception:  # cleanup must go on; the original error matters
+            log.debug("Closing a partial Parquet file during abort failed.", exc_info=True)
+        for path in self._written:
+            if self.fs.exists(path):
+                self.fs.rm(path)
+        if self._created_root and self.fs.exists(self.root) and not self.fs.ls(self.root):
+            self.fs.rmdir(self.root)
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def write_manifest(fs: Any, root: str, manifest: Manifest) -> None:
+    """Write ``manifest.json`` via a temporary name and a rename (atomic on local disks)."""
+    final = _join(root, MANIFEST_NAME)
+    tmp = final + ".tmp"
+    with fs.open(tmp, "w") as out:
+        out.write(manifest.to_json())
+    fs.mv(tmp, final)
