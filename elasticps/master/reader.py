@@ -18,7 +18,6 @@ reader is tested without datasets; :func:`data_chunk_batches` is the data layer'
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sized
@@ -142,13 +141,10 @@ def _run_task(client: MasterClient, task: master_pb2.Task, batch_size: int,
 
 def data_chunk_batches(dataset_url: str, batch_size: int, **options: Any) -> ChunkBatches:
     """Batches from the data layer's ``iter_batches`` (options: ``features``, ``shuffle_seed``)."""
-    manifest = importlib.import_module("elasticps.data.manifest")  # heavy: load lazily
-    reader = importlib.import_module("elasticps.data.reader")
+    from elasticps.data import ChunkRef, iter_batches  # heavy (pyarrow): load when used
 
     def read(chunk: master_pb2.Chunk, start_record: int) -> Iterator[Any]:
-        ref = manifest.ChunkRef(chunk.path, chunk.row_group, chunk.num_rows)
-        batches: Iterator[Any] = reader.iter_batches(dataset_url, ref, batch_size,
-                                                     start_record=start_record, **options)
-        return batches
+        ref = ChunkRef(chunk.path, chunk.row_group, chunk.num_rows)
+        return iter_batches(dataset_url, ref, batch_size, start_record=start_record, **options)
 
     return read

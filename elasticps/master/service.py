@@ -11,7 +11,6 @@ from the store.
 from __future__ import annotations
 
 import collections
-import importlib
 import json
 import logging
 import threading
@@ -39,8 +38,9 @@ THROUGHPUT_WINDOW_S = 30.0
 
 def data_chunk_lister(url: str) -> list[ChunkInfo]:
     """The chunks of the dataset at ``url``, from the data layer's manifest."""
-    data = importlib.import_module("elasticps.data")  # heavy (pyarrow): load lazily
-    manifest = data.open_dataset(url).manifest
+    from elasticps.data import open_dataset  # heavy (pyarrow): only a leader needs it
+
+    manifest = open_dataset(url).manifest
     return [ChunkInfo(c.path, c.row_group, c.num_rows) for c in manifest.chunks]
 
 

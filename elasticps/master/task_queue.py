@@ -347,7 +347,7 @@ class TaskQueue:
         self._leave(task)
         self._set_state(task, TaskState.DONE)
         task.records_done = task.num_records
-        self.records_total += records
+        self.records_total += task.num_records  # dataset progress; `records` may be a resume
         self.tasks_finished_total += 1
         delta = Delta(frozenset([task_id]), meta=True)
         return Reply(True), delta | self._maybe_end_pass()

@@ -112,6 +112,17 @@ def normalize_spec(spec: pserver_pb2.TableSpec) -> pserver_pb2.TableSpec:
     return out
 
 
+def sum_duplicates(ids: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique ids, per-id sums of ``grads``): one sort and a segmented sum
+    (``np.add.reduceat``), several times faster than ``np.add.at`` on 10k-row batches."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    if starts.shape[0] == ids.shape[0]:
+        return sorted_ids, grads[order]
+    return sorted_ids[starts], np.add.reduceat(grads[order], starts, axis=0)
+
+
 def dense_bounds(size: int, shard: int, num_shards: int) -> tuple[int, int]:
     """[start, stop) of part ``shard`` of ``np.array_split(flat_of_size, num_shards)``."""
     base, extra = divmod(size, num_shards)
@@ -280,9 +291,7 @@ class SparseTable:
         self, ids: np.ndarray, grads: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """The update of one push (duplicate ids summed), not yet committed."""
-        unique, inverse = np.unique(ids, return_inverse=True)
-        summed = np.zeros((unique.shape[0], self.dim), dtype=np.float32)
-        np.add.at(summed, inverse, grads)
+        unique, summed = sum_duplicates(ids, grads)
         rows = self.ensure_rows(unique)
         steps = self.steps[rows] + 1 if self.uses_step else np.ones(rows.shape[0], np.int32)
         param, slots = self.optimizer.step(

@@ -28,10 +28,19 @@ def check_prefix(prefix: object) -> str:
     return prefix
 
 
-def check_value(value: object) -> bytes:
+# etcd refuses requests over 1.5 MiB by default; both backends hold values to 1 MiB so code that
+# works on the embedded store also works on etcd. Bigger state belongs in files (checkpoints).
+MAX_VALUE_BYTES = 1 << 20
+
+
+def check_value(value: object, key: str = "") -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise ConfigError(f"store value must be bytes, got {type(value).__name__}")
-    return bytes(value)
+        raise ConfigError(f"store value for {key!r} must be bytes, got {type(value).__name__}")
+    data = bytes(value)
+    if len(data) > MAX_VALUE_BYTES:
+        raise ConfigError(f"store value for {key!r} is {len(data)} bytes; the limit is "
+                          f"{MAX_VALUE_BYTES} (split it, or keep it in a file and store the path)")
+    return data
 
 
 def check_ttl(ttl: object) -> int:
@@ -44,7 +53,7 @@ def check_ops(ops: Sequence[Op], what: str) -> None:
     for op in ops:
         if isinstance(op, Put):
             check_key(op.key, f"{what} Put key")
-            check_value(op.value)
+            check_value(op.value, op.key)
         elif isinstance(op, Delete):
             if op.prefix:
                 check_prefix(op.key)
@@ -202,6 +211,7 @@ class ThreadedLease(Lease):
 
 
 __all__ = [
+    "MAX_VALUE_BYTES",
     "QueueWatch",
     "ThreadedLease",
     "check_compares",

@@ -193,6 +193,7 @@ class EmbeddedStore(Store):
         self._busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._closed = threading.Event()
+        self._registry_lock = threading.Lock()
         self._leases: list[ThreadedLease] = []
         self._watches: list[QueueWatch] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,7 +317,9 @@ class EmbeddedStore(Store):
             return int(cur.lastrowid or 0)
 
         lease = _EmbeddedLease(self, self._write(body), ttl)
-        self._leases.append(lease)
+        # Forget finished leases and watches so a long-lived store does not accumulate them.
+        with self._registry_lock:
+            self._leases = [*(x for x in self._leases if not x.expired), lease]
         return lease
 
     def _refresh_lease(self, lease_id: int, ttl: int) -> bool:
@@ -432,7 +435,7 @@ class EmbeddedStore(Store):
         return deleted
 
     def _put(self, cur: sqlite3.Cursor, rev: _Revision, op: Put) -> None:
-        value = check_value(op.value)
+        value = check_value(op.value, op.key)
         if op.lease and not cur.execute("SELECT 1 FROM leases WHERE id=?",
                                         (op.lease,)).fetchone():
             raise LeaseExpiredError(
@@ -465,7 +468,8 @@ class EmbeddedStore(Store):
         elif not isinstance(start_revision, int) or start_revision < 1:
             raise ConfigError(f"watch start_revision must be an int >= 1, got {start_revision!r}")
         watch = _PollingWatch(self, self._full(prefix), start_revision)
-        self._watches.append(watch)
+        with self._registry_lock:
+            self._watches = [*(x for x in self._watches if not x.cancelled), watch]
         return watch
 
     def close(self) -> None:

@@ -70,6 +70,7 @@ _CHANNEL_OPTIONS = {
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 1000,
     "grpc.keepalive_time_ms": 10_000,
+    "grpc.max_receive_message_length": 256 << 20,  # a long prefix listing exceeds 4 MiB
     "grpc.keepalive_timeout_ms": 5_000,
 }
 _TARGETS = {
@@ -136,6 +137,7 @@ class EtcdStore(Store):
         self.call_timeout = call_timeout
         self._closed = False
         self._preferred = 0
+        self._registry_lock = threading.Lock()
         self._leases: list[ThreadedLease] = []
         self._watches: list[_EtcdWatch] = []
         self._loop = asyncio.new_event_loop()
@@ -287,7 +289,7 @@ class EtcdStore(Store):
     def _op(self, op: Op) -> Any:
         if isinstance(op, Put):
             return rpc.RequestOp(request_put=rpc.PutRequest(
-                key=self._full(op.key), value=check_value(op.value), lease=op.lease))
+                key=self._full(op.key), value=check_value(op.value, op.key), lease=op.lease))
         full = self._full(op.key)
         if op.prefix:
             return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
@@ -305,7 +307,9 @@ class EtcdStore(Store):
 
         response = self._call(f"grant a {ttl}s lease", call)
         lease = _EtcdLease(self, int(response.ID), ttl)
-        self._leases.append(lease)
+        # Forget finished leases and watches so a long-lived store does not accumulate them.
+        with self._registry_lock:
+            self._leases = [*(x for x in self._leases if not x.expired), lease]
         return lease
 
     def _refresh_lease(self, lease_id: int) -> bool:
@@ -345,7 +349,8 @@ class EtcdStore(Store):
                 self._watch_loop(watch, start or b"\0", prefix_range_end(start), start_revision))
 
         self._run(spawn())
-        self._watches.append(watch)
+        with self._registry_lock:
+            self._watches = [*(x for x in self._watches if not x.cancelled), watch]
         return watch
 
     async def _watch_loop(self, watch: _EtcdWatch, key: bytes, range_end: bytes,

@@ -36,6 +36,7 @@ from elasticps.store import (
     job_prefix,
     open_store,
 )
+from elasticps.store._common import MAX_VALUE_BYTES
 from elasticps.store.election import Election, leader_value
 from elasticps.store.embedded_store import EmbeddedStore
 from elasticps.store.etcd_store import EtcdStore
@@ -177,6 +178,8 @@ def test_bad_input_is_refused_by_name_and_changes_nothing(store: Store) -> None:
         store.put("", b"x")
     with pytest.raises(ConfigError, match="must be bytes"):
         store.put("k", "text")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'big' is 1048577 bytes"):
+        store.put("big", b"x" * (MAX_VALUE_BYTES + 1))
     with pytest.raises(ConfigError, match="ttl"):
         store.grant_lease(0)
     with pytest.raises(ConfigError, match="needs an int"):
@@ -187,6 +190,8 @@ def test_bad_input_is_refused_by_name_and_changes_nothing(store: Store) -> None:
         store.watch_prefix("", start_revision=0)
     assert store.revision() == before
     assert [kv.key for kv in store.get_prefix("")] == ["keep"]
+    store.put("big", b"x" * MAX_VALUE_BYTES)  # the limit itself is fine on both backends
+    assert len(store.get("big").value) == MAX_VALUE_BYTES  # type: ignore[union-attr]
 
 
 def test_bad_urls_are_refused_by_name() -> None:

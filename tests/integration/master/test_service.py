@@ -90,7 +90,10 @@ def test_two_trainers_read_every_record_of_every_pass_once(
                       for r in it.batch)
         assert rows == sorted(set(rows))
         assert len(rows) == 10 * ROWS
-    assert all(e[-1] == 1 for e in ends)
+    # Each trainer saw its passes end in order; a trainer that was waiting (RETRY_LATER) when
+    # the other finished everything may jump straight to ALL_DONE.
+    assert all(e == sorted(set(e)) for e in ends)
+    assert max(e[-1] for e in ends) == 1
     status = clients[0].status()
     assert status["state"] == "succeeded"
     assert status["done"] is True
