@@ -97,26 +97,26 @@ class StatusMonitor(threading.Thread):
         self.interval = interval
         self.status_url: str | None = None
         self.url_ready = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._tty = bool(getattr(self.err, "isatty", lambda: False)())
         self._last_line = ""
         self._last_print = 0.0
         self._samples: list[tuple[float, float]] = []
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
         store: Store | None = None
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 try:
                     if store is None:
                         store = open_store(self.store_url, self.job_name)
                     self._tick(store)
                 except Exception as exc:  # a monitor must never take the launcher down
                     log.debug("Status monitor of job %s could not refresh: %s", self.job_name, exc)
-                self._stop.wait(self.interval)
+                self._halt.wait(self.interval)
         finally:
             if self._tty and self._last_line:
                 print(file=self.err, flush=True)

@@ -8,7 +8,7 @@ torch binding be tested without sockets.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -30,9 +30,9 @@ class ParameterClient(Protocol):
     def push(
         self,
         batch: common_pb2.BatchRef,
-        dense_grads: dict[str, np.ndarray],
-        sparse_grads: dict[str, tuple[np.ndarray, np.ndarray]],
-    ) -> None: ...
+        dense_grads: Mapping[str, np.ndarray],
+        sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> Any: ...
 
     def close(self) -> None: ...
 

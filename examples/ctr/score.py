@@ -98,9 +98,9 @@ def featurize(table, id_space: int, dense_norm: str) -> tuple[np.ndarray, np.nda
         dense[:, j] = col.fill_null(0).to_numpy().astype(np.float32)
     if dense_norm == "minmax":
         dense = (np.clip(dense, DENSE_MIN, DENSE_MAX) - DENSE_MIN) / (DENSE_MAX - DENSE_MIN)
-    elif dense_norm == "log":
+    elif dense_norm in ("log", "log-missing"):
         dense = np.log1p(np.maximum(dense, 0.0))
-    dense[dense_missing] = 0.0
+    dense[dense_missing] = -1.0 if dense_norm == "log-missing" else 0.0
     keys = np.zeros((n, NUM_SLOTS), dtype=np.uint64)
     for j, name in enumerate(SPARSE_COLUMNS):
         col = table.column(name)

@@ -38,9 +38,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-rows", type=int, default=None, help="held-out rows (default rows/5)")
     p.add_argument("--rows-per-chunk", type=int, default=None,
                    help="rows per dataset chunk (default: about rows/32)")
+    p.add_argument("--max-vocab", type=int, default=100_000,
+                   help="synthetic data: distinct values per categorical slot at most")
     p.add_argument("--data", help="an existing dataset directory (skip generation)")
+    p.add_argument("--dense-norm", default="log-missing",
+                   choices=["log-missing", "log", "minmax", "none"],
+                   help="dense feature normalisation (see elasticps.data.features)")
     p.add_argument("--passes", type=int, default=2)
-    p.add_argument("--model", choices=["dnn", "wide_deep"], default="dnn")
+    p.add_argument("--model", choices=["dnn", "wide_deep", "deepfm"], default="dnn")
     p.add_argument("--hidden", default="400,400,400", help="hidden layer sizes")
     p.add_argument("--embedding-dim", type=int, default=10)
     p.add_argument("--id-space", type=int, default=1_000_001, help="hashed ids per table")
@@ -87,7 +92,8 @@ def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -
         test_rows = args.test_rows if args.test_rows is not None else max(1000, args.rows // 5)
         per_chunk = args.rows_per_chunk or max(1024, args.rows // 32)
         synth_ctr(str(out), args.rows, args.seed, test_rows=test_rows,
-                  rows_per_chunk=per_chunk, overwrite=True, progress=False)
+                  rows_per_chunk=per_chunk, max_vocab=args.max_vocab, overwrite=True,
+                  progress=False)
         return str(out).encode()
 
     return run_once(trainer.store, "synthetic-data", generate, owner=trainer.name).decode()
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.connect(config)
     try:
         url = ensure_data(trainer, args, workdir)
-        features = FeatureConfig(id_space=args.id_space)
+        features = FeatureConfig(id_space=args.id_space, dense_norm=args.dense_norm)
         if args.dump_initial:
             dump_initial(trainer, url, features, args.dump_initial)
         reader = eps.reader.cloud(url, batch_size=args.batch_size,
