@@ -56,15 +56,17 @@ class PlantedModel:
     crosses: tuple[tuple[int, int, float], ...]
 
     @classmethod
-    def draw(cls, seed: int, signal: float = 1.0, bias: float = 0.0) -> PlantedModel:
-        """Draw the parameters from ``seed``: some slots informative, some pure noise."""
+    def draw(cls, seed: int, signal: float = 1.0, bias: float = 0.0,
+             num_crosses: int = 3) -> PlantedModel:
+        """Draw the parameters from ``seed``: some slots informative, some pure noise, and
+        ``num_crosses`` pairwise crosses of informative slots."""
         rng = np.random.default_rng([seed, 0x9E37])
         scales = rng.uniform(0.1, 0.6, NUM_SPARSE)
         scales[rng.choice(NUM_SPARSE, 6, replace=False)] = 0.0
         dense = rng.normal(0.0, 0.8, NUM_DENSE)
         informative = np.flatnonzero(scales > 0)
         crosses = []
-        for _ in range(3):
+        for _ in range(num_crosses):
             a, b = sorted(int(x) for x in rng.choice(informative, 2, replace=False))
             crosses.append((a, b, 0.5))
         return cls(

@@ -186,6 +186,7 @@ def synth_ctr(
     label_rate: float = 0.25,
     signal: float = DEFAULT_SIGNAL,
     max_vocab: int = 100_000,
+    num_crosses: int = 3,
     compression: str = DEFAULT_COMPRESSION,
     overwrite: bool = False,
     progress: bool | None = None,
@@ -202,7 +203,9 @@ def synth_ctr(
     if max_vocab < 1:
         raise DataError(f"max_vocab={max_vocab} must be >= 1")
     gen = Generator(seed=seed, max_vocab=max_vocab)
-    model = PlantedModel.draw(seed, signal=signal)
+    if num_crosses < 0:
+        raise DataError(f"num_crosses={num_crosses} must be >= 0")
+    model = PlantedModel.draw(seed, signal=signal, num_crosses=num_crosses)
     model = model.with_bias(_calibrate_bias(model, gen, label_rate))
     options = {
         "schema": arrow_schema(with_p_true=True),

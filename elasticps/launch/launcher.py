@@ -73,7 +73,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
     )
     env = {**base_env, **config.to_env()}
     logs = workdir / "logs"
-    cli = (opts.python, "-m", "elasticps")
+    cli = (opts.python, "-m", "elasticps", "-v")  # INFO logs into the role log files
     specs = [RoleSpec("master", 0, (*cli, "master"), {**env, "PADDLE_ROLE": "master"},
                       logs / "master.log", restart=True)]
     for i in range(opts.pservers):

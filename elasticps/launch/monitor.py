@@ -62,14 +62,14 @@ def render(status: dict[str, Any] | None, progress: dict[str, dict[str, Any]],
     """One progress line from what the master and the trainers report."""
     parts: list[str] = []
     status = status or {}
-    pass_id = _num(status, "pass_id", "pass", "current_pass")
+    pass_id = _num(status, "pass", "pass_id")
     num_passes = _num(status, "num_passes")
     if pass_id is None and progress:
         pass_id = max(float(p.get("pass", 0)) for p in progress.values())
     if pass_id is not None:
         parts.append(f"pass {int(pass_id) + 1}" + (f"/{int(num_passes)}" if num_passes else ""))
-    done = _num(status, "tasks.done", "done", "tasks_done")
-    total = _num(status, "tasks.total", "num_tasks", "tasks_total")
+    done = _num(status, "counts.done")
+    total = _num(status, "num_tasks")
     if done is not None:
         parts.append(f"tasks {int(done)}" + (f"/{int(total)}" if total else ""))
     parts.append(f"trainers {len(progress)}")

@@ -77,6 +77,7 @@ class TrainingLoop:
         self.on_progress = on_progress or (lambda stats: None)
         self.stop = stop or threading.Event()
         self.stats = LoopStats()
+        self._started = self._last_publish = time.monotonic()
 
     def run(self) -> LoopStats:
         pass_id = 0
@@ -84,7 +85,7 @@ class TrainingLoop:
         self.handler(BeginPass(pass_id))
         batch_in_pass = 0
         wait = 0.05
-        started = time.monotonic()
+        self._started = time.monotonic()
         while not self.stop.is_set():
             response = self._get_task(pass_id)
             outcome = response.outcome
@@ -110,7 +111,7 @@ class TrainingLoop:
                 raise FailedPreconditionError(
                     f"the master answered GetTask with unknown outcome {outcome}",
                     code="FAILED_PRECONDITION")
-        self.stats.train_s = time.monotonic() - started
+        self.stats.train_s = time.monotonic() - self._started
         self.on_progress(self.stats)
         return self.stats
 
@@ -136,7 +137,6 @@ class TrainingLoop:
         records = task.records_done
         batches = 0
         last_report = 0
-        last_publish = time.monotonic()
         for (seq, done, batch), next_batch in _lookahead(self.batches(task)):
             size = len(batch)
             ref = common_pb2.BatchRef(pass_id=task.pass_id, task_id=task.task_id, seq=seq,
@@ -158,8 +158,9 @@ class TrainingLoop:
                     self.runner.drop_prefetch()
                     self.runner.wait_pushed()
                     return batch_in_pass
-            if time.monotonic() - last_publish >= 2.0:
-                last_publish = time.monotonic()
+            if time.monotonic() - self._last_publish >= 2.0:
+                self._last_publish = time.monotonic()
+                self.stats.train_s = time.monotonic() - self._started
                 self.on_progress(self.stats)
             if self.stop.is_set():
                 self.runner.drop_prefetch()

@@ -40,6 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="rows per dataset chunk (default: about rows/32)")
     p.add_argument("--max-vocab", type=int, default=100_000,
                    help="synthetic data: distinct values per categorical slot at most")
+    p.add_argument("--num-crosses", type=int, default=3,
+                   help="synthetic data: planted pairwise feature crosses")
+    p.add_argument("--signal", type=float, default=None,
+                   help="synthetic data: planted signal strength (data default 0.7, best AUC "
+                   "about 0.80; larger is easier)")
     p.add_argument("--data", help="an existing dataset directory (skip generation)")
     p.add_argument("--dense-norm", default="log-missing",
                    choices=["log-missing", "log", "minmax", "none"],
@@ -91,8 +96,10 @@ def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -
 
         test_rows = args.test_rows if args.test_rows is not None else max(1000, args.rows // 5)
         per_chunk = args.rows_per_chunk or max(1024, args.rows // 32)
-        synth_ctr(str(out), args.rows, args.seed, test_rows=test_rows,
-                  rows_per_chunk=per_chunk, max_vocab=args.max_vocab, overwrite=True,
+        extra = {} if args.signal is None else {"signal": args.signal}
+        synth_ctr(str(out), args.rows, args.seed, test_rows=test_rows, **extra,
+                  rows_per_chunk=per_chunk, max_vocab=args.max_vocab, num_crosses=args.num_crosses,
+                  overwrite=True,
                   progress=False)
         return str(out).encode()
 
