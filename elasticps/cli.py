@@ -17,6 +17,7 @@ from elasticps.errors import ElasticPSError
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.config_cli",
+    "elasticps.cluster.cli",
 )
 
 EPILOG = """\
