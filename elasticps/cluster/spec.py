@@ -10,7 +10,8 @@ Derivation rules (documented in docs/cluster.md):
 
 * ``trainers`` defaults to ``num_gpus`` when GPUs are asked, else 1.
 * ``trainer_gpu``/``trainer_cpu``/``trainer_mem`` default to the job-wide beginner values
-  ``num_gpus``/``num_cpus``/``memory`` divided evenly among the trainers.
+  ``num_gpus``/``num_cpus``/``memory`` divided evenly among the trainers; when those are not
+  given either, each trainer gets no GPU, one CPU and 1Gi.
 * ``pservers`` defaults to ``max(1, ceil(trainers / 2))``.
 * ``min_trainers`` defaults to 1 (the job keeps going while one trainer works) and
   ``max_trainers`` to ``trainers``; ``1 <= min_trainers <= trainers <= max_trainers``.
@@ -38,6 +39,8 @@ from elasticps.errors import ConfigError
 DEFAULT_IMAGE = f"elasticps/elasticps:{__version__}"
 DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_TRAINER_CPU = 1000  # millicores, when neither trainer_cpu nor num_cpus is given
+DEFAULT_TRAINER_MEM = 2**30  # bytes, when neither trainer_mem nor memory is given
 # Longest suffix we append is "-pserver" / "-trainer" plus StatefulSet/Job pod suffixes; 40
 # keeps every derived object, pod and label value within Kubernetes' 63-character limits.
 MAX_JOB_NAME = 40
@@ -261,8 +264,8 @@ class Job:
     image: str = DEFAULT_IMAGE
     namespace: str | None = None
     num_gpus: int = 0
-    num_cpus: int | float | str = 1
-    memory: str | int = "1Gi"
+    num_cpus: int | float | str | None = None
+    memory: str | int | None = None
     trainers: int | None = None
     trainer_cpu: int | float | str | None = None
     trainer_gpu: int | None = None
@@ -302,8 +305,10 @@ class Job:
     def _make_plan(self, namespace: str) -> JobPlan:
         command = _trainer_command(self.entry_point)
         num_gpus = _count("num_gpus", self.num_gpus, 0)
-        num_cpus = _cpu("num_cpus", self.num_cpus)
-        memory = _memory("memory", self.memory)
+        if self.num_cpus is not None:  # checked even when per-trainer values override it
+            _cpu("num_cpus", self.num_cpus)
+        if self.memory is not None:
+            _memory("memory", self.memory)
         default_trainers = num_gpus if num_gpus > 0 else 1
         trainers = _count("trainers", default_trainers if self.trainers is None
                           else self.trainers, 1)
@@ -314,18 +319,8 @@ class Job:
                                     "trainers; set trainer_gpu")
         else:
             trainer_gpu = num_gpus // trainers
-        trainer_cpu = (_cpu("trainer_cpu", self.trainer_cpu) if self.trainer_cpu is not None
-                       else num_cpus // trainers)
-        if trainer_cpu < 10:
-            raise _fail("num_cpus", f"{format_cpu(num_cpus)} CPUs among {trainers} trainers "
-                                    "leaves less than 10m each; raise num_cpus or set trainer_cpu")
-        if self.trainer_mem is not None:
-            trainer_mem = _memory("trainer_mem", self.trainer_mem)
-        else:
-            trainer_mem = (memory // trainers) // 2**20 * 2**20  # whole MiB
-            if trainer_mem < 64 * 2**20:
-                raise _fail("memory", f"{format_memory(memory)} among {trainers} trainers "
-                                      "leaves less than 64Mi each; raise memory or set trainer_mem")
+        trainer_cpu = self._trainer_cpu(trainers)
+        trainer_mem = self._trainer_mem(trainers)
         min_trainers = _count("min_trainers", 1 if self.min_trainers is None
                               else self.min_trainers, 1)
         max_trainers = _count("max_trainers", trainers if self.max_trainers is None
@@ -349,6 +344,31 @@ class Job:
             trainer=RoleResources(trainer_cpu, trainer_mem, trainer_gpu),
             use_gpu=use_gpu, trainer_command=command,
         )
+
+    def _trainer_cpu(self, trainers: int) -> int:
+        """trainer_cpu, else the job's num_cpus split evenly, else one core."""
+        if self.trainer_cpu is not None:
+            return _cpu("trainer_cpu", self.trainer_cpu)
+        if self.num_cpus is None:
+            return DEFAULT_TRAINER_CPU
+        num_cpus = _cpu("num_cpus", self.num_cpus)
+        if num_cpus // trainers < 10:
+            raise _fail("num_cpus", f"{format_cpu(num_cpus)} CPUs among {trainers} trainers "
+                                    "leaves less than 10m each; raise num_cpus or set trainer_cpu")
+        return num_cpus // trainers
+
+    def _trainer_mem(self, trainers: int) -> int:
+        """trainer_mem, else the job's memory split evenly (whole MiB), else 1Gi."""
+        if self.trainer_mem is not None:
+            return _memory("trainer_mem", self.trainer_mem)
+        if self.memory is None:
+            return DEFAULT_TRAINER_MEM
+        memory = _memory("memory", self.memory)
+        share = (memory // trainers) // 2**20 * 2**20
+        if share < 64 * 2**20:
+            raise _fail("memory", f"{format_memory(memory)} among {trainers} trainers "
+                                  "leaves less than 64Mi each; raise memory or set trainer_mem")
+        return share
 
     def _use_gpu(self, trainer_gpu: int) -> bool:
         """PADDLE_USE_GPU for the trainers: the env's value if given, else "GPUs were asked"."""

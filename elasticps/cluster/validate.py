@@ -98,8 +98,8 @@ def kubernetes_schema_problems(obj: dict[str, Any], version: str = K8S_VERSION) 
     try:
         kubernetes_validate.validate(copy.deepcopy(obj), version, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        path = ".".join(str(p) for p in exc.caught.absolute_path) or "(top)"
-        return [f"{path}: {exc.caught.message}"]
+        path = ".".join(str(p) for p in exc.absolute_path) or "(top)"
+        return [f"{path}: {exc.message}"]
     except kubernetes_validate.SchemaNotFoundError as exc:
         return [exc.message]
     return []
