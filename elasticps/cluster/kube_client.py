@@ -171,14 +171,18 @@ class KubeClient:
         namespace = obj["metadata"]["namespace"]
         action = f"create {kind.label} {obj['metadata']['name']!r} in namespace {namespace!r}"
 
+        # The generated client sends a dict body with no Content-Type (and ignores
+        # _content_type); say what it is rather than rely on the server's default.
+        options: dict[str, Any] = {"_preload_content": False,
+                                   "_headers": {"Content-Type": "application/json"},
+                                   "_request_timeout": REQUEST_TIMEOUT}
+
         def run() -> Any:
             if kind.api is None:
                 return k8s.CustomObjectsApi(self.api_client).create_namespaced_custom_object(
-                    kind.group, kind.version, namespace, kind.plural, obj,
-                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                    kind.group, kind.version, namespace, kind.plural, obj, **options)
             method = getattr(self._typed(kind), f"create_namespaced_{kind.snake}")
-            return method(namespace, obj, _preload_content=False,
-                          _request_timeout=REQUEST_TIMEOUT)
+            return method(namespace, obj, **options)
 
         return _json(self._call(action, run))
 

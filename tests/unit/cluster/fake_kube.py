@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 _ITEM = re.compile(
     r"^(?P<collection>/(?:api/v1|apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+))"
@@ -26,7 +26,7 @@ class Recorded:
     path: str
     query: dict[str, list[str]]
     body: Any
-    headers: dict[str, str]
+    headers: dict[str, str]  # lower-case names
 
 
 @dataclass
@@ -63,8 +63,8 @@ class FakeKube:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                status, body, ctype = fake.handle(self.command, self.path, raw,
-                                                  dict(self.headers))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, body, ctype = fake.handle(self.command, self.path, raw, headers)
                 payload = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
@@ -83,7 +83,8 @@ class FakeKube:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -134,20 +135,21 @@ class FakeKube:
     def handle(self, method: str, raw_path: str, raw: bytes,
                headers: dict[str, str]) -> tuple[int, Any, str]:
         split = urlsplit(raw_path)
+        path = unquote(split.path)  # the API server routes on the decoded path
         query = parse_qs(split.query)
         body = json.loads(raw) if raw else None
         with self.lock:
-            self.requests.append(Recorded(method, split.path, query, body, headers))
+            self.requests.append(Recorded(method, path, query, body, headers))
             for fault in self.faults:
-                if fault.method == method and re.search(fault.path_pattern, split.path) \
+                if fault.method == method and re.search(fault.path_pattern, path) \
                         and fault.times > 0:
                     fault.times -= 1
                     return fault.status, self._status(fault.status, fault.reason,
                                                       f"injected {fault.reason}"), \
                         "application/json"
-        match = _ITEM.match(split.path)
+        match = _ITEM.match(path)
         if match is None:
-            return 404, self._status(404, "NotFound", f"no route {split.path}"), \
+            return 404, self._status(404, "NotFound", f"no route {path}"), \
                 "application/json"
         collection, ns, name, sub = match["collection"], match["ns"], match["name"], match["sub"]
         with self.lock:
