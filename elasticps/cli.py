@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.store.cli",
     "elasticps.config_cli",
     "elasticps.pserver.cli",
+    "elasticps.cluster.cli",
 )
 
 EPILOG = """\

@@ -157,6 +157,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Directory the local launcher gave the job (logs, generated data, exported model)."),
     EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
            "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
+    EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
+           "Port the master's HTTP status page binds (0 = any free port, published with "
+           "the master's address)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -192,6 +195,7 @@ class Config:
     lease_ttl: int = 5
     workdir: str | None = None
     fault_inject: str = ""
+    http_port: int = 0
 
     @property
     def pserver_count(self) -> int:
@@ -299,3 +303,10 @@ def init(**overrides: Any) -> Config:
 def current() -> Config:
     """The config set by :func:`init`, or one read from the environment now."""
     return _current if _current is not None else load_config()
+
+
+def user_namespace(env: Mapping[str, str] | None = None) -> str:
+    """The Kubernetes namespace for cluster jobs: ``USER_NAMESPACE`` (the seed's name), else
+    ``"default"``. Not a ``PADDLE_*`` variable: it belongs to the submitting user, not a role."""
+    value = (os.environ if env is None else env).get("USER_NAMESPACE", "").strip()
+    return value or "default"
