@@ -195,6 +195,7 @@ class Launch:
         samples = sum(float(p.get("samples", 0)) for p in progress.values())
         train_s = max((float(p.get("train_s", 0)) for p in progress.values()), default=0.0)
         summary["samples"] = int(samples)
+        summary["trainer_timers"] = {name: p.get("timers") for name, p in progress.items()}
         summary["samples_per_sec"] = round(samples / train_s, 1) if train_s > 0 else None
         summary.update(result)
         summary.setdefault("passes", None)

@@ -138,6 +138,8 @@ class StatusMonitor(threading.Thread):
         if len(self._samples) >= 2 and self._samples[-1][0] > self._samples[0][0]:
             sps = max(0.0, (self._samples[-1][1] - self._samples[0][1])
                       / (self._samples[-1][0] - self._samples[0][0]))
+        if status is None and not progress:
+            return  # nothing to show yet
         line = render(status, progress, sps)
         if self._tty:
             print("\r\033[K" + line, end="", file=self.err, flush=True)

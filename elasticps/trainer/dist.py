@@ -111,9 +111,10 @@ def _launch_locally(job: Any, workdir: str | None) -> LocalJobHandle:
         raise ConfigError("dist_train outside a job re-runs the current script under "
                           f"`elasticps run`, but sys.argv[0]={script!r} is not a script file")
     target = Path(workdir or getattr(job, "workdir", None) or "elasticps-job").resolve()
+    sizes = getattr(job, "plan", job)  # cluster Job: resolved counts live in its plan
     argv = [sys.executable, "-m", "elasticps", "run",
-            "--trainers", str(getattr(job, "trainers", 1) or 1),
-            "--pservers", str(getattr(job, "pservers", 1) or 1),
+            "--trainers", str(getattr(sizes, "trainers", 1) or 1),
+            "--pservers", str(getattr(sizes, "pservers", 1) or 1),
             "--workdir", str(target)]
     name = getattr(job, "job_name", None)
     if name:
@@ -143,9 +144,6 @@ def dist_train(
         raise ConfigError(f"dist_train runs in trainers only, not in PADDLE_ROLE={config.role}")
     if job is None or getattr(job, "local", True):
         return _launch_locally(job or LocalJob(), workdir)
-    from elasticps import cluster
+    from elasticps.cluster.submit import submit
 
-    submit = getattr(cluster, "submit", None)
-    if submit is None:
-        raise ConfigError("this build has no cluster submission; use Job(local=True)")
     return submit(job)

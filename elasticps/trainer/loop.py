@@ -42,6 +42,7 @@ class LoopStats:
     loss_ewma: float | None = None
     pass_id: int = 0
     pass_metrics: list[dict[str, float]] = field(default_factory=list)
+    timers: dict[str, float] = field(default_factory=dict)  # where the step time went
 
 
 def _lookahead(items: Iterator[tuple[int, int, Any]]) -> Iterator[tuple[tuple[int, int, Any], Any]]:
@@ -112,6 +113,7 @@ class TrainingLoop:
                     f"the master answered GetTask with unknown outcome {outcome}",
                     code="FAILED_PRECONDITION")
         self.stats.train_s = time.monotonic() - self._started
+        self.stats.timers = {k: round(v, 3) for k, v in self.runner.timers.items()}
         self.on_progress(self.stats)
         return self.stats
 

@@ -161,7 +161,8 @@ class Trainer:
             try:
                 publish_progress(store, self.name, {
                     "pass": stats.pass_id, "samples": stats.samples, "batches": stats.batches,
-                    "loss": stats.loss_ewma, "train_s": stats.train_s, "tasks": stats.tasks})
+                    "loss": stats.loss_ewma, "train_s": stats.train_s, "tasks": stats.tasks,
+                    "timers": stats.timers})
             except Exception as exc:  # progress is cosmetic; the store may be briefly down
                 log.debug("Trainer %s could not publish progress: %s", self.name, exc)
 
