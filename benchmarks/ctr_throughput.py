@@ -11,7 +11,8 @@ three 400-unit ReLU layers) with Adam, and count samples per second of training:
   summary's ``samples_per_sec`` (samples trained / time in the training loop, which includes
   fetching tasks and reading chunks), and the trainer's per-phase timers;
 - PyTorch: ``torch.nn.Embedding(sparse=True)`` + ``SparseAdam`` for the table (lazy Adam, as the
-  pservers run it), ``Adam`` for the dense layers, reading the same chunks with the same reader.
+  pservers run it), ``Adam`` for the dense layers, reading the same chunks with the same reader,
+  with as many torch threads as the elasticps trainer gets (``--threads``).
 
 Each side runs ``--repeat`` times; the medians are reported, with ratio = elasticps / torch.
 """
@@ -43,6 +44,7 @@ from elasticps.data.synth import synth_ctr  # noqa: E402
 
 def torch_run(data: str, args: argparse.Namespace) -> float:
     """Samples per second of plain PyTorch on the same batches."""
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tables: dict[str, torch.nn.Embedding] = {}
 
@@ -103,6 +105,9 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 1) // 2),
+                        help="torch threads of the PyTorch run (default: what `elasticps run` "
+                        "gives its one trainer next to one pserver, cpus // 2)")
     parser.add_argument("--data", help="an existing dataset (default: generate one)")
     parser.add_argument("--no-prefetch", action="store_true",
                         help="elasticps without communication overlap")
@@ -130,6 +135,7 @@ def main() -> int:
     result = {"elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
               "rows": args.rows, "batch_size": args.batch_size, "hidden": list(args.hidden),
               "repeat": args.repeat, "prefetch": not args.no_prefetch,
+              "torch_threads": args.threads,
               "elasticps_runs": [round(x, 1) for x in eps_sps],
               "torch_runs": [round(x, 1) for x in torch_sps],
               "elasticps_step_profile_s": profile, "cpus": os.cpu_count()}

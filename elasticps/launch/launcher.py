@@ -72,6 +72,10 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         checkpoint_url=base_env.get("PADDLE_CHECKPOINT_URL") or str(workdir / "checkpoints"),
     )
     env = {**base_env, **config.to_env()}
+    # Like torchrun: one machine shared by several processes must not run every process's
+    # OpenMP pool at full width (spin-waiting threads on busy cores slow torch down 5-10x).
+    threads = str(max(1, (os.cpu_count() or 1) // (opts.trainers + opts.pservers)))
+    trainer_env = {"OMP_NUM_THREADS": threads} if "OMP_NUM_THREADS" not in base_env else {}
     logs = workdir / "logs"
     cli = (opts.python, "-m", "elasticps", "-v")  # INFO logs into the role log files
     specs = [RoleSpec("master", 0, (*cli, "master"), {**env, "PADDLE_ROLE": "master"},
@@ -83,7 +87,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
     for i in range(opts.trainers):
         specs.append(RoleSpec(
             "trainer", i, (*cli, "trainer", script, *opts.script_args),
-            {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(i)},
+            {**env, **trainer_env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(i)},
             logs / f"trainer-{i}.log"))
     return specs
 
