@@ -153,6 +153,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Checkpoints kept per pserver slot."),
     EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
+    EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
+           "Port the master's HTTP status page binds (0 = any free port, published with "
+           "the master's address)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -186,6 +189,7 @@ class Config:
     checkpoint_interval: float = 60.0
     checkpoint_keep: int = 3
     lease_ttl: int = 5
+    http_port: int = 0
 
     @property
     def pserver_count(self) -> int:
@@ -293,3 +297,10 @@ def init(**overrides: Any) -> Config:
 def current() -> Config:
     """The config set by :func:`init`, or one read from the environment now."""
     return _current if _current is not None else load_config()
+
+
+def user_namespace(env: Mapping[str, str] | None = None) -> str:
+    """The Kubernetes namespace for cluster jobs: ``USER_NAMESPACE`` (the seed's name), else
+    ``"default"``. Not a ``PADDLE_*`` variable: it belongs to the submitting user, not a role."""
+    value = (os.environ if env is None else env).get("USER_NAMESPACE", "").strip()
+    return value or "default"
