@@ -184,3 +184,18 @@ def test_every_malformed_line_is_counted_beyond_those_listed(
     assert [where for where, _ in report.bad_lines][:2] == [f"{path}:2", f"{path}:4"]
     with pytest.raises(MalformedInputError, match="40 malformed line"):
         convert_criteo([str(path)], str(tmp_path / "ds2"), max_bad_rows=39, progress=False)
+
+
+def test_crlf_endings_and_non_utf8_bytes(tiny_tsv: Path, tmp_path: Path) -> None:
+    lines = tiny_tsv.read_bytes().split(b"\n")[:5]
+    fields = lines[1].split(b"\t")
+    fields[14] = b"\xff\xfe0000aa"
+    lines[1] = b"\t".join(fields)
+    path = tmp_path / "dos.tsv"
+    path.write_bytes(b"\r\n".join(lines) + b"\r\n")
+    report = convert_criteo([str(path)], str(tmp_path / "ds"), max_bad_rows=1, progress=False)
+    reason = "column C1 is '\\\\xff\\\\xfe0000aa', expected 8 hex digits"
+    assert report.bad_lines == [(f"{path}:2", reason)]
+    expected = parse_file(tiny_tsv)[:5]
+    del expected[1]
+    assert read_rows(str(tmp_path / "ds")) == expected
