@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +173,26 @@ class _Conversion:
                 bad_lines=[(_line_key(where)[1], why) for where, why in bad_lines],
             )
 
+    def _take_block(
+        self, batch: pa.RecordBatch, url: str, first_row: int, header_lines: int,
+        skipped: list[int],
+    ) -> None:
+        """Parse one block, report its bad rows by line number, write its good rows."""
+        self._check_threshold()
+        parsed = parse_block(
+            pa.RecordBatch.from_arrays(batch.columns, names=list(FEATURE_COLUMNS)),
+            max_reasons=MAX_REPORTED,
+        )
+        unreported = len(parsed.bad_rows) - len(parsed.reasons)
+        for row, reason in zip(parsed.bad_rows, parsed.reasons, strict=False):
+            line = _line_of(first_row + int(row), header_lines, list(skipped))
+            self._bad(f"{url}:{line}", reason, extra=unreported)
+            unreported = 0
+        self.report.blank_lines += len(parsed.blank_rows)
+        self._check_threshold()
+        self.writer.write(parsed.table)
+        self.report.rows += parsed.table.num_rows
+
     def convert_file(self, url: str) -> None:
         layout = sniff_layout(_read_first_line(url), url)
         header_lines = 1 if layout.header else 0
@@ -215,24 +236,14 @@ class _Conversion:
                     parse_options=parse_options,
                     convert_options=convert_options,
                 )
-                # The next block is parsed (GIL released) while this one is converted.
-                for batch in prefetch(reader, depth=2, name="elasticps-csv-reader"):
-                    self._check_threshold()
-                    renamed = pa.RecordBatch.from_arrays(
-                        batch.columns, names=list(FEATURE_COLUMNS)
-                    )
-                    parsed = parse_block(renamed, max_reasons=MAX_REPORTED)
-                    unreported = len(parsed.bad_rows) - len(parsed.reasons)
-                    for row, reason in zip(parsed.bad_rows, parsed.reasons, strict=False):
-                        line = _line_of(delivered + int(row), header_lines, list(skipped))
-                        self._bad(f"{url}:{line}", reason, extra=unreported)
-                        unreported = 0
-                    self.report.blank_lines += len(parsed.blank_rows)
-                    self._check_threshold()
-                    self.writer.write(parsed.table)
-                    self.report.rows += parsed.table.num_rows
-                    delivered += batch.num_rows
-                    self.progress.update(self.report.rows, self.bytes_done + counting.bytes_read)
+                # The next block is parsed (GIL released) while this one is converted;
+                # closing() stops the parsing thread before the file closes, even on error.
+                with closing(prefetch(reader, depth=2, name="elasticps-csv-reader")) as batches:
+                    for batch in batches:
+                        self._take_block(batch, url, delivered, header_lines, skipped)
+                        delivered += batch.num_rows
+                        done = self.bytes_done + counting.bytes_read
+                        self.progress.update(self.report.rows, done)
             except pa.ArrowInvalid as exc:
                 raise DataError(f"{url}: cannot read as Criteo text: {exc}") from exc
             self._check_threshold()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -16,7 +16,9 @@ T = TypeVar("T")
 _DONE = object()
 
 
-def prefetch(items: Iterable[T], depth: int = 2, name: str = "elasticps-prefetch") -> Iterator[T]:
+def prefetch(
+    items: Iterable[T], depth: int = 2, name: str = "elasticps-prefetch"
+) -> Generator[T, None, None]:
     """Yield ``items`` in order while a thread produces up to ``depth`` items ahead.
 
     Closing the generator early stops the thread and waits for it, so the caller may close
