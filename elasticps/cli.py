@@ -16,8 +16,10 @@ from elasticps.errors import ElasticPSError
 
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "elasticps.config_cli",
+    "elasticps.master.cli",
     "elasticps.data.cli",
+    "elasticps.store.cli",
+    "elasticps.config_cli",
 )
 
 EPILOG = """\

@@ -143,7 +143,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Number of pserver slots N (job config, fixed for the job's life)."),
     EnvVar("PADDLE_HOST", "host", _parse_str,
            "Address this process advertises to its peers (pod IP in a cluster)."),
-    EnvVar("PADDLE_DATA", "data", _parse_str, "Dataset URL (a directory made by `elasticps data`)."),
+    EnvVar("PADDLE_DATA", "data", _parse_str,
+           "Dataset URL (a directory made by `elasticps data`)."),
     EnvVar("PADDLE_CHECKPOINT_URL", "checkpoint_url", _parse_str,
            "fsspec URL where pservers write checkpoints."),
     EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1),
@@ -188,7 +189,7 @@ class Config:
 
     @property
     def pserver_count(self) -> int:
-        """N, the number of pserver slots: PADDLE_NUM_PSERVERS, else len(PADDLE_PSERVERS), else 1."""
+        """N pserver slots: PADDLE_NUM_PSERVERS, else len(PADDLE_PSERVERS), else 1."""
         if self.num_pservers is not None:
             return self.num_pservers
         return max(1, len(self.pservers))

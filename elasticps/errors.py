@@ -75,29 +75,41 @@ class ClusterError(ElasticPSError):
 class RPCError(ElasticPSError):
     """A remote call failed. ``code`` is the gRPC status name, e.g. ``"UNAVAILABLE"``."""
 
-    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+    default_code = "UNKNOWN"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = code or self.default_code
 
 
 class UnavailableError(RPCError):
     """The peer cannot be reached or did not answer in time; it may come back."""
 
+    default_code = "UNAVAILABLE"
+
 
 class UnauthenticatedError(RPCError):
     """The call carried no job token or a wrong one."""
+
+    default_code = "UNAUTHENTICATED"
 
 
 class InvalidArgumentError(RPCError):
     """The request was malformed: bad shape, dtype, id range, unknown option."""
 
+    default_code = "INVALID_ARGUMENT"
+
 
 class NotFoundError(RPCError):
     """The call named something that does not exist (a table, a task)."""
 
+    default_code = "NOT_FOUND"
+
 
 class FailedPreconditionError(RPCError):
     """The peer's state forbids the call now (not initialised, not leader, pass over)."""
+
+    default_code = "FAILED_PRECONDITION"
 
 
 class RemoteError(RPCError):

@@ -5,7 +5,6 @@ Modelled on torch's ``torch/distributed/elastic/rendezvous/etcd_server.py``.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -64,7 +63,6 @@ class EtcdServer:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "ETCD_UNSUPPORTED_ARCH": os.environ.get("ETCD_UNSUPPORTED_ARCH", "")},
         )
         log.close()
         self.wait_healthy(timeout)

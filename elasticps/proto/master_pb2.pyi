@@ -253,15 +253,20 @@ class ReportProgressResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STILL_OWNER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     still_owner: _builtins.bool
+    """false: the task was re-dispatched or finished; abandon it"""
+    reason: _builtins.str
+    """why not, for the log"""
     def __init__(
         self,
         *,
         still_owner: _builtins.bool = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["still_owner", b"still_owner"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "still_owner", b"still_owner"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -280,6 +285,7 @@ class TaskFinishedRequest(_message.Message):
     task_id: _builtins.int
     epoch: _builtins.int
     records: _builtins.int
+    """records trained in this task (for throughput and counters)"""
     batches: _builtins.int
     def __init__(
         self,
@@ -303,15 +309,20 @@ class TaskFinishedResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
+    """true also for a repeat of an accepted finish (idempotent)"""
+    reason: _builtins.str
+    """why not (a stale epoch: the task was dispatched again)"""
     def __init__(
         self,
         *,
         accepted: _builtins.bool = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -350,15 +361,18 @@ class TaskFailedResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
+    reason: _builtins.str
     def __init__(
         self,
         *,
         accepted: _builtins.bool = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -392,15 +406,20 @@ class RequestSaveModelResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GRANTED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     granted: _builtins.bool
+    """only one trainer holds the grant at a time"""
+    reason: _builtins.str
+    """who holds it now, when refused"""
     def __init__(
         self,
         *,
         granted: _builtins.bool = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -89,20 +89,22 @@ class MasterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportProgress(self, request, context):
-        """Renew a task's lease with records done so far.
+        """Renew a task's lease with records done so far (the resume point if the task is re-dispatched).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def TaskFinished(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The holder finished the task; a stale epoch is refused (accepted=false), never an error.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def TaskFailed(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The holder gives up on the task (counts as one failure of the task).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -115,7 +117,8 @@ class MasterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Status(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The job's status document as JSON.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -1,0 +1,105 @@
+"""``elasticps master``: run the master role (as a container or the local launcher runs it)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from elasticps.config import load_config
+from elasticps.errors import ConfigError, InvalidArgumentError
+from elasticps.master.server import MasterOptions, MasterServer
+from elasticps.master.task_queue import QueuePolicy
+from elasticps.store import open_store
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Run the job's master: it hands out the dataset's chunks as tasks to trainers, pass after pass,
+and persists every change in the store before answering. Start two for a hot standby: the
+second blocks in the election and takes over (resuming from the store) when the first dies.
+The leader publishes its gRPC and status addresses at master/address in the store.
+
+Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN, PADDLE_HOST, PADDLE_LEASE_TTL and
+PADDLE_DATA from the environment (see `elasticps env`). Exits 0 on SIGTERM (after resigning
+the lead) and 1 when it loses the lead, so a supervisor restarts it as a standby.
+"""
+
+EPILOG = """\
+example:
+  PADDLE_STORE=file:///tmp/job.db PADDLE_JOB_TOKEN=secret \\
+    elasticps master --dataset /data/criteo --chunks-per-task 2 --num-passes 3 --http-port 8080
+  curl http://127.0.0.1:8080/api/status
+"""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "master", help="run the master (task queue, election, status page)",
+        description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default=None,
+                        help="dataset URL to train on (default PADDLE_DATA); without one, the "
+                             "first trainer's SetDataset call decides")
+    parser.add_argument("--chunks-per-task", type=int, default=1,
+                        help="consecutive chunks (Parquet row groups) per task (default 1)")
+    parser.add_argument("--num-passes", type=int, default=1,
+                        help="passes over the dataset, used with --dataset (default 1)")
+    parser.add_argument("--max-failures", type=int, default=3,
+                        help="failed attempts after which a task is marked failed for the "
+                             "pass (default 3)")
+    parser.add_argument("--max-failed-fraction", type=float, default=0.1,
+                        help="the job fails when more than this fraction of the tasks fail in "
+                             "one pass (default 0.1)")
+    parser.add_argument("--task-lease", type=float, default=30.0,
+                        help="seconds a task stays leased without a progress report before it "
+                             "goes back to todo (default 30)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="gRPC port (default 0: any free port, published in the store)")
+    parser.add_argument("--http-port", type=int, default=0,
+                        help="status page port (default 0: any free port, published in the "
+                             "store as status_url)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config()
+    if not config.store:
+        raise ConfigError("the master needs a store: set PADDLE_STORE (etcd://... or file://...)")
+    if not config.token:
+        raise ConfigError("the master needs the job token: set PADDLE_JOB_TOKEN")
+    for flag, value in (("--port", args.port), ("--http-port", args.http_port)):
+        if not 0 <= value <= 65535:
+            raise ConfigError(f"{flag}={value} must be within [0, 65535]")
+    if args.chunks_per_task < 1:
+        raise ConfigError(f"--chunks-per-task={args.chunks_per_task} must be >= 1")
+    if args.num_passes < 1:
+        raise ConfigError(f"--num-passes={args.num_passes} must be >= 1")
+    try:
+        policy = QueuePolicy(max_failures=args.max_failures, task_lease=args.task_lease,
+                             max_failed_fraction=args.max_failed_fraction)
+    except InvalidArgumentError as exc:
+        raise ConfigError(str(exc)) from exc
+    options = MasterOptions(
+        job=config.job_name, token=config.token, host=config.host, port=args.port,
+        http_port=args.http_port, lease_ttl=config.lease_ttl, policy=policy,
+        dataset=args.dataset or config.data, chunks_per_task=args.chunks_per_task,
+        num_passes=args.num_passes)
+    store = open_store(config.store, config.job_name)
+    server = MasterServer(store, options)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        server.stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        code = server.run()
+    finally:
+        store.close()
+    if code:
+        print(f"elasticps master: {options.node} of job {options.job} lost the lead; exiting "
+              "so it restarts as a standby", file=sys.stderr)
+    return code

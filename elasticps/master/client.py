@@ -1,0 +1,181 @@
+"""``MasterClient``: a trainer's handle on the master, wherever it currently runs.
+
+The client reads the leader's address from ``master/address`` (published under the leader's
+election lease) and, when a call finds the master unavailable (dead, deposed, or not yet
+elected), re-reads it and retries with exponential backoff for up to ``retry_for`` seconds, so
+a trainer rides through a master failover. Every report it sends is idempotent on the master
+(a repeated TaskFinished is accepted again), so retrying a call whose answer was lost is safe.
+
+A trainer registers under its own store lease at ``trainer/<name>``; when the trainer dies the
+lease expires, the key vanishes and the master releases its tasks at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from elasticps.errors import LeaseExpiredError, StoreUnavailableError, UnavailableError
+from elasticps.proto import master_pb2, master_pb2_grpc
+from elasticps.rpc.channel import backoff_delays, call, make_channel
+from elasticps.store.api import Lease, Store
+
+log = logging.getLogger(__name__)
+
+ADDRESS_KEY = "master/address"
+TRAINER_PREFIX = "trainer/"
+Response = TypeVar("Response")
+
+
+def master_address(store: Store) -> dict[str, str] | None:
+    """The current leader's published addresses (``grpc``, ``http``, ``status_url``), or None."""
+    kv = store.get(ADDRESS_KEY)
+    if kv is None:
+        return None
+    doc = json.loads(kv.value)
+    return doc if isinstance(doc, dict) else None
+
+
+class MasterClient:
+    """Calls the job's master on behalf of trainer ``trainer_name``; thread-safe."""
+
+    def __init__(self, store: Store, token: str, trainer_name: str, *,
+                 retry_for: float = 300.0, rpc_timeout: float = 10.0,
+                 lease_ttl: int = 5) -> None:
+        self.store = store
+        self.token = token
+        self.trainer = trainer_name
+        self.retry_for = retry_for
+        self.rpc_timeout = rpc_timeout
+        self.lease_ttl = lease_ttl
+        self._lock = threading.Lock()
+        self._address: str | None = None
+        self._channel: grpc.Channel | None = None
+        self._stub: master_pb2_grpc.MasterStub | None = None
+        self._lease: Lease | None = None
+
+    # --------------------------------------------------------------------------- plumbing
+
+    def _current_stub(self) -> master_pb2_grpc.MasterStub:
+        with self._lock:
+            doc = master_address(self.store)
+            address = None if doc is None else doc.get("grpc")
+            if address is None:
+                raise UnavailableError("no master has published master/address yet",
+                                       code="UNAVAILABLE")
+            if address != self._address or self._stub is None:
+                if self._channel is not None:
+                    self._channel.close()
+                self._channel = make_channel(address, self.token)
+                self._stub = master_pb2_grpc.MasterStub(self._channel)
+                if self._address is not None:
+                    log.info("Trainer %s follows the master to %s.", self.trainer, address)
+                self._address = address
+            return self._stub
+
+    def _call(self, pick: Callable[[master_pb2_grpc.MasterStub], Callable[..., Response]],
+              request: Any, what: str) -> Response:
+        """Call the leader; on UNAVAILABLE (or no leader) re-resolve and retry with backoff."""
+        give_up = time.monotonic() + self.retry_for
+        delays = backoff_delays(0.05, 1.0)
+        while True:
+            try:
+                return call(pick(self._current_stub()), request, timeout=self.rpc_timeout,
+                            what=f"master {what}")
+            except (UnavailableError, StoreUnavailableError) as exc:
+                if time.monotonic() >= give_up:
+                    raise UnavailableError(
+                        f"trainer {self.trainer} found no master for {self.retry_for:g}s "
+                        f"({what}): {exc}", code="UNAVAILABLE") from exc
+                log.info("Trainer %s: the master is unavailable for %s (%s); retrying.",
+                         self.trainer, what, exc)
+                time.sleep(next(delays))  # backoff between attempts, not synchronisation
+
+    # -------------------------------------------------------------------------------- calls
+
+    def set_dataset(self, url: str, chunks_per_task: int,
+                    num_passes: int) -> master_pb2.SetDatasetResponse:
+        return self._call(lambda s: s.SetDataset, master_pb2.SetDatasetRequest(
+            dataset_url=url, chunks_per_task=chunks_per_task, num_passes=num_passes),
+            "SetDataset")
+
+    def get_task(self, pass_id: int) -> master_pb2.GetTaskResponse:
+        return self._call(lambda s: s.GetTask, master_pb2.GetTaskRequest(
+            trainer=self.trainer, pass_id=pass_id), "GetTask")
+
+    def report_progress(self, task: master_pb2.Task, records_done: int) -> bool:
+        response = self._call(lambda s: s.ReportProgress, master_pb2.ReportProgressRequest(
+            trainer=self.trainer, task_id=task.task_id, epoch=task.epoch,
+            records_done=records_done), "ReportProgress")
+        if not response.still_owner:
+            log.info("Trainer %s no longer holds task %d: %s", self.trainer, task.task_id,
+                     response.reason)
+        return bool(response.still_owner)
+
+    def task_finished(self, task: master_pb2.Task, records: int, batches: int) -> bool:
+        response = self._call(lambda s: s.TaskFinished, master_pb2.TaskFinishedRequest(
+            trainer=self.trainer, task_id=task.task_id, epoch=task.epoch, records=records,
+            batches=batches), "TaskFinished")
+        if not response.accepted:
+            log.info("Trainer %s: the master refused the finish of task %d: %s", self.trainer,
+                     task.task_id, response.reason)
+        return bool(response.accepted)
+
+    def task_failed(self, task: master_pb2.Task, reason: str) -> bool:
+        response = self._call(lambda s: s.TaskFailed, master_pb2.TaskFailedRequest(
+            trainer=self.trainer, task_id=task.task_id, epoch=task.epoch, reason=reason),
+            "TaskFailed")
+        return bool(response.accepted)
+
+    def request_save_model(self, block_seconds: float) -> bool:
+        response = self._call(lambda s: s.RequestSaveModel, master_pb2.RequestSaveModelRequest(
+            trainer=self.trainer, block_seconds=block_seconds), "RequestSaveModel")
+        return bool(response.granted)
+
+    def status(self) -> dict[str, Any]:
+        response = self._call(lambda s: s.Status, master_pb2.StatusRequest(), "Status")
+        doc = json.loads(response.json)
+        return doc if isinstance(doc, dict) else {}
+
+    # ------------------------------------------------------------------------- registration
+
+    def register_trainer(self) -> None:
+        """Put ``trainer/<name>`` under a fresh lease kept alive in the background."""
+        if self._lease is not None and not self._lease.expired:
+            return
+        lease = self.store.grant_lease(self.lease_ttl)
+        self.store.put(f"{TRAINER_PREFIX}{self.trainer}", json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname()}).encode(), lease.id)
+        lease.keep_alive()
+        self._lease = lease
+        log.info("Trainer %s registered with the master under a %ds lease.", self.trainer,
+                 self.lease_ttl)
+
+    def unregister(self, *, graceful: bool = True) -> None:
+        """Leave: mark the key as leaving (tasks go back without a failure), then revoke."""
+        lease, self._lease = self._lease, None
+        if lease is None:
+            return
+        try:
+            if graceful:
+                self.store.put(f"{TRAINER_PREFIX}{self.trainer}",
+                               json.dumps({"leaving": True}).encode(), lease.id)
+            lease.revoke()
+        except (LeaseExpiredError, StoreUnavailableError) as exc:
+            log.warning("Trainer %s could not unregister cleanly: %s", self.trainer, exc)
+
+    def close(self) -> None:
+        self.unregister()
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+            self._channel = self._stub = None
+            self._address = None

@@ -1,0 +1,200 @@
+"""The master role's life: campaign, load the snapshot, serve, watch trainers, expire leases.
+
+A master process campaigns for ``master/election``; a standby blocks there until the leader's
+lease vanishes. Once leader it loads ``master/state/`` (releasing tasks of trainers that are
+gone), starts the gRPC and HTTP servers, and publishes ``master/address`` under the election
+lease, so the address disappears with the leader. It stops serving and exits non-zero as soon
+as it is no longer the leader (lease lost, or a fenced write refused); a supervisor (the
+launcher, Kubernetes) restarts it and it becomes a standby.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from elasticps.errors import ElasticPSError, NotLeaderError
+from elasticps.master.http_status import StatusServer
+from elasticps.master.service import (
+    ChunkLister,
+    MasterServicer,
+    MasterState,
+    data_chunk_lister,
+)
+from elasticps.master.snapshot import Snapshot
+from elasticps.master.task_queue import QueuePolicy
+from elasticps.proto import master_pb2_grpc
+from elasticps.rpc.server import bind, make_server
+from elasticps.store.api import EventType, Op, Put, Store
+from elasticps.store.election import Election
+
+log = logging.getLogger(__name__)
+
+ELECTION_KEY = "master/election"
+ADDRESS_KEY = "master/address"
+TRAINER_PREFIX = "trainer/"
+
+
+@dataclass(frozen=True)
+class MasterOptions:
+    job: str
+    token: str
+    host: str = "127.0.0.1"
+    port: int = 0  # gRPC port; 0 = any free port, published through the store
+    http_port: int = 0
+    lease_ttl: int = 5  # election lease: bounds the takeover time
+    policy: QueuePolicy = field(default_factory=QueuePolicy)
+    dataset: str | None = None  # set this dataset at start (else the first SetDataset does)
+    chunks_per_task: int = 1
+    num_passes: int = 1
+    node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")
+
+
+class MasterServer:
+    """One master process. :meth:`run` blocks until stopped (0) or deposed (1)."""
+
+    def __init__(self, store: Store, options: MasterOptions,
+                 chunk_lister: ChunkLister = data_chunk_lister) -> None:
+        self.store = store
+        self.options = options
+        self.chunk_lister = chunk_lister
+        self.stop_event = threading.Event()
+        self.state: MasterState | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+        self.serving = threading.Event()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to resign and return 0 (SIGTERM does this)."""
+        self.stop_event.set()
+
+    def run(self) -> int:
+        opts = self.options
+        election = Election(self.store, ELECTION_KEY, opts.node.encode(), opts.lease_ttl)
+        log.info("Master %s of job %s campaigns for the lead.", opts.node, opts.job)
+        while not election.campaign(timeout=1.0):
+            if self.stop_event.is_set():
+                return 0
+        won = time.monotonic()
+        log.info("Master %s of job %s is the leader; loading the state.", opts.node, opts.job)
+
+        def commit(ops: Sequence[Op]) -> None:
+            election.leader_txn(ops)
+
+        state = MasterState(opts.job, opts.node, Snapshot(self.store, commit), opts.policy,
+                            self.chunk_lister)
+        self.state = state
+        server: grpc.Server | None = None
+        http: StatusServer | None = None
+        threads: list[threading.Thread] = []
+        try:
+            revision = self.store.revision()
+            for kv in self.store.get_prefix(TRAINER_PREFIX):
+                if not _leaving(kv.value):
+                    state.live_trainers.add(kv.key[len(TRAINER_PREFIX):])
+            loaded = state.snapshot.load(opts.policy, set(state.live_trainers), state.clock())
+            if loaded is not None:
+                state.install(loaded)
+                log.info("Master %s of job %s resumed pass %d of %s in %.3fs.", opts.node,
+                         opts.job, loaded.queue.pass_id, loaded.dataset.url,
+                         loaded.load_seconds)
+            elif opts.dataset:
+                state.set_dataset(opts.dataset, opts.chunks_per_task, opts.num_passes)
+            server = make_server(opts.token)
+            master_pb2_grpc.add_MasterServicer_to_server(MasterServicer(state), server)
+            self.grpc_port = bind(server, opts.host, opts.port)
+            server.start()
+            http = StatusServer(state.status, opts.host, opts.http_port)
+            self.http_port = http.port
+            http.start()
+            address = {"grpc": f"{opts.host}:{self.grpc_port}",
+                       "http": f"{opts.host}:{self.http_port}",
+                       "status_url": f"http://{opts.host}:{self.http_port}/",
+                       "node": opts.node}
+            election.leader_txn([Put(ADDRESS_KEY, json.dumps(address).encode(),
+                                     election.lease.id)])
+            threads = [
+                threading.Thread(target=self._watch_trainers, args=(state, revision + 1),
+                                 name="trainer-watch", daemon=True),
+                threading.Thread(target=self._expire_loop, args=(state,), name="lease-timer",
+                                 daemon=True),
+            ]
+            for thread in threads:
+                thread.start()
+            self.serving.set()
+            log.info("Master %s of job %s serves gRPC on %s and status on %s, %.3fs after "
+                     "winning the election.", opts.node, opts.job, address["grpc"],
+                     address["status_url"], time.monotonic() - won)
+            while not self.stop_event.wait(0.2):
+                if state.deposed.is_set():
+                    break
+                if not election.is_leader:
+                    state.deposed.set()
+                    log.error("Master %s of job %s lost its election lease; it stops serving.",
+                              opts.node, opts.job)
+                    break
+        except NotLeaderError as exc:
+            state.deposed.set()
+            log.error("Master %s of job %s was deposed: %s", opts.node, opts.job, exc)
+        finally:
+            self.stop_event.set()
+            self.serving.clear()
+            if server is not None:
+                server.stop(grace=0.5)
+            if http is not None:
+                http.stop()
+            for thread in threads:
+                thread.join(timeout=2.0)
+        if state.deposed.is_set():
+            return 1
+        try:
+            election.resign()
+            log.info("Master %s of job %s resigned.", opts.node, opts.job)
+        except ElasticPSError as exc:
+            log.warning("Master %s of job %s could not resign cleanly: %s", opts.node,
+                        opts.job, exc)
+        return 0
+
+    def _watch_trainers(self, state: MasterState, start_revision: int) -> None:
+        """A trainer key's PUT marks it live; its DELETE (lease gone) releases its tasks."""
+        with self.store.watch_prefix(TRAINER_PREFIX, start_revision) as watch:
+            while not self.stop_event.is_set():
+                event = watch.get(timeout=0.5)
+                if event is None:
+                    continue
+                name = event.key[len(TRAINER_PREFIX):]
+                try:
+                    if event.type is EventType.DELETE:
+                        state.trainer_gone(name, graceful=False)
+                    elif _leaving(event.value):
+                        state.trainer_gone(name, graceful=True)
+                    else:
+                        state.trainer_seen(name)
+                except ElasticPSError as exc:
+                    log.error("Master %s of job %s could not release trainer %s's tasks: %s",
+                              self.options.node, self.options.job, name, exc)
+
+    def _expire_loop(self, state: MasterState) -> None:
+        interval = min(0.5, self.options.policy.task_lease / 4)
+        while not self.stop_event.wait(interval):
+            try:
+                state.expire_leases()
+            except ElasticPSError as exc:
+                log.error("Master %s of job %s could not expire task leases: %s",
+                          self.options.node, self.options.job, exc)
+
+
+def _leaving(value: bytes) -> bool:
+    try:
+        doc = json.loads(value or b"{}")
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and bool(doc.get("leaving"))

@@ -1,0 +1,331 @@
+"""The ``Master`` gRPC servicer: the task queue, persisted before every answer.
+
+Every handler takes one lock, steps the :class:`~elasticps.master.task_queue.TaskQueue`, writes
+the resulting delta through :class:`~elasticps.master.snapshot.Snapshot` (a fenced store
+transaction) and only then answers. If the write cannot be made the caller gets an error, never
+an acknowledgement: NotLeaderError (we were deposed) answers UNAVAILABLE so the client goes to
+the new master, and marks this servicer :attr:`deposed` so the process exits and is restarted
+from the store.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from elasticps.errors import (
+    FailedPreconditionError,
+    NotLeaderError,
+    StoreUnavailableError,
+)
+from elasticps.master.snapshot import ChunkInfo, DatasetRecord, LoadedState, Snapshot
+from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
+from elasticps.proto import master_pb2, master_pb2_grpc
+from elasticps.rpc.server import rpc_handler
+
+log = logging.getLogger(__name__)
+
+ChunkLister = Callable[[str], Sequence[ChunkInfo]]
+THROUGHPUT_WINDOW_S = 30.0
+
+
+def data_chunk_lister(url: str) -> list[ChunkInfo]:
+    """The chunks of the dataset at ``url``, from the data layer's manifest."""
+    from elasticps.data import open_dataset  # heavy (pyarrow): only a leader needs it
+
+    manifest = open_dataset(url).manifest
+    return [ChunkInfo(c.path, c.row_group, c.num_rows) for c in manifest.chunks]
+
+
+class MasterState:
+    """The leader's in-memory queue plus the persistence of its changes; thread-safe."""
+
+    def __init__(self, job: str, node: str, snapshot: Snapshot, policy: QueuePolicy,
+                 chunk_lister: ChunkLister, *, clock: Callable[[], float] = time.monotonic,
+                 persist_retry_s: float = 5.0) -> None:
+        self.job = job
+        self.node = node
+        self.snapshot = snapshot
+        self.policy = policy
+        self.chunk_lister = chunk_lister
+        self.clock = clock
+        self.persist_retry_s = persist_retry_s
+        self.lock = threading.RLock()
+        self.deposed = threading.Event()
+        self.dataset: DatasetRecord | None = None
+        self.queue: TaskQueue | None = None
+        self.live_trainers: set[str] = set()
+        self.started = clock()
+        self._finishes: collections.deque[tuple[float, int]] = collections.deque()
+        self.persist_seconds = 0.0
+        self.persist_count = 0
+
+    # ---------------------------------------------------------------------------- lifecycle
+
+    def install(self, loaded: LoadedState) -> None:
+        with self.lock:
+            self.dataset, self.queue = loaded.dataset, loaded.queue
+            self.persist(loaded.delta)
+
+    def persist(self, delta: Delta) -> None:
+        """Write ``delta``; retry a store outage for ``persist_retry_s``, then give up the lead.
+
+        Called with the lock held, so no answer goes out before its change is stored.
+        """
+        if delta.empty or self.queue is None:
+            return
+        started = self.clock()
+        delay = 0.05
+        while True:
+            try:
+                self.snapshot.write_delta(self.queue, delta)
+                break
+            except NotLeaderError:
+                self._depose("a write was fenced off: another master holds the lock")
+                raise
+            except StoreUnavailableError as exc:
+                if self.clock() - started > self.persist_retry_s:
+                    self._depose(f"the store was unreachable for {self.persist_retry_s:g}s")
+                    raise NotLeaderError(
+                        f"master {self.node} of job {self.job} could not persist a change: "
+                        f"{exc}") from exc
+                log.warning("Master %s of job %s cannot reach the store (%s); retrying.",
+                            self.node, self.job, exc)
+                time.sleep(delay)  # backoff while the store is down, not synchronisation
+                delay = min(delay * 2, 1.0)
+        self.persist_seconds += self.clock() - started
+        self.persist_count += 1
+
+    def _depose(self, why: str) -> None:
+        if not self.deposed.is_set():
+            log.error("Master %s of job %s stops serving: %s.", self.node, self.job, why)
+        self.deposed.set()
+
+    def check_serving(self) -> TaskQueue:
+        if self.deposed.is_set():
+            raise NotLeaderError(f"master {self.node} of job {self.job} is no longer the leader")
+        if self.queue is None:
+            raise FailedPreconditionError(
+                f"job {self.job} has no dataset yet: a trainer must call SetDataset first")
+        return self.queue
+
+    # ---------------------------------------------------------------------------- operations
+
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int) -> TaskQueue:
+        with self.lock:
+            if self.deposed.is_set():
+                raise NotLeaderError(f"master {self.node} of job {self.job} is not the leader")
+            if self.dataset is not None and self.queue is not None:
+                if not self.dataset.same_job(url, chunks_per_task, num_passes):
+                    raise FailedPreconditionError(
+                        f"job {self.job} already trains on {self.dataset.url!r} with "
+                        f"chunks_per_task={self.dataset.chunks_per_task}, num_passes="
+                        f"{self.dataset.num_passes}; refusing {url!r} with chunks_per_task="
+                        f"{chunks_per_task}, num_passes={num_passes}")
+                return self.queue
+            if not url:
+                raise FailedPreconditionError("SetDataset needs a dataset_url")
+            chunks = tuple(self.chunk_lister(url))
+            queue = TaskQueue([c.num_rows for c in chunks], chunks_per_task, num_passes,
+                              self.policy)
+            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks)
+            try:
+                self.snapshot.write_dataset(dataset, queue)
+            except NotLeaderError:
+                self._depose("the dataset write was fenced off")
+                raise
+            self.dataset, self.queue = dataset, queue
+            log.info("Master %s of job %s set dataset %s: %d chunks in %d tasks, %d passes.",
+                     self.node, self.job, url, len(chunks), queue.num_tasks, num_passes)
+            return queue
+
+    def trainer_seen(self, name: str) -> None:
+        with self.lock:
+            self.live_trainers.add(name)
+
+    def trainer_gone(self, name: str, *, graceful: bool) -> None:
+        with self.lock:
+            self.live_trainers.discard(name)
+            if self.queue is None or self.deposed.is_set():
+                return
+            held = self.queue.pending_of(name)
+            delta = self.queue.trainer_lost(name, self.clock(), count_failure=not graceful)
+            if held:
+                log.warning("Master %s of job %s: trainer %s %s; its tasks %s go back to todo.",
+                            self.node, self.job, name,
+                            "left" if graceful else "was lost", held)
+            self.persist(delta)
+
+    def expire_leases(self) -> None:
+        with self.lock:
+            if self.queue is None or self.deposed.is_set():
+                return
+            delta = self.queue.expire_leases(self.clock())
+            if not delta.empty:
+                log.warning("Master %s of job %s: task lease(s) expired for %s.",
+                            self.node, self.job, sorted(delta.tasks))
+            self.persist(delta)
+
+    def note_finished(self, records: int) -> None:
+        now = self.clock()
+        self._finishes.append((now, records))
+        while self._finishes and self._finishes[0][0] < now - THROUGHPUT_WINDOW_S:
+            self._finishes.popleft()
+
+    def throughput(self) -> float:
+        now = self.clock()
+        recent = sum(r for t, r in self._finishes if t >= now - THROUGHPUT_WINDOW_S)
+        window = min(THROUGHPUT_WINDOW_S, max(now - self.started, 1e-3))
+        return recent / window
+
+    def status(self) -> dict[str, Any]:
+        """The document served at ``/api/status`` and by the Status RPC."""
+        with self.lock:
+            queue = self.queue
+            doc: dict[str, Any] = {
+                "job": self.job,
+                "master": self.node,
+                "leader": not self.deposed.is_set(),
+                "dataset": self.dataset.url if self.dataset else None,
+                "live_trainers": sorted(self.live_trainers),
+                "throughput_records_per_s": round(self.throughput(), 3),
+            }
+            if queue is None:
+                doc.update(state="waiting_for_dataset", done=False, **{"pass": None})
+                return doc
+            counts = queue.counts()
+            failed = queue.failed_reason
+            doc.update({
+                "state": "failed" if failed else ("succeeded" if queue.finished else "running"),
+                "done": queue.finished or bool(failed),
+                "pass": queue.pass_id,
+                "num_passes": queue.num_passes,
+                "num_tasks": queue.num_tasks,
+                "num_chunks": queue.num_chunks,
+                "chunks_per_task": queue.chunks_per_task,
+                "counts": counts,
+                "records_total": queue.records_total,
+                "tasks_finished_total": queue.tasks_finished_total,
+                "failures_total": queue.failures_total,
+                "job_failed_reason": failed,
+                "failed_tasks": [{"pass": e.pass_id, "task": e.task_id, "reason": e.reason}
+                                 for e in queue.failed_tasks()],
+                "failure_log": [{"pass": e.pass_id, "task": e.task_id, "reason": e.reason}
+                                for e in queue.failure_log[-50:]],
+                "pending": {t: queue.pending_of(t) for t in sorted(queue.owners())},
+                "save_model_holder": queue.save_holder(self.clock()),
+                "persist_ms_mean": round(1e3 * self.persist_seconds
+                                         / max(self.persist_count, 1), 3),
+            })
+            return doc
+
+
+def task_message(view: TaskView, dataset: DatasetRecord) -> master_pb2.Task:
+    chunks = dataset.chunks[view.first_chunk:view.first_chunk + view.num_chunks]
+    return master_pb2.Task(
+        task_id=view.task_id, pass_id=view.pass_id, epoch=view.epoch,
+        chunks=[master_pb2.Chunk(path=c.path, row_group=c.row_group, num_rows=c.num_rows)
+                for c in chunks],
+        records_done=view.records_done, only_batches=list(view.only_batches))
+
+
+class MasterServicer(master_pb2_grpc.MasterServicer):
+    """gRPC edge of :class:`MasterState`: validates, steps the queue, persists, answers."""
+
+    def __init__(self, state: MasterState) -> None:
+        self.state = state
+
+    @rpc_handler
+    def SetDataset(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.SetDatasetRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.SetDatasetResponse:
+        queue = self.state.set_dataset(request.dataset_url, request.chunks_per_task,
+                                       request.num_passes)
+        return master_pb2.SetDatasetResponse(num_tasks=queue.num_tasks,
+                                             num_chunks=queue.num_chunks)
+
+    @rpc_handler
+    def GetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.GetTaskRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.GetTaskResponse:
+        state = self.state
+        with state.lock:
+            queue = state.check_serving()
+            result, delta = queue.get_task(request.trainer, request.pass_id, state.clock())
+            state.persist(delta)
+            response = master_pb2.GetTaskResponse(
+                outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
+                                                  pass_id=result.pass_id, reason=result.reason)
+            if result.outcome is Outcome.TASK and result.task is not None:
+                assert state.dataset is not None
+                response.task.CopyFrom(task_message(result.task, state.dataset))
+            return response
+
+    @rpc_handler
+    def ReportProgress(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.ReportProgressRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.ReportProgressResponse:
+        state = self.state
+        with state.lock:
+            queue = state.check_serving()
+            reply, delta = queue.report_progress(request.trainer, request.task_id,
+                                                 request.epoch, request.records_done,
+                                                 state.clock())
+            state.persist(delta)
+            return master_pb2.ReportProgressResponse(still_owner=reply.accepted,
+                                                     reason=reply.reason)
+
+    @rpc_handler
+    def TaskFinished(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.TaskFinishedRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.TaskFinishedResponse:
+        state = self.state
+        with state.lock:
+            queue = state.check_serving()
+            reply, delta = queue.task_finished(request.trainer, request.task_id, request.epoch,
+                                               request.records, state.clock())
+            state.persist(delta)
+            if not delta.empty:
+                state.note_finished(request.records)
+            return master_pb2.TaskFinishedResponse(accepted=reply.accepted, reason=reply.reason)
+
+    @rpc_handler
+    def TaskFailed(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.TaskFailedRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.TaskFailedResponse:
+        state = self.state
+        with state.lock:
+            queue = state.check_serving()
+            reply, delta = queue.task_failed(request.trainer, request.task_id, request.epoch,
+                                             request.reason, state.clock())
+            state.persist(delta)
+            if reply.accepted and not delta.empty:
+                log.warning("Master %s of job %s: trainer %s failed task %d: %s.", state.node,
+                            state.job, request.trainer, request.task_id, request.reason)
+            return master_pb2.TaskFailedResponse(accepted=reply.accepted, reason=reply.reason)
+
+    @rpc_handler
+    def RequestSaveModel(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.RequestSaveModelRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.RequestSaveModelResponse:
+        state = self.state
+        with state.lock:
+            queue = state.check_serving()
+            reply, delta = queue.request_save_model(request.trainer, request.block_seconds,
+                                                    state.clock())
+            state.persist(delta)
+            return master_pb2.RequestSaveModelResponse(granted=reply.accepted,
+                                                       reason=reply.reason)
+
+    @rpc_handler
+    def Status(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.StatusRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.StatusResponse:
+        return master_pb2.StatusResponse(json=json.dumps(self.state.status()))

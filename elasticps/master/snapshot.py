@@ -1,0 +1,252 @@
+"""Persistence of the task queue in the store, by parts, so a change writes only what changed.
+
+Layout (keys relative to the job prefix)::
+
+    master/state/dataset            header JSON: url, chunks_per_task, num_passes, num_chunks,
+                                    parts, sha256 of the parts; written once, LAST (commit mark)
+    master/state/chunks/<k:06d>     part k of the chunk list (~256 KiB each, paths deduplicated)
+    master/state/meta               pass, finished, failed reason, counters, save-model grant
+    master/state/task/<id:08d>      one small JSON record per task ever dispatched
+    master/state/failed/<p:06d>-<id:08d>  the reason a task went FAILED in pass p
+
+Every write goes through a ``commit(ops)`` callable that applies the ops in one store
+transaction conditioned on still holding the election lock (``Election.leader_txn``), so a
+deposed master cannot write. A delta with more ops than ``max_ops`` (etcd allows 128 per txn)
+is split; the meta record goes in the last transaction. Loading reads the task records in
+ranges of 10,000 keys (``task/0000``..``task/0009``) to keep every response small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from elasticps.errors import DataError, StoreError
+from elasticps.master.task_queue import (
+    Delta,
+    FailureEntry,
+    MetaRecord,
+    QueuePolicy,
+    SaveGrant,
+    TaskQueue,
+    TaskRecord,
+    TaskState,
+)
+from elasticps.store.api import Delete, Op, Put, Store
+
+DATASET_KEY = "master/state/dataset"
+CHUNKS_PREFIX = "master/state/chunks/"
+META_KEY = "master/state/meta"
+TASK_PREFIX = "master/state/task/"
+FAILED_PREFIX = "master/state/failed/"
+STATE_PREFIX = "master/state/"
+FORMAT_VERSION = 1
+TASK_ID_DIGITS = 8
+TASK_RANGE_DIGITS = 4  # task keys are read in ranges sharing their first 4 digits
+
+Commit = Callable[[Sequence[Op]], None]
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """One chunk: a Parquet row group (``path`` as the dataset manifest gives it)."""
+
+    path: str
+    row_group: int
+    num_rows: int
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    url: str
+    chunks_per_task: int
+    num_passes: int
+    chunks: tuple[ChunkInfo, ...]
+
+    def same_job(self, url: str, chunks_per_task: int, num_passes: int) -> bool:
+        return (self.url, self.chunks_per_task, self.num_passes) == (
+            url, chunks_per_task, num_passes)
+
+
+@dataclass(frozen=True)
+class LoadedState:
+    dataset: DatasetRecord
+    queue: TaskQueue
+    delta: Delta  # changes made while loading (tasks of vanished trainers released)
+    load_seconds: float
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def task_key(task_id: int) -> str:
+    return f"{TASK_PREFIX}{task_id:0{TASK_ID_DIGITS}d}"
+
+
+def encode_task(rec: TaskRecord) -> bytes:
+    doc: dict[str, Any] = {"s": rec.state.value, "p": rec.pass_id, "e": rec.epoch,
+                           "o": rec.owner, "r": rec.records_done, "f": rec.failures}
+    if rec.last_error:
+        doc["x"] = rec.last_error
+    if rec.only_batches:
+        doc["b"] = list(rec.only_batches)
+    return _dumps(doc)
+
+
+def decode_task(raw: bytes) -> TaskRecord:
+    doc = json.loads(raw)
+    return TaskRecord(TaskState(doc["s"]), int(doc["p"]), int(doc["e"]), str(doc["o"]),
+                      int(doc["r"]), int(doc["f"]), str(doc.get("x", "")),
+                      tuple(int(b) for b in doc.get("b", ())))
+
+
+def encode_meta(meta: MetaRecord) -> bytes:
+    save = None if meta.save is None else {"holder": meta.save.holder,
+                                           "seconds": meta.save.seconds}
+    return _dumps({"version": FORMAT_VERSION, "pass": meta.pass_id, "finished": meta.finished,
+                   "failed_reason": meta.failed_reason, "records_total": meta.records_total,
+                   "tasks_finished_total": meta.tasks_finished_total,
+                   "failures_total": meta.failures_total, "save": save})
+
+
+def decode_meta(raw: bytes) -> MetaRecord:
+    doc = json.loads(raw)
+    save = doc.get("save")
+    return MetaRecord(int(doc["pass"]), bool(doc["finished"]), str(doc["failed_reason"]),
+                      int(doc["records_total"]), int(doc["tasks_finished_total"]),
+                      int(doc["failures_total"]),
+                      None if save is None else SaveGrant(str(save["holder"]),
+                                                          float(save["seconds"])))
+
+
+def _chunk_parts(chunks: Sequence[ChunkInfo], part_bytes: int) -> Iterator[bytes]:
+    """Chunk list parts of about ``part_bytes``; each part lists its distinct paths once."""
+    paths: dict[str, int] = {}
+    rows: list[list[int]] = []
+    size = 0
+    for chunk in chunks:
+        if chunk.path not in paths:
+            paths[chunk.path] = len(paths)
+            size += len(chunk.path) + 4
+        rows.append([paths[chunk.path], chunk.row_group, chunk.num_rows])
+        size += 24
+        if size >= part_bytes:
+            yield _dumps({"paths": list(paths), "chunks": rows})
+            paths, rows, size = {}, [], 0
+    if rows:
+        yield _dumps({"paths": list(paths), "chunks": rows})
+
+
+def _decode_part(raw: bytes) -> list[ChunkInfo]:
+    doc = json.loads(raw)
+    paths = doc["paths"]
+    return [ChunkInfo(paths[p], int(rg), int(n)) for p, rg, n in doc["chunks"]]
+
+
+class Snapshot:
+    """Reads and writes the master's state under ``master/state/``."""
+
+    def __init__(self, store: Store, commit: Commit, *, max_ops: int = 100,
+                 part_bytes: int = 256 * 1024) -> None:
+        self.store = store
+        self.commit = commit
+        self.max_ops = max_ops
+        self.part_bytes = part_bytes
+        self.bytes_written = 0
+        self.txns = 0
+
+    # ------------------------------------------------------------------------------ writing
+
+    def _commit(self, ops: Sequence[Op]) -> None:
+        self.commit(ops)
+        self.txns += 1
+        self.bytes_written += sum(len(op.key) + len(op.value) for op in ops
+                                  if isinstance(op, Put))
+
+    def write_dataset(self, dataset: DatasetRecord, queue: TaskQueue) -> None:
+        """Write a new job's dataset and initial meta: parts first, then the header (the
+        commit mark), so a master killed half-way leaves no header and starts over."""
+        self._commit([Delete(STATE_PREFIX, prefix=True)])
+        digest = hashlib.sha256()
+        parts = 0
+        for parts, part in enumerate(_chunk_parts(dataset.chunks, self.part_bytes), start=1):
+            digest.update(part)
+            self._commit([Put(f"{CHUNKS_PREFIX}{parts - 1:06d}", part)])
+        header = {"version": FORMAT_VERSION, "url": dataset.url,
+                  "chunks_per_task": dataset.chunks_per_task, "num_passes": dataset.num_passes,
+                  "num_chunks": len(dataset.chunks), "parts": parts,
+                  "sha256": digest.hexdigest()}
+        self._commit([Put(META_KEY, encode_meta(queue.meta_record())),
+                      Put(DATASET_KEY, _dumps(header))])
+
+    def ops_for(self, queue: TaskQueue, delta: Delta) -> list[Op]:
+        ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
+                         for t in sorted(delta.tasks)]
+        ops.extend(Put(f"{FAILED_PREFIX}{e.pass_id:06d}-{e.task_id:0{TASK_ID_DIGITS}d}",
+                       e.reason.encode()) for e in delta.failures)
+        if delta.meta:
+            ops.append(Put(META_KEY, encode_meta(queue.meta_record())))
+        return ops
+
+    def write_delta(self, queue: TaskQueue, delta: Delta) -> int:
+        """Persist what ``delta`` says changed; returns the bytes written."""
+        ops = self.ops_for(queue, delta)
+        before = self.bytes_written
+        for start in range(0, len(ops), self.max_ops):
+            self._commit(ops[start:start + self.max_ops])
+        return self.bytes_written - before
+
+    # ------------------------------------------------------------------------------ reading
+
+    def load_dataset(self) -> DatasetRecord | None:
+        """The committed dataset, or None if no job was started (or the start was cut)."""
+        kv = self.store.get(DATASET_KEY)
+        if kv is None:
+            return None
+        header = json.loads(kv.value)
+        if header.get("version") != FORMAT_VERSION:
+            raise StoreError(f"master state format {header.get('version')!r} is not "
+                             f"{FORMAT_VERSION}; this master cannot resume it")
+        digest = hashlib.sha256()
+        chunks: list[ChunkInfo] = []
+        for k in range(int(header["parts"])):
+            part = self.store.get(f"{CHUNKS_PREFIX}{k:06d}")
+            if part is None:
+                raise DataError(f"master state part {CHUNKS_PREFIX}{k:06d} is missing")
+            digest.update(part.value)
+            chunks.extend(_decode_part(part.value))
+        if digest.hexdigest() != header["sha256"] or len(chunks) != header["num_chunks"]:
+            raise DataError("the master's stored chunk list does not match its checksum")
+        return DatasetRecord(str(header["url"]), int(header["chunks_per_task"]),
+                             int(header["num_passes"]), tuple(chunks))
+
+    def load(self, policy: QueuePolicy | None, live_trainers: set[str],
+             now: float) -> LoadedState | None:
+        """Rebuild the queue from the store; None if no dataset was ever committed."""
+        started = time.perf_counter()
+        dataset = self.load_dataset()
+        if dataset is None:
+            return None
+        meta_kv = self.store.get(META_KEY)
+        if meta_kv is None:
+            raise DataError(f"master state has a dataset but no {META_KEY}")
+        records: dict[int, TaskRecord] = {}
+        num_tasks = -(-len(dataset.chunks) // dataset.chunks_per_task)
+        group = 10 ** (TASK_ID_DIGITS - TASK_RANGE_DIGITS)
+        for first in range(0, num_tasks, group):
+            prefix = f"{TASK_PREFIX}{first // group:0{TASK_RANGE_DIGITS}d}"
+            for kv in self.store.get_prefix(prefix):
+                records[int(kv.key.rsplit("/", 1)[1])] = decode_task(kv.value)
+        failures = []
+        for kv in self.store.get_prefix(FAILED_PREFIX):
+            pass_text, task_text = kv.key.rsplit("/", 1)[1].split("-")
+            failures.append(FailureEntry(int(pass_text), int(task_text), kv.value.decode()))
+        queue, delta = TaskQueue.restore(
+            [c.num_rows for c in dataset.chunks], dataset.chunks_per_task, dataset.num_passes,
+            policy, decode_meta(meta_kv.value), records, failures, live_trainers, now)
+        return LoadedState(dataset, queue, delta, time.perf_counter() - started)

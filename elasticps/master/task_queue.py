@@ -1,0 +1,545 @@
+"""The master's task queue: a pure state machine (no I/O, no clock; time is an argument).
+
+A dataset's chunks are grouped into tasks of ``chunks_per_task`` consecutive chunks. Every
+task is in exactly one state per pass::
+
+              get_task                 task_finished
+      TODO ─────────────▶ PENDING ─────────────────────▶ DONE
+       ▲                     │
+       │  failure < max      │ lease expired / trainer lost / task_failed
+       └─────────────────────┤
+                             │ failure == max_failures
+                             ▼
+                           FAILED
+
+A pass ends when no task is TODO or PENDING. Then, unless it was the last pass, the next pass
+starts with EVERY task back in TODO and its failure count reset: a FAILED task gets a fresh
+chance each pass (a transient fault should not drop data for the rest of the job), and the
+failures of the pass stay in :attr:`TaskQueue.failure_log`. The job fails for good (every
+GetTask answers JOB_FAILED with the reason) as soon as more than ``max_failed_fraction`` of the
+tasks, or all of them, are FAILED in one pass.
+
+Every dispatch increments the task's ``epoch``; a report carrying an older epoch comes from a
+stale holder and is refused with a reason (never an exception). A finish from the latest holder
+is accepted as long as the task has not been dispatched again, even after its lease expired:
+finished work is worth keeping.
+
+Each transition returns a :class:`Delta` naming the task records and whether the meta record
+changed, so the service persists only what changed (see :mod:`elasticps.master.snapshot`).
+Pass starts change only the meta record: a task record from an earlier pass reads as TODO.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from elasticps.errors import InvalidArgumentError, NotFoundError
+
+MAX_TRAINER_NAME = 253
+MAX_REASON = 1000
+MAX_SAVE_SECONDS = 24 * 3600.0
+FAILURE_LOG_LIMIT = 1000
+
+
+class TaskState(enum.Enum):
+    TODO = "todo"
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Outcome(enum.IntEnum):
+    """GetTask answers; the values are ``master_pb2.GetTaskResponse.Outcome``'s."""
+
+    TASK = 1  # a task to work on
+    RETRY_LATER = 2  # nothing to hand out now: other trainers hold the rest of the pass
+    PASS_OVER = 3  # the asked pass has ended; move on to the current one
+    ALL_DONE = 4  # every pass is done
+    JOB_FAILED = 5  # too many tasks failed; the reason says which
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Failure and lease policy of a queue."""
+
+    max_failures: int = 3  # failed attempts after which a task is FAILED for the pass
+    task_lease: float = 30.0  # seconds a pending task lives without a progress report
+    max_failed_fraction: float = 0.1  # more FAILED tasks than this in a pass fail the job
+
+    def __post_init__(self) -> None:
+        if self.max_failures < 1:
+            raise InvalidArgumentError(f"max_failures={self.max_failures} must be >= 1")
+        if not self.task_lease > 0:
+            raise InvalidArgumentError(f"task_lease={self.task_lease} must be > 0 seconds")
+        if not 0.0 <= self.max_failed_fraction <= 1.0:
+            raise InvalidArgumentError(
+                f"max_failed_fraction={self.max_failed_fraction} must be within [0, 1]")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What a transition changed: task ids whose record changed, the meta record, log entries."""
+
+    tasks: frozenset[int] = frozenset()
+    meta: bool = False
+    failures: tuple[FailureEntry, ...] = ()
+
+    def __or__(self, other: Delta) -> Delta:
+        return Delta(self.tasks | other.tasks, self.meta or other.meta,
+                     self.failures + other.failures)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tasks and not self.meta and not self.failures
+
+
+NO_CHANGE = Delta()
+
+
+@dataclass(frozen=True)
+class FailureEntry:
+    """A task that went FAILED in a pass, and the reason of its last failure."""
+
+    pass_id: int
+    task_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A dispatched task as the trainer sees it."""
+
+    task_id: int
+    pass_id: int
+    epoch: int
+    first_chunk: int
+    num_chunks: int
+    num_records: int
+    records_done: int
+    only_batches: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GetTaskResult:
+    outcome: Outcome
+    pass_id: int
+    task: TaskView | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Answer to a report: ``accepted`` False means the caller is not (or no longer) the holder."""
+
+    accepted: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """The persisted part of a task (its chunks follow from its id and the dataset)."""
+
+    state: TaskState
+    pass_id: int  # pass of its latest dispatch; -1 = never dispatched
+    epoch: int
+    owner: str
+    records_done: int
+    failures: int
+    last_error: str = ""
+    only_batches: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SaveGrant:
+    holder: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MetaRecord:
+    """The persisted job-wide state."""
+
+    pass_id: int = 0
+    finished: bool = False
+    failed_reason: str = ""
+    records_total: int = 0
+    tasks_finished_total: int = 0
+    failures_total: int = 0
+    save: SaveGrant | None = None
+
+
+@dataclass
+class _Task:
+    task_id: int
+    first_chunk: int
+    num_chunks: int
+    num_records: int
+    state: TaskState = TaskState.TODO
+    pass_id: int = -1
+    epoch: int = 0
+    owner: str = ""
+    records_done: int = 0
+    failures: int = 0
+    last_error: str = ""
+    only_batches: tuple[int, ...] = ()
+    deadline: float = 0.0  # lease deadline while PENDING; never persisted
+
+
+@dataclass
+class _Counts:
+    by_state: dict[TaskState, int] = field(default_factory=dict)
+
+    def move(self, old: TaskState, new: TaskState) -> None:
+        self.by_state[old] -= 1
+        self.by_state[new] += 1
+
+
+def _check_trainer(trainer: str) -> None:
+    if not trainer or len(trainer) > MAX_TRAINER_NAME:
+        raise InvalidArgumentError(
+            f"trainer name {trainer!r} must be 1 to {MAX_TRAINER_NAME} characters")
+
+
+class TaskQueue:
+    """Tasks of one dataset over ``num_passes`` passes. See the module docstring."""
+
+    def __init__(self, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
+                 policy: QueuePolicy | None = None) -> None:
+        if chunks_per_task < 1:
+            raise InvalidArgumentError(f"chunks_per_task={chunks_per_task} must be >= 1")
+        if num_passes < 1:
+            raise InvalidArgumentError(f"num_passes={num_passes} must be >= 1")
+        if not chunk_rows:
+            raise InvalidArgumentError("the dataset has no chunks; there is nothing to train on")
+        for index, count in enumerate(chunk_rows):
+            if count < 0:
+                raise InvalidArgumentError(f"chunk {index} has a negative row count {count}")
+        self.policy = policy or QueuePolicy()
+        self.chunks_per_task = chunks_per_task
+        self.num_passes = num_passes
+        self.num_chunks = len(chunk_rows)
+        self._tasks: list[_Task] = []
+        for task_id, first in enumerate(range(0, len(chunk_rows), chunks_per_task)):
+            group = chunk_rows[first:first + chunks_per_task]
+            self._tasks.append(_Task(task_id, first, len(group), int(sum(group))))
+        self._todo: OrderedDict[int, None] = OrderedDict((t.task_id, None) for t in self._tasks)
+        self._pending: dict[int, _Task] = {}
+        self._counts = _Counts({s: 0 for s in TaskState})
+        self._counts.by_state[TaskState.TODO] = len(self._tasks)
+        self.pass_id = 0
+        self.finished = False
+        self.failed_reason = ""
+        self.records_total = 0
+        self.tasks_finished_total = 0
+        self.failures_total = 0
+        self.failure_log: list[FailureEntry] = []
+        self._save: SaveGrant | None = None
+        self._save_until = 0.0
+
+    # ----------------------------------------------------------------------------- queries
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self._tasks)
+
+    def counts(self) -> dict[str, int]:
+        """Tasks per state in the current pass."""
+        return {state.value: self._counts.by_state[state] for state in TaskState}
+
+    def task_view(self, task_id: int) -> TaskView:
+        task = self._task(task_id)
+        return TaskView(task.task_id, task.pass_id, task.epoch, task.first_chunk, task.num_chunks,
+                        task.num_records, task.records_done, task.only_batches)
+
+    def state_of(self, task_id: int) -> TaskState:
+        return self._task(task_id).state
+
+    def pending_of(self, trainer: str) -> list[int]:
+        return sorted(t.task_id for t in self._pending.values() if t.owner == trainer)
+
+    def owners(self) -> set[str]:
+        return {t.owner for t in self._pending.values()}
+
+    def failed_tasks(self) -> list[FailureEntry]:
+        """FAILED tasks of the current pass with the reason of their last failure."""
+        return [FailureEntry(self.pass_id, t.task_id, t.last_error)
+                for t in self._tasks if t.state is TaskState.FAILED]
+
+    def next_deadline(self) -> float | None:
+        """The earliest lease deadline of a pending task (for the service's timer)."""
+        return min((t.deadline for t in self._pending.values()), default=None)
+
+    def save_holder(self, now: float) -> str | None:
+        if self._save is not None and now < self._save_until:
+            return self._save.holder
+        return None
+
+    # --------------------------------------------------------------------------- transitions
+
+    def get_task(self, trainer: str, pass_id: int, now: float) -> tuple[GetTaskResult, Delta]:
+        """Lease the next TODO task of ``pass_id`` to ``trainer``."""
+        _check_trainer(trainer)
+        if pass_id < 0:
+            raise InvalidArgumentError(f"pass_id={pass_id} must be >= 0")
+        if self.failed_reason:
+            return GetTaskResult(Outcome.JOB_FAILED, self.pass_id, reason=self.failed_reason), \
+                NO_CHANGE
+        if self.finished:
+            return GetTaskResult(Outcome.ALL_DONE, self.num_passes,
+                                 reason=f"all {self.num_passes} passes are done"), NO_CHANGE
+        if pass_id < self.pass_id:
+            return GetTaskResult(Outcome.PASS_OVER, self.pass_id,
+                                 reason=f"pass {pass_id} is over; pass {self.pass_id} is "
+                                        "running"), NO_CHANGE
+        if pass_id > self.pass_id:
+            raise InvalidArgumentError(
+                f"pass_id={pass_id} has not started; the current pass is {self.pass_id}")
+        if not self._todo:
+            return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
+                                 reason=f"{len(self._pending)} task(s) of pass {self.pass_id} "
+                                        "are still held by other trainers"), NO_CHANGE
+        task_id, _ = self._todo.popitem(last=False)
+        task = self._tasks[task_id]
+        self._set_state(task, TaskState.PENDING)
+        task.pass_id = self.pass_id
+        task.epoch += 1
+        task.owner = trainer
+        task.deadline = now + self.policy.task_lease
+        self._pending[task_id] = task
+        return GetTaskResult(Outcome.TASK, self.pass_id, self.task_view(task_id)), \
+            Delta(frozenset([task_id]))
+
+    def report_progress(self, trainer: str, task_id: int, epoch: int, records_done: int,
+                        now: float) -> tuple[Reply, Delta]:
+        """Renew a pending task's lease; remember how many records are done (resume point)."""
+        task = self._checked(trainer, task_id)
+        if not 0 <= records_done <= task.num_records:
+            raise InvalidArgumentError(
+                f"records_done={records_done} for task {task_id} must be within "
+                f"[0, {task.num_records}]")
+        refusal = self._refusal(task, trainer, epoch)
+        if refusal:
+            return Reply(False, refusal), NO_CHANGE
+        if task.state is not TaskState.PENDING:
+            return Reply(False, f"task {task_id} is {task.state.value}, no longer leased to "
+                                f"{trainer}"), NO_CHANGE
+        task.deadline = now + self.policy.task_lease
+        if records_done <= task.records_done:
+            return Reply(True), NO_CHANGE  # a lease renewal is not persisted
+        task.records_done = records_done
+        return Reply(True), Delta(frozenset([task_id]))
+
+    def task_finished(self, trainer: str, task_id: int, epoch: int, records: int,
+                      now: float) -> tuple[Reply, Delta]:
+        """Mark a task DONE. A repeat of an accepted finish is accepted again and changes
+        nothing (the client may retry after a lost answer)."""
+        task = self._checked(trainer, task_id)
+        if records < 0:
+            raise InvalidArgumentError(f"records={records} must be >= 0")
+        refusal = self._refusal(task, trainer, epoch)
+        if refusal:
+            return Reply(False, refusal), NO_CHANGE
+        if task.state is TaskState.DONE:
+            return Reply(True, f"task {task_id} was already finished"), NO_CHANGE
+        self._leave(task)
+        self._set_state(task, TaskState.DONE)
+        task.records_done = task.num_records
+        self.records_total += task.num_records  # dataset progress; `records` may be a resume
+        self.tasks_finished_total += 1
+        delta = Delta(frozenset([task_id]), meta=True)
+        return Reply(True), delta | self._maybe_end_pass()
+
+    def task_failed(self, trainer: str, task_id: int, epoch: int, reason: str,
+                    now: float) -> tuple[Reply, Delta]:
+        """The holder gave up on a task (e.g. unreadable data); counts as one failure."""
+        task = self._checked(trainer, task_id)
+        reason = (reason or "no reason given")[:MAX_REASON]
+        refusal = self._refusal(task, trainer, epoch)
+        if refusal:
+            return Reply(False, refusal), NO_CHANGE
+        if task.state is TaskState.DONE:
+            return Reply(False, f"task {task_id} is already finished"), NO_CHANGE
+        if task.state is not TaskState.PENDING:
+            # Already back in todo (or failed) for this epoch: a repeat, nothing more to count.
+            return Reply(True, f"task {task_id} was already released"), NO_CHANGE
+        delta = self._fail(task, f"trainer {trainer} reported: {reason}")
+        return Reply(True), delta | self._maybe_end_pass()
+
+    def expire_leases(self, now: float) -> Delta:
+        """Send every pending task whose lease ran out back to TODO (one failure each)."""
+        delta = NO_CHANGE
+        for task in [t for t in self._pending.values() if t.deadline <= now]:
+            delta = delta | self._fail(
+                task, f"lease expired: trainer {task.owner} sent no progress for "
+                      f"{self.policy.task_lease:g}s")
+        return delta if delta.empty else delta | self._maybe_end_pass()
+
+    def trainer_lost(self, trainer: str, now: float, *, count_failure: bool = True) -> Delta:
+        """Every pending task of ``trainer`` goes back to TODO at once.
+
+        ``count_failure=False`` is for a trainer that left on purpose and handed its work back.
+        """
+        delta = NO_CHANGE
+        for task in [t for t in self._pending.values() if t.owner == trainer]:
+            if count_failure:
+                delta = delta | self._fail(task, f"trainer {trainer} was lost "
+                                                 "(its store lease vanished)")
+            else:
+                self._leave(task)
+                self._set_state(task, TaskState.TODO)
+                self._todo[task.task_id] = None
+                delta = delta | Delta(frozenset([task.task_id]))
+        return delta if delta.empty else delta | self._maybe_end_pass()
+
+    def request_save_model(self, trainer: str, block_seconds: float,
+                           now: float) -> tuple[Reply, Delta]:
+        """Grant ``trainer`` the right to save the model for ``block_seconds``; one at a time."""
+        _check_trainer(trainer)
+        if not 0 < block_seconds <= MAX_SAVE_SECONDS:
+            raise InvalidArgumentError(
+                f"block_seconds={block_seconds} must be within (0, {MAX_SAVE_SECONDS:g}]")
+        holder = self.save_holder(now)
+        if holder is not None and holder != trainer:
+            return Reply(False, f"trainer {holder} is saving the model for another "
+                                f"{self._save_until - now:.1f}s"), NO_CHANGE
+        self._save = SaveGrant(trainer, float(block_seconds))
+        self._save_until = now + block_seconds
+        return Reply(True), Delta(meta=True)
+
+    # --------------------------------------------------------------------------- persistence
+
+    def task_record(self, task_id: int) -> TaskRecord:
+        t = self._task(task_id)
+        return TaskRecord(t.state, t.pass_id, t.epoch, t.owner, t.records_done, t.failures,
+                          t.last_error, t.only_batches)
+
+    def meta_record(self) -> MetaRecord:
+        return MetaRecord(self.pass_id, self.finished, self.failed_reason, self.records_total,
+                          self.tasks_finished_total, self.failures_total, self._save)
+
+    @classmethod
+    def restore(cls, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
+                policy: QueuePolicy | None, meta: MetaRecord, records: dict[int, TaskRecord],
+                failure_log: Iterable[FailureEntry], live_trainers: set[str],
+                now: float) -> tuple[TaskQueue, Delta]:
+        """Rebuild a queue from its persisted records.
+
+        A record of an earlier pass reads as TODO. Pending tasks get a fresh lease (the old
+        deadline was another process's clock); those whose owner is not in ``live_trainers``
+        go back to TODO as a failure, which the returned delta carries.
+        """
+        queue = cls(chunk_rows, chunks_per_task, num_passes, policy)
+        queue.pass_id = meta.pass_id
+        queue.finished = meta.finished
+        queue.failed_reason = meta.failed_reason
+        queue.records_total = meta.records_total
+        queue.tasks_finished_total = meta.tasks_finished_total
+        queue.failures_total = meta.failures_total
+        queue.failure_log = list(failure_log)[-FAILURE_LOG_LIMIT:]
+        if meta.save is not None:
+            queue._save = meta.save
+            queue._save_until = now + meta.save.seconds  # conservative: never shorter
+        for task_id, rec in records.items():
+            if not 0 <= task_id < queue.num_tasks:
+                raise InvalidArgumentError(
+                    f"snapshot has task {task_id} but the dataset has {queue.num_tasks} tasks")
+            task = queue._tasks[task_id]
+            task.epoch = rec.epoch
+            task.pass_id = rec.pass_id
+            if rec.pass_id != meta.pass_id:
+                continue  # an earlier pass: TODO with a clean slate
+            task.only_batches = rec.only_batches
+            task.owner = rec.owner
+            task.records_done = rec.records_done
+            task.failures = rec.failures
+            task.last_error = rec.last_error
+            if rec.state is not TaskState.TODO:
+                del queue._todo[task_id]
+                queue._set_state(task, rec.state)
+            if rec.state is TaskState.PENDING:
+                task.deadline = now + queue.policy.task_lease
+                queue._pending[task_id] = task
+        if not queue.finished and not queue.failed_reason:
+            # A todo order that survives restarts: tasks sent back (failures > 0) go last.
+            order = sorted(queue._todo, key=lambda i: (queue._tasks[i].failures > 0, i))
+            queue._todo = OrderedDict((i, None) for i in order)
+        delta = NO_CHANGE
+        for trainer in sorted(queue.owners() - live_trainers):
+            delta = delta | queue.trainer_lost(trainer, now)
+        return queue, delta
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _task(self, task_id: int) -> _Task:
+        if not 0 <= task_id < len(self._tasks):
+            raise NotFoundError(
+                f"task {task_id} does not exist; the dataset has {len(self._tasks)} tasks")
+        return self._tasks[task_id]
+
+    def _checked(self, trainer: str, task_id: int) -> _Task:
+        _check_trainer(trainer)
+        return self._task(task_id)
+
+    def _refusal(self, task: _Task, trainer: str, epoch: int) -> str:
+        """Why a report about ``task`` from (trainer, epoch) is stale, or '' if it is current."""
+        if self.failed_reason:
+            return f"the job failed: {self.failed_reason}"
+        if epoch != task.epoch or task.pass_id != self.pass_id or self.finished:
+            return (f"task {task.task_id} epoch {epoch} is stale: the task was dispatched again "
+                    f"(epoch {task.epoch}, pass {task.pass_id}; current pass {self.pass_id})")
+        if task.owner != trainer:
+            return f"task {task.task_id} epoch {epoch} is held by {task.owner}, not {trainer}"
+        return ""
+
+    def _set_state(self, task: _Task, state: TaskState) -> None:
+        self._counts.move(task.state, state)
+        task.state = state
+
+    def _leave(self, task: _Task) -> None:
+        """Take ``task`` out of the todo/pending indexes (before a state change)."""
+        self._pending.pop(task.task_id, None)
+        self._todo.pop(task.task_id, None)
+
+    def _fail(self, task: _Task, reason: str) -> Delta:
+        self._leave(task)
+        task.failures += 1
+        task.last_error = reason[:MAX_REASON]
+        self.failures_total += 1
+        if task.failures < self.policy.max_failures:
+            self._set_state(task, TaskState.TODO)
+            self._todo[task.task_id] = None  # retried after the tasks nobody tried yet
+            return Delta(frozenset([task.task_id]), meta=True)
+        self._set_state(task, TaskState.FAILED)
+        entry = FailureEntry(self.pass_id, task.task_id, task.last_error)
+        self.failure_log = [*self.failure_log[-(FAILURE_LOG_LIMIT - 1):], entry]
+        failed = self._counts.by_state[TaskState.FAILED]
+        if failed == self.num_tasks or failed > self.policy.max_failed_fraction * self.num_tasks:
+            self.failed_reason = (
+                f"{failed} of {self.num_tasks} tasks failed in pass {self.pass_id}, more than "
+                f"the allowed fraction {self.policy.max_failed_fraction:g}; the last was task "
+                f"{task.task_id} after {task.failures} failures: {task.last_error}")
+        return Delta(frozenset([task.task_id]), meta=True, failures=(entry,))
+
+    def _maybe_end_pass(self) -> Delta:
+        if self._todo or self._pending or self.failed_reason or self.finished:
+            return NO_CHANGE
+        if self.pass_id + 1 >= self.num_passes:
+            self.finished = True
+            return Delta(meta=True)
+        self.pass_id += 1
+        # Every task, FAILED ones included, starts the new pass as TODO with a clean slate.
+        # Only the meta record is written: task records of an earlier pass read as TODO.
+        for task in self._tasks:
+            task.state = TaskState.TODO
+            task.owner = ""
+            task.records_done = 0
+            task.failures = 0
+            task.last_error = ""
+            task.only_batches = ()
+        self._todo = OrderedDict((t.task_id, None) for t in self._tasks)
+        self._counts = _Counts({s: 0 for s in TaskState})
+        self._counts.by_state[TaskState.TODO] = len(self._tasks)
+        return Delta(meta=True)

@@ -1,0 +1,140 @@
+"""Tensor codec: numpy arrays <-> ``common_pb2.Tensor`` as raw little-endian bytes.
+
+No pickle and no per-element encoding: an array becomes (dtype, shape, bytes). Encoding costs
+one copy (protobuf owns its bytes); decoding returns a read-only ``np.frombuffer`` view over the
+message's bytes, so it costs none. Every decode validates dtype, shape and byte length against
+what the caller expects and raises :class:`~elasticps.errors.InvalidArgumentError` naming the
+field, so servers can reject bad input before touching state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import numpy as np
+
+from elasticps.errors import InvalidArgumentError
+from elasticps.proto import common_pb2
+
+WireDType: TypeAlias = common_pb2.DType.ValueType
+
+_TO_WIRE: dict[np.dtype, WireDType] = {
+    np.dtype("<f4"): common_pb2.FLOAT32,
+    np.dtype("<f8"): common_pb2.FLOAT64,
+    np.dtype("<f2"): common_pb2.FLOAT16,
+    np.dtype("i1"): common_pb2.INT8,
+    np.dtype("<i2"): common_pb2.INT16,
+    np.dtype("<i4"): common_pb2.INT32,
+    np.dtype("<i8"): common_pb2.INT64,
+    np.dtype("u1"): common_pb2.UINT8,
+    np.dtype("?"): common_pb2.BOOL,
+}
+_FROM_WIRE: dict[WireDType, np.dtype] = {wire: dtype for dtype, wire in _TO_WIRE.items()}
+# bfloat16 has no numpy dtype: it travels as its raw 16-bit pattern and decodes to uint16 bits.
+_FROM_WIRE[common_pb2.BFLOAT16] = np.dtype("<u2")
+
+MAX_ELEMENTS = 1 << 34  # a sanity bound on declared shapes; message-size limits bind first
+
+
+def wire_dtype(dtype: np.dtype | type) -> WireDType:
+    """The wire enum for a numpy dtype; InvalidArgumentError for unsupported ones."""
+    normalized = np.dtype(dtype)
+    if normalized.itemsize > 1:
+        normalized = normalized.newbyteorder("<")
+    try:
+        return _TO_WIRE[normalized]
+    except KeyError:
+        raise InvalidArgumentError(
+            f"dtype {np.dtype(dtype)} cannot be sent over the wire"
+        ) from None
+
+
+def encode_tensor(array: np.ndarray) -> common_pb2.Tensor:
+    """Encode ``array`` as (dtype, shape, little-endian C-order bytes)."""
+    array = np.asarray(array)
+    wire = wire_dtype(array.dtype)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    # tobytes() makes the one copy protobuf needs anyway (it also linearises non-contiguous views).
+    return common_pb2.Tensor(dtype=wire, shape=array.shape, data=array.tobytes(order="C"))
+
+
+def _check_shape(
+    name: str, actual: tuple[int, ...], expected: Sequence[int | None] | None
+) -> None:
+    if expected is None:
+        return
+    if len(actual) != len(expected) or any(
+        want is not None and want != got for want, got in zip(expected, actual, strict=False)
+    ):
+        shown = ", ".join("*" if want is None else str(want) for want in expected)
+        if len(expected) == 1:
+            shown += ","
+        raise InvalidArgumentError(
+            f"{name} has shape {actual}, expected ({shown})"
+        )
+
+
+def decode_tensor(
+    tensor: common_pb2.Tensor,
+    *,
+    dtype: np.dtype | type | None = None,
+    shape: Sequence[int | None] | None = None,
+    name: str = "tensor",
+) -> np.ndarray:
+    """Decode to a read-only array viewing the message bytes.
+
+    ``dtype`` (if given) must match exactly; ``shape`` may use None as a wildcard dimension.
+    """
+    wire_np = _FROM_WIRE.get(tensor.dtype)
+    if wire_np is None:
+        raise InvalidArgumentError(
+            f"{name} has unknown or unset dtype {tensor.dtype}"
+        )
+    if dtype is not None and wire_dtype(dtype) != tensor.dtype:
+        raise InvalidArgumentError(
+            f"{name} has dtype {common_pb2.DType.Name(tensor.dtype)}, "
+            f"expected {common_pb2.DType.Name(wire_dtype(dtype))}",
+        )
+    dims = tuple(int(d) for d in tensor.shape)
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"{name} has a negative dimension in {dims}")
+    count = math.prod(dims)
+    if count > MAX_ELEMENTS:
+        raise InvalidArgumentError(f"{name} declares {count} elements, too many")
+    if len(tensor.data) != count * wire_np.itemsize:
+        raise InvalidArgumentError(
+            f"{name} carries {len(tensor.data)} bytes but shape {dims} of "
+            f"{common_pb2.DType.Name(tensor.dtype)} needs {count * wire_np.itemsize}",
+        )
+    _check_shape(name, dims, shape)
+    return np.frombuffer(tensor.data, dtype=wire_np).reshape(dims)
+
+
+def encode_sparse(ids: np.ndarray, rows: np.ndarray) -> common_pb2.SparseRows:
+    """Encode sparse rows; ``ids`` is int64 [n], ``rows`` is [n, dim]."""
+    ids = np.asarray(ids)
+    rows = np.asarray(rows)
+    if ids.ndim != 1 or rows.ndim != 2 or rows.shape[0] != ids.shape[0]:
+        raise InvalidArgumentError(
+            f"sparse rows need ids [n] and rows [n, dim], got {ids.shape} and {rows.shape}",
+        )
+    return common_pb2.SparseRows(
+        ids=encode_tensor(ids.astype(np.int64, copy=False)), rows=encode_tensor(rows)
+    )
+
+
+def decode_sparse(
+    message: common_pb2.SparseRows,
+    *,
+    dim: int | None = None,
+    dtype: np.dtype | type | None = None,
+    name: str = "sparse",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decode sparse rows, checking ids are int64 [n] and rows are [n, dim]."""
+    ids = decode_tensor(message.ids, dtype=np.int64, shape=(None,), name=f"{name}.ids")
+    rows = decode_tensor(message.rows, dtype=dtype, shape=(ids.shape[0], dim),
+                         name=f"{name}.rows")
+    return ids, rows

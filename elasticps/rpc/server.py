@@ -1,0 +1,119 @@
+"""gRPC server helpers: raised message limits, keepalive, the job-token check, error mapping.
+
+Every server elasticps runs is made by :func:`make_server`, so every call on every service
+passes :class:`TokenInterceptor` before any handler runs: a call without the job token, or with
+a wrong one, is answered UNAUTHENTICATED and touches nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.rpc.status import status_for
+
+log = logging.getLogger(__name__)
+
+TOKEN_METADATA_KEY = "x-elasticps-token"
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
+    *CHANNEL_OPTIONS,
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.so_reuseport", 0),  # a second server must not silently share a port
+)
+
+
+def _deny(message: str) -> grpc.RpcMethodHandler:
+    def abort(request: Any, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return grpc.unary_unary_rpc_method_handler(abort)
+
+
+class TokenInterceptor(grpc.ServerInterceptor):
+    """Refuses every call whose ``x-elasticps-token`` metadata is not the job token."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+        self._missing = _deny("missing job token (metadata x-elasticps-token)")
+        self._wrong = _deny("wrong job token")
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        sent = None
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == TOKEN_METADATA_KEY:
+                sent = value.encode() if isinstance(value, str) else value
+                break
+        if sent is None:
+            return self._missing
+        if not hmac.compare_digest(sent, self._token):
+            return self._wrong
+        return continuation(handler_call_details)
+
+
+def make_server(token: str, *, max_workers: int = 16) -> grpc.Server:
+    """A gRPC server that checks ``token`` on every call. Add servicers, then :func:`bind`."""
+    if not token:
+        raise ConfigError("a job token is required to start a server (set PADDLE_JOB_TOKEN)")
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        interceptors=[TokenInterceptor(token)],
+        options=SERVER_OPTIONS,
+        maximum_concurrent_rpcs=max_workers * 8,
+    )
+
+
+def bind(server: grpc.Server, host: str, port: int) -> int:
+    """Bind ``host:port`` (0 = any free port, chosen by the kernel); returns the bound port.
+
+    The process that serves binds the port itself and then publishes it through the store, so
+    no other process can take it in between.
+    """
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise ConfigError(f"cannot bind {host}:{port} (PADDLE_HOST/PADDLE_PORT): in use or invalid")
+    return bound
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def rpc_handler(method: Handler) -> Handler:
+    """Decorate a servicer method: an ``ElasticPSError`` becomes the matching gRPC status.
+
+    Anything else is a bug: it is logged with its traceback and answered INTERNAL.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except ElasticPSError as exc:
+            context.abort(status_for(exc), str(exc))
+        except Exception as exc:
+            if isinstance(exc, grpc.RpcError) or type(exc).__name__ == "_AbortError":
+                raise  # context.abort() inside the handler: already answered
+            log.exception("Handler %s failed unexpectedly.", method.__qualname__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,54 @@
+"""The one place where gRPC status codes and the elasticps exception tree meet.
+
+Clients: every ``grpc.RpcError`` goes through :func:`raise_for_rpc_error`.
+Servers: every ``ElasticPSError`` raised in a handler goes through :func:`status_for`.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import grpc
+
+from elasticps import errors
+
+_CLIENT_MAP: dict[grpc.StatusCode, type[errors.RPCError]] = {
+    grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.UnavailableError,
+    grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: errors.UnauthenticatedError,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
+    grpc.StatusCode.OUT_OF_RANGE: errors.InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: errors.NotFoundError,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError,
+    grpc.StatusCode.ABORTED: errors.FailedPreconditionError,
+}
+
+# Most specific class first: status_for walks this list with isinstance.
+_SERVER_MAP: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (errors.UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.NotLeaderError, grpc.StatusCode.UNAVAILABLE),  # clients should find the new leader
+    (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (errors.StoreUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (errors.ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.CheckpointError, grpc.StatusCode.FAILED_PRECONDITION),
+)
+
+
+def raise_for_rpc_error(exc: grpc.RpcError, what: str = "call") -> NoReturn:
+    """Re-raise a gRPC error as the matching :class:`~elasticps.errors.RPCError` subclass."""
+    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    cls = _CLIENT_MAP.get(code, errors.RemoteError)
+    raise cls(f"{what} failed with {code.name}: {details}", code=code.name) from exc
+
+
+def status_for(exc: BaseException) -> grpc.StatusCode:
+    """The status code a server answers for ``exc``."""
+    for cls, code in _SERVER_MAP:
+        if isinstance(exc, cls):
+            return code
+    return grpc.StatusCode.INTERNAL

@@ -1,0 +1,449 @@
+"""The etcd v3 backend, over the asyncio client ``aetcd`` driven from a private event loop.
+
+Our :class:`~elasticps.store.api.Store` is synchronous, so each store owns one event loop in a
+daemon thread and submits coroutines to it. We use aetcd for the gRPC channel and its watch
+stream, and talk to etcd's KV / Lease stubs directly so we see response headers (revisions).
+
+Failure handling, all in this module:
+
+- Endpoints (``etcd://a:2379,b:2379``) are tried in order; the one that answered is tried first
+  next time.
+- A call that cannot reach any endpoint is retried with backoff for ``retry_for`` seconds, so a
+  brief etcd restart is ridden out, then :class:`StoreUnavailableError` is raised. Only
+  UNAVAILABLE is retried; a write that timed out (DEADLINE_EXCEEDED) may have been applied and is
+  surfaced at once rather than applied twice.
+- A watch whose stream breaks is re-created from the revision after the last event it delivered,
+  so it neither misses nor repeats an event across an etcd restart. If that revision has been
+  compacted the watch ends with a :class:`StoreError` that says so.
+- Leases are refreshed by our own keepalive thread (see ``ThreadedLease``), not aetcd's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import aetcd
+import grpc
+from aetcd import exceptions as aetcd_errors
+from aetcd import rpc
+from aetcd import watcher as aetcd_watcher
+
+from elasticps.errors import ConfigError, LeaseExpiredError, StoreError, StoreUnavailableError
+from elasticps.store._common import (
+    QueueWatch,
+    ThreadedLease,
+    check_compares,
+    check_key,
+    check_ops,
+    check_prefix,
+    check_ttl,
+    check_value,
+    prefix_range_end,
+)
+from elasticps.store.api import (
+    Compare,
+    CompareTarget,
+    Event,
+    EventType,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    Store,
+    TxnResult,
+    Watch,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_RETRIABLE = (grpc.StatusCode.UNAVAILABLE,)
+# Reconnect quickly after an etcd restart; gRPC's default backoff grows to two minutes.
+_CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1000,
+    "grpc.keepalive_time_ms": 10_000,
+    "grpc.max_receive_message_length": 256 << 20,  # a long prefix listing exceeds 4 MiB
+    "grpc.keepalive_timeout_ms": 5_000,
+}
+_TARGETS = {
+    CompareTarget.VALUE: rpc.Compare.VALUE,
+    CompareTarget.MOD_REVISION: rpc.Compare.MOD,
+    CompareTarget.CREATE_REVISION: rpc.Compare.CREATE,
+    CompareTarget.VERSION: rpc.Compare.VERSION,
+}
+
+
+def parse_endpoints(url: str) -> list[tuple[str, int]]:
+    """``etcd://h1:2379,h2:2379`` -> [("h1", 2379), ("h2", 2379)]; a clear error otherwise."""
+    if not url.startswith("etcd://"):
+        raise ConfigError(f"etcd store URL {url!r} must start with etcd://")
+    body = url[len("etcd://"):].rstrip("/")
+    endpoints = []
+    for part in body.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"etcd endpoint {part!r} in {url!r} must be host:port")
+        endpoints.append((host, int(port)))
+    return endpoints
+
+
+class _EtcdLease(ThreadedLease):
+    def __init__(self, store: EtcdStore, lease_id: int, ttl: int) -> None:
+        super().__init__(lease_id, ttl, store.describe)
+        self._store = store
+
+    def _refresh_once(self) -> bool:
+        return self._store._refresh_lease(self.id)
+
+    def _revoke_once(self) -> None:
+        self._store._revoke_lease(self.id)
+
+
+class _EtcdWatch(QueueWatch):
+    def __init__(self, store: EtcdStore) -> None:
+        super().__init__()
+        self._store = store
+        self.task: asyncio.Task[None] | None = None
+
+    def _on_cancel(self) -> None:
+        task = self.task
+        if task is not None and not self._store._closed:
+            # RuntimeError: the loop is already closed, and the task died with it.
+            with contextlib.suppress(RuntimeError):
+                self._store._loop.call_soon_threadsafe(task.cancel)
+
+
+class EtcdStore(Store):
+    """A :class:`Store` on an etcd v3 cluster. See the module docstring for failure handling."""
+
+    def __init__(self, endpoints: Sequence[tuple[str, int]], prefix: str = "", *,
+                 retry_for: float = 10.0, call_timeout: float = 5.0) -> None:
+        if not endpoints:
+            raise ConfigError("an etcd store needs at least one endpoint")
+        self.endpoints = list(endpoints)
+        self.prefix = check_prefix(prefix)
+        self.prefix_bytes = prefix.encode()
+        names = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        self.describe = f"etcd store {names} ({prefix or '/'})"
+        self.retry_for = retry_for
+        self.call_timeout = call_timeout
+        self._closed = False
+        self._preferred = 0
+        self._registry_lock = threading.Lock()
+        self._leases: list[ThreadedLease] = []
+        self._watches: list[_EtcdWatch] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="etcd-store-loop",
+                                        daemon=True)
+        self._thread.start()
+        self._clients: list[aetcd.Client] = self._run(self._make_clients())
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "", **kwargs: float) -> EtcdStore:
+        return cls(parse_endpoints(url), prefix, **kwargs)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    async def _make_clients(self) -> list[aetcd.Client]:
+        return [aetcd.Client(host=h, port=p, timeout=self.call_timeout, options=_CHANNEL_OPTIONS)
+                for h, p in self.endpoints]
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise StoreError(f"{self.describe} is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        """Run ``fn`` against the first endpoint that answers, retrying for ``retry_for`` s."""
+        return self._run(self._call_async(what, fn))
+
+    async def _call_async(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + self.retry_for
+        backoff = 0.05
+        while True:
+            last: BaseException | None = None
+            for i in range(len(self._clients)):
+                index = (self._preferred + i) % len(self._clients)
+                client = self._clients[index]
+                try:
+                    await client.connect()
+                    result = await fn(client)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() not in _RETRIABLE:
+                        raise _translate(exc, what, self.describe) from exc
+                    last = exc
+                    continue
+                except aetcd_errors.ClientError as exc:
+                    last = exc
+                    continue
+                self._preferred = index
+                return result
+            if time.monotonic() + backoff > deadline:
+                raise StoreUnavailableError(
+                    f"{what} on {self.describe} failed: no endpoint answered for "
+                    f"{self.retry_for:g}s (last error: {_describe_error(last)})") from last
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _full(self, key: str) -> bytes:
+        return self.prefix_bytes + key.encode()
+
+    def _kv(self, kv: Any) -> KeyValue:
+        return KeyValue(bytes(kv.key[len(self.prefix_bytes):]).decode(), bytes(kv.value),
+                        int(kv.create_revision), int(kv.mod_revision), int(kv.version),
+                        int(kv.lease))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        request = rpc.RangeRequest(key=self._full(check_key(key)))
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.kvstub.Range(request, timeout=self.call_timeout,
+                                             metadata=client.metadata)
+
+        response = self._call(f"get {key!r}", call)
+        return self._kv(response.kvs[0]) if response.kvs else None
+
+    def get_prefix(self, prefix: str) -> list[KeyValue]:
+        start = self._full(check_prefix(prefix))
+        request = rpc.RangeRequest(key=start or b"\0", range_end=prefix_range_end(start),
+                                   sort_order=rpc.RangeRequest.ASCEND,
+                                   sort_target=rpc.RangeRequest.KEY)
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.kvstub.Range(request, timeout=self.call_timeout,
+                                             metadata=client.metadata)
+
+        return [self._kv(kv) for kv in self._call(f"list {prefix!r}", call).kvs]
+
+    def revision(self) -> int:
+        # A range over one impossible key is the cheapest way to read the header.
+        request = rpc.RangeRequest(key=b"\0", count_only=True)
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.kvstub.Range(request, timeout=self.call_timeout,
+                                             metadata=client.metadata)
+
+        return int(self._call("read the revision", call).header.revision)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        return self.txn([], [Put(key, value, lease)]).revision
+
+    def delete(self, key: str) -> bool:
+        return self._delete(self._full(check_key(key)), None, f"delete {key!r}") > 0
+
+    def delete_prefix(self, prefix: str) -> int:
+        start = self._full(check_prefix(prefix))
+        return self._delete(start or b"\0", prefix_range_end(start), f"delete prefix {prefix!r}")
+
+    def _delete(self, key: bytes, range_end: bytes | None, what: str) -> int:
+        request = rpc.DeleteRangeRequest(key=key, range_end=range_end or b"")
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.kvstub.DeleteRange(request, timeout=self.call_timeout,
+                                                   metadata=client.metadata)
+
+        return int(self._call(what, call).deleted)
+
+    def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+            failure: Sequence[Op] = ()) -> TxnResult:
+        check_compares(compares)
+        check_ops(success, "txn success")
+        check_ops(failure, "txn failure")
+        request = rpc.TxnRequest(compare=[self._compare(c) for c in compares],
+                                 success=[self._op(op) for op in success],
+                                 failure=[self._op(op) for op in failure])
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.kvstub.Txn(request, timeout=self.call_timeout,
+                                           metadata=client.metadata)
+
+        response = self._call("transaction", call)
+        return TxnResult(bool(response.succeeded), int(response.header.revision))
+
+    def _compare(self, cmp: Compare) -> Any:
+        message = rpc.Compare(key=self._full(cmp.key), result=rpc.Compare.EQUAL,
+                              target=_TARGETS[cmp.target])
+        if cmp.target is CompareTarget.VALUE:
+            message.value = cmp.expected
+        elif cmp.target is CompareTarget.MOD_REVISION:
+            message.mod_revision = cmp.expected
+        elif cmp.target is CompareTarget.CREATE_REVISION:
+            message.create_revision = cmp.expected
+        else:
+            message.version = cmp.expected
+        return message
+
+    def _op(self, op: Op) -> Any:
+        if isinstance(op, Put):
+            return rpc.RequestOp(request_put=rpc.PutRequest(
+                key=self._full(op.key), value=check_value(op.value, op.key), lease=op.lease))
+        full = self._full(op.key)
+        if op.prefix:
+            return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
+                key=full or b"\0", range_end=prefix_range_end(full)))
+        return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=full))
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def grant_lease(self, ttl: int) -> Lease:
+        request = rpc.LeaseGrantRequest(TTL=check_ttl(ttl))
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.leasestub.LeaseGrant(request, timeout=self.call_timeout,
+                                                      metadata=client.metadata)
+
+        response = self._call(f"grant a {ttl}s lease", call)
+        lease = _EtcdLease(self, int(response.ID), ttl)
+        # Forget finished leases and watches so a long-lived store does not accumulate them.
+        with self._registry_lock:
+            self._leases = [*(x for x in self._leases if not x.expired), lease]
+        return lease
+
+    def _refresh_lease(self, lease_id: int) -> bool:
+        async def call(client: aetcd.Client) -> Any:
+            stream = client.leasestub.LeaseKeepAlive(
+                iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.call_timeout,
+                metadata=client.metadata)
+            async for reply in stream:
+                return reply
+            return None
+
+        reply = self._call(f"refresh lease {lease_id:x}", call)
+        return reply is not None and int(reply.TTL) > 0
+
+    def _revoke_lease(self, lease_id: int) -> None:
+        request = rpc.LeaseRevokeRequest(ID=lease_id)
+
+        async def call(client: aetcd.Client) -> Any:
+            return await client.leasestub.LeaseRevoke(request, timeout=self.call_timeout,
+                                                      metadata=client.metadata)
+
+        with contextlib.suppress(LeaseExpiredError):  # already gone: revoke is idempotent
+            self._call(f"revoke lease {lease_id:x}", call)
+
+    # -- watches ---------------------------------------------------------------------------
+
+    def watch_prefix(self, prefix: str, start_revision: int | None = None) -> Watch:
+        start = self._full(check_prefix(prefix))
+        if start_revision is None:
+            start_revision = self.revision() + 1
+        elif not isinstance(start_revision, int) or start_revision < 1:
+            raise ConfigError(f"watch start_revision must be an int >= 1, got {start_revision!r}")
+        watch = _EtcdWatch(self)
+
+        async def spawn() -> None:
+            watch.task = asyncio.get_running_loop().create_task(
+                self._watch_loop(watch, start or b"\0", prefix_range_end(start), start_revision))
+
+        self._run(spawn())
+        with self._registry_lock:
+            self._watches = [*(x for x in self._watches if not x.cancelled), watch]
+        return watch
+
+    async def _watch_loop(self, watch: _EtcdWatch, key: bytes, range_end: bytes,
+                          next_rev: int) -> None:
+        backoff = 0.05
+        while not watch.cancelled:
+            client = self._clients[self._preferred]
+            events: asyncio.Queue[Any] = asyncio.Queue()
+            stream: aetcd_watcher.Watcher | None = None
+            try:
+                await client.connect()
+                # A Watcher (one gRPC stream) per watch, discarded when it breaks: aetcd's
+                # shared watcher does not recover cleanly from a dead stream.
+                stream = aetcd_watcher.Watcher(rpc.WatchStub(client.channel),
+                                               timeout=self.call_timeout, metadata=client.metadata)
+                await stream.add_callback(key, events.put, range_end=range_end,
+                                          start_revision=next_rev)
+                backoff = 0.05
+                while True:
+                    item = await events.get()
+                    if item is None:
+                        raise StoreUnavailableError("the watch stream was shut down")
+                    if isinstance(item, BaseException):
+                        raise item
+                    revision = int(item.kv.mod_revision)
+                    kind = EventType.PUT if item.kind == "PUT" else EventType.DELETE
+                    watch.deliver(Event(kind, bytes(item.kv.key[len(self.prefix_bytes):]).decode(),
+                                        bytes(item.kv.value) if kind is EventType.PUT else b"",
+                                        revision))
+                    # etcd sends a revision's events in one response, and aetcd queues them
+                    # before any stream error, so resuming after this revision loses nothing.
+                    next_rev = revision + 1
+            except asyncio.CancelledError:
+                return
+            except aetcd_errors.RevisionCompactedError as exc:
+                watch.fail(StoreError(
+                    f"watch on {self.describe} needs events from revision {next_rev}, but etcd "
+                    f"compacted history below {exc.compacted_revision}; re-read the state and "
+                    "watch from its revision + 1"))
+                return
+            except Exception as exc:
+                log.info("Watch on %s broke (%s); re-creating it from revision %d.",
+                         self.describe, _describe_error(exc), next_rev)
+                self._preferred = (self._preferred + 1) % len(self._clients)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            finally:
+                if stream is not None:
+                    await _quietly(stream.shutdown())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        for lease in self._leases:
+            lease.stop_keep_alive()
+        for watch in self._watches:
+            watch.cancel()
+
+        async def shutdown() -> None:
+            for watch in self._watches:
+                if watch.task is not None:
+                    watch.task.cancel()
+                    await _quietly(watch.task)
+            for client in self._clients:
+                await _quietly(client.close())
+
+        self._run(shutdown())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    """Await cleanup that may fail (a stream that already died); its failure is not news."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await awaitable
+
+
+def _describe_error(exc: BaseException | None) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return repr(exc)
+
+
+def _translate(exc: grpc.aio.AioRpcError, what: str, describe: str) -> StoreError:
+    details = exc.details() or ""
+    if "lease not found" in details:
+        return LeaseExpiredError(f"{what} on {describe} failed: the lease has expired or was "
+                                 f"revoked ({details})")
+    if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return StoreUnavailableError(f"{what} on {describe} timed out; it may or may not have "
+                                     "been applied")
+    return StoreError(f"{what} on {describe} failed: {exc.code().name}: {details}")
+
+
+__all__ = ["EtcdStore", "parse_endpoints"]

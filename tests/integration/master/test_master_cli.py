@@ -1,0 +1,74 @@
+"""`elasticps master` as a real process on a real dataset: trainers read every row once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from elasticps.data.synth import synth_ctr
+from elasticps.master.client import MasterClient, master_address
+from elasticps.master.reader import cloud_reader, data_chunk_batches
+from elasticps.store import open_store
+from tests.integration.master.helpers import REPO, wait_for
+
+TOKEN = "cli-token"
+
+
+def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
+        tmp_path: Path, job_name: str) -> None:
+    data = tmp_path / "ctr"
+    synth_ctr(str(data), 600, seed=3, rows_per_chunk=100, chunks_per_file=3)
+    url = f"file://{tmp_path}/job.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_STORE": url,
+           "PADDLE_JOB_NAME": job_name, "PADDLE_JOB_TOKEN": TOKEN, "PADDLE_LEASE_TTL": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elasticps", "-v", "master", "--dataset", str(data),
+         "--chunks-per-task", "2", "--num-passes", "2", "--task-lease", "10"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    store = open_store(url, job_name)
+    try:
+        wait_for(lambda: master_address(store) is not None, 60, "the master to publish")
+        client = MasterClient(store, TOKEN, "t0")
+        client.register_trainer()
+        labels: dict[int, list[np.ndarray]] = {0: [], 1: []}
+        for item in cloud_reader(client, data_chunk_batches(str(data), 32), 32):
+            labels[item.pass_id].append(item.batch.label)
+        assert [sum(len(x) for x in labels[p]) for p in (0, 1)] == [600, 600]
+        address = master_address(store)
+        assert address is not None
+        with urllib.request.urlopen(address["status_url"] + "api/status", timeout=10) as r:
+            doc = json.loads(r.read())
+        assert doc["state"] == "succeeded"
+        assert doc["num_tasks"] == 3
+        assert doc["records_total"] == 1200
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out.decode()
+        assert store.get("master/address") is None  # resigned: the address went with it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        store.close()
+
+
+def test_master_cli_rejects_bad_flags_naming_them(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_STORE": f"file://{tmp_path}/j.db",
+           "PADDLE_JOB_TOKEN": TOKEN}
+    done = subprocess.run([sys.executable, "-m", "elasticps", "master", "--max-failures", "0"],
+                          env=env, capture_output=True, timeout=60)
+    assert done.returncode == 1
+    assert b"max_failures=0" in done.stderr
+    env.pop("PADDLE_JOB_TOKEN")
+    done = subprocess.run([sys.executable, "-m", "elasticps", "master"], env=env,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 1
+    assert b"PADDLE_JOB_TOKEN" in done.stderr

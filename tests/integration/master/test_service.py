@@ -1,0 +1,189 @@
+"""The master over real gRPC and HTTP with the embedded store, in one process."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from elasticps.master.client import MasterClient, master_address
+from elasticps.master.reader import TaskBatch, cloud_reader, task_batches
+from elasticps.master.server import MasterOptions, MasterServer
+from elasticps.master.task_queue import QueuePolicy
+from elasticps.proto import master_pb2
+from elasticps.store import Store, open_store
+from tests.integration.master.helpers import synthetic_chunks, wait_for
+
+TOKEN = "test-token"
+ROWS = 10
+
+
+def fake_batches(chunk: master_pb2.Chunk, start: int, batch_size: int = 4) -> Iterator[list]:
+    """Records named (path, row_group, row) so a test can check which rows were read."""
+    rows = [(chunk.path, chunk.row_group, r) for r in range(start, chunk.num_rows)]
+    for begin in range(0, len(rows), batch_size):
+        yield rows[begin:begin + batch_size]
+
+
+class RunningMaster:
+    def __init__(self, store: Store, job: str, **options: object) -> None:
+        opts = MasterOptions(job=job, token=TOKEN, lease_ttl=2, **options)  # type: ignore[arg-type]
+        self.server = MasterServer(store, opts, lambda url: synthetic_chunks(10, rows=ROWS))
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        wait_for(self.server.serving.is_set, 20, "the master to serve")
+
+    def _run(self) -> None:
+        self.code = self.server.run()
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def store(tmp_path: Path, job_name: str) -> Iterator[Store]:
+    handle = open_store(f"file://{tmp_path}/job.db", job_name)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def master(store: Store, job_name: str) -> Iterator[RunningMaster]:
+    running = RunningMaster(store, job_name,
+                            policy=QueuePolicy(max_failures=2, task_lease=30.0))
+    yield running
+    running.stop()
+
+
+def test_two_trainers_read_every_record_of_every_pass_once(
+        store: Store, master: RunningMaster) -> None:
+    clients = [MasterClient(store, TOKEN, f"trainer-{i}", lease_ttl=2) for i in range(2)]
+    response = clients[0].set_dataset("mem://ctr", 2, 2)
+    assert (response.num_tasks, response.num_chunks) == (5, 10)
+    assert clients[1].set_dataset("mem://ctr", 2, 2).num_tasks == 5  # idempotent
+    with pytest.raises(FailedPreconditionError, match="refusing 'mem://other'"):
+        clients[1].set_dataset("mem://other", 2, 2)
+    seen: list[list[TaskBatch]] = [[], []]
+    ends: list[list[int]] = [[], []]
+
+    def train(i: int) -> None:
+        clients[i].register_trainer()
+        for item in cloud_reader(clients[i], fake_batches, 4, report_every=1,
+                                 on_pass_end=ends[i].append):
+            seen[i].append(item)
+
+    threads = [threading.Thread(target=train, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    for pass_id in (0, 1):
+        rows = sorted(r for items in seen for it in items if it.pass_id == pass_id
+                      for r in it.batch)
+        assert rows == sorted(set(rows))
+        assert len(rows) == 10 * ROWS
+    # Each trainer saw its passes end in order; a trainer that was waiting (RETRY_LATER) when
+    # the other finished everything may jump straight to ALL_DONE.
+    assert all(e == sorted(set(e)) for e in ends)
+    assert max(e[-1] for e in ends) == 1
+    status = clients[0].status()
+    assert status["state"] == "succeeded"
+    assert status["done"] is True
+    assert status["tasks_finished_total"] == 10
+    assert status["records_total"] == 2 * 10 * ROWS
+    assert status["counts"] == {"todo": 0, "pending": 0, "done": 5, "failed": 0}
+    for client in clients:
+        client.close()
+
+
+def test_stale_and_bad_requests_get_defined_answers(
+        store: Store, master: RunningMaster) -> None:
+    client = MasterClient(store, TOKEN, "a")
+    with pytest.raises(FailedPreconditionError, match="no dataset yet"):
+        client.get_task(0)
+    client.set_dataset("mem://ctr", 5, 1)
+    task = client.get_task(0).task
+    assert client.report_progress(task, 4)
+    stale = master_pb2.Task()
+    stale.CopyFrom(task)
+    stale.epoch = task.epoch - 1
+    assert not client.report_progress(stale, 8)
+    assert not client.task_finished(stale, 50, 13)
+    with pytest.raises(InvalidArgumentError, match="records_done=999"):
+        client.report_progress(task, 999)
+    ghost = master_pb2.Task(task_id=77, epoch=1)
+    with pytest.raises(NotFoundError, match="task 77 does not exist"):
+        client.task_finished(ghost, 1, 1)
+    assert client.task_finished(task, 50, 13)
+    assert client.task_finished(task, 50, 13)  # a retry after a lost answer
+    other = MasterClient(store, TOKEN, "b")
+    assert client.request_save_model(5.0)
+    assert not other.request_save_model(5.0)
+    assert client.status()["save_model_holder"] == "a"
+    client.close()
+    other.close()
+
+
+def test_a_lost_trainer_gets_its_tasks_released_at_once(
+        store: Store, master: RunningMaster) -> None:
+    lost = MasterClient(store, TOKEN, "lost", lease_ttl=1)
+    lost.register_trainer()
+    lost.set_dataset("mem://ctr", 1, 1)
+    held = [lost.get_task(0).task.task_id for _ in range(3)]
+    wait_for(lambda: "lost" in lost.status()["live_trainers"], 10, "the trainer to be seen")
+    assert lost._lease is not None
+    lost._lease.revoke()  # as when the trainer dies: its key vanishes with the lease
+    wait_for(lambda: lost.status()["counts"]["pending"] == 0, 10,
+             "the lost trainer's tasks to go back to todo")
+    status = lost.status()
+    assert status["counts"]["todo"] == 10
+    assert status["failures_total"] == 3
+    other = MasterClient(store, TOKEN, "other")
+    taken = [other.get_task(0).task.task_id for _ in range(10)]
+    assert taken[-3:] == held  # released tasks go to the back of the queue
+    other.close()
+
+
+def test_status_page_and_address_are_published(store: Store, master: RunningMaster) -> None:
+    address = master_address(store)
+    assert address is not None
+    assert address["status_url"] == f"http://127.0.0.1:{master.server.http_port}/"
+    client = MasterClient(store, TOKEN, "a")
+    client.set_dataset("mem://ctr", 2, 3)
+    client.get_task(0)
+    with urllib.request.urlopen(address["status_url"] + "api/status", timeout=10) as reply:
+        doc = json.loads(reply.read())
+    assert doc["job"] == master.server.options.job
+    assert doc["pass"] == 0
+    assert doc["num_passes"] == 3
+    assert doc["counts"] == {"todo": 4, "pending": 1, "done": 0, "failed": 0}
+    assert doc["pending"] == {"a": [0]}
+    with urllib.request.urlopen(address["status_url"], timeout=10) as reply:
+        page = reply.read().decode()
+    assert "running" in page
+    assert "/api/status" in page
+    client.close()
+
+
+def test_task_batches_resume_with_the_same_sequence_numbers() -> None:
+    task = master_pb2.Task(task_id=0, chunks=[master_pb2.Chunk(path="p", row_group=0,
+                                                               num_rows=10),
+                                              master_pb2.Chunk(path="p", row_group=1,
+                                                               num_rows=6)])
+    full = list(task_batches(task, 4, fake_batches))
+    assert [s for s, _, _ in full] == [0, 1, 2, 3, 4]  # 4+4+2 | 4+2
+    assert [d for _, d, _ in full] == [4, 8, 10, 14, 16]
+    task.records_done = 9  # not a batch boundary: resume at record 8
+    resumed = list(task_batches(task, 4, fake_batches))
+    assert resumed == full[2:]
+    task.records_done = 0
+    task.only_batches.extend([1, 4])
+    assert list(task_batches(task, 4, fake_batches)) == [full[1], full[4]]

@@ -1,0 +1,123 @@
+"""The master's snapshot in a real store (etcd and embedded): round trip, parts, fencing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from elasticps.errors import NotLeaderError
+from elasticps.master.snapshot import (
+    DATASET_KEY,
+    TASK_PREFIX,
+    DatasetRecord,
+    Snapshot,
+)
+from elasticps.master.task_queue import Outcome, QueuePolicy, TaskQueue
+from elasticps.store import Store, open_store
+from elasticps.store.api import Op
+from elasticps.store.election import Election
+from tests.integration.master.helpers import store_url_for, synthetic_chunks
+
+POLICY = QueuePolicy(max_failures=2, task_lease=5.0, max_failed_fraction=0.5)
+
+
+@pytest.fixture(params=["etcd", "embedded"])
+def store(request: pytest.FixtureRequest, tmp_path: Path, job_name: str) -> Iterator[Store]:
+    handle = open_store(store_url_for(request, tmp_path), job_name)
+    yield handle
+    handle.close()
+
+
+def leader(store: Store) -> tuple[Election, Snapshot]:
+    election = Election(store, "master/election", b"test", ttl=5)
+    assert election.campaign(timeout=10)
+
+    def commit(ops: Sequence[Op]) -> None:
+        election.leader_txn(ops)
+
+    # Small parts and txns so the test crosses part and txn boundaries.
+    return election, Snapshot(store, commit, max_ops=3, part_bytes=2000)
+
+
+def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> None:
+    election, snapshot = leader(store)
+    chunks = synthetic_chunks(403)
+    dataset = DatasetRecord("file:///data/ctr", 3, 3, tuple(chunks))
+    queue = TaskQueue([c.num_rows for c in chunks], 3, 3, POLICY)
+    snapshot.write_dataset(dataset, queue)
+    assert len(store.get_prefix("master/state/chunks/")) > 1  # written in several parts
+    now = 0.0
+    # Pass 0 entirely, then part of pass 1 with every kind of change.
+    for _ in range(queue.num_tasks):
+        result, delta = queue.get_task("a", 0, now)
+        snapshot.write_delta(queue, delta)
+        assert result.task is not None
+        _, delta = queue.task_finished("a", result.task.task_id, result.task.epoch, 300, now)
+        snapshot.write_delta(queue, delta)
+    assert queue.pass_id == 1
+    taken = []
+    for trainer in ("a", "a", "b", "gone", "a", "a"):
+        result, delta = queue.get_task(trainer, 1, now)
+        snapshot.write_delta(queue, delta)
+        assert result.outcome is Outcome.TASK
+        assert result.task is not None
+        taken.append((trainer, result.task))
+    _, delta = queue.task_finished("a", taken[0][1].task_id, taken[0][1].epoch, 300, now)
+    snapshot.write_delta(queue, delta)
+    _, delta = queue.report_progress("a", taken[1][1].task_id, taken[1][1].epoch, 120, now)
+    snapshot.write_delta(queue, delta)
+    _, delta = queue.task_failed("b", taken[2][1].task_id, taken[2][1].epoch, "bad", now)
+    snapshot.write_delta(queue, delta)
+    for trainer, task in taken[4:]:  # twice failed: FAILED in pass 1
+        _, delta = queue.task_failed(trainer, task.task_id, task.epoch, "corrupt", now)
+        snapshot.write_delta(queue, delta)
+        result, delta = queue.get_task(trainer, 1, now)
+        snapshot.write_delta(queue, delta)
+    _, delta = queue.request_save_model("a", 60.0, now)
+    snapshot.write_delta(queue, delta)
+
+    loaded = Snapshot(store, lambda ops: None).load(POLICY, {"a", "b"}, now=50.0)
+    assert loaded is not None
+    assert loaded.dataset == dataset
+    rebuilt = loaded.queue
+    gone_task = taken[3][1].task_id
+    assert loaded.delta.tasks == frozenset([gone_task])  # the vanished trainer's task
+    before = queue.meta_record()
+    assert rebuilt.meta_record() == replace(before, failures_total=before.failures_total + 1)
+    assert rebuilt.failure_log == queue.failure_log
+    for task_id in range(queue.num_tasks):
+        if task_id != gone_task:
+            assert rebuilt.task_record(task_id) == queue.task_record(task_id), task_id
+            assert rebuilt.task_view(task_id) == queue.task_view(task_id)
+    assert rebuilt.task_record(gone_task).failures == queue.task_record(gone_task).failures + 1
+    assert rebuilt.counts()["pending"] == queue.counts()["pending"] - 1
+    election.resign()
+
+
+def test_a_deposed_master_cannot_write_the_snapshot(store: Store) -> None:
+    election, snapshot = leader(store)
+    chunks = synthetic_chunks(8)
+    queue = TaskQueue([c.num_rows for c in chunks], 2, 1, POLICY)
+    snapshot.write_dataset(DatasetRecord("u", 2, 1, tuple(chunks)), queue)
+    election.lease.revoke()  # the lock vanishes, as when the lease expires
+    rival = Election(store, "master/election", b"rival", ttl=5)
+    assert rival.campaign(timeout=10)
+    _, delta = queue.get_task("a", 0, 0.0)
+    with pytest.raises(NotLeaderError):
+        snapshot.write_delta(queue, delta)
+    assert store.get_prefix(TASK_PREFIX) == []
+    assert store.get(DATASET_KEY) is not None
+    rival.resign()
+
+
+def test_a_dataset_write_cut_before_its_header_loads_as_no_dataset(store: Store) -> None:
+    election, snapshot = leader(store)
+    chunks = synthetic_chunks(50)
+    queue = TaskQueue([c.num_rows for c in chunks], 1, 1, POLICY)
+    snapshot.write_dataset(DatasetRecord("u", 1, 1, tuple(chunks)), queue)
+    store.delete(DATASET_KEY)  # as if the master died after the parts, before the header
+    assert Snapshot(store, lambda ops: None).load(POLICY, set(), 0.0) is None
+    election.resign()

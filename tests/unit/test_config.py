@@ -1,0 +1,160 @@
+"""The env contract: every variable, its alias, its default, and clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+import elasticps
+from elasticps.config import ENV_VARS, Config, alias_of, load_config
+from elasticps.errors import ConfigError
+
+# (variable, raw value, field, parsed value) - one good value per variable.
+GOOD = [
+    ("PADDLE_PSERVERS", "10.0.0.1, 10.0.0.2", "pservers", ("10.0.0.1", "10.0.0.2")),
+    ("PADDLE_TRAINER_ID", "3", "trainer_id", 3),
+    ("PADDLE_TRAINER_COUNT", "8", "trainer_count", 8),
+    ("PADDLE_NUM_GRADIENT_SERVERS", "4", "num_gradient_servers", 4),
+    ("PADDLE_PORTS_NUM_FOR_SPARSE", "2", "ports_num_for_sparse", 2),
+    ("PADDLE_PORT", "8000", "port", 8000),
+    ("PADDLE_PORTS_NUM", "2", "ports_num", 2),
+    ("PADDLE_USE_GPU", "True", "use_gpu", True),
+    ("PADDLE_STORE", "etcd://a:2379,b:2379", "store", "etcd://a:2379,b:2379"),
+    ("PADDLE_JOB_NAME", "ctr-demo", "job_name", "ctr-demo"),
+    ("PADDLE_ROLE", "PServer", "role", "pserver"),
+    ("PADDLE_JOB_TOKEN", "abc", "token", "abc"),
+    ("PADDLE_NUM_PSERVERS", "3", "num_pservers", 3),
+    ("PADDLE_HOST", "10.1.2.3", "host", "10.1.2.3"),
+    ("PADDLE_DATA", "/data/criteo", "data", "/data/criteo"),
+    ("PADDLE_CHECKPOINT_URL", "file:///ckpt", "checkpoint_url", "file:///ckpt"),
+    ("PADDLE_CHECKPOINT_INTERVAL", "2.5", "checkpoint_interval", 2.5),
+    ("PADDLE_CHECKPOINT_KEEP", "5", "checkpoint_keep", 5),
+    ("PADDLE_LEASE_TTL", "3", "lease_ttl", 3),
+]
+
+# (variable, malformed value)
+BAD = [
+    ("PADDLE_PORT", "abc"),
+    ("PADDLE_PORT", "70000"),
+    ("PADDLE_PORT", "-1"),
+    ("PADDLE_TRAINER_ID", "-1"),
+    ("PADDLE_TRAINER_ID", "1.5"),
+    ("PADDLE_TRAINER_COUNT", "0"),
+    ("PADDLE_NUM_GRADIENT_SERVERS", "-2"),
+    ("PADDLE_PORTS_NUM_FOR_SPARSE", "x"),
+    ("PADDLE_PORTS_NUM", "0"),
+    ("PADDLE_USE_GPU", "maybe"),
+    ("PADDLE_ROLE", "worker"),
+    ("PADDLE_STORE", "redis://x"),
+    ("PADDLE_JOB_NAME", "Bad_Name"),
+    ("PADDLE_JOB_NAME", "x" * 64),
+    ("PADDLE_NUM_PSERVERS", "0"),
+    ("PADDLE_CHECKPOINT_INTERVAL", "nan"),
+    ("PADDLE_CHECKPOINT_KEEP", "0"),
+    ("PADDLE_LEASE_TTL", "0"),
+    ("PADDLE_PSERVERS", "a b,c"),
+]
+
+
+def test_every_variable_is_covered_here() -> None:
+    assert {name for name, *_ in GOOD} == {var.name for var in ENV_VARS}
+    assert {var.field for var in ENV_VARS} == {f.name for f in dataclasses.fields(Config)}
+
+
+@pytest.mark.parametrize(("name", "raw", "field", "value"), GOOD)
+def test_variable_is_read(name: str, raw: str, field: str, value: object) -> None:
+    assert getattr(load_config({name: raw}), field) == value
+
+
+@pytest.mark.parametrize(("name", "raw", "field", "value"), GOOD)
+def test_alias_is_read_for_seed_variables(name: str, raw: str, field: str, value: object) -> None:
+    var = next(v for v in ENV_VARS if v.name == name)
+    alias = alias_of(var)
+    if alias is None:
+        assert not var.seed
+        return
+    assert alias == "PADDLE_INIT_" + name.removeprefix("PADDLE_")
+    assert getattr(load_config({alias: raw}), field) == value
+    # Both spellings agreeing is fine; disagreeing is an error naming both.
+    assert getattr(load_config({alias: raw, name: raw}), field) == value
+
+
+def test_seed_variables_have_aliases() -> None:
+    seed = {v.name for v in ENV_VARS if v.seed}
+    assert seed == {
+        "PADDLE_PSERVERS", "PADDLE_TRAINER_ID", "PADDLE_TRAINER_COUNT",
+        "PADDLE_NUM_GRADIENT_SERVERS", "PADDLE_PORTS_NUM_FOR_SPARSE", "PADDLE_PORT",
+        "PADDLE_PORTS_NUM", "PADDLE_USE_GPU",
+    }
+
+
+def test_conflicting_alias_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="PADDLE_PORT='1' and its alias PADDLE_INIT_PORT='2'"):
+        load_config({"PADDLE_PORT": "1", "PADDLE_INIT_PORT": "2"})
+
+
+def test_defaults() -> None:
+    config = load_config({})
+    assert config.port == 7164
+    assert config.ports_num == 1
+    assert config.use_gpu is False
+    assert config.store is None
+    assert config.pserver_count == 1
+    assert config.lease_ttl == 5
+
+
+@pytest.mark.parametrize(("name", "raw"), BAD)
+def test_malformed_value_names_variable_and_value(name: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config({name: raw})
+    assert name in str(info.value)
+    assert repr(raw) in str(info.value)
+
+
+def test_alias_error_names_the_alias() -> None:
+    with pytest.raises(ConfigError, match="PADDLE_INIT_PORT='abc'"):
+        load_config({"PADDLE_INIT_PORT": "abc"})
+
+
+def test_keyword_overrides_win_and_are_validated() -> None:
+    env = {"PADDLE_USE_GPU": "true", "PADDLE_PORT": "9000"}
+    config = load_config(env, use_gpu=False, port=9001)
+    assert (config.use_gpu, config.port) == (False, 9001)
+    with pytest.raises(ConfigError, match="port=-5"):
+        load_config(env, port=-5)
+    with pytest.raises(ConfigError, match="unknown configuration option"):
+        load_config(env, gpus=1)
+
+
+def test_trainer_id_must_fit_trainer_count() -> None:
+    with pytest.raises(ConfigError, match="PADDLE_TRAINER_ID=4 is out of range"):
+        load_config({"PADDLE_TRAINER_ID": "4", "PADDLE_TRAINER_COUNT": "4"})
+
+
+def test_config_is_frozen_and_round_trips_through_env() -> None:
+    config = load_config({name: raw for name, raw, *_ in GOOD if name != "PADDLE_TRAINER_ID"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.port = 1  # type: ignore[misc]
+    assert load_config(config.to_env()) == config
+
+
+def test_init_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_INIT_TRAINER_COUNT", "6")
+    monkeypatch.setenv("PADDLE_USE_GPU", "1")
+    config = elasticps.init(use_gpu=False)
+    assert config.trainer_count == 6
+    assert config.use_gpu is False
+
+
+def test_env_command_lists_variables_and_checks() -> None:
+    out = subprocess.run([sys.executable, "-m", "elasticps", "env"], capture_output=True,
+                         text=True, check=True).stdout
+    for var in ENV_VARS:
+        assert var.name in out
+    bad = subprocess.run([sys.executable, "-m", "elasticps", "env", "--check"],
+                         capture_output=True, text=True, env={"PADDLE_PORT": "abc"})
+    assert bad.returncode == 1
+    assert "PADDLE_PORT='abc'" in bad.stderr
