@@ -106,20 +106,34 @@ def read_chunk_table(
 
 
 def _column_numpy(table: pa.Table, name: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(values, missing) of a fixed-width column, straight from the Arrow buffers.
+
+    Values in null slots are whatever the buffer holds; every user masks them with ``missing``.
+    """
     column = table.column(name)
-    values = pc.fill_null(column, 0).to_numpy().astype(dtype, copy=False)
-    if column.null_count == 0:
-        return values, np.zeros(len(values), dtype=bool)
-    return values, np.asarray(column.is_null().to_numpy(), dtype=bool)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    n = len(array)
+    if array.type.bit_width != np.dtype(dtype).itemsize * 8:
+        array = pc.cast(array, pa.from_numpy_dtype(np.dtype(dtype)))
+    validity, data = array.buffers()
+    itemsize = np.dtype(dtype).itemsize
+    values = np.frombuffer(data, dtype=dtype, count=n, offset=array.offset * itemsize)
+    if array.null_count == 0 or validity is None:
+        return values, np.zeros(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+    return values, bits[array.offset : array.offset + n] == 0
 
 
 def table_to_raw(table: pa.Table) -> RawColumns:
-    """Arrow rows -> numpy arrays, one column at a time (no per-row Python)."""
+    """Arrow rows -> numpy arrays, one column at a time (no per-row Python).
+
+    The 2-D arrays are column-major (Fortran order), so filling a column is one contiguous copy.
+    """
     n = table.num_rows
-    dense = np.empty((n, len(DENSE_COLUMNS)), dtype=np.int32)
-    dense_missing = np.empty((n, len(DENSE_COLUMNS)), dtype=bool)
-    sparse = np.empty((n, len(SPARSE_COLUMNS)), dtype=np.uint32)
-    sparse_missing = np.empty((n, len(SPARSE_COLUMNS)), dtype=bool)
+    dense = np.empty((n, len(DENSE_COLUMNS)), dtype=np.int32, order="F")
+    dense_missing = np.empty((n, len(DENSE_COLUMNS)), dtype=bool, order="F")
+    sparse = np.empty((n, len(SPARSE_COLUMNS)), dtype=np.uint32, order="F")
+    sparse_missing = np.empty((n, len(SPARSE_COLUMNS)), dtype=bool, order="F")
     for j, name in enumerate(DENSE_COLUMNS):
         dense[:, j], dense_missing[:, j] = _column_numpy(table, name, np.int32)
     for j, name in enumerate(SPARSE_COLUMNS):
@@ -156,8 +170,13 @@ def iter_batches(
     rows: np.ndarray | slice = slice(start_record, None)
     if shuffle_seed is not None:
         rows = chunk_permutation(chunk, shuffle_seed)[start_record:]
-    dense = normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
-    sparse = hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
+    # Row-major results, so every batch slice is contiguous (torch.from_numpy, pinned copies).
+    dense = np.ascontiguousarray(
+        normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
+    )
+    sparse = np.ascontiguousarray(
+        hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
+    )
     label = raw.label[rows].astype(np.float32)
     for begin in range(0, label.shape[0], batch_size):
         end = begin + batch_size

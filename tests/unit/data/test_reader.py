@@ -51,6 +51,7 @@ def test_batches_have_the_contract_shapes_and_types(dataset: str) -> None:
     assert b.sparse.min() >= 0
     assert b.sparse.max() < 1000
     assert set(np.unique(b.label)) <= {0.0, 1.0}
+    assert all(a.flags.c_contiguous for a in (b.dense, b.sparse, b.label))
     dense, sparse, label = b.to_torch()
     assert tuple(dense.shape) == (64, 13)
     assert str(sparse.dtype) == "torch.int64"
