@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,14 +75,18 @@ def _resolve(dataset_url: str, path: str) -> str:
     return dataset_url.rstrip("/") + "/" + path
 
 
-def _open_parquet(url: str) -> pq.ParquetFile:
+def _open_parquet(url: str, stack: ExitStack) -> pq.ParquetFile:
+    """Open ``url``; files opened here are closed when ``stack`` closes."""
     fs, path = fsspec.core.url_to_fs(url)
     try:
         if isinstance(fs, LocalFileSystem):
-            return pq.ParquetFile(path)  # native reads, no Python file object in the way
-        return pq.ParquetFile(fs.open(path, "rb"), pre_buffer=True)
+            parquet = pq.ParquetFile(path)  # native reads, no Python file object in the way
+        else:
+            parquet = pq.ParquetFile(stack.enter_context(fs.open(path, "rb")), pre_buffer=True)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot open Parquet file {url!r}: {exc}") from exc
+    stack.callback(parquet.close)
+    return parquet
 
 
 def read_chunk_table(
@@ -89,14 +94,19 @@ def read_chunk_table(
 ) -> pa.Table:
     """The rows of one chunk as an Arrow table (all columns unless ``columns`` is given)."""
     url = _resolve(dataset_url, chunk.path)
-    parquet = _open_parquet(url)
-    groups = parquet.metadata.num_row_groups
-    if not 0 <= chunk.row_group < groups:
-        raise DataError(f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}")
-    try:
-        table = parquet.read_row_group(chunk.row_group, columns=list(columns) if columns else None)
-    except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"cannot read chunk {chunk.key} of {dataset_url}: {exc}") from exc
+    with ExitStack() as stack:
+        parquet = _open_parquet(url, stack)
+        groups = parquet.metadata.num_row_groups
+        if not 0 <= chunk.row_group < groups:
+            raise DataError(
+                f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}"
+            )
+        try:
+            table = parquet.read_row_group(
+                chunk.row_group, columns=list(columns) if columns else None
+            )
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"cannot read chunk {chunk.key} of {dataset_url}: {exc}") from exc
     if table.num_rows != chunk.num_rows:
         raise DataError(
             f"chunk {chunk.key} of {dataset_url} holds {table.num_rows} rows but the manifest "
@@ -157,13 +167,27 @@ def iter_batches(
     features: FeatureConfig = DEFAULT_FEATURES,
     shuffle_seed: int | None = None,
 ) -> Iterator[CtrBatch]:
-    """Batches of one chunk from record ``start_record`` on; the last batch may be short."""
+    """Batches of one chunk from record ``start_record`` on; the last batch may be short.
+
+    Arguments are checked at the call; the chunk is read when the first batch is asked for.
+    """
     if batch_size < 1:
         raise DataError(f"batch_size={batch_size} must be >= 1")
     if not 0 <= start_record <= chunk.num_rows:
         raise DataError(
             f"start_record={start_record} is outside chunk {chunk.key} of {chunk.num_rows} rows"
         )
+    return _chunk_batches(dataset_url, chunk, batch_size, start_record, features, shuffle_seed)
+
+
+def _chunk_batches(
+    dataset_url: str,
+    chunk: ChunkRef,
+    batch_size: int,
+    start_record: int,
+    features: FeatureConfig,
+    shuffle_seed: int | None,
+) -> Iterator[CtrBatch]:
     if start_record == chunk.num_rows:
         return
     raw = table_to_raw(read_chunk_table(dataset_url, chunk, FEATURE_COLUMNS))

@@ -136,10 +136,11 @@ def test_fsspec_urls_work_for_writing_and_reading(dataset: str) -> None:
 
 def test_bad_requests_name_the_problem(dataset: str, tmp_path: Path) -> None:
     chunk = open_dataset(dataset).chunks[0]
+    # Bad arguments fail at the call, before any batch is asked for.
     with pytest.raises(DataError, match="start_record=1001"):
-        list(iter_batches(dataset, chunk, 10, start_record=1001))
+        iter_batches(dataset, chunk, 10, start_record=1001)
     with pytest.raises(DataError, match="batch_size=0"):
-        list(iter_batches(dataset, chunk, 0))
+        iter_batches(dataset, chunk, 0)
     with pytest.raises(DataError, match="row group 9"):
         list(iter_batches(dataset, ChunkRef(chunk.path, 9, 10), 10))
     with pytest.raises(DataError, match="manifest says 999"):
