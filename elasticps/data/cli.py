@@ -151,8 +151,8 @@ def run_synth_ctr(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from elasticps.data.inspect import format_summary, summary
     from elasticps.data.reader import open_dataset
+    from elasticps.data.summary import format_summary, summary
 
     info = summary(open_dataset(args.dataset))
     print(json.dumps(info, indent=1) if args.json else format_summary(info))
