@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from elasticps.data.writer import COMPRESSIONS, DEFAULT_CHUNKS_PER_FILE, DEFAULT_ROWS_PER_CHUNK
+from elasticps.data.writer import (
+    COMPRESSIONS,
+    DEFAULT_CHUNKS_PER_FILE,
+    DEFAULT_COMPRESSION,
+    DEFAULT_ROWS_PER_CHUNK,
+)
 
 DATA_EPILOG = """\
 Examples:
@@ -43,8 +47,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks-per-file", type=_positive, default=DEFAULT_CHUNKS_PER_FILE,
                         metavar="N", help="chunks per Parquet file before a new file starts "
                         f"(default {DEFAULT_CHUNKS_PER_FILE})")
-    parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd",
-                        help="Parquet compression (default zstd)")
+    parser.add_argument("--compression", choices=COMPRESSIONS, default=DEFAULT_COMPRESSION,
+                        help=f"Parquet compression (default {DEFAULT_COMPRESSION})")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the dataset already in --out")
     parser.add_argument("--no-progress", action="store_true",
@@ -119,9 +123,7 @@ def run_convert_criteo(args: argparse.Namespace) -> int:
         chunks_per_file=args.chunks_per_file, max_bad_rows=args.max_bad_rows,
         compression=args.compression, overwrite=args.overwrite, progress=_progress(args),
     )
-    assert report.manifest is not None
-    for where, why in report.bad_lines:
-        print(f"skipped malformed line {where}: {why}", file=sys.stderr)
+    assert report.manifest is not None  # the malformed lines were logged as warnings
     print(f"wrote {report.rows:,} rows in {len(report.manifest.chunks)} chunks to {args.out} "
           f"({report.bad_rows} malformed, {report.blank_lines} blank line(s) skipped)")
     return 0
@@ -149,8 +151,8 @@ def run_synth_ctr(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from elasticps.data.inspect import format_summary, summary
     from elasticps.data.reader import open_dataset
+    from elasticps.data.summary import format_summary, summary
 
     info = summary(open_dataset(args.dataset))
     print(json.dumps(info, indent=1) if args.json else format_summary(info))

@@ -67,10 +67,14 @@ class FeatureConfig:
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """One splitmix64 step for every element of a uint64 array (wrapping arithmetic)."""
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MUL1
-    z = (z ^ (z >> np.uint64(27))) * _MUL2
-    return z ^ (z >> np.uint64(31))
+    z = np.asarray(x, dtype=np.uint64) + _GOLDEN  # a new array; the rest works in place
+    with np.errstate(over="ignore"):
+        z ^= z >> np.uint64(30)
+        z *= _MUL1
+        z ^= z >> np.uint64(27)
+        z *= _MUL2
+        z ^= z >> np.uint64(31)
+    return z
 
 
 def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> np.ndarray:
@@ -82,12 +86,12 @@ def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> 
         raise ValueError(
             f"values {values.shape} and missing {missing.shape} must be equal 2-D shapes"
         )
-    v = values.astype(np.uint64)
-    v[missing] = np.uint64(MISSING_VALUE)
-    slots = np.arange(values.shape[1], dtype=np.uint64) << np.uint64(33)
-    with np.errstate(over="ignore"):
-        mixed = splitmix64(v | slots)
-    return (mixed % np.uint64(id_space)).astype(np.int64)
+    key = values.astype(np.uint64)
+    key[missing] = np.uint64(MISSING_VALUE)
+    key |= np.arange(values.shape[1], dtype=np.uint64) << np.uint64(33)
+    mixed = splitmix64(key)
+    mixed %= np.uint64(id_space)
+    return mixed.view(np.int64)  # every id is < id_space <= 2**63 - 1
 
 
 def normalize_dense(values: np.ndarray, missing: np.ndarray, dense_norm: str) -> np.ndarray:
