@@ -273,15 +273,9 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Confi
     values = _read_env(os.environ if env is None else env)
     for field, value in overrides.items():
         values[field] = _check_override(field, value)
-    config = Config(**values)
-    if config.trainer_id >= max(config.trainer_count, 1) and "trainer_id" in values and (
-        "trainer_count" in values
-    ):
-        raise ConfigError(
-            f"PADDLE_TRAINER_ID={config.trainer_id} is out of range for "
-            f"PADDLE_TRAINER_COUNT={config.trainer_count}"
-        )
-    return config
+    # PADDLE_TRAINER_ID may exceed PADDLE_TRAINER_COUNT: trainers added to an elastic job
+    # get ids past the starting count.
+    return Config(**values)
 
 
 _current: Config | None = None

@@ -132,9 +132,9 @@ def test_keyword_overrides_win_and_are_validated() -> None:
         load_config(env, gpus=1)
 
 
-def test_trainer_id_must_fit_trainer_count() -> None:
-    with pytest.raises(ConfigError, match="PADDLE_TRAINER_ID=4 is out of range"):
-        load_config({"PADDLE_TRAINER_ID": "4", "PADDLE_TRAINER_COUNT": "4"})
+def test_trainer_id_may_exceed_starting_count_in_elastic_jobs() -> None:
+    config = load_config({"PADDLE_TRAINER_ID": "5", "PADDLE_TRAINER_COUNT": "4"})
+    assert (config.trainer_id, config.trainer_count) == (5, 4)
 
 
 def test_config_is_frozen_and_round_trips_through_env() -> None:
