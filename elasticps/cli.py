@@ -21,8 +21,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.data.cli",
     "elasticps.store.cli",
     "elasticps.config_cli",
-    "elasticps.pserver.cli",
     "elasticps.cluster.cli",
+    "elasticps.pserver.cli",
 )
 
 EPILOG = """\

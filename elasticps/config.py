@@ -155,11 +155,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
            "Directory the local launcher gave the job (logs, generated data, exported model)."),
-    EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
-           "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
     EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
            "Port the master's HTTP status page binds (0 = any free port, published with "
            "the master's address)."),
+    EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
+           "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -193,9 +193,9 @@ class Config:
     checkpoint_interval: float = 60.0
     checkpoint_keep: int = 3
     lease_ttl: int = 5
-    workdir: str | None = None
-    fault_inject: str = ""
     http_port: int = 0
+    fault_inject: str = ""
+    workdir: str | None = None
 
     @property
     def pserver_count(self) -> int:
@@ -276,15 +276,9 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Confi
     values = _read_env(os.environ if env is None else env)
     for field, value in overrides.items():
         values[field] = _check_override(field, value)
-    config = Config(**values)
-    if config.trainer_id >= max(config.trainer_count, 1) and "trainer_id" in values and (
-        "trainer_count" in values
-    ):
-        raise ConfigError(
-            f"PADDLE_TRAINER_ID={config.trainer_id} is out of range for "
-            f"PADDLE_TRAINER_COUNT={config.trainer_count}"
-        )
-    return config
+    # PADDLE_TRAINER_ID may exceed PADDLE_TRAINER_COUNT: trainers added to an elastic job
+    # get ids past the starting count.
+    return Config(**values)
 
 
 _current: Config | None = None

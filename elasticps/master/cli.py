@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from types import FrameType
@@ -57,16 +58,22 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--task-lease", type=float, default=30.0,
                         help="seconds a task stays leased without a progress report before it "
                              "goes back to todo (default 30)")
-    parser.add_argument("--port", type=int, default=0,
-                        help="gRPC port (default 0: any free port, published in the store)")
-    parser.add_argument("--http-port", type=int, default=0,
-                        help="status page port (default 0: any free port, published in the "
-                             "store as status_url)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="gRPC port (default: PADDLE_PORT if set, else 0 = any free port, "
+                             "published in the store)")
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="status page port (default: PADDLE_HTTP_PORT, else 0 = any free "
+                             "port, published in the store as status_url)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config()
+    if args.port is None:
+        # 7164 is the seed's default for a pserver; a master only takes it when asked to.
+        args.port = config.port if "PADDLE_PORT" in os.environ else 0
+    if args.http_port is None:
+        args.http_port = config.http_port
     if not config.store:
         raise ConfigError("the master needs a store: set PADDLE_STORE (etcd://... or file://...)")
     if not config.token:

@@ -32,6 +32,7 @@ from elasticps.master.service import (
 from elasticps.master.snapshot import Snapshot
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2_grpc
+from elasticps.rpc.health import add_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import EventType, Op, Put, Store
 from elasticps.store.election import Election
@@ -110,6 +111,7 @@ class MasterServer:
                 state.set_dataset(opts.dataset, opts.chunks_per_task, opts.num_passes)
             server = make_server(opts.token)
             master_pb2_grpc.add_MasterServicer_to_server(MasterServicer(state), server)
+            set_serving(add_health(server), True)  # only the elected leader serves at all
             self.grpc_port = bind(server, opts.host, opts.port)
             server.start()
             http = StatusServer(state.status, opts.host, opts.http_port)

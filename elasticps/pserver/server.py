@@ -29,6 +29,7 @@ from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.service import ParameterServerServicer
 from elasticps.pserver.shard import ShardState
 from elasticps.rpc import bind, make_server
+from elasticps.rpc.health import add_health, set_serving
 from elasticps.store import Compare, Lease, Put, Store, open_store
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class PServerProcess:
                 state, self.incarnation, lambda: self.last_checkpoint
             )
             pserver_pb2_grpc.add_ParameterServerServicer_to_server(servicer, server)
+            set_serving(add_health(server), True)  # slot claimed and restored: ready
             server.start()
             log.info("%s is serving at %s (initialised: %s).", self.node, address,
                      state.initialized)

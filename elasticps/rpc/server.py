@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.rpc.health import HEALTH_METHOD_PREFIX
 from elasticps.rpc.status import status_for
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,10 @@ def _deny(message: str) -> grpc.RpcMethodHandler:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses every call whose ``x-elasticps-token`` metadata is not the job token."""
+    """Refuses every call whose ``x-elasticps-token`` metadata is not the job token.
+
+    Only the standard health service is exempt (see :mod:`elasticps.rpc.health`).
+    """
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
@@ -59,6 +63,8 @@ class TokenInterceptor(grpc.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
+        if handler_call_details.method.startswith(HEALTH_METHOD_PREFIX):
+            return continuation(handler_call_details)
         sent = None
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_METADATA_KEY:

@@ -244,3 +244,27 @@ def test_unavailable_raised_after_retry_window() -> None:
             call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)),
                  timeout=1.0, retry_unavailable_for=0.5)
         assert time.monotonic() - started >= 0.5
+
+
+def test_health_is_open_to_probes_and_reports_readiness() -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from elasticps.rpc.health import add_health, set_serving
+
+    server = make_server(TOKEN, max_workers=2)
+    servicer = add_health(server)
+    _add(server, EchoServicer())
+    port = bind(server, "127.0.0.1", 0)
+    server.start()
+    try:
+        # The kubelet sends no token: health answers anyway, and nothing else does.
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            request = health_pb2.HealthCheckRequest(service="")
+            assert call(check, request).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            set_serving(servicer, True)
+            assert call(check, request).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(UnauthenticatedError):
+                call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)))
+    finally:
+        server.stop(grace=None)

@@ -33,6 +33,7 @@ GOOD = [
     ("PADDLE_CHECKPOINT_INTERVAL", "2.5", "checkpoint_interval", 2.5),
     ("PADDLE_CHECKPOINT_KEEP", "5", "checkpoint_keep", 5),
     ("PADDLE_LEASE_TTL", "3", "lease_ttl", 3),
+    ("PADDLE_HTTP_PORT", "8080", "http_port", 8080),
     ("PADDLE_FAULT_INJECT", "checkpoint-pause-before-rename:2", "fault_inject",
      "checkpoint-pause-before-rename:2"),
 ]
@@ -131,9 +132,9 @@ def test_keyword_overrides_win_and_are_validated() -> None:
         load_config(env, gpus=1)
 
 
-def test_trainer_id_must_fit_trainer_count() -> None:
-    with pytest.raises(ConfigError, match="PADDLE_TRAINER_ID=4 is out of range"):
-        load_config({"PADDLE_TRAINER_ID": "4", "PADDLE_TRAINER_COUNT": "4"})
+def test_trainer_id_may_exceed_starting_count_in_elastic_jobs() -> None:
+    config = load_config({"PADDLE_TRAINER_ID": "5", "PADDLE_TRAINER_COUNT": "4"})
+    assert (config.trainer_id, config.trainer_count) == (5, 4)
 
 
 def test_config_is_frozen_and_round_trips_through_env() -> None:

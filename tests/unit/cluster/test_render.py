@@ -17,7 +17,7 @@ import yaml
 
 from elasticps.cluster import render_kubernetes, render_volcano
 from elasticps.cluster.manifests import BACKENDS, render, to_yaml
-from elasticps.cluster.render_common import OPTIONAL_ROLE_ENV, ROLE_ENV
+from elasticps.cluster.render_common import NOT_RENDERED_ENV, OPTIONAL_ROLE_ENV, ROLE_ENV
 from elasticps.cluster.spec import Job
 from elasticps.cluster.validate import (
     kubernetes_schema_problems,
@@ -95,6 +95,7 @@ def test_rendering_is_pure_with_a_given_token_and_random_without() -> None:
 def test_every_env_var_elasticps_reads_is_assigned_to_a_role() -> None:
     assigned = {n for names in ROLE_ENV.values() for n in names}
     assigned |= {n for names in OPTIONAL_ROLE_ENV.values() for n in names}
+    assigned |= set(NOT_RENDERED_ENV)
     assert {var.name for var in ENV_VARS} <= assigned, (
         "a PADDLE_* variable was added to elasticps.config: decide which roles read it and "
         "add it to ROLE_ENV in elasticps/cluster/render_common.py")
