@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,10 @@ def run_command(args: argparse.Namespace) -> int:
     return run_job(opts)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def trainer_command(args: argparse.Namespace) -> int:
     config = load_config()
     if config.store is None:
@@ -77,9 +83,10 @@ def trainer_command(args: argparse.Namespace) -> int:
     script = Path(args.script)
     if not script.is_file():
         raise ConfigError(f"trainer script {args.script!r} does not exist or is not a file")
-    import os
-
     os.environ["PADDLE_ROLE"] = "trainer"
+    # SIGTERM (the launcher stopping the job, a pod being deleted) unwinds the script like
+    # Ctrl-C would, so its finally blocks run: a Trainer closes and hands its task back at once.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args.script_args]
     sys.path.insert(0, str(script.resolve().parent))

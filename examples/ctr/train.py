@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-rows", type=int, default=None, help="held-out rows (default rows/5)")
     p.add_argument("--rows-per-chunk", type=int, default=None,
                    help="rows per dataset chunk (default: about rows/32)")
-    p.add_argument("--max-vocab", type=int, default=100_000,
+    p.add_argument("--max-vocab", type=int, default=100,
                    help="synthetic data: distinct values per categorical slot at most")
     p.add_argument("--num-crosses", type=int, default=3,
                    help="synthetic data: planted pairwise feature crosses")
