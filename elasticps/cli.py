@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.data.cli",
     "elasticps.store.cli",
     "elasticps.config_cli",
+    "elasticps.pserver.cli",
 )
 
 EPILOG = """\

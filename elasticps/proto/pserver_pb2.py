@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from elasticps.proto import common_pb2 as elasticps_dot_proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65lasticps/proto/pserver.proto\x12\x0c\x65lasticps.v1\x1a\x1c\x65lasticps/proto/common.proto\"\x9a\x01\n\x0bInitializer\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.elasticps.v1.Initializer.Kind\x12\r\n\x05scale\x18\x02 \x01(\x01\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"@\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\t\n\x05ZEROS\x10\x01\x12\x0b\n\x07UNIFORM\x10\x02\x12\n\n\x06NORMAL\x10\x03\"\x9a\x02\n\rOptimizerSpec\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .elasticps.v1.OptimizerSpec.Kind\x12\n\n\x02lr\x18\x02 \x01(\x01\x12\x10\n\x08momentum\x18\x03 \x01(\x01\x12\r\n\x05\x62\x65ta1\x18\x04 \x01(\x01\x12\r\n\x05\x62\x65ta2\x18\x05 \x01(\x01\x12\x0b\n\x03\x65ps\x18\x06 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x07 \x01(\x01\x12\x11\n\tclip_norm\x18\x08 \x01(\x01\x12\x1b\n\x13initial_accumulator\x18\t \x01(\x01\"J\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x07\n\x03SGD\x10\x01\x12\x0c\n\x08MOMENTUM\x10\x02\x12\x0b\n\x07\x41\x44\x41GRAD\x10\x03\x12\x08\n\x04\x41\x44\x41M\x10\x04\"\xac\x02\n\tTableSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x04kind\x18\x02 \x01(\x0e\x32\x1c.elasticps.v1.TableSpec.Kind\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0b\n\x03\x64im\x18\x04 \x01(\x03\x12\x10\n\x08id_space\x18\x05 \x01(\x03\x12\"\n\x05\x64type\x18\x06 \x01(\x0e\x32\x13.elasticps.v1.DType\x12.\n\toptimizer\x18\x07 \x01(\x0b\x32\x1b.elasticps.v1.OptimizerSpec\x12.\n\x0binitializer\x18\x08 \x01(\x0b\x32\x19.elasticps.v1.Initializer\"3\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\t\n\x05\x44\x45NSE\x10\x01\x12\n\n\x06SPARSE\x10\x02\"?\n\x14\x44\x65\x63lareTablesRequest\x12\'\n\x06tables\x18\x01 \x03(\x0b\x32\x17.elasticps.v1.TableSpec\"O\n\x15\x44\x65\x63lareTablesResponse\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\x12\r\n\x05shard\x18\x02 \x01(\x05\x12\x12\n\nnum_shards\x18\x03 \x01(\x05\"A\n\x0bNamedTensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06tensor\x18\x02 \x01(\x0b\x32\x14.elasticps.v1.Tensor\"=\n\x10InitDenseRequest\x12)\n\x06values\x18\x01 \x03(\x0b\x32\x19.elasticps.v1.NamedTensor\"(\n\x11InitDenseResponse\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\"!\n\x10PullDenseRequest\x12\r\n\x05names\x18\x01 \x03(\t\">\n\x11PullDenseResponse\x12)\n\x06values\x18\x01 \x03(\x0b\x32\x19.elasticps.v1.NamedTensor\"E\n\x11PullSparseRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12!\n\x03ids\x18\x02 \x01(\x0b\x32\x14.elasticps.v1.Tensor\"8\n\x12PullSparseResponse\x12\"\n\x04rows\x18\x01 \x01(\x0b\x32\x14.elasticps.v1.Tensor\"C\n\nSparseGrad\x12\r\n\x05table\x18\x01 \x01(\t\x12&\n\x04grad\x18\x02 \x01(\x0b\x32\x18.elasticps.v1.SparseRows\"\x88\x01\n\x0bPushRequest\x12%\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x16.elasticps.v1.BatchRef\x12(\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x19.elasticps.v1.NamedTensor\x12(\n\x06sparse\x18\x03 \x03(\x0b\x32\x18.elasticps.v1.SparseGrad\"0\n\x0cPushResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\x0f\n\x07skipped\x18\x02 \x01(\x08\"\x0e\n\x0cStatsRequest\"7\n\nTableStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"\xb3\x01\n\rStatsResponse\x12(\n\x06tables\x18\x01 \x03(\x0b\x32\x18.elasticps.v1.TableStats\x12\x0e\n\x06pushes\x18\x02 \x01(\x03\x12\x16\n\x0epushes_per_sec\x18\x03 \x01(\x01\x12\x12\n\nduplicates\x18\x04 \x01(\x03\x12\x19\n\x11skipped_nonfinite\x18\x05 \x01(\x03\x12\r\n\x05shard\x18\x06 \x01(\x05\x12\x12\n\nnum_shards\x18\x07 \x01(\x05\x32\xd9\x03\n\x0fParameterServer\x12X\n\rDeclareTables\x12\".elasticps.v1.DeclareTablesRequest\x1a#.elasticps.v1.DeclareTablesResponse\x12L\n\tInitDense\x12\x1e.elasticps.v1.InitDenseRequest\x1a\x1f.elasticps.v1.InitDenseResponse\x12L\n\tPullDense\x12\x1e.elasticps.v1.PullDenseRequest\x1a\x1f.elasticps.v1.PullDenseResponse\x12O\n\nPullSparse\x12\x1f.elasticps.v1.PullSparseRequest\x1a .elasticps.v1.PullSparseResponse\x12=\n\x04Push\x12\x19.elasticps.v1.PushRequest\x1a\x1a.elasticps.v1.PushResponse\x12@\n\x05Stats\x12\x1a.elasticps.v1.StatsRequest\x1a\x1b.elasticps.v1.StatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65lasticps/proto/pserver.proto\x12\x0c\x65lasticps.v1\x1a\x1c\x65lasticps/proto/common.proto\"\x9a\x01\n\x0bInitializer\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.elasticps.v1.Initializer.Kind\x12\r\n\x05scale\x18\x02 \x01(\x01\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"@\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\t\n\x05ZEROS\x10\x01\x12\x0b\n\x07UNIFORM\x10\x02\x12\n\n\x06NORMAL\x10\x03\"\x9a\x02\n\rOptimizerSpec\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .elasticps.v1.OptimizerSpec.Kind\x12\n\n\x02lr\x18\x02 \x01(\x01\x12\x10\n\x08momentum\x18\x03 \x01(\x01\x12\r\n\x05\x62\x65ta1\x18\x04 \x01(\x01\x12\r\n\x05\x62\x65ta2\x18\x05 \x01(\x01\x12\x0b\n\x03\x65ps\x18\x06 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x07 \x01(\x01\x12\x11\n\tclip_norm\x18\x08 \x01(\x01\x12\x1b\n\x13initial_accumulator\x18\t \x01(\x01\"J\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x07\n\x03SGD\x10\x01\x12\x0c\n\x08MOMENTUM\x10\x02\x12\x0b\n\x07\x41\x44\x41GRAD\x10\x03\x12\x08\n\x04\x41\x44\x41M\x10\x04\"\xac\x02\n\tTableSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x04kind\x18\x02 \x01(\x0e\x32\x1c.elasticps.v1.TableSpec.Kind\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0b\n\x03\x64im\x18\x04 \x01(\x03\x12\x10\n\x08id_space\x18\x05 \x01(\x03\x12\"\n\x05\x64type\x18\x06 \x01(\x0e\x32\x13.elasticps.v1.DType\x12.\n\toptimizer\x18\x07 \x01(\x0b\x32\x1b.elasticps.v1.OptimizerSpec\x12.\n\x0binitializer\x18\x08 \x01(\x0b\x32\x19.elasticps.v1.Initializer\"3\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\t\n\x05\x44\x45NSE\x10\x01\x12\n\n\x06SPARSE\x10\x02\"?\n\x14\x44\x65\x63lareTablesRequest\x12\'\n\x06tables\x18\x01 \x03(\x0b\x32\x17.elasticps.v1.TableSpec\"\x8d\x01\n\x15\x44\x65\x63lareTablesResponse\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\x12\r\n\x05shard\x18\x02 \x01(\x05\x12\x12\n\nnum_shards\x18\x03 \x01(\x05\x12\'\n\x06tables\x18\x04 \x03(\x0b\x32\x17.elasticps.v1.TableSpec\x12\x13\n\x0bincarnation\x18\x05 \x01(\t\"A\n\x0bNamedTensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06tensor\x18\x02 \x01(\x0b\x32\x14.elasticps.v1.Tensor\"=\n\x10InitDenseRequest\x12)\n\x06values\x18\x01 \x03(\x0b\x32\x19.elasticps.v1.NamedTensor\"(\n\x11InitDenseResponse\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\"!\n\x10PullDenseRequest\x12\r\n\x05names\x18\x01 \x03(\t\">\n\x11PullDenseResponse\x12)\n\x06values\x18\x01 \x03(\x0b\x32\x19.elasticps.v1.NamedTensor\"E\n\x11PullSparseRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12!\n\x03ids\x18\x02 \x01(\x0b\x32\x14.elasticps.v1.Tensor\"8\n\x12PullSparseResponse\x12\"\n\x04rows\x18\x01 \x01(\x0b\x32\x14.elasticps.v1.Tensor\"C\n\nSparseGrad\x12\r\n\x05table\x18\x01 \x01(\t\x12&\n\x04grad\x18\x02 \x01(\x0b\x32\x18.elasticps.v1.SparseRows\"\x96\x01\n\x0bPushRequest\x12%\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x16.elasticps.v1.BatchRef\x12(\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x19.elasticps.v1.NamedTensor\x12(\n\x06sparse\x18\x03 \x03(\x0b\x32\x18.elasticps.v1.SparseGrad\x12\x0c\n\x04\x64rop\x18\x04 \x01(\x08\"0\n\x0cPushResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\x0f\n\x07skipped\x18\x02 \x01(\x08\"\x0e\n\x0cStatsRequest\"7\n\nTableStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"\xa6\x02\n\rStatsResponse\x12(\n\x06tables\x18\x01 \x03(\x0b\x32\x18.elasticps.v1.TableStats\x12\x0e\n\x06pushes\x18\x02 \x01(\x03\x12\x16\n\x0epushes_per_sec\x18\x03 \x01(\x01\x12\x12\n\nduplicates\x18\x04 \x01(\x03\x12\x19\n\x11skipped_nonfinite\x18\x05 \x01(\x03\x12\r\n\x05shard\x18\x06 \x01(\x05\x12\x12\n\nnum_shards\x18\x07 \x01(\x05\x12\x13\n\x0binitialized\x18\x08 \x01(\x08\x12\x17\n\x0f\x61pplied_batches\x18\t \x01(\x03\x12\x15\n\rrestored_from\x18\n \x01(\t\x12\x13\n\x0bincarnation\x18\x0b \x01(\t\x12\x17\n\x0flast_checkpoint\x18\x0c \x01(\t\"9\n\x12ListAppliedRequest\x12\x0f\n\x07pass_id\x18\x01 \x01(\x03\x12\x12\n\nall_passes\x18\x02 \x01(\x08\"M\n\x0b\x41ppliedTask\x12\x0f\n\x07pass_id\x18\x01 \x01(\x03\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x62\x65low\x18\x03 \x01(\x03\x12\r\n\x05\x65xtra\x18\x04 \x03(\x03\"k\n\x13ListAppliedResponse\x12(\n\x05tasks\x18\x01 \x03(\x0b\x32\x19.elasticps.v1.AppliedTask\x12\x15\n\rrestored_from\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"(\n\x13PruneAppliedRequest\x12\x11\n\tupto_pass\x18\x01 \x01(\x03\"-\n\x14PruneAppliedResponse\x12\x15\n\rremoved_tasks\x18\x01 \x01(\x03\x32\x84\x05\n\x0fParameterServer\x12X\n\rDeclareTables\x12\".elasticps.v1.DeclareTablesRequest\x1a#.elasticps.v1.DeclareTablesResponse\x12L\n\tInitDense\x12\x1e.elasticps.v1.InitDenseRequest\x1a\x1f.elasticps.v1.InitDenseResponse\x12L\n\tPullDense\x12\x1e.elasticps.v1.PullDenseRequest\x1a\x1f.elasticps.v1.PullDenseResponse\x12O\n\nPullSparse\x12\x1f.elasticps.v1.PullSparseRequest\x1a .elasticps.v1.PullSparseResponse\x12=\n\x04Push\x12\x19.elasticps.v1.PushRequest\x1a\x1a.elasticps.v1.PushResponse\x12@\n\x05Stats\x12\x1a.elasticps.v1.StatsRequest\x1a\x1b.elasticps.v1.StatsResponse\x12R\n\x0bListApplied\x12 .elasticps.v1.ListAppliedRequest\x1a!.elasticps.v1.ListAppliedResponse\x12U\n\x0cPruneApplied\x12!.elasticps.v1.PruneAppliedRequest\x1a\".elasticps.v1.PruneAppliedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,34 +46,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TABLESPEC_KIND']._serialized_end=820
   _globals['_DECLARETABLESREQUEST']._serialized_start=822
   _globals['_DECLARETABLESREQUEST']._serialized_end=885
-  _globals['_DECLARETABLESRESPONSE']._serialized_start=887
-  _globals['_DECLARETABLESRESPONSE']._serialized_end=966
-  _globals['_NAMEDTENSOR']._serialized_start=968
-  _globals['_NAMEDTENSOR']._serialized_end=1033
-  _globals['_INITDENSEREQUEST']._serialized_start=1035
-  _globals['_INITDENSEREQUEST']._serialized_end=1096
-  _globals['_INITDENSERESPONSE']._serialized_start=1098
-  _globals['_INITDENSERESPONSE']._serialized_end=1138
-  _globals['_PULLDENSEREQUEST']._serialized_start=1140
-  _globals['_PULLDENSEREQUEST']._serialized_end=1173
-  _globals['_PULLDENSERESPONSE']._serialized_start=1175
-  _globals['_PULLDENSERESPONSE']._serialized_end=1237
-  _globals['_PULLSPARSEREQUEST']._serialized_start=1239
-  _globals['_PULLSPARSEREQUEST']._serialized_end=1308
-  _globals['_PULLSPARSERESPONSE']._serialized_start=1310
-  _globals['_PULLSPARSERESPONSE']._serialized_end=1366
-  _globals['_SPARSEGRAD']._serialized_start=1368
-  _globals['_SPARSEGRAD']._serialized_end=1435
-  _globals['_PUSHREQUEST']._serialized_start=1438
-  _globals['_PUSHREQUEST']._serialized_end=1574
-  _globals['_PUSHRESPONSE']._serialized_start=1576
-  _globals['_PUSHRESPONSE']._serialized_end=1624
-  _globals['_STATSREQUEST']._serialized_start=1626
-  _globals['_STATSREQUEST']._serialized_end=1640
-  _globals['_TABLESTATS']._serialized_start=1642
-  _globals['_TABLESTATS']._serialized_end=1697
-  _globals['_STATSRESPONSE']._serialized_start=1700
-  _globals['_STATSRESPONSE']._serialized_end=1879
-  _globals['_PARAMETERSERVER']._serialized_start=1882
-  _globals['_PARAMETERSERVER']._serialized_end=2355
+  _globals['_DECLARETABLESRESPONSE']._serialized_start=888
+  _globals['_DECLARETABLESRESPONSE']._serialized_end=1029
+  _globals['_NAMEDTENSOR']._serialized_start=1031
+  _globals['_NAMEDTENSOR']._serialized_end=1096
+  _globals['_INITDENSEREQUEST']._serialized_start=1098
+  _globals['_INITDENSEREQUEST']._serialized_end=1159
+  _globals['_INITDENSERESPONSE']._serialized_start=1161
+  _globals['_INITDENSERESPONSE']._serialized_end=1201
+  _globals['_PULLDENSEREQUEST']._serialized_start=1203
+  _globals['_PULLDENSEREQUEST']._serialized_end=1236
+  _globals['_PULLDENSERESPONSE']._serialized_start=1238
+  _globals['_PULLDENSERESPONSE']._serialized_end=1300
+  _globals['_PULLSPARSEREQUEST']._serialized_start=1302
+  _globals['_PULLSPARSEREQUEST']._serialized_end=1371
+  _globals['_PULLSPARSERESPONSE']._serialized_start=1373
+  _globals['_PULLSPARSERESPONSE']._serialized_end=1429
+  _globals['_SPARSEGRAD']._serialized_start=1431
+  _globals['_SPARSEGRAD']._serialized_end=1498
+  _globals['_PUSHREQUEST']._serialized_start=1501
+  _globals['_PUSHREQUEST']._serialized_end=1651
+  _globals['_PUSHRESPONSE']._serialized_start=1653
+  _globals['_PUSHRESPONSE']._serialized_end=1701
+  _globals['_STATSREQUEST']._serialized_start=1703
+  _globals['_STATSREQUEST']._serialized_end=1717
+  _globals['_TABLESTATS']._serialized_start=1719
+  _globals['_TABLESTATS']._serialized_end=1774
+  _globals['_STATSRESPONSE']._serialized_start=1777
+  _globals['_STATSRESPONSE']._serialized_end=2071
+  _globals['_LISTAPPLIEDREQUEST']._serialized_start=2073
+  _globals['_LISTAPPLIEDREQUEST']._serialized_end=2130
+  _globals['_APPLIEDTASK']._serialized_start=2132
+  _globals['_APPLIEDTASK']._serialized_end=2209
+  _globals['_LISTAPPLIEDRESPONSE']._serialized_start=2211
+  _globals['_LISTAPPLIEDRESPONSE']._serialized_end=2318
+  _globals['_PRUNEAPPLIEDREQUEST']._serialized_start=2320
+  _globals['_PRUNEAPPLIEDREQUEST']._serialized_end=2360
+  _globals['_PRUNEAPPLIEDRESPONSE']._serialized_start=2362
+  _globals['_PRUNEAPPLIEDRESPONSE']._serialized_end=2407
+  _globals['_PARAMETERSERVER']._serialized_start=2410
+  _globals['_PARAMETERSERVER']._serialized_end=3054
 # @@protoc_insertion_point(module_scope)

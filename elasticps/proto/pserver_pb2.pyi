@@ -220,6 +220,8 @@ Global___TableSpec: _TypeAlias = TableSpec  # noqa: Y015
 
 @_typing.final
 class DeclareTablesRequest(_message.Message):
+    """An empty request declares nothing and just reports the shard's tables."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLES_FIELD_NUMBER: _builtins.int
@@ -245,22 +247,32 @@ class DeclareTablesResponse(_message.Message):
     INITIALIZED_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
     NUM_SHARDS_FIELD_NUMBER: _builtins.int
+    TABLES_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     initialized: _builtins.bool
     """true once InitDense ran or the shard was restored"""
     shard: _builtins.int
     """this server's slot index i"""
     num_shards: _builtins.int
     """N"""
+    incarnation: _builtins.str
+    """random per process start: a change means the server restarted"""
+    @_builtins.property
+    def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableSpec]:
+        """every table the shard holds, defaults filled in"""
+
     def __init__(
         self,
         *,
         initialized: _builtins.bool = ...,
         shard: _builtins.int = ...,
         num_shards: _builtins.int = ...,
+        tables: _abc.Iterable[Global___TableSpec] | None = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["initialized", b"initialized", "num_shards", b"num_shards", "shard", b"shard"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "initialized", b"initialized", "num_shards", b"num_shards", "shard", b"shard", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -445,8 +457,15 @@ class PushRequest(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     DENSE_FIELD_NUMBER: _builtins.int
     SPARSE_FIELD_NUMBER: _builtins.int
+    DROP_FIELD_NUMBER: _builtins.int
+    drop: _builtins.bool
+    """The client found NaN/Inf somewhere in this batch (maybe in another shard's part): record
+    the batch as applied, change nothing, count it as skipped. Keeps the drop consistent.
+    """
     @_builtins.property
-    def batch(self) -> _common_pb2.BatchRef: ...
+    def batch(self) -> _common_pb2.BatchRef:
+        """required: the unit of at-most-once application"""
+
     @_builtins.property
     def dense(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedTensor]:
         """gradients of this shard's dense slices"""
@@ -459,10 +478,11 @@ class PushRequest(_message.Message):
         batch: _common_pb2.BatchRef | None = ...,
         dense: _abc.Iterable[Global___NamedTensor] | None = ...,
         sparse: _abc.Iterable[Global___SparseGrad] | None = ...,
+        drop: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "dense", b"dense", "sparse", b"sparse"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "dense", b"dense", "drop", b"drop", "sparse", b"sparse"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -543,12 +563,26 @@ class StatsResponse(_message.Message):
     SKIPPED_NONFINITE_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
     NUM_SHARDS_FIELD_NUMBER: _builtins.int
+    INITIALIZED_FIELD_NUMBER: _builtins.int
+    APPLIED_BATCHES_FIELD_NUMBER: _builtins.int
+    RESTORED_FROM_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    LAST_CHECKPOINT_FIELD_NUMBER: _builtins.int
     pushes: _builtins.int
     pushes_per_sec: _builtins.float
     duplicates: _builtins.int
     skipped_nonfinite: _builtins.int
     shard: _builtins.int
     num_shards: _builtins.int
+    initialized: _builtins.bool
+    applied_batches: _builtins.int
+    """batches recorded in the applied set"""
+    restored_from: _builtins.str
+    """checkpoint id this process restored, "" if none"""
+    incarnation: _builtins.str
+    """random per process start"""
+    last_checkpoint: _builtins.str
+    """id of the newest checkpoint this process wrote or restored"""
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStats]: ...
     def __init__(
@@ -561,11 +595,136 @@ class StatsResponse(_message.Message):
         skipped_nonfinite: _builtins.int = ...,
         shard: _builtins.int = ...,
         num_shards: _builtins.int = ...,
+        initialized: _builtins.bool = ...,
+        applied_batches: _builtins.int = ...,
+        restored_from: _builtins.str = ...,
+        incarnation: _builtins.str = ...,
+        last_checkpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicates", b"duplicates", "num_shards", b"num_shards", "pushes", b"pushes", "pushes_per_sec", b"pushes_per_sec", "shard", b"shard", "skipped_nonfinite", b"skipped_nonfinite", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_batches", b"applied_batches", "duplicates", b"duplicates", "incarnation", b"incarnation", "initialized", b"initialized", "last_checkpoint", b"last_checkpoint", "num_shards", b"num_shards", "pushes", b"pushes", "pushes_per_sec", b"pushes_per_sec", "restored_from", b"restored_from", "shard", b"shard", "skipped_nonfinite", b"skipped_nonfinite", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
+
+@_typing.final
+class ListAppliedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PASS_ID_FIELD_NUMBER: _builtins.int
+    ALL_PASSES_FIELD_NUMBER: _builtins.int
+    pass_id: _builtins.int
+    """only this pass ..."""
+    all_passes: _builtins.bool
+    """... unless true"""
+    def __init__(
+        self,
+        *,
+        pass_id: _builtins.int = ...,
+        all_passes: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_passes", b"all_passes", "pass_id", b"pass_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAppliedRequest: _TypeAlias = ListAppliedRequest  # noqa: Y015
+
+@_typing.final
+class AppliedTask(_message.Message):
+    """Batches of one task: every seq < below, plus the seqs in extra."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PASS_ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    BELOW_FIELD_NUMBER: _builtins.int
+    EXTRA_FIELD_NUMBER: _builtins.int
+    pass_id: _builtins.int
+    task_id: _builtins.int
+    below: _builtins.int
+    @_builtins.property
+    def extra(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        pass_id: _builtins.int = ...,
+        task_id: _builtins.int = ...,
+        below: _builtins.int = ...,
+        extra: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["below", b"below", "extra", b"extra", "pass_id", b"pass_id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppliedTask: _TypeAlias = AppliedTask  # noqa: Y015
+
+@_typing.final
+class ListAppliedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASKS_FIELD_NUMBER: _builtins.int
+    RESTORED_FROM_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    restored_from: _builtins.str
+    """as in StatsResponse"""
+    incarnation: _builtins.str
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppliedTask]: ...
+    def __init__(
+        self,
+        *,
+        tasks: _abc.Iterable[Global___AppliedTask] | None = ...,
+        restored_from: _builtins.str = ...,
+        incarnation: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "restored_from", b"restored_from", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAppliedResponse: _TypeAlias = ListAppliedResponse  # noqa: Y015
+
+@_typing.final
+class PruneAppliedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPTO_PASS_FIELD_NUMBER: _builtins.int
+    upto_pass: _builtins.int
+    def __init__(
+        self,
+        *,
+        upto_pass: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["upto_pass", b"upto_pass"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneAppliedRequest: _TypeAlias = PruneAppliedRequest  # noqa: Y015
+
+@_typing.final
+class PruneAppliedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_TASKS_FIELD_NUMBER: _builtins.int
+    removed_tasks: _builtins.int
+    def __init__(
+        self,
+        *,
+        removed_tasks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed_tasks", b"removed_tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneAppliedResponse: _TypeAlias = PruneAppliedResponse  # noqa: Y015

@@ -64,6 +64,16 @@ class ParameterServerStub:
                 request_serializer=elasticps_dot_proto_dot_pserver__pb2.StatsRequest.SerializeToString,
                 response_deserializer=elasticps_dot_proto_dot_pserver__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.ListApplied = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/ListApplied',
+                request_serializer=elasticps_dot_proto_dot_pserver__pb2.ListAppliedRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_pserver__pb2.ListAppliedResponse.FromString,
+                _registered_method=True)
+        self.PruneApplied = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/PruneApplied',
+                request_serializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedResponse.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -111,6 +121,20 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListApplied(self, request, context):
+        """The batches this shard has applied (exactly-once accounting and re-dispatch after a restore).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PruneApplied(self, request, context):
+        """Forget applied batches of passes before upto_pass (once every shard has checkpointed them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +167,16 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=elasticps_dot_proto_dot_pserver__pb2.StatsRequest.FromString,
                     response_serializer=elasticps_dot_proto_dot_pserver__pb2.StatsResponse.SerializeToString,
+            ),
+            'ListApplied': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApplied,
+                    request_deserializer=elasticps_dot_proto_dot_pserver__pb2.ListAppliedRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_pserver__pb2.ListAppliedResponse.SerializeToString,
+            ),
+            'PruneApplied': grpc.unary_unary_rpc_method_handler(
+                    servicer.PruneApplied,
+                    request_deserializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +341,60 @@ class ParameterServer:
             '/elasticps.v1.ParameterServer/Stats',
             elasticps_dot_proto_dot_pserver__pb2.StatsRequest.SerializeToString,
             elasticps_dot_proto_dot_pserver__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApplied(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/ListApplied',
+            elasticps_dot_proto_dot_pserver__pb2.ListAppliedRequest.SerializeToString,
+            elasticps_dot_proto_dot_pserver__pb2.ListAppliedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PruneApplied(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/PruneApplied',
+            elasticps_dot_proto_dot_pserver__pb2.PruneAppliedRequest.SerializeToString,
+            elasticps_dot_proto_dot_pserver__pb2.PruneAppliedResponse.FromString,
             options,
             channel_credentials,
             insecure,

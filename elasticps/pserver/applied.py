@@ -1,0 +1,93 @@
+"""Which batches a shard has applied: the bookkeeping exactly-once is built on.
+
+A batch is ``(pass_id, task_id, seq)``. Per ``(pass_id, task_id)`` we keep a watermark ``below``
+(every seq < below is applied) and the set of applied seqs above it. Trainers push a task's
+batches in order, so the set stays empty or tiny and a task costs a few dozen bytes however many
+batches it has. The set is saved in checkpoints as two int64 arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class _TaskSeqs:
+    below: int = 0
+    extra: set[int] = field(default_factory=set)
+
+    def add(self, seq: int) -> bool:
+        if seq < self.below or seq in self.extra:
+            return False
+        self.extra.add(seq)
+        while self.below in self.extra:
+            self.extra.remove(self.below)
+            self.below += 1
+        return True
+
+    def __contains__(self, seq: int) -> bool:
+        return seq < self.below or seq in self.extra
+
+    def __len__(self) -> int:
+        return self.below + len(self.extra)
+
+
+class AppliedSet:
+    """The set of applied batches of one shard. Not thread-safe: the shard's lock guards it."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[tuple[int, int], _TaskSeqs] = {}
+
+    def add(self, pass_id: int, task_id: int, seq: int) -> bool:
+        """Record a batch; False if it was already recorded (a duplicate)."""
+        return self._tasks.setdefault((pass_id, task_id), _TaskSeqs()).add(seq)
+
+    def contains(self, pass_id: int, task_id: int, seq: int) -> bool:
+        seqs = self._tasks.get((pass_id, task_id))
+        return seqs is not None and seq in seqs
+
+    def __len__(self) -> int:
+        """Number of applied batches recorded."""
+        return sum(len(s) for s in self._tasks.values())
+
+    def tasks(self) -> Iterator[tuple[int, int, int, list[int]]]:
+        """``(pass_id, task_id, below, sorted extra seqs)`` per task, in key order."""
+        for (pass_id, task_id), seqs in sorted(self._tasks.items()):
+            yield pass_id, task_id, seqs.below, sorted(seqs.extra)
+
+    def prune(self, upto_pass: int) -> int:
+        """Forget every batch of passes < ``upto_pass`` (once every shard has checkpointed
+        them, they can never be replayed). Returns how many tasks were forgotten."""
+        doomed = [key for key in self._tasks if key[0] < upto_pass]
+        for key in doomed:
+            del self._tasks[key]
+        return len(doomed)
+
+    def forget_task(self, pass_id: int, task_id: int) -> bool:
+        """Forget one task's batches (finer-grained pruning)."""
+        return self._tasks.pop((pass_id, task_id), None) is not None
+
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``tasks`` int64 [k, 3] of (pass, task, below) and ``extra`` int64 [m, 3] of
+        (pass, task, seq): the checkpoint form."""
+        tasks = [(p, t, s.below) for (p, t), s in sorted(self._tasks.items())]
+        extra = [(p, t, q) for (p, t), s in sorted(self._tasks.items()) for q in sorted(s.extra)]
+        return (np.array(tasks, dtype=np.int64).reshape(-1, 3),
+                np.array(extra, dtype=np.int64).reshape(-1, 3))
+
+    @classmethod
+    def from_arrays(cls, tasks: np.ndarray, extra: np.ndarray) -> AppliedSet:
+        applied = cls()
+        for pass_id, task_id, below in tasks.tolist():
+            applied._tasks[(pass_id, task_id)] = _TaskSeqs(below=below)
+        for pass_id, task_id, seq in extra.tolist():
+            applied._tasks.setdefault((pass_id, task_id), _TaskSeqs()).extra.add(seq)
+        return applied
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AppliedSet) and self._tasks == other._tasks
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,293 @@
+"""Atomic, checksummed, versioned checkpoints of one pserver shard on any fsspec URL.
+
+Layout under the checkpoint URL::
+
+    <url>/shard-<i>-of-<N>/ckpt-<id>.safetensors   the data (see checkpoint_format)
+    <url>/shard-<i>-of-<N>/ckpt-<id>.json          the manifest: size, sha256, summary
+
+``<id>`` is a zero-padded sequence number, so names sort by age. A save:
+
+1. streams the data to ``.tmp-ckpt-<id>.safetensors``, hashing as it goes, then flushes and
+   fsyncs it, and renames it into place (atomic on a local or POSIX file system);
+2. writes the manifest the same way (temp, fsync, rename): the manifest is the commit point —
+   a data file without a manifest is garbage;
+3. publishes the manifest in the store under ``pserver/checkpoint/<i>/<id>``;
+4. only then deletes checkpoints beyond the newest ``keep`` (store key first, then files).
+
+A load takes manifests from the store and from the directory, newest first, and returns the
+first whose data file has the manifest's size and sha256, logging each one it skips — so a
+truncated or bit-flipped newest checkpoint falls back to the previous one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import fsspec
+
+from elasticps.errors import CheckpointError
+from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.shard import Snapshot
+from elasticps.store.api import Store
+
+log = logging.getLogger(__name__)
+
+FAULT_PAUSE_BEFORE_RENAME = "checkpoint-pause-before-rename"
+STORE_PREFIX = "pserver/checkpoint/"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a checkpoint holds and how to check it; published in the store as JSON."""
+
+    id: str
+    shard: int
+    num_shards: int
+    data: str  # file name of the data, next to the manifest
+    size: int
+    sha256: str
+    created_unix: float
+    format: str = fmt.FORMAT
+    version: int = fmt.VERSION
+    tables: list[dict[str, Any]] = field(default_factory=list)  # name, kind, rows, bytes
+    applied_batches: int = 0
+    directory: str = ""  # the shard directory's URL (informational)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Manifest:
+        try:
+            data = json.loads(raw)
+            return cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise CheckpointError(f"malformed checkpoint manifest: {exc}") from exc
+
+
+def shard_dir_name(shard: int, num_shards: int) -> str:
+    return f"shard-{shard}-of-{num_shards}"
+
+
+def parse_fault(spec: str) -> int:
+    """The save number (1-based) at which to pause before the rename, or 0 for none."""
+    if not spec:
+        return 0
+    name, _, count = spec.partition(":")
+    if name != FAULT_PAUSE_BEFORE_RENAME:
+        return 0
+    try:
+        return max(1, int(count or "1"))
+    except ValueError:
+        raise CheckpointError(f"fault injection {spec!r}: the count after ':' is not an integer")\
+            from None
+
+
+class ShardCheckpoints:
+    """The checkpoints of one shard slot under one URL."""
+
+    def __init__(
+        self,
+        url: str,
+        shard: int,
+        num_shards: int,
+        *,
+        keep: int = 3,
+        store: Store | None = None,
+        fault: str = "",
+        node: str = "pserver",
+    ) -> None:
+        if keep < 1:
+            raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept")
+        self.fs, root = fsspec.core.url_to_fs(url)
+        self.url = url.rstrip("/")
+        self.dir = f"{root.rstrip('/')}/{shard_dir_name(shard, num_shards)}"
+        self.shard, self.num_shards, self.keep = shard, num_shards, keep
+        self.store = store
+        self.node = node
+        self._pause_at = parse_fault(fault)
+        self._saves = 0
+        self._lock = threading.Lock()
+        self.fs.makedirs(self.dir, exist_ok=True)
+
+    # -- listing ----------------------------------------------------------------------------
+
+    def _store_prefix(self) -> str:
+        return f"{STORE_PREFIX}{self.shard}/"
+
+    def manifests(self) -> list[Manifest]:
+        """Every manifest known for this slot (store and directory), newest first."""
+        found: dict[str, Manifest] = {}
+        for name in self.fs.ls(self.dir, detail=False):
+            base = name.rsplit("/", 1)[-1]
+            if base.startswith("ckpt-") and base.endswith(".json"):
+                try:
+                    manifest = Manifest.from_json(self.fs.cat_file(name))
+                except (CheckpointError, OSError) as exc:
+                    log.warning("%s skips the unreadable manifest %s: %s", self.node, name, exc)
+                    continue
+                found[manifest.id] = manifest
+        if self.store is not None:
+            for kv in self.store.get_prefix(self._store_prefix()):
+                try:
+                    manifest = Manifest.from_json(kv.value)
+                except CheckpointError as exc:
+                    log.warning("%s skips store key %s: %s", self.node, kv.key, exc)
+                    continue
+                found.setdefault(manifest.id, manifest)
+        slot = (self.shard, self.num_shards)
+        mine = [m for m in found.values() if (m.shard, m.num_shards) == slot]
+        return sorted(mine, key=lambda m: m.id, reverse=True)
+
+    def _next_id(self) -> str:
+        existing = [int(m.id) for m in self.manifests() if m.id.isdigit()]
+        return f"{max(existing, default=0) + 1:012d}"
+
+    # -- save -------------------------------------------------------------------------------
+
+    def save(self, snap: Snapshot) -> Manifest:
+        """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
+        with self._lock:
+            self._saves += 1
+            checkpoint_id = self._next_id()
+            data_name = f"ckpt-{checkpoint_id}.safetensors"
+            tensors = fmt.snapshot_tensors(snap)
+            metadata = fmt.snapshot_metadata(snap, checkpoint_id)
+            size, digest = self._write_atomically(
+                data_name, lambda out: fmt.write_stream(out, tensors, metadata),
+                pause=self._saves == self._pause_at,
+            )
+            manifest = Manifest(
+                id=checkpoint_id, shard=self.shard, num_shards=self.num_shards, data=data_name,
+                size=size, sha256=digest, created_unix=metadata["created_unix"],
+                tables=_table_summary(snap), applied_batches=len(snap.applied),
+                directory=f"{self.url}/{shard_dir_name(self.shard, self.num_shards)}",
+            )
+            body = manifest.to_json()
+            self._write_atomically(
+                f"ckpt-{checkpoint_id}.json", lambda out: _write_bytes(out, body)
+            )
+            if self.store is not None:
+                self.store.put(f"{self._store_prefix()}{checkpoint_id}", body)
+            log.info("%s wrote checkpoint %s (%d bytes, sha256 %s).", self.node, checkpoint_id,
+                     size, digest[:12])
+            self._prune()
+            return manifest
+
+    def _write_atomically(
+        self, name: str, write: Callable[[Any], tuple[int, str]], pause: bool = False
+    ) -> tuple[int, str]:
+        final = f"{self.dir}/{name}"
+        temp = f"{self.dir}/.tmp-{name}.{os.getpid()}"
+        with self.fs.open(temp, "wb") as out:
+            result = write(out)
+            out.flush()
+            if hasattr(out, "fileno"):
+                os.fsync(out.fileno())
+        if pause:
+            self._pause_for_fault_injection(temp)
+        self.fs.mv(temp, final)
+        self._fsync_dir()
+        return result
+
+    def _fsync_dir(self) -> None:
+        if "file" in _protocols(self.fs):
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _pause_for_fault_injection(self, temp: str) -> None:
+        """Test-only (PADDLE_FAULT_INJECT): announce the pause, then block until killed."""
+        log.warning("%s pauses checkpoint write %s before its rename (fault injection).",
+                    self.node, temp)
+        with self.fs.open(f"{temp}.paused", "wb") as marker:
+            marker.write(b"paused\n")
+        threading.Event().wait()
+
+    def _prune(self) -> None:
+        for old in self.manifests()[self.keep:]:
+            if self.store is not None:
+                self.store.delete(f"{self._store_prefix()}{old.id}")
+            for name in (f"ckpt-{old.id}.json", old.data):
+                path = f"{self.dir}/{name}"
+                if self.fs.exists(path):
+                    self.fs.rm(path)
+            log.info("%s deleted old checkpoint %s (keeping %d).", self.node, old.id, self.keep)
+
+    def remove_temp_files(self) -> int:
+        """Delete leftovers of writes that crashed before their rename."""
+        removed = 0
+        for name in self.fs.ls(self.dir, detail=False):
+            if name.rsplit("/", 1)[-1].startswith(".tmp-"):
+                self.fs.rm(name)
+                removed += 1
+        return removed
+
+    # -- load -------------------------------------------------------------------------------
+
+    def read_verified(self, manifest: Manifest) -> bytes:
+        """The data file's bytes if its size and sha256 match the manifest."""
+        path = f"{self.dir}/{manifest.data}"
+        try:
+            data = self.fs.cat_file(path)
+        except (OSError, FileNotFoundError) as exc:
+            raise CheckpointError(f"checkpoint {manifest.id}: cannot read {path}: {exc}") from exc
+        if len(data) != manifest.size:
+            raise CheckpointError(
+                f"checkpoint {manifest.id}: {path} has {len(data)} bytes, the manifest says "
+                f"{manifest.size} (truncated?)"
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != manifest.sha256:
+            raise CheckpointError(
+                f"checkpoint {manifest.id}: sha256 of {path} is {digest}, the manifest says "
+                f"{manifest.sha256} (corrupt)"
+            )
+        return bytes(data)
+
+    def load_newest(self) -> tuple[Snapshot, Manifest] | None:
+        """The newest checkpoint whose checksum holds, or None if there is none."""
+        for manifest in self.manifests():
+            try:
+                metadata, tensors = fmt.parse(self.read_verified(manifest))
+                snap = fmt.to_snapshot(metadata, tensors)
+            except CheckpointError as exc:
+                log.error("%s skips checkpoint %s: %s; trying the previous one.",
+                          self.node, manifest.id, exc)
+                continue
+            if (snap.shard, snap.num_shards) != (self.shard, self.num_shards):
+                log.error("%s skips checkpoint %s: it holds shard %d of %d.",
+                          self.node, manifest.id, snap.shard, snap.num_shards)
+                continue
+            return snap, manifest
+        return None
+
+
+def _write_bytes(out: Any, body: bytes) -> tuple[int, str]:
+    out.write(body)
+    return len(body), hashlib.sha256(body).hexdigest()
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return tuple(protocol) if isinstance(protocol, list | tuple) else (protocol,)
+
+
+def _table_summary(snap: Snapshot) -> list[dict[str, Any]]:
+    summary: list[dict[str, Any]] = []
+    for name, dense in snap.dense.items():
+        summary.append({"name": name, "kind": "dense", "rows": int(dense.values.shape[0]),
+                        "slots": sorted(dense.slots)})
+    for name, sparse in snap.sparse.items():
+        summary.append({"name": name, "kind": "sparse", "rows": int(sparse.ids.shape[0]),
+                        "slots": sorted(sparse.slots)})
+    return summary

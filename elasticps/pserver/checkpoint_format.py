@@ -1,0 +1,174 @@
+"""The checkpoint file format (version 1): a safetensors file, written as a stream.
+
+A checkpoint of shard ``i`` of ``N`` is one safetensors file (an 8-byte little-endian header
+length, a JSON header naming every tensor's dtype, shape and byte range, then the raw tensor
+bytes; no code is ever executed to read it). Tensors:
+
+====================================  ==========================================
+``dense.<table>.value``               float32 [slice]  this shard's slice
+``dense.<table>.slot.<slot>``         float32 [slice]  optimizer state
+``sparse.<table>.ids``                int64 [rows]     ids, in row order
+``sparse.<table>.value``              float32 [rows, dim]
+``sparse.<table>.slot.<slot>``        float32 [rows, dim]
+``sparse.<table>.steps``              int32 [rows]     per-row Adam steps ([0] otherwise)
+``applied.tasks``                     int64 [k, 3]     (pass, task, below)
+``applied.extra``                     int64 [m, 3]     (pass, task, seq) above the watermark
+====================================  ==========================================
+
+The header's ``__metadata__`` holds one key, ``elasticps``, whose value is a JSON object:
+``format`` (``"elasticps.pserver.checkpoint"``), ``version`` (1), ``id``, ``shard``,
+``num_shards``, ``created_unix``, ``initialized``, ``tables`` (the TableSpecs as proto JSON),
+``dense_steps`` ({table: step}) and ``counters``. The file's sha256 lives in a separate manifest
+(see :mod:`elasticps.pserver.checkpoint`), so the data file is never rewritten after the fact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+from google.protobuf import json_format
+
+from elasticps.errors import CheckpointError
+from elasticps.proto import pserver_pb2
+from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.shard import DenseState, Snapshot, SparseState
+
+FORMAT = "elasticps.pserver.checkpoint"
+VERSION = 1
+_DTYPES: dict[np.dtype[Any], str] = {
+    np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32"
+}
+_FROM_CODE: dict[str, np.dtype[Any]] = {code: dtype for dtype, code in _DTYPES.items()}
+
+
+def snapshot_tensors(snap: Snapshot) -> dict[str, np.ndarray]:
+    """The named arrays of a snapshot, in a stable order."""
+    tensors: dict[str, np.ndarray] = {}
+    for name, dense in snap.dense.items():
+        tensors[f"dense.{name}.value"] = dense.values
+        for slot, arr in dense.slots.items():
+            tensors[f"dense.{name}.slot.{slot}"] = arr
+    for name, sparse in snap.sparse.items():
+        tensors[f"sparse.{name}.ids"] = sparse.ids
+        tensors[f"sparse.{name}.value"] = sparse.values
+        for slot, arr in sparse.slots.items():
+            tensors[f"sparse.{name}.slot.{slot}"] = arr
+        tensors[f"sparse.{name}.steps"] = sparse.steps
+    tasks, extra = snap.applied.to_arrays()
+    tensors["applied.tasks"] = tasks
+    tensors["applied.extra"] = extra
+    return tensors
+
+
+def snapshot_metadata(snap: Snapshot, checkpoint_id: str) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "id": checkpoint_id,
+        "shard": snap.shard,
+        "num_shards": snap.num_shards,
+        "created_unix": time.time(),
+        "initialized": snap.initialized,
+        "tables": [json_format.MessageToDict(spec) for spec in snap.specs],
+        "dense_steps": {name: d.step for name, d in snap.dense.items()},
+        "counters": snap.counters,
+    }
+
+
+def _header(tensors: dict[str, np.ndarray], metadata: dict[str, Any]) -> bytes:
+    entries: dict[str, Any] = {"__metadata__": {"elasticps": json.dumps(metadata, sort_keys=True)}}
+    offset = 0
+    for name, arr in tensors.items():
+        entries[name] = {"dtype": _DTYPES[arr.dtype], "shape": list(arr.shape),
+                         "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    raw = json.dumps(entries, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors aligns the data section to 8 bytes
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_stream(
+    out: BinaryIO, tensors: dict[str, np.ndarray], metadata: dict[str, Any]
+) -> tuple[int, str]:
+    """Write a safetensors file to ``out`` without building it in memory; returns
+    (bytes written, sha256 hex)."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in _chunks(tensors, metadata):
+        out.write(chunk)
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _chunks(
+    tensors: dict[str, np.ndarray], metadata: dict[str, Any]
+) -> Iterator[bytes | memoryview]:
+    yield _header(tensors, metadata)
+    for arr in tensors.values():
+        contiguous = np.ascontiguousarray(arr)
+        if contiguous.nbytes:
+            yield contiguous.reshape(-1).view(np.uint8).data
+
+
+def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(metadata, tensors) of a checkpoint file; CheckpointError if it is not one."""
+    try:
+        (header_len,) = struct.unpack_from("<Q", data, 0)
+        if header_len > len(data) - 8:
+            raise ValueError(f"header length {header_len} exceeds the file ({len(data)} bytes)")
+        header = json.loads(data[8 : 8 + header_len])
+        metadata = json.loads(header.pop("__metadata__")["elasticps"])
+        base = 8 + header_len
+        tensors: dict[str, np.ndarray] = {}
+        for name, entry in header.items():
+            start, stop = entry["data_offsets"]
+            if not 0 <= start <= stop <= len(data) - base:
+                raise ValueError(f"tensor {name} lies outside the file")
+            dtype = _FROM_CODE[entry["dtype"]]
+            count = (stop - start) // dtype.itemsize
+            tensors[name] = np.frombuffer(
+                data, dtype=dtype, count=count, offset=base + start
+            ).reshape(entry["shape"])
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        raise CheckpointError(f"not an elasticps checkpoint file: {exc}") from exc
+    if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
+        raise CheckpointError(
+            f"checkpoint format {metadata.get('format')!r} version {metadata.get('version')!r} "
+            f"is not {FORMAT!r} version {VERSION}"
+        )
+    return metadata, tensors
+
+
+def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Snapshot:
+    """Rebuild a Snapshot (arrays are copied out of the file buffer, so they are writable)."""
+    try:
+        specs = [json_format.ParseDict(t, pserver_pb2.TableSpec()) for t in metadata["tables"]]
+        dense: dict[str, DenseState] = {}
+        sparse: dict[str, SparseState] = {}
+        for spec in specs:
+            is_dense = spec.kind == pserver_pb2.TableSpec.DENSE
+            prefix = ("dense." if is_dense else "sparse.") + spec.name
+            slots = {key.rsplit(".slot.", 1)[1]: np.array(arr) for key, arr in tensors.items()
+                     if key.startswith(prefix + ".slot.")}
+            if spec.kind == pserver_pb2.TableSpec.DENSE:
+                dense[spec.name] = DenseState(np.array(tensors[prefix + ".value"]), slots,
+                                              int(metadata["dense_steps"][spec.name]))
+            else:
+                sparse[spec.name] = SparseState(
+                    np.array(tensors[prefix + ".ids"]), np.array(tensors[prefix + ".value"]),
+                    slots, np.array(tensors[prefix + ".steps"]))
+        applied = AppliedSet.from_arrays(tensors["applied.tasks"], tensors["applied.extra"])
+        return Snapshot(
+            shard=int(metadata["shard"]), num_shards=int(metadata["num_shards"]), specs=specs,
+            initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
+            applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},
+        )
+    except (KeyError, ValueError, json_format.ParseError) as exc:
+        raise CheckpointError(f"checkpoint content is inconsistent: {exc!r}") from exc

@@ -1,0 +1,102 @@
+"""``elasticps checkpoint inspect URL``: what a checkpoint holds and whether its checksum holds."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from typing import Any
+
+import fsspec
+
+from elasticps.errors import CheckpointError
+from elasticps.proto import pserver_pb2
+from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.checkpoint import Manifest
+
+
+def _manifest_paths(fs: Any, path: str) -> list[str]:
+    """Manifests at ``path``: the file itself, a shard directory's, or every shard's below it."""
+    if path.endswith(".json"):
+        return [path]
+    if path.endswith(".safetensors"):
+        sibling = path[: -len(".safetensors")] + ".json"
+        return [sibling] if fs.exists(sibling) else []
+    found = fs.glob(f"{path.rstrip('/')}/ckpt-*.json") + fs.glob(
+        f"{path.rstrip('/')}/shard-*-of-*/ckpt-*.json")
+    return sorted(found)
+
+
+def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
+    """A JSON-able report of one checkpoint, including whether its checksum holds."""
+    report: dict[str, Any] = {"manifest": manifest_path}
+    manifest = Manifest.from_json(fs.cat_file(manifest_path))
+    directory = manifest_path.rsplit("/", 1)[0]
+    data_path = f"{directory}/{manifest.data}"
+    report.update(id=manifest.id, shard=manifest.shard, num_shards=manifest.num_shards,
+                  data=data_path, size=manifest.size, sha256=manifest.sha256,
+                  created=datetime.datetime.fromtimestamp(manifest.created_unix,
+                                                          datetime.UTC).isoformat())
+    try:
+        data = fs.cat_file(data_path)
+    except FileNotFoundError:
+        report.update(checksum_ok=False, problem=f"{data_path} is missing")
+        return report
+    digest = hashlib.sha256(data).hexdigest()
+    report["checksum_ok"] = len(data) == manifest.size and digest == manifest.sha256
+    if not report["checksum_ok"]:
+        report["problem"] = f"{len(data)} bytes with sha256 {digest}: truncated or corrupt"
+        return report
+    metadata, tensors = fmt.parse(bytes(data))
+    report.update(format=metadata["format"], version=metadata["version"],
+                  initialized=metadata["initialized"], counters=metadata["counters"])
+    snap = fmt.to_snapshot(metadata, tensors)
+    report["applied_batches"] = len(snap.applied)
+    report["applied_tasks"] = len(list(snap.applied.tasks()))
+    tables = []
+    for spec in snap.specs:
+        entry: dict[str, Any] = {
+            "name": spec.name,
+            "kind": pserver_pb2.TableSpec.Kind.Name(spec.kind).lower(),
+            "optimizer": pserver_pb2.OptimizerSpec.Kind.Name(spec.optimizer.kind).lower(),
+            "lr": spec.optimizer.lr,
+        }
+        if spec.kind == pserver_pb2.TableSpec.DENSE:
+            entry.update(shape=list(spec.shape), slice=int(snap.dense[spec.name].values.size),
+                         step=snap.dense[spec.name].step)
+        else:
+            entry.update(dim=spec.dim, id_space=spec.id_space or "unbounded",
+                         rows=int(snap.sparse[spec.name].ids.size))
+        tables.append(entry)
+    report["tables"] = tables
+    return report
+
+
+def inspect_url(url: str) -> list[dict[str, Any]]:
+    fs, path = fsspec.core.url_to_fs(url)
+    paths = _manifest_paths(fs, path)
+    if not paths:
+        raise CheckpointError(f"no checkpoint manifest (ckpt-*.json) found at {url}")
+    return [inspect_checkpoint(p, fs) for p in paths]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    ok = "ok" if report.get("checksum_ok") else "BAD"
+    lines = [
+        f"checkpoint {report['id']}  shard {report['shard']} of {report['num_shards']}  "
+        f"created {report['created']}",
+        f"  data     {report['data']} ({report['size']} bytes)",
+        f"  sha256   {report['sha256']}  checksum {ok}",
+    ]
+    if not report.get("checksum_ok"):
+        lines.append(f"  problem  {report.get('problem', '')}")
+        return "\n".join(lines)
+    lines.append(f"  format   {report['format']} v{report['version']}  initialised "
+                 f"{report['initialized']}  applied batches {report['applied_batches']} "
+                 f"in {report['applied_tasks']} tasks")
+    for t in report["tables"]:
+        if t["kind"] == "dense":
+            what = f"shape {t['shape']}, slice of {t['slice']} values, step {t['step']}"
+        else:
+            what = f"dim {t['dim']}, id space {t['id_space']}, {t['rows']} rows"
+        lines.append(f"  table    {t['name']}: {t['kind']} {what}; {t['optimizer']} lr={t['lr']}")
+    return "\n".join(lines)

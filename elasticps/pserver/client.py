@@ -1,0 +1,451 @@
+"""``PServerClient``: the trainer's view of N pserver shards as one parameter store.
+
+Routing (the same rules the shards enforce):
+
+- sparse id ``x`` lives on shard ``x % N``; a pull sends each shard its ids (deduplicated) and
+  puts the rows back in the caller's order;
+- a dense parameter is flattened and split by ``np.array_split(flat, N)``; part ``i`` goes to
+  shard ``i``.
+
+A push is one atomic Push per shard, shards in parallel, each carrying the batch's BatchRef —
+every shard gets one, even with nothing to apply, so each shard's applied set accounts for every
+batch. Addresses come from the store (``pserver/slot/<i>``, watched): when a shard is down the
+client logs, waits with backoff for it (or for its new address) and retries, up to ``deadline``
+seconds, so a pserver restart pauses trainers instead of crashing them. Retrying a push is safe:
+a shard that already applied it answers ``applied=false``.
+
+Initialisation: exactly one trainer initialises (store lock ``pserver/init/lock``, then
+``pserver/init/done``); the others wait until every shard reports initialised. A shard restored
+from a checkpoint is already initialised and is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+
+from elasticps.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreError,
+    UnavailableError,
+)
+from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
+from elasticps.pserver.server import SLOT_PREFIX
+from elasticps.rpc import call, decode_tensor, encode_sparse, encode_tensor, make_channel
+from elasticps.rpc.channel import backoff_delays
+from elasticps.store import Compare, Put, Store
+
+log = logging.getLogger(__name__)
+
+INIT_LOCK = "pserver/init/lock"
+INIT_DONE = "pserver/init/done"
+_LOG_EVERY_S = 10.0
+
+T = TypeVar("T")
+
+
+class _Shard:
+    """Connection state of one slot."""
+
+    def __init__(self) -> None:
+        self.address: str | None = None
+        self.channel: grpc.Channel | None = None
+        self.stub: pserver_pb2_grpc.ParameterServerStub | None = None
+        self.needs_declare = False
+
+
+class PServerClient:
+    """Client of all N pserver shards of a job. Thread-safe."""
+
+    def __init__(
+        self,
+        store: Store,
+        token: str,
+        num_shards: int,
+        *,
+        deadline: float = 600.0,
+        call_timeout: float = 60.0,
+        name: str | None = None,
+        init_lock_ttl: int = 10,
+    ) -> None:
+        if num_shards < 1:
+            raise InvalidArgumentError(f"num_shards={num_shards} must be >= 1")
+        self.store, self.token, self.num_shards = store, token, num_shards
+        self.deadline, self.call_timeout = deadline, call_timeout
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.init_lock_ttl = init_lock_ttl
+        self._shards = [_Shard() for _ in range(num_shards)]
+        self._cond = threading.Condition()
+        self._specs: dict[str, pserver_pb2.TableSpec] = {}
+        self._init: tuple[Mapping[str, np.ndarray], Callable[[], Mapping[str, np.ndarray]] | None]
+        self._init = ({}, None)
+        self._initialized_once = False
+        # Room for several caller threads fanning out at once.
+        self._pool = ThreadPoolExecutor(max_workers=4 * num_shards + 4,
+                                        thread_name_prefix="pserver-call")
+        self._repairing = threading.Lock()
+        self._retired: list[grpc.Channel] = []
+        self._closed = threading.Event()
+        revision = store.revision()
+        for kv in store.get_prefix(SLOT_PREFIX):
+            self._on_slot(kv.key, kv.value)
+        self._watch = store.watch_prefix(SLOT_PREFIX, start_revision=revision + 1)
+        self._watcher = threading.Thread(target=self._follow, name="pserver-slots", daemon=True)
+        self._watcher.start()
+
+    # -- addresses --------------------------------------------------------------------------
+
+    def _on_slot(self, key: str, value: bytes | None) -> None:
+        try:
+            slot = int(key.removeprefix(SLOT_PREFIX))
+        except ValueError:
+            return
+        if not 0 <= slot < self.num_shards:
+            return
+        address = json.loads(value)["address"] if value else None
+        with self._cond:
+            shard = self._shards[slot]
+            # A PUT with the same address is still a new process (new lease): reconnect. The
+            # old channel is retired, not closed: closing would CANCEL calls still in flight.
+            if shard.channel is not None:
+                self._retired.append(shard.channel)
+            shard.address, shard.channel, shard.stub = address, None, None
+            self._cond.notify_all()
+        if address:
+            log.info("Trainer %s sees pserver shard %d at %s.", self.name, slot, address)
+
+    def _follow(self) -> None:
+        while not self._closed.is_set():
+            try:
+                event = self._watch.get(timeout=0.5)
+            except StoreError as exc:
+                log.warning("Trainer %s lost its watch on pserver slots (%s); retrying.",
+                            self.name, exc)
+                self._closed.wait(1.0)
+                continue
+            if event is not None:
+                self._on_slot(event.key, event.value if event.value else None)
+
+    def _stub(self, slot: int, give_up_at: float) -> pserver_pb2_grpc.ParameterServerStub:
+        with self._cond:
+            shard = self._shards[slot]
+            while shard.address is None:
+                remaining = give_up_at - time.monotonic()
+                if remaining <= 0 or self._closed.is_set():
+                    raise UnavailableError(
+                        f"pserver shard {slot} has no address in the store (pserver/slot/{slot}) "
+                        f"after waiting {self.deadline:.0f}s"
+                    )
+                self._cond.wait(min(remaining, 1.0))
+            if shard.stub is None:
+                shard.channel = make_channel(shard.address, self.token)
+                shard.stub = pserver_pb2_grpc.ParameterServerStub(shard.channel)
+                shard.needs_declare = bool(self._specs)
+            return shard.stub
+
+    # -- calls with waiting -----------------------------------------------------------------
+
+    def _call(self, slot: int, method: str, request: Any) -> Any:
+        """Call ``method`` on shard ``slot``, waiting out outages up to the deadline."""
+        start = time.monotonic()
+        give_up_at = start + self.deadline
+        delays = backoff_delays(0.1, 2.0)
+        last_log = -math.inf
+        while True:
+            stub = self._stub(slot, give_up_at)
+            try:
+                if self._shards[slot].needs_declare:
+                    self._declare_on(slot, stub)
+                return call(getattr(stub, method), request, timeout=self.call_timeout,
+                            what=f"pserver shard {slot} {method}")
+            except (UnavailableError, FailedPreconditionError) as exc:
+                now = time.monotonic()
+                if now >= give_up_at or self._closed.is_set():
+                    raise UnavailableError(
+                        f"pserver shard {slot} did not serve {method} within {self.deadline:.0f}s: "
+                        f"{exc}"
+                    ) from exc
+                if isinstance(exc, FailedPreconditionError) and self._initialized_once:
+                    self._start_repair()  # a shard restarted empty: initialise it again
+                if now - last_log >= _LOG_EVERY_S:
+                    log.warning(
+                        "Trainer %s waits for pserver shard %d (%s): %s; retrying (waited %.0fs "
+                        "of %.0fs).", self.name, slot, self._shards[slot].address, exc,
+                        now - start, self.deadline)
+                    last_log = now
+                with self._cond:
+                    self._cond.wait(min(next(delays), give_up_at - now))
+
+    def _declare_on(self, slot: int, stub: pserver_pb2_grpc.ParameterServerStub) -> None:
+        request = pserver_pb2.DeclareTablesRequest(tables=list(self._specs.values()))
+        call(stub.DeclareTables, request, timeout=self.call_timeout,
+             what=f"pserver shard {slot} DeclareTables")
+        self._shards[slot].needs_declare = False
+
+    def _fan_out(self, method: str, requests: list[Any], sequential: bool = False) -> list[Any]:
+        """Call every shard (request i to shard i), in parallel unless ``sequential``."""
+        if sequential:
+            return [self._call(i, method, r) for i, r in enumerate(requests)]
+        futures = [self._pool.submit(self._call, i, method, r) for i, r in enumerate(requests)]
+        return [f.result() for f in futures]
+
+    # -- tables and initialisation ----------------------------------------------------------
+
+    def declare_tables(self, specs: Iterable[pserver_pb2.TableSpec]) -> None:
+        """Declare tables on every shard (idempotent; a conflicting spec is an error)."""
+        specs = list(specs)
+        request = pserver_pb2.DeclareTablesRequest(tables=specs)
+        responses = self._fan_out("DeclareTables", [request] * self.num_shards)
+        for table in responses[0].tables:
+            self._specs[table.name] = table
+
+    def _tables(self) -> dict[str, pserver_pb2.TableSpec]:
+        if not self._specs:
+            response = self._call(0, "DeclareTables", pserver_pb2.DeclareTablesRequest())
+            self._specs = {t.name: t for t in response.tables}
+        return self._specs
+
+    def _initialized(self, sequential: bool = False) -> list[bool]:
+        responses = self._fan_out("DeclareTables",
+                                  [pserver_pb2.DeclareTablesRequest()] * self.num_shards,
+                                  sequential)
+        return [r.initialized for r in responses]
+
+    def initialize(
+        self,
+        dense_values: Mapping[str, np.ndarray],
+        init_fn: Callable[[], Mapping[str, np.ndarray]] | None = None,
+    ) -> None:
+        """Run the one-trainer-initialises protocol. ``init_fn``, if given, computes the dense
+        values (only the trainer that wins the lock calls it); otherwise ``dense_values``."""
+        self._init = (dense_values, init_fn)
+        self._run_init_protocol()
+        self._initialized_once = True
+
+    def _start_repair(self) -> None:
+        if self._repairing.acquire(blocking=False):
+            threading.Thread(target=self._repair, name="pserver-reinit", daemon=True).start()
+
+    def _repair(self) -> None:
+        # Its own thread and sequential calls: the pool may be full of callers waiting for it.
+        try:
+            self._run_init_protocol(sequential=True)
+        except Exception as exc:  # a background repair: log, the callers' retry loops go on
+            log.warning("Trainer %s could not re-initialise pserver shards: %s", self.name, exc)
+        finally:
+            self._repairing.release()
+
+    def _run_init_protocol(self, sequential: bool = False) -> None:
+        give_up_at = time.monotonic() + self.deadline
+        while True:
+            states = self._initialized(sequential)
+            if all(states):
+                if self.store.get(INIT_DONE) is None:
+                    self.store.put(INIT_DONE, self._marker("restored"))
+                return
+            lease = self.store.grant_lease(self.init_lock_ttl)
+            won = self.store.txn([Compare.missing(INIT_LOCK)],
+                                 [Put(INIT_LOCK, self._marker("lock"), lease.id)]).succeeded
+            if won:
+                lease.keep_alive()
+                try:
+                    self._initialize_shards(sequential)
+                    self.store.put(INIT_DONE, self._marker("initialised"))
+                finally:
+                    lease.revoke()
+                log.info("Trainer %s initialised the pserver tables.", self.name)
+                return
+            lease.revoke()
+            self._wait_for_init(give_up_at)
+
+    def _marker(self, what: str) -> bytes:
+        return json.dumps({"by": self.name, "what": what, "time": time.time()}).encode()
+
+    def _wait_for_init(self, give_up_at: float) -> None:
+        """Wait until the lock holder finishes (done appears) or gives up (lock vanishes)."""
+        revision = self.store.revision()
+        if self.store.get(INIT_LOCK) is None:
+            return
+        log.info("Trainer %s waits for another trainer to initialise the tables.", self.name)
+        with self.store.watch_prefix("pserver/init/", start_revision=revision + 1) as watch:
+            while time.monotonic() < give_up_at:
+                event = watch.get(timeout=1.0)
+                if event is not None and (event.key == INIT_DONE or event.key == INIT_LOCK):
+                    return
+                if self.store.get(INIT_LOCK) is None:
+                    return
+        raise UnavailableError(f"no trainer initialised the pserver tables in {self.deadline}s")
+
+    def _initialize_shards(self, sequential: bool) -> None:
+        states = self._initialized(sequential)
+        if all(states):
+            return
+        dense_values, init_fn = self._init
+        values = dict(init_fn() if init_fn is not None else dense_values)
+        specs = self._tables()
+        parts: list[list[pserver_pb2.NamedTensor]] = [[] for _ in range(self.num_shards)]
+        for name, array in values.items():
+            spec = specs.get(name)
+            if spec is None or spec.kind != pserver_pb2.TableSpec.DENSE:
+                raise InvalidArgumentError(
+                    f"initial value for {name!r}: no dense table by that name"
+                )
+            flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+            if flat.size != math.prod(spec.shape):
+                raise InvalidArgumentError(
+                    f"initial value for {name!r} has {flat.size} elements; the table's shape "
+                    f"{list(spec.shape)} needs {math.prod(spec.shape)}"
+                )
+            for i, part in enumerate(np.array_split(flat, self.num_shards)):
+                parts[i].append(pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
+        requests = [pserver_pb2.InitDenseRequest(values=p) for p in parts]
+        todo = [i for i in range(self.num_shards) if not states[i]]
+        if sequential:
+            for i in todo:
+                self._call(i, "InitDense", requests[i])
+            return
+        for f in [self._pool.submit(self._call, i, "InitDense", requests[i]) for i in todo]:
+            f.result()
+
+    # -- dense ------------------------------------------------------------------------------
+
+    def pull_dense(self, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """Full dense arrays (every shard's slice, joined and reshaped)."""
+        specs = self._tables()
+        wanted = list(names) if names is not None else [
+            n for n, s in specs.items() if s.kind == pserver_pb2.TableSpec.DENSE]
+        request = pserver_pb2.PullDenseRequest(names=wanted)
+        responses = self._fan_out("PullDense", [request] * self.num_shards)
+        out: dict[str, np.ndarray] = {}
+        for name in wanted:
+            pieces = []
+            for i, response in enumerate(responses):
+                match = [v for v in response.values if v.name == name]
+                if len(match) != 1:
+                    raise InvalidArgumentError(f"pserver shard {i} did not return table {name!r}")
+                pieces.append(decode_tensor(match[0].tensor, dtype=np.float32,
+                                            name=f"dense {name!r} from shard {i}"))
+            out[name] = np.concatenate(pieces).reshape(tuple(specs[name].shape))
+        return out
+
+    # -- sparse -----------------------------------------------------------------------------
+
+    def _route(self, ids: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(order, per-shard positions into ``ids``): positions grouped by ``id % N``."""
+        owner = ids % self.num_shards
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(self.num_shards + 1))
+        return order, [order[bounds[i]:bounds[i + 1]] for i in range(self.num_shards)]
+
+    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """Rows for ``ids`` (int64 [n]) in their order, float32 [n, dim]."""
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise InvalidArgumentError(
+                f"ids must be an integer vector, got {ids.dtype} {ids.shape}"
+            )
+        unique, inverse = np.unique(ids.astype(np.int64, copy=False), return_inverse=True)
+        _, groups = self._route(unique)
+        requests = [pserver_pb2.PullSparseRequest(table=table, ids=encode_tensor(unique[g]))
+                    for g in groups]
+        futures = [self._pool.submit(self._call, i, "PullSparse", r)
+                   for i, r in enumerate(requests) if groups[i].size]
+        rows: np.ndarray | None = None
+        for i, future in zip([i for i, g in enumerate(groups) if g.size], futures, strict=True):
+            part = decode_tensor(future.result().rows, dtype=np.float32,
+                                 shape=(groups[i].size, None), name=f"rows from shard {i}")
+            if rows is None:
+                rows = np.empty((unique.size, part.shape[1]), dtype=np.float32)
+            rows[groups[i]] = part
+        if rows is None:
+            dim = int(self._tables()[table].dim) if table in self._tables() else 0
+            return np.zeros((0, dim), dtype=np.float32)
+        return rows[inverse]
+
+    # -- push -------------------------------------------------------------------------------
+
+    def push(
+        self,
+        batch: common_pb2.BatchRef,
+        dense_grads: Mapping[str, np.ndarray],
+        sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> list[pserver_pb2.PushResponse]:
+        """One atomic Push per shard, in parallel; returns each shard's answer."""
+        finite = all(np.isfinite(g).all() for g in dense_grads.values()) and all(
+            np.isfinite(rows).all() for _, rows in sparse_grads.values())
+        requests = [pserver_pb2.PushRequest(batch=batch, drop=not finite)
+                    for _ in range(self.num_shards)]
+        if not finite:
+            log.warning("Trainer %s drops batch (pass %d, task %d, seq %d): its gradients hold "
+                        "NaN or Inf.", self.name, batch.pass_id, batch.task_id, batch.seq)
+        else:
+            for name, grad in dense_grads.items():
+                flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
+                for i, part in enumerate(np.array_split(flat, self.num_shards)):
+                    requests[i].dense.append(
+                        pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
+            for name, (ids, rows) in sparse_grads.items():
+                ids = np.asarray(ids, dtype=np.int64)
+                rows = np.asarray(rows, dtype=np.float32)
+                _, groups = self._route(ids)
+                for i, g in enumerate(groups):
+                    if g.size:
+                        requests[i].sparse.append(pserver_pb2.SparseGrad(
+                            table=name, grad=encode_sparse(ids[g], rows[g])))
+        return self._fan_out("Push", requests)
+
+    # -- stats and lifecycle ----------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Per-shard counters and their totals."""
+        responses = self._fan_out("Stats", [pserver_pb2.StatsRequest()] * self.num_shards)
+        shards = [json_format.MessageToDict(r, preserving_proto_field_name=True,
+                                            always_print_fields_with_no_presence=True)
+                  for r in responses]
+        return {
+            "shards": shards,
+            "pushes": sum(r.pushes for r in responses),
+            "pushes_per_sec": sum(r.pushes_per_sec for r in responses),
+            "duplicates": sum(r.duplicates for r in responses),
+            "skipped_nonfinite": sum(r.skipped_nonfinite for r in responses),
+            "rows": sum(t.rows for r in responses for t in r.tables),
+            "bytes": sum(t.bytes for r in responses for t in r.tables),
+        }
+
+    def list_applied(self, pass_id: int | None = None) -> list[pserver_pb2.ListAppliedResponse]:
+        request = pserver_pb2.ListAppliedRequest(pass_id=pass_id or 0,
+                                                 all_passes=pass_id is None)
+        return list(self._fan_out("ListApplied", [request] * self.num_shards))
+
+    def close(self) -> None:
+        self._closed.set()
+        self._watch.cancel()
+        with self._cond:
+            for shard in self._shards:
+                if shard.channel is not None:
+                    shard.channel.close()
+                shard.channel = shard.stub = None
+            for channel in self._retired:
+                channel.close()
+            self._retired.clear()
+            self._cond.notify_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> PServerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

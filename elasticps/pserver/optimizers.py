@@ -1,0 +1,190 @@
+"""Server-side optimizers: SGD, momentum, Adagrad, Adam, each with weight decay and clipping.
+
+The arithmetic follows ``torch.optim`` (single-tensor CPU path) so a dense table trained here
+matches a model trained with torch's optimizer on one process:
+
+- weight decay is L2 (``g += weight_decay * w``), as torch's SGD/Adagrad/Adam do (not AdamW);
+- clipping scales the gradient by ``clip_norm / (norm + 1e-6)`` when the norm exceeds
+  ``clip_norm``, as ``torch.nn.utils.clip_grad_norm_``; the norm is taken over one table's
+  gradient in one push on one shard (a shard never sees the other shards' parts);
+- clipping happens before weight decay (clip the gradient, then the optimizer step adds decay).
+
+Sparse tables call the same update on the rows touched by a push, with a per-row step count:
+"lazy" semantics. Rows not in a push do not move, their momentum does not decay and their Adam
+step does not advance, so a row's bias correction uses the number of pushes that touched *it*.
+This is the standard lazy/sparse Adam of TensorFlow's LazyAdam and torch's SparseAdam.
+
+Every update returns new arrays and leaves its inputs untouched, so a push can compute all of
+its tables' updates first and commit them only when every one succeeded.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import numpy as np
+
+from elasticps.errors import InvalidArgumentError
+from elasticps.proto import pserver_pb2
+
+Kind = pserver_pb2.OptimizerSpec.Kind
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Validated optimizer hyper-parameters; 0 in the proto means "the default" where noted."""
+
+    kind: str
+    lr: float
+    momentum: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0
+    initial_accumulator: float = 0.0
+
+
+class Optimizer(abc.ABC):
+    """One table's update rule. ``slots`` names the per-element state arrays it keeps."""
+
+    slots: tuple[str, ...] = ()
+
+    def __init__(self, config: OptimizerConfig) -> None:
+        self.config = config
+
+    def slot_init(self, name: str) -> float:
+        """Starting value of a slot array."""
+        return 0.0
+
+    def step(
+        self,
+        param: np.ndarray,
+        grad: np.ndarray,
+        slots: dict[str, np.ndarray],
+        step: np.ndarray,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """New (param, slots) after one update. ``step`` is the 1-based step count, broadcastable
+        to ``param`` (shape [1] for dense, [rows, 1] for sparse rows)."""
+        grad = self._clip(grad)
+        if self.config.weight_decay:
+            grad = grad + np.float32(self.config.weight_decay) * param
+        return self._update(param, grad, slots, step)
+
+    def _clip(self, grad: np.ndarray) -> np.ndarray:
+        if not self.config.clip_norm:
+            return grad
+        norm = float(np.sqrt(np.sum(np.square(grad, dtype=np.float32), dtype=np.float32)))
+        coef = self.config.clip_norm / (norm + 1e-6)
+        return grad * np.float32(coef) if coef < 1.0 else grad
+
+    @abc.abstractmethod
+    def _update(
+        self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray], step: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
+
+class SGD(Optimizer):
+    """``w -= lr * g``."""
+
+    def _update(
+        self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray], step: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return param - np.float32(self.config.lr) * grad, {}
+
+
+class Momentum(Optimizer):
+    """Heavy ball as torch.optim.SGD(momentum=m): ``v = m*v + g; w -= lr * v`` (v starts at 0)."""
+
+    slots = ("velocity",)
+
+    def _update(
+        self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray], step: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        velocity = np.float32(self.config.momentum) * slots["velocity"] + grad
+        return param - np.float32(self.config.lr) * velocity, {"velocity": velocity}
+
+
+class Adagrad(Optimizer):
+    """``s += g^2; w -= lr * g / (sqrt(s) + eps)`` with ``s`` starting at initial_accumulator."""
+
+    slots = ("sum",)
+
+    def slot_init(self, name: str) -> float:
+        return self.config.initial_accumulator
+
+    def _update(
+        self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray], step: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        total = slots["sum"] + grad * grad
+        denom = np.sqrt(total) + np.float32(self.config.eps)
+        return param - np.float32(self.config.lr) * (grad / denom), {"sum": total}
+
+
+class Adam(Optimizer):
+    """Adam with bias correction by the (per-row, for sparse) step count."""
+
+    slots = ("exp_avg", "exp_avg_sq")
+
+    def _update(
+        self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray], step: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        cfg = self.config
+        exp_avg = slots["exp_avg"] + np.float32(1.0 - cfg.beta1) * (grad - slots["exp_avg"])
+        exp_avg_sq = np.float32(cfg.beta2) * slots["exp_avg_sq"] + np.float32(1.0 - cfg.beta2) * (
+            grad * grad
+        )
+        steps = step.astype(np.float64)
+        step_size = (cfg.lr / (1.0 - cfg.beta1**steps)).astype(np.float32)
+        bias2_sqrt = np.sqrt(1.0 - cfg.beta2**steps).astype(np.float32)
+        denom = np.sqrt(exp_avg_sq) / bias2_sqrt + np.float32(cfg.eps)
+        new_param = param - step_size * (exp_avg / denom)
+        return new_param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+
+
+_CLASSES: dict[str, type[Optimizer]] = {
+    "SGD": SGD,
+    "MOMENTUM": Momentum,
+    "ADAGRAD": Adagrad,
+    "ADAM": Adam,
+}
+_DEFAULT_EPS = {"ADAGRAD": 1e-10, "ADAM": 1e-8}
+
+
+def config_from_spec(spec: pserver_pb2.OptimizerSpec, table: str) -> OptimizerConfig:
+    """Validate a proto OptimizerSpec; raise InvalidArgumentError naming the table and field."""
+    kind = Kind.Name(spec.kind) if spec.kind in Kind.values() else str(spec.kind)
+    if kind not in _CLASSES:
+        raise InvalidArgumentError(
+            f"table {table!r}: optimizer kind {kind} is not one of {', '.join(_CLASSES)}"
+        )
+    if not (spec.lr > 0 and np.isfinite(spec.lr)):
+        raise InvalidArgumentError(f"table {table!r}: optimizer lr={spec.lr} must be > 0")
+    for field in ("momentum", "weight_decay", "clip_norm", "initial_accumulator", "eps"):
+        value = getattr(spec, field)
+        if not (value >= 0 and np.isfinite(value)):
+            raise InvalidArgumentError(
+                f"table {table!r}: optimizer {field}={value} must be a finite number >= 0"
+            )
+    for field in ("beta1", "beta2"):
+        value = getattr(spec, field)
+        if not 0 <= value < 1:
+            raise InvalidArgumentError(
+                f"table {table!r}: optimizer {field}={value} must be in [0, 1)"
+            )
+    return OptimizerConfig(
+        kind=kind,
+        lr=spec.lr,
+        momentum=spec.momentum or (0.9 if kind == "MOMENTUM" else 0.0),
+        beta1=spec.beta1 or 0.9,
+        beta2=spec.beta2 or 0.999,
+        eps=spec.eps or _DEFAULT_EPS.get(kind, 0.0),
+        weight_decay=spec.weight_decay,
+        clip_norm=spec.clip_norm,
+        initial_accumulator=spec.initial_accumulator,
+    )
+
+
+def make_optimizer(config: OptimizerConfig) -> Optimizer:
+    return _CLASSES[config.kind](config)

@@ -1,0 +1,135 @@
+"""The ``ParameterServer`` gRPC servicer: decode at the edge, then call :class:`ShardState`.
+
+Every request is decoded and validated (dtype, shape, byte length, duplicate names) before the
+shard sees it; errors from the tree become gRPC statuses through ``@rpc_handler``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import grpc
+import numpy as np
+
+from elasticps.errors import InvalidArgumentError
+from elasticps.proto import pserver_pb2, pserver_pb2_grpc
+from elasticps.pserver.shard import BatchKey, ShardState
+from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
+
+
+def _unique_names(names: Iterable[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InvalidArgumentError(f"{what} names table {name!r} twice")
+        seen.add(name)
+
+
+def _named(values: Iterable[pserver_pb2.NamedTensor], what: str) -> dict[str, np.ndarray]:
+    values = list(values)
+    _unique_names((v.name for v in values), what)
+    return {v.name: decode_tensor(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
+
+
+class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
+    """Serves one shard. ``last_checkpoint`` reports the newest checkpoint id for Stats."""
+
+    def __init__(
+        self,
+        state: ShardState,
+        incarnation: str,
+        last_checkpoint: Callable[[], str] = lambda: "",
+    ) -> None:
+        self.state = state
+        self.incarnation = incarnation
+        self._last_checkpoint = last_checkpoint
+
+    @rpc_handler
+    def DeclareTables(  # noqa: N802 (gRPC method names)
+        self, request: pserver_pb2.DeclareTablesRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.DeclareTablesResponse:
+        self.state.declare(request.tables)
+        return pserver_pb2.DeclareTablesResponse(
+            initialized=self.state.initialized, shard=self.state.shard,
+            num_shards=self.state.num_shards, tables=self.state.specs(),
+            incarnation=self.incarnation,
+        )
+
+    @rpc_handler
+    def InitDense(  # noqa: N802
+        self, request: pserver_pb2.InitDenseRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.InitDenseResponse:
+        values = _named(request.values, "initial values")
+        return pserver_pb2.InitDenseResponse(initialized=self.state.init_dense(values))
+
+    @rpc_handler
+    def PullDense(  # noqa: N802
+        self, request: pserver_pb2.PullDenseRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.PullDenseResponse:
+        _unique_names(request.names, "PullDense")
+        values = self.state.pull_dense(request.names)
+        return pserver_pb2.PullDenseResponse(values=[
+            pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(array))
+            for name, array in values.items()
+        ])
+
+    @rpc_handler
+    def PullSparse(  # noqa: N802
+        self, request: pserver_pb2.PullSparseRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.PullSparseResponse:
+        ids = decode_tensor(request.ids, dtype=np.int64, shape=(None,), name="ids")
+        rows = self.state.pull_sparse(request.table, ids)
+        return pserver_pb2.PullSparseResponse(rows=encode_tensor(rows))
+
+    @rpc_handler
+    def Push(  # noqa: N802
+        self, request: pserver_pb2.PushRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.PushResponse:
+        if not request.HasField("batch"):
+            raise InvalidArgumentError(
+                "a push must carry its BatchRef (pass_id, task_id, seq): exactly-once needs it"
+            )
+        batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq)
+        dense = _named(request.dense, "dense gradient")
+        _unique_names((s.table for s in request.sparse), "sparse gradient")
+        sparse = {s.table: decode_sparse(s.grad, name=f"sparse gradient[{s.table!r}]")
+                  for s in request.sparse}
+        result = self.state.push(batch, dense, sparse, drop=request.drop)
+        return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped)
+
+    @rpc_handler
+    def Stats(  # noqa: N802
+        self, request: pserver_pb2.StatsRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.StatsResponse:
+        stats = self.state.stats()
+        return pserver_pb2.StatsResponse(
+            tables=[pserver_pb2.TableStats(name=n, rows=r, bytes=b) for n, r, b in stats.tables],
+            pushes=stats.pushes, pushes_per_sec=stats.pushes_per_sec,
+            duplicates=stats.duplicates, skipped_nonfinite=stats.skipped_nonfinite,
+            shard=stats.shard, num_shards=stats.num_shards, initialized=stats.initialized,
+            applied_batches=stats.applied_batches, restored_from=stats.restored_from,
+            incarnation=self.incarnation, last_checkpoint=self._last_checkpoint(),
+        )
+
+    @rpc_handler
+    def ListApplied(  # noqa: N802
+        self, request: pserver_pb2.ListAppliedRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.ListAppliedResponse:
+        with self.state.lock:
+            tasks = [
+                pserver_pb2.AppliedTask(pass_id=p, task_id=t, below=below, extra=extra)
+                for p, t, below, extra in self.state.applied.tasks()
+                if request.all_passes or p == request.pass_id
+            ]
+            restored_from = self.state.restored_from
+        return pserver_pb2.ListAppliedResponse(
+            tasks=tasks, restored_from=restored_from, incarnation=self.incarnation
+        )
+
+    @rpc_handler
+    def PruneApplied(  # noqa: N802
+        self, request: pserver_pb2.PruneAppliedRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.PruneAppliedResponse:
+        return pserver_pb2.PruneAppliedResponse(
+            removed_tasks=self.state.prune_applied(request.upto_pass)
+        )

@@ -1,0 +1,228 @@
+"""Tables, sharding, validation and exactly-once bookkeeping of one shard (no RPC)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from elasticps.proto import common_pb2, pserver_pb2
+from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.index import HashIndex
+from elasticps.pserver.shard import BatchKey, ShardState
+from elasticps.pserver.tables import dense_bounds, initial_values
+
+OPT = pserver_pb2.OptimizerSpec
+SPEC = pserver_pb2.TableSpec
+INIT = pserver_pb2.Initializer
+
+
+def _specs(id_space: int = 1000, opt: int = OPT.SGD) -> list[pserver_pb2.TableSpec]:
+    return [
+        SPEC(name="w", kind=SPEC.DENSE, shape=[3, 4], optimizer=OPT(kind=opt, lr=0.1)),
+        SPEC(name="emb", kind=SPEC.SPARSE, dim=4, id_space=id_space,
+             optimizer=OPT(kind=opt, lr=0.1),
+             initializer=INIT(kind=INIT.UNIFORM, scale=0.1, seed=3)),
+    ]
+
+
+def _shard(shard: int = 0, n: int = 1, **kw: int) -> ShardState:
+    state = ShardState(shard, n)
+    state.declare(_specs(**kw))
+    state.init_dense({"w": np.arange(12, dtype=np.float32)[slice(*dense_bounds(12, shard, n))]})
+    return state
+
+
+def _everything(state: ShardState, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return state.pull_dense()["w"], state.pull_sparse("emb", ids)
+
+
+def test_sharding_covers_every_id_exactly_once() -> None:
+    n, id_space = 3, 1000
+    shards = [_shard(i, n, id_space=id_space) for i in range(n)]
+    ids = np.arange(id_space, dtype=np.int64)
+    owners = np.zeros(id_space, dtype=np.int64)
+    for i, shard in enumerate(shards):
+        mine = ids[ids % n == i]
+        shard.pull_sparse("emb", mine)
+        owners[mine] += 1
+        other = ids[ids % n != i][:1]
+        with pytest.raises(InvalidArgumentError, match="belongs to shard"):
+            shard.pull_sparse("emb", other)
+    assert (owners == 1).all()
+    assert sum(s.tables["emb"].rows for s in shards) == id_space
+    # Dense slices tile the flat parameter with no gap or overlap, like np.array_split.
+    flat = np.arange(12, dtype=np.float32)
+    got = np.concatenate([s.pull_dense()["w"] for s in shards])
+    np.testing.assert_array_equal(got, flat)
+    assert [len(p) for p in np.array_split(flat, n)] == [s.tables["w"].rows for s in shards]
+
+
+def test_initial_rows_are_a_pure_function_of_seed_and_id() -> None:
+    ids = np.array([0, 5, 999_999, 2**40], dtype=np.int64)
+    init = INIT(kind=INIT.NORMAL, scale=1.0, seed=9)
+    a = initial_values(init, ids, 8)
+    b = initial_values(init, ids[::-1].copy(), 8)[::-1]
+    np.testing.assert_array_equal(a, b)
+    assert abs(float(initial_values(init, np.arange(20000), 4).std()) - 1.0) < 0.02
+    other_seed = initial_values(INIT(kind=INIT.NORMAL, scale=1.0, seed=10), ids, 8)
+    assert not np.allclose(a, other_seed)
+    # The same id starts with the same row whichever shard count holds it.
+    one = _shard(0, 1, id_space=0).pull_sparse("emb", np.array([7], dtype=np.int64))
+    three = _shard(1, 3, id_space=0).pull_sparse("emb", np.array([7], dtype=np.int64))
+    np.testing.assert_array_equal(one, three)
+
+
+def test_hash_index_grows_and_finds_every_key() -> None:
+    index = HashIndex(16)
+    rng = np.random.default_rng(1)
+    keys = np.unique(rng.integers(0, 2**62, 50_000))
+    for part in np.array_split(np.arange(keys.size), 7):
+        index.insert(keys[part], part.astype(np.int64))
+    np.testing.assert_array_equal(index.lookup(keys), np.arange(keys.size))
+    absent = np.setdiff1d(rng.integers(0, 2**62, 1000), keys)
+    assert (index.lookup(absent) == -1).all()
+
+
+def test_unbounded_table_accepts_huge_ids() -> None:
+    state = _shard(0, 2, id_space=0)
+    ids = np.array([2**62, 10, 2**62, 4], dtype=np.int64)
+    rows = state.pull_sparse("emb", ids)
+    np.testing.assert_array_equal(rows[0], rows[2])
+    state.push(BatchKey(0, 0, 0), {}, {"emb": (ids, np.ones((4, 4), np.float32))})
+    after = state.pull_sparse("emb", ids)
+    # Duplicate ids were summed: id 2**62 got two unit gradients, id 10 one.
+    np.testing.assert_allclose(rows[0] - after[0], 0.2, rtol=1e-5)
+    np.testing.assert_allclose(rows[1] - after[1], 0.1, rtol=1e-5)
+    assert state.tables["emb"].rows == 3
+
+
+BAD_PUSHES = [
+    ("unknown table", {"nope": np.zeros(12, np.float32)}, {}, NotFoundError, "nope"),
+    ("wrong dense shape", {"w": np.zeros(11, np.float32)}, {}, InvalidArgumentError, r"\[12\]"),
+    ("wrong dtype", {"w": np.zeros(12, np.float64)}, {}, InvalidArgumentError, "float64"),
+    ("wrong dim", {}, {"emb": (np.array([1]), np.zeros((1, 5), np.float32))},
+     InvalidArgumentError, r"\[1, 4\]"),
+    ("id out of range", {}, {"emb": (np.array([1, 1000]), np.zeros((2, 4), np.float32))},
+     InvalidArgumentError, "1000"),
+    ("negative id", {}, {"emb": (np.array([-3]), np.zeros((1, 4), np.float32))},
+     InvalidArgumentError, "-3"),
+    ("sparse table as dense", {"emb": np.zeros(12, np.float32)}, {},
+     InvalidArgumentError, "sparse"),
+]
+
+
+@pytest.mark.parametrize(("label", "dense", "sparse", "error", "match"), BAD_PUSHES,
+                         ids=[b[0] for b in BAD_PUSHES])
+def test_bad_push_changes_nothing(label, dense, sparse, error, match) -> None:
+    state = _shard()
+    ids = np.arange(10, dtype=np.int64)
+    before = _everything(state, ids)
+    rows_before = state.tables["emb"].rows
+    # A valid part for the dense table rides along: it must not be applied either.
+    good_dense = {"w": np.ones(12, np.float32), **dense}
+    with pytest.raises(error, match=match):
+        state.push(BatchKey(0, 0, 0), good_dense, sparse)
+    after = _everything(state, ids)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+    assert state.tables["emb"].rows == rows_before
+    assert not state.applied.contains(0, 0, 0)
+    assert state.push(BatchKey(0, 0, 0), {"w": np.ones(12, np.float32)}, {}).applied
+
+
+def test_nonfinite_push_is_skipped_counted_and_recorded() -> None:
+    state = _shard()
+    ids = np.arange(3, dtype=np.int64)
+    before = _everything(state, ids)
+    grad = np.ones((3, 4), np.float32)
+    grad[1, 2] = np.nan
+    result = state.push(BatchKey(0, 0, 0), {"w": np.ones(12, np.float32)}, {"emb": (ids, grad)})
+    assert result.applied
+    assert result.skipped
+    assert state.skipped_nonfinite == 1
+    after = _everything(state, ids)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+    assert not state.push(BatchKey(0, 0, 0), {"w": np.ones(12, np.float32)}, {}).applied
+
+
+def test_duplicate_batch_is_not_reapplied() -> None:
+    state = _shard()
+    grad = {"w": np.ones(12, np.float32)}
+    assert state.push(BatchKey(1, 2, 0), grad, {}).applied
+    once = state.pull_dense()["w"]
+    result = state.push(BatchKey(1, 2, 0), grad, {})
+    assert not result.applied
+    np.testing.assert_array_equal(state.pull_dense()["w"], once)
+    assert state.duplicates == 1
+    assert state.push(BatchKey(1, 2, 1), grad, {}).applied
+    assert state.push(BatchKey(2, 2, 0), grad, {}).applied
+
+
+def test_uninitialised_shard_refuses_pushes_and_conflicting_declarations() -> None:
+    state = ShardState(0, 1)
+    state.declare(_specs())
+    with pytest.raises(FailedPreconditionError, match="not initialised"):
+        state.push(BatchKey(0, 0, 0), {"w": np.ones(12, np.float32)}, {})
+    state.declare(_specs())  # identical: fine
+    conflicting = _specs()
+    conflicting[1].dim = 8
+    with pytest.raises(InvalidArgumentError, match="different spec"):
+        state.declare(conflicting)
+    bad = [SPEC(name="x", kind=SPEC.DENSE, shape=[2], dtype=common_pb2.FLOAT64,
+                optimizer=OPT(kind=OPT.SGD, lr=0.1))]
+    with pytest.raises(InvalidArgumentError, match="FLOAT64"):
+        state.declare(bad)
+    with pytest.raises(InvalidArgumentError, match="lr"):
+        state.declare([SPEC(name="x", kind=SPEC.DENSE, shape=[2], optimizer=OPT(kind=OPT.SGD))])
+    assert set(state.tables) == {"w", "emb"}
+
+
+def test_concurrent_pushes_equal_serial_pushes() -> None:
+    rng = np.random.default_rng(5)
+    batches = [
+        (rng.normal(size=12).astype(np.float32),
+         rng.integers(0, 1000, 300).astype(np.int64),
+         rng.normal(size=(300, 4)).astype(np.float32))
+        for _ in range(64)
+    ]
+    serial = _shard()
+    for seq, (dense, ids, rows) in enumerate(batches):
+        serial.push(BatchKey(0, 0, seq), {"w": dense}, {"emb": (ids, rows)})
+    concurrent = _shard()
+
+    def worker(k: int) -> None:
+        for seq in range(k, len(batches), 4):
+            dense, ids, rows = batches[seq]
+            concurrent.push(BatchKey(0, 0, seq), {"w": dense}, {"emb": (ids, rows)})
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    all_ids = np.arange(1000, dtype=np.int64)
+    # SGD is a sum of updates: any order gives the same result up to float rounding.
+    np.testing.assert_allclose(concurrent.pull_dense()["w"], serial.pull_dense()["w"], atol=1e-4)
+    np.testing.assert_allclose(concurrent.pull_sparse("emb", all_ids),
+                               serial.pull_sparse("emb", all_ids), atol=1e-4)
+    assert len(concurrent.applied) == len(batches) == concurrent.pushes
+
+
+def test_applied_set_is_compact_and_round_trips() -> None:
+    applied = AppliedSet()
+    for seq in range(1000):
+        assert applied.add(0, 7, seq)
+    assert applied.add(0, 8, 5)
+    assert not applied.add(0, 7, 999)
+    tasks, extra = applied.to_arrays()
+    assert tasks.tolist() == [[0, 7, 1000], [0, 8, 0]]
+    assert extra.tolist() == [[0, 8, 5]]
+    assert AppliedSet.from_arrays(tasks, extra) == applied
+    assert applied.add(1, 7, 0)
+    assert applied.prune(1) == 2
+    assert len(applied) == 1
+    assert applied.contains(1, 7, 0)
