@@ -1,11 +1,50 @@
 """elasticps: elastic, fault-tolerant parameter-server training for PyTorch models.
 
-The public surface lives here; everything else is internal and may change.
+The public surface lives here; everything else is internal and may change. Names that need
+torch (``Trainer``, ``nn``, ``dist_train``...) are imported on first use, so server roles start
+without loading torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from elasticps.config import Config, init, load_config
 from elasticps.errors import ElasticPSError
 
+if TYPE_CHECKING:
+    from elasticps import nn, reader
+    from elasticps.trainer import events, optim
+    from elasticps.trainer.dist import dist_train
+    from elasticps.trainer.trainer import Trainer
+
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ElasticPSError", "__version__", "init", "load_config"]
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "Trainer": ("elasticps.trainer.trainer", "Trainer"),
+    "dist_train": ("elasticps.trainer.dist", "dist_train"),
+    "nn": ("elasticps.nn", None),
+    "optim": ("elasticps.trainer.optim", None),
+    "events": ("elasticps.trainer.events", None),
+    "reader": ("elasticps.reader", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Job":
+        try:
+            return importlib.import_module("elasticps.cluster.spec").Job
+        except (ImportError, AttributeError):
+            return importlib.import_module("elasticps.trainer.dist").LocalJob
+    if name not in _LAZY:
+        raise AttributeError(f"module 'elasticps' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["Config", "ElasticPSError", "Job", "Trainer", "__version__", "dist_train", "events",
+           "init", "load_config", "nn", "optim", "reader"]

@@ -16,6 +16,7 @@ from elasticps.errors import ElasticPSError
 
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (
+    "elasticps.launch.cli",
     "elasticps.master.cli",
     "elasticps.data.cli",
     "elasticps.store.cli",

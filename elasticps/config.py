@@ -153,6 +153,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Checkpoints kept per pserver slot."),
     EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
+    EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
+           "Directory the local launcher gave the job (logs, generated data, exported model)."),
     EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
            "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
 )
@@ -188,6 +190,7 @@ class Config:
     checkpoint_interval: float = 60.0
     checkpoint_keep: int = 3
     lease_ttl: int = 5
+    workdir: str | None = None
     fault_inject: str = ""
 
     @property

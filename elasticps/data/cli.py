@@ -7,7 +7,12 @@ import json
 import sys
 from typing import Any
 
-from elasticps.data.writer import COMPRESSIONS, DEFAULT_CHUNKS_PER_FILE, DEFAULT_ROWS_PER_CHUNK
+from elasticps.data.writer import (
+    COMPRESSIONS,
+    DEFAULT_CHUNKS_PER_FILE,
+    DEFAULT_COMPRESSION,
+    DEFAULT_ROWS_PER_CHUNK,
+)
 
 DATA_EPILOG = """\
 Examples:
@@ -43,8 +48,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks-per-file", type=_positive, default=DEFAULT_CHUNKS_PER_FILE,
                         metavar="N", help="chunks per Parquet file before a new file starts "
                         f"(default {DEFAULT_CHUNKS_PER_FILE})")
-    parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd",
-                        help="Parquet compression (default zstd)")
+    parser.add_argument("--compression", choices=COMPRESSIONS, default=DEFAULT_COMPRESSION,
+                        help=f"Parquet compression (default {DEFAULT_COMPRESSION})")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the dataset already in --out")
     parser.add_argument("--no-progress", action="store_true",

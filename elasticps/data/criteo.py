@@ -29,7 +29,12 @@ from elasticps.data.criteo_parse import parse_block
 from elasticps.data.manifest import Manifest
 from elasticps.data.progress import Progress
 from elasticps.data.schema import FEATURE_COLUMNS, arrow_schema
-from elasticps.data.writer import DEFAULT_CHUNKS_PER_FILE, DEFAULT_ROWS_PER_CHUNK, DatasetWriter
+from elasticps.data.writer import (
+    DEFAULT_CHUNKS_PER_FILE,
+    DEFAULT_COMPRESSION,
+    DEFAULT_ROWS_PER_CHUNK,
+    DatasetWriter,
+)
 from elasticps.errors import DataError, MalformedInputError
 
 log = logging.getLogger(__name__)
@@ -225,7 +230,7 @@ def convert_criteo(
     rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
     chunks_per_file: int = DEFAULT_CHUNKS_PER_FILE,
     max_bad_rows: int = 0,
-    compression: str = "zstd",
+    compression: str = DEFAULT_COMPRESSION,
     overwrite: bool = False,
     progress: bool | None = None,
 ) -> ConvertReport:

@@ -68,14 +68,14 @@ def parse_hex_column(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     else:
         starts = offsets[:-1][present]
         chars = data[starts[:, None] + np.arange(8)]
-    nibbles = _HEX_LUT[chars]
-    not_hex = (nibbles == 255).any(axis=1)
+    nibbles = np.take(_HEX_LUT, chars)
     packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
     parsed = np.ascontiguousarray(packed).view(">u4").ravel().astype(np.uint32)
-    parsed[not_hex] = 0
-    values[present] = parsed
-    if not_hex.any():
+    if nibbles.max() == 255:  # one cheap global check; per-row work only for bad blocks
+        not_hex = (nibbles == 255).any(axis=1)
+        parsed[not_hex] = 0
         bad[np.flatnonzero(present)[not_hex]] = True
+    values[present] = parsed
     return values, missing, bad
 
 

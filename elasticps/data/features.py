@@ -23,6 +23,8 @@ Dense normalisations (missing -> 0.0 in every mode), for column j of I1..I13:
   values, about the 95th percentile of each column), giving [0, 1].
 * ``log``: ``log(1 + max(x, 0))`` (as in DLRM's Criteo preprocessing).
 * ``none``: ``float(x)``.
+* ``log-missing``: ``log(1 + max(x, 0))`` as ``log``, but a missing value becomes ``-1.0``
+  (impossible for a present value), so a model can tell "missing" from "zero".
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from elasticps.errors import ConfigError
 
-DENSE_NORMS = ("minmax", "log", "none")
+DENSE_NORMS = ("minmax", "log", "none", "log-missing")
 DEFAULT_ID_SPACE = 1_000_001  # the classic demo's sparse_feature_dim
 MISSING_VALUE = 1 << 32
 
@@ -67,10 +69,14 @@ class FeatureConfig:
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """One splitmix64 step for every element of a uint64 array (wrapping arithmetic)."""
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MUL1
-    z = (z ^ (z >> np.uint64(27))) * _MUL2
-    return z ^ (z >> np.uint64(31))
+    z = np.asarray(x, dtype=np.uint64) + _GOLDEN  # a new array; the rest works in place
+    with np.errstate(over="ignore"):
+        z ^= z >> np.uint64(30)
+        z *= _MUL1
+        z ^= z >> np.uint64(27)
+        z *= _MUL2
+        z ^= z >> np.uint64(31)
+    return z
 
 
 def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> np.ndarray:
@@ -82,22 +88,23 @@ def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> 
         raise ValueError(
             f"values {values.shape} and missing {missing.shape} must be equal 2-D shapes"
         )
-    v = values.astype(np.uint64)
-    v[missing] = np.uint64(MISSING_VALUE)
-    slots = np.arange(values.shape[1], dtype=np.uint64) << np.uint64(33)
-    with np.errstate(over="ignore"):
-        mixed = splitmix64(v | slots)
-    return (mixed % np.uint64(id_space)).astype(np.int64)
+    key = values.astype(np.uint64)
+    key[missing] = np.uint64(MISSING_VALUE)
+    key |= np.arange(values.shape[1], dtype=np.uint64) << np.uint64(33)
+    mixed = splitmix64(key)
+    mixed %= np.uint64(id_space)
+    return mixed.view(np.int64)  # every id is < id_space <= 2**63 - 1
 
 
 def normalize_dense(values: np.ndarray, missing: np.ndarray, dense_norm: str) -> np.ndarray:
-    """Normalise integer features ``values`` (``[B, 13]``) to float32; missing -> 0.0."""
+    """Normalise integer features ``values`` (``[B, 13]``) to float32; missing -> 0.0
+    (-1.0 with ``log-missing``)."""
     x = values.astype(np.float32)
     if dense_norm == "minmax":
         x = (np.clip(x, DENSE_MIN, DENSE_MAX) - DENSE_MIN) / (DENSE_MAX - DENSE_MIN)
-    elif dense_norm == "log":
+    elif dense_norm in ("log", "log-missing"):
         x = np.log1p(np.maximum(x, np.float32(0.0)))
     elif dense_norm != "none":
         raise ConfigError(f"dense_norm={dense_norm!r} is not one of {', '.join(DENSE_NORMS)}")
-    x[missing] = 0.0
+    x[missing] = -1.0 if dense_norm == "log-missing" else 0.0
     return x.astype(np.float32, copy=False)

@@ -38,7 +38,12 @@ from elasticps.data.schema import (
     SPARSE_TYPE,
     arrow_schema,
 )
-from elasticps.data.writer import DEFAULT_CHUNKS_PER_FILE, DEFAULT_ROWS_PER_CHUNK, DatasetWriter
+from elasticps.data.writer import (
+    DEFAULT_CHUNKS_PER_FILE,
+    DEFAULT_COMPRESSION,
+    DEFAULT_ROWS_PER_CHUNK,
+    DatasetWriter,
+)
 from elasticps.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -181,7 +186,7 @@ def synth_ctr(
     label_rate: float = 0.25,
     signal: float = DEFAULT_SIGNAL,
     max_vocab: int = 100_000,
-    compression: str = "zstd",
+    compression: str = DEFAULT_COMPRESSION,
     overwrite: bool = False,
     progress: bool | None = None,
 ) -> SynthReport:

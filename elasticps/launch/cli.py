@@ -1,0 +1,93 @@
+"""``elasticps run`` (the local launcher) and ``elasticps trainer`` (one trainer process)."""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+from elasticps.config import load_config
+from elasticps.errors import ConfigError
+from elasticps.launch.launcher import LaunchOptions, run_job
+
+RUN_EPILOG = """\
+examples:
+  elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py --rows 200000
+  elasticps run --store etcd://127.0.0.1:2379 --workdir /tmp/ctr examples/ctr/train.py
+
+The launcher prints `status: http://HOST:PORT/` (the master's status page) early, then one
+progress line. A master or pserver that crashes is restarted; a trainer that fails fails the
+job, and the launcher exits non-zero with the tail of that trainer's log. Ctrl-C stops every
+child (SIGTERM, then SIGKILL after --grace seconds). On success WORKDIR/summary.json holds the
+result (auc, best_auc, samples_per_sec, wall_s, passes).
+"""
+
+
+def register(subparsers: Any) -> None:
+    run = subparsers.add_parser(
+        "run", help="run a training job on this machine (master, pservers, trainers)",
+        description="Start the store, a master, M pservers and N trainers running SCRIPT on "
+        "this machine, supervise them, and exit 0 only if the job succeeded.",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--trainers", type=int, default=1, metavar="N",
+                     help="trainer processes (default 1)")
+    run.add_argument("--pservers", type=int, default=1, metavar="M",
+                     help="parameter server processes, i.e. shards (default 1)")
+    run.add_argument("--store", metavar="URL",
+                     help="coordination store; default: embedded file://WORKDIR/store.db")
+    run.add_argument("--workdir", metavar="DIR",
+                     help="logs, store, checkpoints, data and summary.json "
+                     "(default ./elasticps-<time>)")
+    run.add_argument("--job-name", metavar="NAME",
+                     help="DNS-1123 job name (default: script name + random suffix)")
+    run.add_argument("--grace", type=float, default=10.0, metavar="S",
+                     help="seconds between SIGTERM and SIGKILL when stopping (default 10)")
+    run.add_argument("--max-restarts", type=int, default=10, metavar="K",
+                     help="restarts of one master/pserver before the job fails (default 10)")
+    run.add_argument("script", metavar="SCRIPT", help="the training script every trainer runs")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="arguments passed to SCRIPT")
+    run.set_defaults(func=run_command)
+
+    trainer = subparsers.add_parser(
+        "trainer", help="run one trainer: SCRIPT in this process with the PADDLE_* contract",
+        description="Run the user's training SCRIPT in this process (as `python SCRIPT ARGS` "
+        "would), inside a job: PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN and "
+        "PADDLE_TRAINER_ID must be set (the launcher or the cluster sets them).")
+    trainer.add_argument("script", metavar="SCRIPT")
+    trainer.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    trainer.set_defaults(func=trainer_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    opts = LaunchOptions(
+        script=args.script, script_args=list(args.script_args), trainers=args.trainers,
+        pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
+        grace=args.grace, max_restarts=args.max_restarts)
+    return run_job(opts)
+
+
+def trainer_command(args: argparse.Namespace) -> int:
+    config = load_config()
+    if config.store is None:
+        raise ConfigError("elasticps trainer needs PADDLE_STORE (run it through `elasticps run` "
+                          "or a cluster job)")
+    script = Path(args.script)
+    if not script.is_file():
+        raise ConfigError(f"trainer script {args.script!r} does not exist or is not a file")
+    import os
+
+    os.environ["PADDLE_ROLE"] = "trainer"
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args.script_args]
+    sys.path.insert(0, str(script.resolve().parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return 0

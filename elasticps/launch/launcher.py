@@ -1,0 +1,211 @@
+"""``elasticps run``: one job on this machine, the way torchrun runs one on a node.
+
+It creates the embedded store ``file://WORKDIR/store.db`` (unless ``--store etcd://...``), a
+fresh job token, and starts ``elasticps master``, M x ``elasticps pserver`` and N x
+``elasticps trainer SCRIPT ARGS`` as child processes. Every server binds its own port
+(``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports around. Logs go to
+``WORKDIR/logs/<role>[-<i>].log``. At the end it writes ``WORKDIR/summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from elasticps.config import load_config
+from elasticps.errors import ConfigError
+from elasticps.launch.monitor import StatusMonitor
+from elasticps.launch.process import RoleSpec
+from elasticps.launch.supervisor import JobState, Supervisor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LaunchOptions:
+    script: str
+    script_args: list[str] = field(default_factory=list)
+    trainers: int = 1
+    pservers: int = 1
+    store: str | None = None
+    workdir: str | None = None
+    job_name: str | None = None
+    grace: float = 10.0
+    max_restarts: int = 10
+    python: str = sys.executable
+
+
+def default_job_name(script: str) -> str:
+    stem = re.sub(r"[^a-z0-9-]+", "-", Path(script).stem.lower()).strip("-")[:40] or "job"
+    return f"{stem}-{secrets.token_hex(3)}"
+
+
+def _validate(opts: LaunchOptions) -> None:
+    if opts.trainers < 1:
+        raise ConfigError(f"--trainers={opts.trainers} must be >= 1")
+    if opts.pservers < 1:
+        raise ConfigError(f"--pservers={opts.pservers} must be >= 1")
+    if not Path(opts.script).is_file():
+        raise ConfigError(f"script {opts.script!r} does not exist or is not a file")
+    if opts.store is not None and not opts.store.startswith(("etcd://", "file://")):
+        raise ConfigError(f"--store={opts.store!r} must start with etcd:// or file://")
+
+
+def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: str,
+                token: str, base_env: dict[str, str]) -> list[RoleSpec]:
+    """The role processes of the job, with the environment contract filled in."""
+    config = load_config(
+        env=base_env, store=store_url, job_name=job_name, token=token,
+        num_pservers=opts.pservers, trainer_count=opts.trainers,
+        num_gradient_servers=opts.trainers, port=0, workdir=str(workdir),
+        checkpoint_url=base_env.get("PADDLE_CHECKPOINT_URL") or str(workdir / "checkpoints"),
+    )
+    env = {**base_env, **config.to_env()}
+    logs = workdir / "logs"
+    cli = (opts.python, "-m", "elasticps")
+    specs = [RoleSpec("master", 0, (*cli, "master"), {**env, "PADDLE_ROLE": "master"},
+                      logs / "master.log", restart=True)]
+    for i in range(opts.pservers):
+        specs.append(RoleSpec("pserver", i, (*cli, "pserver"), {**env, "PADDLE_ROLE": "pserver"},
+                              logs / f"pserver-{i}.log", restart=True))
+    script = str(Path(opts.script).resolve())
+    for i in range(opts.trainers):
+        specs.append(RoleSpec(
+            "trainer", i, (*cli, "trainer", script, *opts.script_args),
+            {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(i)},
+            logs / f"trainer-{i}.log"))
+    return specs
+
+
+class Launch:
+    """A launched job: supervisor + monitor + the loop that steps them."""
+
+    def __init__(self, opts: LaunchOptions, *, out: TextIO | None = None,
+                 err: TextIO | None = None) -> None:
+        _validate(opts)
+        self.opts = opts
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.workdir = Path(opts.workdir or f"elasticps-{int(time.time())}").resolve()
+        self.job_name = opts.job_name or default_job_name(opts.script)
+        load_config(job_name=self.job_name)  # validates the name (DNS-1123)
+        self.store_url = opts.store or f"file://{self.workdir / 'store.db'}"
+        self.token = secrets.token_hex(16)
+        base_env = dict(os.environ)
+        for key in [k for k in base_env if k in ("PADDLE_ROLE", "PADDLE_TRAINER_ID")]:
+            del base_env[key]
+        self.specs = build_specs(opts, self.workdir, self.store_url, self.job_name, self.token,
+                                 base_env)
+        self.supervisor = Supervisor(self.specs, grace=opts.grace,
+                                     max_restarts=opts.max_restarts, report=self.err)
+        self.monitor = StatusMonitor(self.store_url, self.job_name, out=self.out, err=self.err)
+        self._wake = threading.Event()
+        self.started = 0.0
+
+    def request_stop(self, reason: str) -> None:
+        self.supervisor.stop(reason)
+        self._wake.set()
+
+    def run(self) -> int:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        print(f"elasticps run: job {self.job_name}, store {self.store_url}, "
+              f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
+        previous = self._install_signals()
+        self.started = time.monotonic()
+        try:
+            self.supervisor.start()
+            self.monitor.start()
+            while not self.supervisor.step().final:
+                self._wake.wait(0.2)
+                self._wake.clear()
+        except BaseException:
+            self.supervisor.kill_all()
+            raise
+        finally:
+            self.monitor.stop()
+            self._restore_signals(previous)
+        self.monitor.join(timeout=5.0)
+        return self._finish(time.monotonic() - self.started)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.request_stop(f"received {signal.Signals(signum).name}")
+
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def _restore_signals(previous: dict[int, Any]) -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    def _finish(self, wall_s: float) -> int:
+        state = self.supervisor.state
+        if state is JobState.SUCCEEDED:
+            summary = self._summary(wall_s)
+            auc, best = summary.get("auc"), summary.get("best_auc")
+            if isinstance(auc, float):
+                best_text = f" (best achievable {best:.4f})" if isinstance(best, float) else ""
+                print(f"final test auc {auc:.4f}{best_text}", file=self.out, flush=True)
+            print(f"elasticps run: job {self.job_name} succeeded in {wall_s:.1f}s; summary in "
+                  f"{self.workdir / 'summary.json'}", file=self.err, flush=True)
+            return 0
+        if state is JobState.INTERRUPTED:
+            print(f"elasticps run: job {self.job_name} stopped ({self.supervisor.failure}); "
+                  "every child has exited", file=self.err, flush=True)
+            return 130
+        proc = self.supervisor.failed_proc
+        print(f"elasticps run: job {self.job_name} failed: {self.supervisor.failure}",
+              file=self.err, flush=True)
+        if proc is not None and proc.spec.log_path is not None:
+            print(f"--- last lines of {proc.spec.log_path} ---\n{proc.log_tail()}",
+                  file=self.err, flush=True)
+        return 1
+
+    def _summary(self, wall_s: float) -> dict[str, Any]:
+        from elasticps.store import open_store
+        from elasticps.trainer.report import read_progress, read_result
+
+        summary: dict[str, Any] = {"job_name": self.job_name, "wall_s": round(wall_s, 3),
+                                   "trainers": self.opts.trainers, "pservers": self.opts.pservers,
+                                   "restarts": {p.spec.name: p.restarts
+                                                for p in self.supervisor.procs.values()
+                                                if p.restarts}}
+        try:
+            with open_store(self.store_url, self.job_name) as store:
+                result = read_result(store) or {}
+                progress = read_progress(store)
+        except Exception as exc:  # the job succeeded; a missing summary detail is not fatal
+            log.warning("Job %s: could not read results from the store: %s", self.job_name, exc)
+            result, progress = {}, {}
+        samples = sum(float(p.get("samples", 0)) for p in progress.values())
+        train_s = max((float(p.get("train_s", 0)) for p in progress.values()), default=0.0)
+        summary["samples"] = int(samples)
+        summary["samples_per_sec"] = round(samples / train_s, 1) if train_s > 0 else None
+        summary.update(result)
+        summary.setdefault("passes", None)
+        summary.setdefault("auc", None)
+        summary.setdefault("best_auc", None)
+        path = self.workdir / "summary.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return summary
+
+
+def run_job(opts: LaunchOptions) -> int:
+    return Launch(opts).run()

@@ -1,0 +1,147 @@
+"""The launcher's view of a running job: the status URL and one progress line.
+
+Runs in a background thread so a slow store or master never delays the supervisor. It reads
+the master's address from the store (``master/address``), prints ``status: http://HOST:PORT/``
+once on stdout, then renders ``pass, tasks done, samples/s, loss`` from the master's
+``/api/status`` and the trainers' ``job/progress/*`` keys.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any, TextIO
+
+from elasticps.store import open_store
+from elasticps.store.api import Store
+from elasticps.trainer.report import read_progress
+
+log = logging.getLogger(__name__)
+
+MASTER_ADDRESS_KEY = "master/address"
+
+
+def master_http(store: Store) -> str | None:
+    """``host:port`` of the master's HTTP status server, if a master has published it."""
+    kv = store.get(MASTER_ADDRESS_KEY)
+    if kv is None:
+        return None
+    try:
+        doc = json.loads(kv.value)
+    except ValueError:
+        return None
+    http = doc.get("http") if isinstance(doc, dict) else None
+    return str(http) if http else None
+
+
+def fetch_status(http: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://{http}/api/status", timeout=timeout) as resp:
+            doc = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _num(doc: dict[str, Any], *paths: str) -> float | None:
+    for path in paths:
+        node: Any = doc
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, int | float) and not isinstance(node, bool):
+            return float(node)
+    return None
+
+
+def render(status: dict[str, Any] | None, progress: dict[str, dict[str, Any]],
+           samples_per_sec: float | None) -> str:
+    """One progress line from what the master and the trainers report."""
+    parts: list[str] = []
+    status = status or {}
+    pass_id = _num(status, "pass_id", "pass", "current_pass")
+    num_passes = _num(status, "num_passes")
+    if pass_id is None and progress:
+        pass_id = max(float(p.get("pass", 0)) for p in progress.values())
+    if pass_id is not None:
+        parts.append(f"pass {int(pass_id) + 1}" + (f"/{int(num_passes)}" if num_passes else ""))
+    done = _num(status, "tasks.done", "done", "tasks_done")
+    total = _num(status, "tasks.total", "num_tasks", "tasks_total")
+    if done is not None:
+        parts.append(f"tasks {int(done)}" + (f"/{int(total)}" if total else ""))
+    parts.append(f"trainers {len(progress)}")
+    if samples_per_sec is not None:
+        parts.append(f"{samples_per_sec:,.0f} samples/s")
+    losses = [float(p["loss"]) for p in progress.values() if isinstance(p.get("loss"), int | float)]
+    if losses:
+        parts.append(f"loss {sum(losses) / len(losses):.4f}")
+    state = status.get("state") or status.get("status")
+    if isinstance(state, str):
+        parts.append(state)
+    return " | ".join(parts)
+
+
+class StatusMonitor(threading.Thread):
+    """Prints the status URL once, then keeps a single progress line up to date."""
+
+    def __init__(self, store_url: str, job_name: str, *, out: TextIO | None = None,
+                 err: TextIO | None = None, interval: float = 1.0) -> None:
+        super().__init__(name="elasticps-monitor", daemon=True)
+        self.store_url = store_url
+        self.job_name = job_name
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.interval = interval
+        self.status_url: str | None = None
+        self.url_ready = threading.Event()
+        self._halt = threading.Event()
+        self._tty = bool(getattr(self.err, "isatty", lambda: False)())
+        self._last_line = ""
+        self._last_print = 0.0
+        self._samples: list[tuple[float, float]] = []
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        store: Store | None = None
+        try:
+            while not self._halt.is_set():
+                try:
+                    if store is None:
+                        store = open_store(self.store_url, self.job_name)
+                    self._tick(store)
+                except Exception as exc:  # a monitor must never take the launcher down
+                    log.debug("Status monitor of job %s could not refresh: %s", self.job_name, exc)
+                self._halt.wait(self.interval)
+        finally:
+            if self._tty and self._last_line:
+                print(file=self.err, flush=True)
+            if store is not None:
+                store.close()
+
+    def _tick(self, store: Store) -> None:
+        http = master_http(store)
+        if http is not None and self.status_url is None:
+            self.status_url = f"http://{http}/"
+            print(f"status: {self.status_url}", file=self.out, flush=True)
+            self.url_ready.set()
+        status = fetch_status(http) if http else None
+        progress = read_progress(store)
+        now = time.monotonic()
+        total = sum(float(p.get("samples", 0)) for p in progress.values())
+        self._samples = [s for s in self._samples if now - s[0] <= 10.0] + [(now, total)]
+        sps = None
+        if len(self._samples) >= 2 and self._samples[-1][0] > self._samples[0][0]:
+            sps = max(0.0, (self._samples[-1][1] - self._samples[0][1])
+                      / (self._samples[-1][0] - self._samples[0][0]))
+        line = render(status, progress, sps)
+        if self._tty:
+            print("\r\033[K" + line, end="", file=self.err, flush=True)
+        elif line != self._last_line and now - self._last_print >= 10.0:
+            print(line, file=self.err, flush=True)
+            self._last_print = now
+        self._last_line = line

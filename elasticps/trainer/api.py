@@ -1,0 +1,55 @@
+"""What the trainer needs from the pservers and the master, as typing protocols.
+
+The real implementations are :class:`elasticps.pserver.client.PServerClient` and
+:class:`elasticps.master.client.MasterClient`; unit tests of one trainer class may pass an
+in-memory stand-in. Keeping the trainer coded against these narrow protocols is what lets the
+torch binding be tested without sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from elasticps.proto import common_pb2, master_pb2, pserver_pb2
+
+
+class ParameterClient(Protocol):
+    """Sharded dense + sparse tables on the pservers."""
+
+    def declare_tables(self, specs: list[pserver_pb2.TableSpec]) -> None: ...
+
+    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None) -> None: ...
+
+    def pull_dense(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]: ...
+
+    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray: ...
+
+    def push(
+        self,
+        batch: common_pb2.BatchRef,
+        dense_grads: Mapping[str, np.ndarray],
+        sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class TaskSource(Protocol):
+    """The master's task queue, as a trainer sees it."""
+
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int) -> Any: ...
+
+    def get_task(self, pass_id: int) -> master_pb2.GetTaskResponse: ...
+
+    def report_progress(self, task: master_pb2.Task, records_done: int) -> bool: ...
+
+    def task_finished(self, task: master_pb2.Task, records: int, batches: int) -> bool: ...
+
+    def task_failed(self, task: master_pb2.Task, reason: str) -> bool: ...
+
+    def request_save_model(self, block_seconds: float) -> bool: ...
+
+    def close(self) -> None: ...

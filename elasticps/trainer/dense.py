@@ -1,0 +1,76 @@
+"""Dense parameters of any ``torch.nn.Module``, synchronised with the pservers.
+
+Every trainable parameter becomes a DENSE table named by its parameter name (``mlp.0.weight``);
+the pservers split its flattened values across shards by size. The trainer pulls fresh values
+every ``sync_every`` batches and pushes every batch's gradient; the optimizer runs on the
+pservers, so the module never steps locally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from elasticps.errors import ConfigError, InvalidArgumentError
+from elasticps.proto import common_pb2, pserver_pb2
+from elasticps.trainer.optim import OptimizerSpec
+
+
+class DenseSync:
+    """The dense tables of one module: specs, initial values, loading pulls, reading grads."""
+
+    def __init__(self, model: torch.nn.Module, sync_every: int = 1) -> None:
+        if sync_every < 1:
+            raise ConfigError(f"dense_sync_every={sync_every!r} must be >= 1")
+        self.sync_every = sync_every
+        self.params: dict[str, torch.nn.Parameter] = {
+            name: p for name, p in model.named_parameters() if p.requires_grad
+        }
+        for name, p in self.params.items():
+            if p.dtype != torch.float32:
+                raise ConfigError(f"parameter {name!r} has dtype {p.dtype}; pservers hold float32")
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.params)
+
+    def table_specs(self, optimizer: OptimizerSpec) -> list[pserver_pb2.TableSpec]:
+        return [
+            pserver_pb2.TableSpec(
+                name=name, kind=pserver_pb2.TableSpec.DENSE, shape=list(p.shape),
+                dtype=common_pb2.FLOAT32, optimizer=optimizer.to_proto(),
+            )
+            for name, p in self.params.items()
+        ]
+
+    def values(self) -> dict[str, np.ndarray]:
+        """Current local values (the initialising trainer sends these)."""
+        return {name: p.detach().numpy().copy() for name, p in self.params.items()}
+
+    def load(self, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite the module's parameters with pulled values."""
+        for name, p in self.params.items():
+            if name not in values:
+                raise InvalidArgumentError(f"pull returned no values for dense table {name!r}",
+                                           code="INVALID_ARGUMENT")
+            array = np.asarray(values[name], dtype=np.float32)
+            if array.size != p.numel():
+                raise InvalidArgumentError(
+                    f"dense table {name!r} holds {array.size} values, parameter needs {p.numel()}",
+                    code="INVALID_ARGUMENT")
+            with torch.no_grad():
+                np.copyto(p.detach().numpy(), array.reshape(p.shape))
+
+    def grads(self) -> dict[str, np.ndarray]:
+        """This batch's gradients; a parameter the batch did not reach pushes zeros."""
+        out: dict[str, np.ndarray] = {}
+        for name, p in self.params.items():
+            out[name] = (p.grad.numpy() if p.grad is not None
+                         else np.zeros(p.shape, dtype=np.float32))
+        return out
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None

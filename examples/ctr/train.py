@@ -1,0 +1,188 @@
+"""The CTR demo: train CTR-DNN (or Wide&Deep) with elasticps, end to end, on one command.
+
+    elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py --rows 200000
+
+Run directly (``python examples/ctr/train.py --trainers 2 --pservers 2``), ``dist_train`` starts
+the same job with the local launcher. Inside the job, without ``--data``, exactly one trainer
+generates a synthetic dataset (planted model, known best AUC) with a held-out test split into
+WORKDIR/data, under a store lock; the others wait for it. After the last pass the one trainer the
+master lets save the model exports it to WORKDIR/model, scores the test split with the exported
+model (``score.py``, plain PyTorch), and publishes the result the launcher puts in summary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import elasticps as eps
+from elasticps.data import FeatureConfig, open_dataset
+from elasticps.trainer.report import publish_result, run_once
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import build
+
+log = logging.getLogger("ctr")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Train a CTR model with elasticps.")
+    p.add_argument("--rows", type=int, default=200_000, help="synthetic training rows")
+    p.add_argument("--test-rows", type=int, default=None, help="held-out rows (default rows/5)")
+    p.add_argument("--rows-per-chunk", type=int, default=None,
+                   help="rows per dataset chunk (default: about rows/32)")
+    p.add_argument("--max-vocab", type=int, default=100_000,
+                   help="synthetic data: distinct values per categorical slot at most")
+    p.add_argument("--data", help="an existing dataset directory (skip generation)")
+    p.add_argument("--dense-norm", default="log-missing",
+                   choices=["log-missing", "log", "minmax", "none"],
+                   help="dense feature normalisation (see elasticps.data.features)")
+    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--model", choices=["dnn", "wide_deep", "deepfm"], default="dnn")
+    p.add_argument("--hidden", default="400,400,400", help="hidden layer sizes")
+    p.add_argument("--embedding-dim", type=int, default=10)
+    p.add_argument("--id-space", type=int, default=1_000_001, help="hashed ids per table")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--optimizer", choices=["adam", "adagrad", "sgd", "momentum"], default="adam")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default per optimizer)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--shuffle", action="store_true", help="shuffle rows within chunks")
+    p.add_argument("--chunks-per-task", type=int, default=1)
+    p.add_argument("--dense-sync-every", type=int, default=1)
+    p.add_argument("--no-prefetch", action="store_true",
+                   help="no communication overlap (exact synchronous steps)")
+    p.add_argument("--dump-initial", help="(tests) write initial parameters to this safetensors")
+    p.add_argument("--trainers", type=int, default=2, help="when started outside a job")
+    p.add_argument("--pservers", type=int, default=2, help="when started outside a job")
+    p.add_argument("--workdir", default=None, help="when started outside a job")
+    return p.parse_args(argv)
+
+
+def make_optimizer(args: argparse.Namespace) -> eps.optim.OptimizerSpec:
+    defaults = {"adam": 1e-3, "adagrad": 0.05, "sgd": 0.05, "momentum": 0.01}
+    lr = args.lr or defaults[args.optimizer]
+    return {"adam": eps.optim.Adam, "adagrad": eps.optim.Adagrad, "sgd": eps.optim.SGD,
+            "momentum": eps.optim.Momentum}[args.optimizer](lr=lr)
+
+
+def make_model(args: argparse.Namespace) -> torch.nn.Module:
+    torch.manual_seed(args.seed)
+    hidden = tuple(int(h) for h in args.hidden.split(","))
+    return build(args.model, lambda table, dim: eps.nn.SparseEmbedding(
+        table, args.id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed)),
+        embedding_dim=args.embedding_dim, hidden=hidden)
+
+
+def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -> str:
+    """The dataset URL; generated once per job (one trainer, under a store lock)."""
+    if args.data:
+        return str(args.data)
+    out = workdir / "data"
+
+    def generate() -> bytes:
+        from elasticps.data.synth import synth_ctr
+
+        test_rows = args.test_rows if args.test_rows is not None else max(1000, args.rows // 5)
+        per_chunk = args.rows_per_chunk or max(1024, args.rows // 32)
+        synth_ctr(str(out), args.rows, args.seed, test_rows=test_rows,
+                  rows_per_chunk=per_chunk, max_vocab=args.max_vocab, overwrite=True,
+                  progress=False)
+        return str(out).encode()
+
+    return run_once(trainer.store, "synthetic-data", generate, owner=trainer.name).decode()
+
+
+def training_ids(url: str, features: FeatureConfig) -> np.ndarray:
+    """Every id the training data holds: the rows training touched."""
+    ids = [np.unique(batch.sparse) for batch in open_dataset(url).iter_batches(
+        65536, features=features)]
+    return np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+
+
+def dump_initial(trainer: eps.Trainer, url: str, features: FeatureConfig, path: str) -> None:
+    from safetensors.numpy import save_file
+
+    tensors = dict(trainer.pull_dense())
+    for table in trainer.sparse:
+        ids, rows = trainer.pull_rows(table, training_ids(url, features))
+        tensors[f"sparse/{table}/ids"], tensors[f"sparse/{table}/rows"] = ids, rows
+    save_file(tensors, path)
+
+
+def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: FeatureConfig,
+           workdir: Path, wall: float) -> None:
+    """Export the model, score the test split with the export, publish the job's result."""
+    from score import auc as score_auc
+    from score import load_model, score
+
+    hidden = [int(h) for h in args.hidden.split(",")]
+    ids = training_ids(url, features)
+    model_dir = workdir / "model"
+    trainer.export(model_dir, {table: ids for table in trainer.sparse}, meta={
+        "model": args.model, "embedding_dim": args.embedding_dim, "hidden": hidden,
+        "features": {"id_space": features.id_space, "dense_norm": features.dense_norm},
+        "dataset": url, "passes": args.passes})
+    dataset = open_dataset(url)
+    test = dataset.split("test") if "test" in dataset.manifest.splits else dataset
+    model, manifest = load_model(model_dir)
+    probs, labels = score(model, manifest, Path(test.url))
+    result = {"auc": score_auc(labels, probs), "best_auc": test.best_auc, "passes": args.passes,
+              "model": args.model, "model_dir": str(model_dir), "test_rows": int(labels.size),
+              "train_rows": dataset.num_rows, "train_wall_s": round(wall, 3),
+              "trainer": trainer.name}
+    publish_result(trainer.store, result)
+    best = f"{test.best_auc:.4f}" if test.best_auc is not None else "unknown"
+    print(f"test auc {result['auc']:.4f} (best achievable {best}); model in {model_dir}",
+          flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = eps.init()
+    trainer = eps.Trainer(make_model(args), torch.nn.BCEWithLogitsLoss(),
+                          optimizer=make_optimizer(args), dense_sync_every=args.dense_sync_every,
+                          prefetch=not args.no_prefetch)
+    if config.role != "trainer":  # outside a job: start one running this script
+        job = eps.Job(trainers=args.trainers, pservers=args.pservers, local=True)
+        handle = eps.dist_train(trainer=trainer, reader=None, num_passes=args.passes, job=job,
+                                workdir=args.workdir)
+        return int(handle.wait())
+    workdir = Path(config.workdir or os.getcwd())
+    trainer.connect(config)
+    try:
+        url = ensure_data(trainer, args, workdir)
+        features = FeatureConfig(id_space=args.id_space, dense_norm=args.dense_norm)
+        if args.dump_initial:
+            dump_initial(trainer, url, features, args.dump_initial)
+        reader = eps.reader.cloud(url, batch_size=args.batch_size,
+                                  chunks_per_task=args.chunks_per_task, features=features,
+                                  shuffle_seed=args.seed if args.shuffle else None)
+
+        def on_event(event: eps.events.Event) -> None:
+            if isinstance(event, eps.events.EndPass):
+                m = event.metrics
+                log.info("Pass %d done: train auc %.4f, logloss %.4f over %d samples.",
+                         event.pass_id, m.get("auc", float("nan")),
+                         m.get("logloss", float("nan")), int(m.get("samples", 0)))
+
+        started = time.monotonic()
+        eps.dist_train(trainer=trainer, reader=reader, num_passes=args.passes,
+                       event_handler=on_event)
+        if trainer.request_save_model(block_seconds=600):
+            finish(trainer, args, url, features, workdir, time.monotonic() - started)
+    finally:
+        trainer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
