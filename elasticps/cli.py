@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.data.cli",
     "elasticps.store.cli",
     "elasticps.config_cli",
+    "elasticps.cluster.cli",
     "elasticps.pserver.cli",
 )
 

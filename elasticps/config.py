@@ -155,6 +155,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
            "Directory the local launcher gave the job (logs, generated data, exported model)."),
+    EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
+           "Port the master's HTTP status page binds (0 = any free port, published with "
+           "the master's address)."),
     EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
            "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
 )
@@ -191,6 +194,7 @@ class Config:
     checkpoint_keep: int = 3
     lease_ttl: int = 5
     workdir: str | None = None
+    http_port: int = 0
     fault_inject: str = ""
 
     @property
@@ -299,3 +303,10 @@ def init(**overrides: Any) -> Config:
 def current() -> Config:
     """The config set by :func:`init`, or one read from the environment now."""
     return _current if _current is not None else load_config()
+
+
+def user_namespace(env: Mapping[str, str] | None = None) -> str:
+    """The Kubernetes namespace for cluster jobs: ``USER_NAMESPACE`` (the seed's name), else
+    ``"default"``. Not a ``PADDLE_*`` variable: it belongs to the submitting user, not a role."""
+    value = (os.environ if env is None else env).get("USER_NAMESPACE", "").strip()
+    return value or "default"

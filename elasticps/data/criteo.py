@@ -17,7 +17,9 @@ and deletes what it wrote. Empty lines are skipped and counted, not treated as m
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,7 @@ import pyarrow.csv as pacsv
 
 from elasticps.data.criteo_parse import parse_block
 from elasticps.data.manifest import Manifest
+from elasticps.data.prefetch import prefetch
 from elasticps.data.progress import Progress
 from elasticps.data.schema import FEATURE_COLUMNS, arrow_schema
 from elasticps.data.writer import (
@@ -122,6 +125,12 @@ def _read_first_line(url: str) -> str:
         return bytes(raw.readline(1 << 20)).decode("utf-8", "replace")
 
 
+def _line_key(where: str) -> tuple[str, int]:
+    """``"path:12"`` -> ``("path", 12)``, for sorting reports of several inputs."""
+    path, _, line = where.rpartition(":")
+    return path, int(line) if line.lstrip("-").isdigit() else -1
+
+
 def _line_of(row: int, header_lines: int, skipped: list[int]) -> int:
     """Physical line number of the ``row``-th delivered row, given the lines the reader skipped."""
     line = header_lines + row + 1
@@ -142,21 +151,47 @@ class _Conversion:
         self.progress = progress
         self.report = ConvertReport()
         self.bytes_done = 0
+        # The CSV reader's invalid-row callback runs on the prefetch thread.
+        self._lock = threading.Lock()
 
-    def _bad(self, where: str, reason: str) -> None:
-        self.report.bad_rows += 1
-        if len(self.report.bad_lines) < MAX_REPORTED:
-            self.report.bad_lines.append((where, reason))
-            log.warning("Skipping malformed line %s: %s.", where, reason)
+    def _bad(self, where: str, reason: str, extra: int = 0) -> None:
+        with self._lock:
+            self.report.bad_rows += 1 + extra
+            if len(self.report.bad_lines) < MAX_REPORTED:
+                self.report.bad_lines.append((where, reason))
+                log.warning("Skipping malformed line %s: %s.", where, reason)
 
     def _check_threshold(self) -> None:
-        if self.report.bad_rows > self.max_bad_rows:
-            shown = "; ".join(f"{where}: {why}" for where, why in self.report.bad_lines)
+        with self._lock:
+            over = self.report.bad_rows > self.max_bad_rows
+            bad_lines = sorted(self.report.bad_lines, key=lambda item: _line_key(item[0]))
+        if over:
+            shown = "; ".join(f"{where}: {why}" for where, why in bad_lines)
             raise MalformedInputError(
                 f"{self.report.bad_rows} malformed line(s), more than --max-bad-rows="
                 f"{self.max_bad_rows}; nothing was written. First ones: {shown}",
-                bad_lines=[(int(w.rsplit(":", 1)[1]), why) for w, why in self.report.bad_lines],
+                bad_lines=[(_line_key(where)[1], why) for where, why in bad_lines],
             )
+
+    def _take_block(
+        self, batch: pa.RecordBatch, url: str, first_row: int, header_lines: int,
+        skipped: list[int],
+    ) -> None:
+        """Parse one block, report its bad rows by line number, write its good rows."""
+        self._check_threshold()
+        parsed = parse_block(
+            pa.RecordBatch.from_arrays(batch.columns, names=list(FEATURE_COLUMNS)),
+            max_reasons=MAX_REPORTED,
+        )
+        unreported = len(parsed.bad_rows) - len(parsed.reasons)
+        for row, reason in zip(parsed.bad_rows, parsed.reasons, strict=False):
+            line = _line_of(first_row + int(row), header_lines, list(skipped))
+            self._bad(f"{url}:{line}", reason, extra=unreported)
+            unreported = 0
+        self.report.blank_lines += len(parsed.blank_rows)
+        self._check_threshold()
+        self.writer.write(parsed.table)
+        self.report.rows += parsed.table.num_rows
 
     def convert_file(self, url: str) -> None:
         layout = sniff_layout(_read_first_line(url), url)
@@ -201,22 +236,14 @@ class _Conversion:
                     parse_options=parse_options,
                     convert_options=convert_options,
                 )
-                for batch in reader:
-                    self._check_threshold()
-                    renamed = pa.RecordBatch.from_arrays(
-                        batch.columns, names=list(FEATURE_COLUMNS)
-                    )
-                    parsed = parse_block(renamed, max_reasons=MAX_REPORTED)
-                    for row, reason in zip(parsed.bad_rows, parsed.reasons, strict=False):
-                        line = _line_of(delivered + int(row), header_lines, skipped)
-                        self._bad(f"{url}:{line}", reason)
-                    self.report.bad_rows += max(0, len(parsed.bad_rows) - len(parsed.reasons))
-                    self.report.blank_lines += len(parsed.blank_rows)
-                    self._check_threshold()
-                    self.writer.write(parsed.table)
-                    self.report.rows += parsed.table.num_rows
-                    delivered += batch.num_rows
-                    self.progress.update(self.report.rows, self.bytes_done + counting.bytes_read)
+                # The next block is parsed (GIL released) while this one is converted;
+                # closing() stops the parsing thread before the file closes, even on error.
+                with closing(prefetch(reader, depth=2, name="elasticps-csv-reader")) as batches:
+                    for batch in batches:
+                        self._take_block(batch, url, delivered, header_lines, skipped)
+                        delivered += batch.num_rows
+                        done = self.bytes_done + counting.bytes_read
+                        self.progress.update(self.report.rows, done)
             except pa.ArrowInvalid as exc:
                 raise DataError(f"{url}: cannot read as Criteo text: {exc}") from exc
             self._check_threshold()
@@ -262,6 +289,7 @@ def convert_criteo(
         for url in inputs:
             run.convert_file(url)
         report = run.report
+        report.bad_lines.sort(key=lambda item: _line_key(item[0]))
         report.manifest = writer.close(
             source={
                 "kind": "criteo",

@@ -158,8 +158,8 @@ def _reason(
         return "the label is empty"
     for name, col_bad, expected in problems:
         if col_bad[row]:
-            text = batch.column(name)[row].as_py()
-            if isinstance(text, bytes):
-                text = text.decode("utf-8", "replace")
+            # As bytes: the reader skips UTF-8 validation, so the text may not be UTF-8.
+            raw = pc.cast(batch.column(name).slice(row, 1), pa.binary())[0].as_py()
+            text = raw.decode("utf-8", "backslashreplace")
             return f"column {name} is {text!r}, expected {expected}"
     return "unknown problem"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,14 +75,18 @@ def _resolve(dataset_url: str, path: str) -> str:
     return dataset_url.rstrip("/") + "/" + path
 
 
-def _open_parquet(url: str) -> pq.ParquetFile:
+def _open_parquet(url: str, stack: ExitStack) -> pq.ParquetFile:
+    """Open ``url``; files opened here are closed when ``stack`` closes."""
     fs, path = fsspec.core.url_to_fs(url)
     try:
         if isinstance(fs, LocalFileSystem):
-            return pq.ParquetFile(path)  # native reads, no Python file object in the way
-        return pq.ParquetFile(fs.open(path, "rb"), pre_buffer=True)
+            parquet = pq.ParquetFile(path)  # native reads, no Python file object in the way
+        else:
+            parquet = pq.ParquetFile(stack.enter_context(fs.open(path, "rb")), pre_buffer=True)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot open Parquet file {url!r}: {exc}") from exc
+    stack.callback(parquet.close)
+    return parquet
 
 
 def read_chunk_table(
@@ -89,14 +94,19 @@ def read_chunk_table(
 ) -> pa.Table:
     """The rows of one chunk as an Arrow table (all columns unless ``columns`` is given)."""
     url = _resolve(dataset_url, chunk.path)
-    parquet = _open_parquet(url)
-    groups = parquet.metadata.num_row_groups
-    if not 0 <= chunk.row_group < groups:
-        raise DataError(f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}")
-    try:
-        table = parquet.read_row_group(chunk.row_group, columns=list(columns) if columns else None)
-    except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"cannot read chunk {chunk.key} of {dataset_url}: {exc}") from exc
+    with ExitStack() as stack:
+        parquet = _open_parquet(url, stack)
+        groups = parquet.metadata.num_row_groups
+        if not 0 <= chunk.row_group < groups:
+            raise DataError(
+                f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}"
+            )
+        try:
+            table = parquet.read_row_group(
+                chunk.row_group, columns=list(columns) if columns else None
+            )
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"cannot read chunk {chunk.key} of {dataset_url}: {exc}") from exc
     if table.num_rows != chunk.num_rows:
         raise DataError(
             f"chunk {chunk.key} of {dataset_url} holds {table.num_rows} rows but the manifest "
@@ -106,20 +116,34 @@ def read_chunk_table(
 
 
 def _column_numpy(table: pa.Table, name: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(values, missing) of a fixed-width column, straight from the Arrow buffers.
+
+    Values in null slots are whatever the buffer holds; every user masks them with ``missing``.
+    """
     column = table.column(name)
-    values = pc.fill_null(column, 0).to_numpy().astype(dtype, copy=False)
-    if column.null_count == 0:
-        return values, np.zeros(len(values), dtype=bool)
-    return values, np.asarray(column.is_null().to_numpy(), dtype=bool)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    n = len(array)
+    if array.type.bit_width != np.dtype(dtype).itemsize * 8:
+        array = pc.cast(array, pa.from_numpy_dtype(np.dtype(dtype)))
+    validity, data = array.buffers()
+    itemsize = np.dtype(dtype).itemsize
+    values = np.frombuffer(data, dtype=dtype, count=n, offset=array.offset * itemsize)
+    if array.null_count == 0 or validity is None:
+        return values, np.zeros(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+    return values, bits[array.offset : array.offset + n] == 0
 
 
 def table_to_raw(table: pa.Table) -> RawColumns:
-    """Arrow rows -> numpy arrays, one column at a time (no per-row Python)."""
+    """Arrow rows -> numpy arrays, one column at a time (no per-row Python).
+
+    The 2-D arrays are column-major (Fortran order), so filling a column is one contiguous copy.
+    """
     n = table.num_rows
-    dense = np.empty((n, len(DENSE_COLUMNS)), dtype=np.int32)
-    dense_missing = np.empty((n, len(DENSE_COLUMNS)), dtype=bool)
-    sparse = np.empty((n, len(SPARSE_COLUMNS)), dtype=np.uint32)
-    sparse_missing = np.empty((n, len(SPARSE_COLUMNS)), dtype=bool)
+    dense = np.empty((n, len(DENSE_COLUMNS)), dtype=np.int32, order="F")
+    dense_missing = np.empty((n, len(DENSE_COLUMNS)), dtype=bool, order="F")
+    sparse = np.empty((n, len(SPARSE_COLUMNS)), dtype=np.uint32, order="F")
+    sparse_missing = np.empty((n, len(SPARSE_COLUMNS)), dtype=bool, order="F")
     for j, name in enumerate(DENSE_COLUMNS):
         dense[:, j], dense_missing[:, j] = _column_numpy(table, name, np.int32)
     for j, name in enumerate(SPARSE_COLUMNS):
@@ -143,21 +167,40 @@ def iter_batches(
     features: FeatureConfig = DEFAULT_FEATURES,
     shuffle_seed: int | None = None,
 ) -> Iterator[CtrBatch]:
-    """Batches of one chunk from record ``start_record`` on; the last batch may be short."""
+    """Batches of one chunk from record ``start_record`` on; the last batch may be short.
+
+    Arguments are checked at the call; the chunk is read when the first batch is asked for.
+    """
     if batch_size < 1:
         raise DataError(f"batch_size={batch_size} must be >= 1")
     if not 0 <= start_record <= chunk.num_rows:
         raise DataError(
             f"start_record={start_record} is outside chunk {chunk.key} of {chunk.num_rows} rows"
         )
+    return _chunk_batches(dataset_url, chunk, batch_size, start_record, features, shuffle_seed)
+
+
+def _chunk_batches(
+    dataset_url: str,
+    chunk: ChunkRef,
+    batch_size: int,
+    start_record: int,
+    features: FeatureConfig,
+    shuffle_seed: int | None,
+) -> Iterator[CtrBatch]:
     if start_record == chunk.num_rows:
         return
     raw = table_to_raw(read_chunk_table(dataset_url, chunk, FEATURE_COLUMNS))
     rows: np.ndarray | slice = slice(start_record, None)
     if shuffle_seed is not None:
         rows = chunk_permutation(chunk, shuffle_seed)[start_record:]
-    dense = normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
-    sparse = hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
+    # Row-major results, so every batch slice is contiguous (torch.from_numpy, pinned copies).
+    dense = np.ascontiguousarray(
+        normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
+    )
+    sparse = np.ascontiguousarray(
+        hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
+    )
     label = raw.label[rows].astype(np.float32)
     for begin in range(0, label.shape[0], batch_size):
         end = begin + batch_size

@@ -73,7 +73,7 @@ class SynthReport:
 
 
 @dataclass(frozen=True)
-class Generator:
+class FeatureSampler:
     """Draws feature rows; the planted model labels them."""
 
     seed: int
@@ -107,7 +107,7 @@ class Generator:
         return dense_i32, dense_missing, sparse, sparse_missing
 
 
-def _calibrate_bias(model: PlantedModel, gen: Generator, label_rate: float) -> float:
+def _calibrate_bias(model: PlantedModel, gen: FeatureSampler, label_rate: float) -> float:
     """The bias that gives mean probability ``label_rate`` on a pilot sample (bisection)."""
     rng = np.random.default_rng([gen.seed, 99])
     score = model.score(*gen.features(rng, PILOT_ROWS))
@@ -122,7 +122,7 @@ def _calibrate_bias(model: PlantedModel, gen: Generator, label_rate: float) -> f
 
 
 def _block_table(
-    model: PlantedModel, gen: Generator, split: int, block: int, n: int
+    model: PlantedModel, gen: FeatureSampler, split: int, block: int, n: int
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     rng = np.random.default_rng([gen.seed, split, block])
     dense, dense_missing, sparse, sparse_missing = gen.features(rng, GEN_BLOCK)
@@ -145,7 +145,7 @@ def _block_table(
 def _write_split(
     writer: DatasetWriter,
     model: PlantedModel,
-    gen: Generator,
+    gen: FeatureSampler,
     split: int,
     rows: int,
     progress: Progress,
@@ -201,7 +201,7 @@ def synth_ctr(
         raise DataError(f"signal={signal} must be >= 0")
     if max_vocab < 1:
         raise DataError(f"max_vocab={max_vocab} must be >= 1")
-    gen = Generator(seed=seed, max_vocab=max_vocab)
+    gen = FeatureSampler(seed=seed, max_vocab=max_vocab)
     model = PlantedModel.draw(seed, signal=signal)
     model = model.with_bias(_calibrate_bias(model, gen, label_rate))
     options = {

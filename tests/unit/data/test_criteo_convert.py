@@ -124,6 +124,8 @@ def test_malformed_lines_are_reported_with_line_numbers(
     assert report.rows == 14
     assert report.bad_rows == 6
     assert report.blank_lines == 1
+    numbers = [int(where.rsplit(":", 1)[1]) for where, _ in report.bad_lines]
+    assert numbers == sorted(numbers)
     got = {int(where.rsplit(":", 1)[1]): why for where, why in report.bad_lines}
     assert sorted(got) == sorted(bad)
     for number, what in bad.items():
@@ -167,3 +169,33 @@ def test_missing_input_and_bad_header_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="lacks column"):
         convert_criteo([str(bad)], str(tmp_path / "ds"), progress=False)
     assert not (tmp_path / "ds").exists()
+
+
+def test_every_malformed_line_is_counted_beyond_those_listed(
+    tiny_tsv: Path, tmp_path: Path
+) -> None:
+    line = tiny_tsv.read_text().splitlines()[0]
+    lines = [_with_field(line, 3, "abc") if i % 2 else line for i in range(80)]
+    path = tmp_path / "many.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    report = convert_criteo([str(path)], str(tmp_path / "ds"), max_bad_rows=40, progress=False)
+    assert (report.rows, report.bad_rows) == (40, 40)
+    assert len(report.bad_lines) == criteo.MAX_REPORTED
+    assert [where for where, _ in report.bad_lines][:2] == [f"{path}:2", f"{path}:4"]
+    with pytest.raises(MalformedInputError, match="40 malformed line"):
+        convert_criteo([str(path)], str(tmp_path / "ds2"), max_bad_rows=39, progress=False)
+
+
+def test_crlf_endings_and_non_utf8_bytes(tiny_tsv: Path, tmp_path: Path) -> None:
+    lines = tiny_tsv.read_bytes().split(b"\n")[:5]
+    fields = lines[1].split(b"\t")
+    fields[14] = b"\xff\xfe0000aa"
+    lines[1] = b"\t".join(fields)
+    path = tmp_path / "dos.tsv"
+    path.write_bytes(b"\r\n".join(lines) + b"\r\n")
+    report = convert_criteo([str(path)], str(tmp_path / "ds"), max_bad_rows=1, progress=False)
+    reason = "column C1 is '\\\\xff\\\\xfe0000aa', expected 8 hex digits"
+    assert report.bad_lines == [(f"{path}:2", reason)]
+    expected = parse_file(tiny_tsv)[:5]
+    del expected[1]
+    assert read_rows(str(tmp_path / "ds")) == expected

@@ -60,7 +60,7 @@ def test_convert_criteo_end_to_end_and_malformed_input(tmp_path: Path) -> None:
                           "--max-bad-rows", "1")
     assert tolerated.returncode == 0, tolerated.stderr
     assert "wrote 20 rows" in tolerated.stdout
-    assert f"skipped malformed line {bad}:5" in tolerated.stderr
+    assert f"Skipping malformed line {bad}:5: expected 40 fields" in tolerated.stderr
 
 
 def test_help_teaches_the_commands() -> None:

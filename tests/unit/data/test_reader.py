@@ -51,6 +51,7 @@ def test_batches_have_the_contract_shapes_and_types(dataset: str) -> None:
     assert b.sparse.min() >= 0
     assert b.sparse.max() < 1000
     assert set(np.unique(b.label)) <= {0.0, 1.0}
+    assert all(a.flags.c_contiguous for a in (b.dense, b.sparse, b.label))
     dense, sparse, label = b.to_torch()
     assert tuple(dense.shape) == (64, 13)
     assert str(sparse.dtype) == "torch.int64"
@@ -135,10 +136,11 @@ def test_fsspec_urls_work_for_writing_and_reading(dataset: str) -> None:
 
 def test_bad_requests_name_the_problem(dataset: str, tmp_path: Path) -> None:
     chunk = open_dataset(dataset).chunks[0]
+    # Bad arguments fail at the call, before any batch is asked for.
     with pytest.raises(DataError, match="start_record=1001"):
-        list(iter_batches(dataset, chunk, 10, start_record=1001))
+        iter_batches(dataset, chunk, 10, start_record=1001)
     with pytest.raises(DataError, match="batch_size=0"):
-        list(iter_batches(dataset, chunk, 0))
+        iter_batches(dataset, chunk, 0)
     with pytest.raises(DataError, match="row group 9"):
         list(iter_batches(dataset, ChunkRef(chunk.path, 9, 10), 10))
     with pytest.raises(DataError, match="manifest says 999"):

@@ -1,0 +1,138 @@
+"""``elasticps submit | status | logs | delete``: run a job on Kubernetes or Volcano."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from elasticps.config import user_namespace
+
+if TYPE_CHECKING:
+    from elasticps.cluster.kube_client import KubeClient
+
+# The kubernetes client is imported only when a cluster command runs: every role process
+# (`elasticps pserver` ...) builds this parser and should not pay for it.
+BACKENDS = ("volcano", "kubernetes")
+
+SUBMIT_EPILOG = """\
+examples:
+  elasticps submit examples/ctr/job.yaml --dry-run | kubectl apply -f -
+      print the manifests (Volcano Job, token Secret, RBAC, etcd) instead of creating them
+  elasticps submit examples/ctr/job.yaml --backend kubernetes
+      create the job with plain Deployment / StatefulSet / Indexed Job objects
+"""
+
+
+def _cluster_options(parser: argparse.ArgumentParser, *, namespace: bool = True) -> None:
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the "
+                             "in-cluster service account)")
+    parser.add_argument("--context", help="kubeconfig context (default: its current context)")
+    if namespace:
+        parser.add_argument("-n", "--namespace", default=None,
+                            help="namespace of the job (default: $USER_NAMESPACE or 'default')")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "submit", help="create a job on Kubernetes/Volcano from a job.yaml",
+        description="Validate JOB.yaml, render its manifests for the backend, check them "
+                    "against the Kubernetes and Volcano schemas, and create them.",
+        epilog=SUBMIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", metavar="JOB.yaml", help="the job spec (see docs/cluster.md)")
+    p.add_argument("--backend", choices=BACKENDS, default="volcano",
+                   help="volcano (gang-scheduled Volcano Job, the default) or kubernetes "
+                        "(built-in objects only)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the manifests as a YAML stream on stdout and create nothing")
+    _cluster_options(p, namespace=False)
+    p.add_argument("-n", "--namespace", default=None,
+                   help="override the spec's namespace")
+    p.set_defaults(func=run_submit)
+
+    p = subparsers.add_parser(
+        "status", help="show a cluster job's phase, pods per role and master status",
+        description="Show the job's phase, each role's pods with phase and restarts, and the "
+                    "master's /api/status page (read through the API server's service proxy).")
+    p.add_argument("job", metavar="JOB", help="the job_name")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    _cluster_options(p)
+    p.set_defaults(func=run_status)
+
+    p = subparsers.add_parser(
+        "logs", help="print the log of one pod of a cluster job",
+        description="Print the log of the INDEX-th pod of ROLE (trainer 0 by default).")
+    p.add_argument("job", metavar="JOB", help="the job_name")
+    p.add_argument("--role", default="trainer", choices=("master", "pserver", "trainer", "etcd"),
+                   help="which role's pod (default: trainer)")
+    p.add_argument("--index", type=int, default=0, help="which pod of that role (default: 0)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
+    _cluster_options(p)
+    p.set_defaults(func=run_logs)
+
+    p = subparsers.add_parser(
+        "delete", help="delete every object of a cluster job",
+        description="Delete every object labelled elasticps.io/job=JOB (Volcano Job or "
+                    "Deployment/StatefulSet/Job, Services, Secret, RBAC, etcd and its volumes).")
+    p.add_argument("job", metavar="JOB", help="the job_name")
+    _cluster_options(p)
+    p.set_defaults(func=run_delete)
+
+
+def _client(args: argparse.Namespace) -> KubeClient:
+    from elasticps.cluster.kube_client import KubeClient
+
+    return KubeClient.from_kubeconfig(args.kubeconfig, args.context)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    from elasticps.cluster.spec import Job
+    from elasticps.cluster.submit import submit
+
+    job = Job.from_yaml(args.spec)
+    if args.namespace is not None:
+        job = dataclasses.replace(job, namespace=args.namespace)
+    client = None if args.dry_run else _client(args)
+    handle = submit(job, args.backend, dry_run=args.dry_run, client=client)
+    if args.dry_run:
+        sys.stdout.write(handle.yaml())
+        return 0
+    print(f"submitted job {job.job_name} to namespace {job.plan.namespace} ({args.backend}, "
+          f"{len(handle.manifests)} objects)")
+    print(f"status: elasticps status {job.job_name} -n {job.plan.namespace}")
+    print(f"status page (with `kubectl proxy`): {handle.status_url()}")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from elasticps.cluster.submit import job_status
+
+    status = job_status(_client(args), args.job, args.namespace or user_namespace())
+    if args.json:
+        print(json.dumps(dataclasses.asdict(status), indent=2, sort_keys=True))
+    else:
+        print(status.summary())
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from elasticps.cluster.submit import pod_logs
+
+    lines = pod_logs(_client(args), args.job, args.namespace or user_namespace(),
+                     role=args.role, index=args.index, follow=args.follow, tail_lines=args.tail)
+    for line in lines:
+        print(line, flush=args.follow)
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    from elasticps.cluster.submit import delete_job
+
+    namespace = args.namespace or user_namespace()
+    deleted = delete_job(_client(args), args.job, namespace)
+    print(f"deleted job {args.job} in namespace {namespace}: {', '.join(deleted)}")
+    return 0

@@ -1,0 +1,85 @@
+"""Plain Kubernetes: the job as built-in objects, no scheduler plugins needed.
+
+Objects, in creation order: ServiceAccount, Role, RoleBinding, token Secret, master Service,
+etcd Service + NetworkPolicy + StatefulSet (when the job deploys its own), pserver headless
+Service, master Deployment, pserver StatefulSet, trainer Job.
+
+* master: a Deployment of one replica. The election lock in the store makes a second master
+  (during a rolling update) a harmless standby; the Service only routes to the ready leader.
+* pservers: a StatefulSet (stable names ``<job>-pserver-<i>``, started in parallel). Slots are
+  still claimed in the store, so a replacement pod takes whatever slot is free.
+* trainers: an Indexed Job with ``backoffLimitPerIndex``: a failed trainer pod is replaced
+  alone, for its own index, while the others go on; ``maxFailedIndexes`` lets up to
+  ``trainers - min_trainers`` indexes give up for good. The Job completes when every index
+  has exited 0, i.e. when the data is consumed. Elastic scaling: patch ``parallelism`` and
+  ``completions`` together (Kubernetes >= 1.27 allows it for Indexed Jobs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elasticps.cluster.render_common import (
+    PORT,
+    Names,
+    common_objects,
+    metadata,
+    namespace,
+    pod_template,
+    selector,
+)
+from elasticps.cluster.render_etcd import etcd_objects
+from elasticps.cluster.spec import Job
+
+TRAINER_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+TRAINER_BACKOFF_PER_INDEX = 3
+
+
+def pserver_hosts(job: Job) -> list[str]:
+    names = Names.of(job)
+    return [f"{names.pserver}-{i}.{names.pserver}.{namespace(job)}.svc"
+            for i in range(job.plan.pservers)]
+
+
+def render(job: Job, *, token: str) -> list[dict[str, Any]]:
+    """Every object of the job, in the order they must be created."""
+    names = Names.of(job)
+    plan = job.plan
+    hosts = pserver_hosts(job)
+
+    def template(role: str, restart_policy: str) -> dict[str, Any]:
+        return pod_template(job, role, restart_policy=restart_policy, pserver_hosts=hosts,
+                            trainer_index_path=TRAINER_INDEX_PATH)
+
+    pserver_service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": metadata(job, names.pserver, "pserver"),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": selector(job, "pserver"),
+                 "ports": [{"name": "grpc", "port": PORT, "targetPort": "grpc"}]},
+    }
+    master = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": metadata(job, names.master, "master"),
+        "spec": {"replicas": 1, "selector": {"matchLabels": selector(job, "master")},
+                 "template": template("master", "Always")},
+    }
+    pservers = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": metadata(job, names.pserver, "pserver"),
+        "spec": {"serviceName": names.pserver, "replicas": plan.pservers,
+                 "podManagementPolicy": "Parallel",
+                 "selector": {"matchLabels": selector(job, "pserver")},
+                 "template": template("pserver", "Always")},
+    }
+    trainers = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": metadata(job, names.trainer, "trainer"),
+        "spec": {"completionMode": "Indexed", "completions": plan.trainers,
+                 "parallelism": plan.trainers,
+                 "backoffLimitPerIndex": TRAINER_BACKOFF_PER_INDEX,
+                 "maxFailedIndexes": plan.trainers - plan.min_trainers,
+                 "podReplacementPolicy": "Failed",
+                 "template": template("trainer", "Never")},
+    }
+    return [*common_objects(job, token), *etcd_objects(job), pserver_service, master, pservers,
+            trainers]

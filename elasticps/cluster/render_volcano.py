@@ -1,0 +1,75 @@
+"""Volcano: one ``batch.volcano.sh/v1alpha1`` Job with tasks master / pserver / trainer.
+
+* Gang scheduling: ``minAvailable = 1 + pservers + min_trainers``; nothing starts until the
+  master, every pserver and ``min_trainers`` trainers can all be placed.
+* Per-task policies, not job-wide ones: a pod that fails or is evicted is restarted alone
+  (``RestartPod``); the job is never restarted because one pod died, unlike the old CTR demo
+  (``PodEvicted -> RestartJob``). Containers use ``restartPolicy: OnFailure``, so an ordinary
+  crash restarts the container in place and keeps its emptyDir checkpoints.
+* ``TaskCompleted`` of the trainer task (every trainer exited 0) completes the job, which
+  stops the master and pservers.
+* Plugins: ``svc`` for stable pod DNS names (``<job>-pserver-<i>.<job>``; network policy off so
+  the API server can proxy the master's status page) and ``env`` (``VC_TASK_INDEX``).
+  Discovery itself goes through the store; the trainer index comes from the
+  ``volcano.sh/task-index`` annotation.
+
+The token Secret, RBAC, the master Service and the job's etcd are plain objects next to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elasticps.cluster.render_common import Names, common_objects, metadata, pod_template
+from elasticps.cluster.render_etcd import etcd_objects
+from elasticps.cluster.spec import Job
+
+TRAINER_INDEX_PATH = "metadata.annotations['volcano.sh/task-index']"
+API_VERSION = "batch.volcano.sh/v1alpha1"
+
+_RESTART_FAILED_POD = {"events": ["PodFailed", "PodEvicted"], "action": "RestartPod"}
+
+
+def pserver_hosts(job: Job) -> list[str]:
+    return [f"{job.job_name}-pserver-{i}.{job.job_name}" for i in range(job.plan.pservers)]
+
+
+def _task(job: Job, role: str, replicas: int, min_available: int,
+          policies: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": role,
+        "replicas": replicas,
+        "minAvailable": min_available,
+        "policies": policies,
+        "template": pod_template(job, role, restart_policy="OnFailure",
+                                 pserver_hosts=pserver_hosts(job),
+                                 trainer_index_path=TRAINER_INDEX_PATH),
+    }
+
+
+def volcano_job(job: Job) -> dict[str, Any]:
+    plan = job.plan
+    return {
+        "apiVersion": API_VERSION, "kind": "Job",
+        "metadata": metadata(job, Names.of(job).job),
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": job.queue,
+            "minAvailable": 1 + plan.pservers + plan.min_trainers,
+            "plugins": {"svc": ["--publish-not-ready-addresses=true",
+                                "--disable-network-policy=true"],
+                        "env": []},
+            "tasks": [
+                _task(job, "master", 1, 1, [dict(_RESTART_FAILED_POD)]),
+                _task(job, "pserver", plan.pservers, plan.pservers, [dict(_RESTART_FAILED_POD)]),
+                _task(job, "trainer", plan.trainers, plan.min_trainers,
+                      [dict(_RESTART_FAILED_POD),
+                       {"event": "TaskCompleted", "action": "CompleteJob"}]),
+            ],
+        },
+    }
+
+
+def render(job: Job, *, token: str) -> list[dict[str, Any]]:
+    """Every object of the job, in the order they must be created."""
+    return [*common_objects(job, token), *etcd_objects(job), volcano_job(job)]

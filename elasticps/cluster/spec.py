@@ -1,0 +1,511 @@
+"""The job spec: one model for ``job.yaml`` files and ``elasticps.Job(...)`` objects.
+
+A :class:`Job` holds what the user wrote; its :attr:`Job.plan` holds what will run (counts and
+per-role resources with every default and derivation applied). Construction validates
+everything: a bad value raises :class:`~elasticps.errors.ConfigError` whose message starts
+with ``job spec field '<name>'``; a suspicious but legal value (GPUs asked while
+``PADDLE_USE_GPU`` says false, or the opposite) emits a :class:`JobSpecWarning`.
+
+Derivation rules (documented in docs/cluster.md):
+
+* ``trainers`` defaults to ``num_gpus`` when GPUs are asked, else 1.
+* ``trainer_gpu``/``trainer_cpu``/``trainer_mem`` default to the job-wide beginner values
+  ``num_gpus``/``num_cpus``/``memory`` divided evenly among the trainers; when those are not
+  given either, each trainer gets no GPU, one CPU and 1Gi.
+* ``pservers`` defaults to ``max(1, ceil(trainers / 2))``.
+* ``min_trainers`` defaults to 1 (the job keeps going while one trainer works) and
+  ``max_trainers`` to ``trainers``; ``1 <= min_trainers <= trainers <= max_trainers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from elasticps import __version__
+from elasticps.cluster.quantity import format_cpu, format_memory, parse_cpu, parse_memory
+from elasticps.config import ENV_VARS, load_config, user_namespace
+from elasticps.errors import ConfigError
+
+DEFAULT_IMAGE = f"elasticps/elasticps:{__version__}"
+DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_TRAINER_CPU = 1000  # millicores, when neither trainer_cpu nor num_cpus is given
+DEFAULT_TRAINER_MEM = 2**30  # bytes, when neither trainer_mem nor memory is given
+# Longest suffix we append is "-pserver" / "-trainer" plus StatefulSet/Job pod suffixes; 40
+# keeps every derived object, pod and label value within Kubernetes' 63-character limits.
+MAX_JOB_NAME = 40
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})$")
+_PYTHON = re.compile(r"^python[0-9.]*$")
+
+# PADDLE_* variables a job's `env:` may set; every other one is filled in by the renderer from
+# the spec (or is unknown), so setting it there would be silently overridden or a typo.
+TUNABLE_ENV = frozenset({
+    "PADDLE_USE_GPU", "PADDLE_CHECKPOINT_INTERVAL", "PADDLE_CHECKPOINT_KEEP",
+    "PADDLE_LEASE_TTL", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE",
+})
+_KNOWN_ENV = frozenset(var.name for var in ENV_VARS)
+
+
+class JobSpecWarning(UserWarning):
+    """A job spec that is legal but probably not what the user meant."""
+
+
+def _fail(name: str, reason: str) -> ConfigError:
+    return ConfigError(f"job spec field '{name}': {reason}")
+
+
+def _count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(name, f"must be a whole number, got {value!r}")
+    if value < minimum:
+        raise _fail(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _cpu(name: str, value: object) -> int:
+    try:
+        return parse_cpu(value)
+    except ValueError as exc:
+        raise _fail(name, str(exc)) from exc
+
+
+def _memory(name: str, value: object) -> int:
+    try:
+        return parse_memory(value)
+    except ValueError as exc:
+        raise _fail(name, str(exc)) from exc
+
+
+def _dns_label(name: str, value: object, max_len: int = 63) -> str:
+    if not isinstance(value, str) or len(value) > max_len or not _DNS1123_LABEL.match(value):
+        raise _fail(
+            name,
+            f"{value!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
+            f"at most {max_len} characters, starting and ending with a letter or digit)",
+        )
+    return value
+
+
+def _reject_unknown(prefix: str, data: Mapping[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        shown = ", ".join(f"'{prefix}{key}'" for key in unknown)
+        raise ConfigError(
+            f"job spec field {shown}: unknown key; known keys are {', '.join(sorted(known))}"
+        )
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A data or checkpoint location: a PersistentVolumeClaim or an fsspec URL.
+
+    Written as ``pvc://CLAIM[/SUB/PATH]`` (the claim is mounted into the pods and the roles see
+    a local path under the mount point) or as a URL (``s3://...``, ``gs://...``, ``file:///...``)
+    or absolute path inside the image, passed to the roles unchanged.
+    """
+
+    claim: str | None = None
+    sub_path: str = ""
+    url: str | None = None
+
+    @classmethod
+    def parse(cls, name: str, value: object) -> Storage:
+        if isinstance(value, Storage):
+            return value
+        if isinstance(value, Mapping):
+            _reject_unknown(f"{name}.", value, {"claim", "path", "url"})
+            if ("claim" in value) == ("url" in value):
+                raise _fail(name, "give exactly one of 'claim' (a PVC name) or 'url'")
+            if "url" in value:
+                return cls.parse(name, value["url"])
+            sub = value.get("path", "")
+            return cls.parse(name, f"pvc://{value['claim']}/{sub}".rstrip("/"))
+        if not isinstance(value, str) or not value.strip():
+            raise _fail(name, f"must be 'pvc://CLAIM[/PATH]' or a URL, got {value!r}")
+        text = value.strip()
+        if text.startswith("pvc://"):
+            claim, _, sub = text.removeprefix("pvc://").partition("/")
+            if len(claim) > 253 or not _DNS1123_SUBDOMAIN.match(claim):
+                raise _fail(name, f"PVC name {claim!r} is not a DNS-1123 subdomain")
+            parts = [part for part in sub.split("/") if part]
+            if any(part in (".", "..") for part in parts):
+                raise _fail(name, f"path {sub!r} inside the PVC must not contain '.' or '..'")
+            return cls(claim=claim, sub_path="/".join(parts))
+        if _URL.match(text) or text.startswith("/"):
+            return cls(url=text)
+        raise _fail(name, f"{text!r} is neither 'pvc://CLAIM[/PATH]', a URL nor an absolute path")
+
+    def location_in_pod(self, mount_path: str) -> str:
+        """What the roles are told: a path under the mount point, or the URL itself."""
+        if self.claim is None:
+            assert self.url is not None
+            return self.url
+        return f"{mount_path}/{self.sub_path}" if self.sub_path else mount_path
+
+    def __str__(self) -> str:
+        if self.claim is None:
+            return self.url or ""
+        return f"pvc://{self.claim}/{self.sub_path}".rstrip("/")
+
+
+@dataclass(frozen=True)
+class EtcdSpec:
+    """The job's store: an etcd the job deploys for itself, or an existing one."""
+
+    deploy: bool = True
+    endpoints: tuple[str, ...] = ()
+    replicas: int = 1
+    image: str = DEFAULT_ETCD_IMAGE
+    storage: str | None = "1Gi"  # PVC size per member; None = emptyDir (lost with the pod)
+
+    @classmethod
+    def parse(cls, value: object) -> EtcdSpec:
+        if value is None:
+            return cls()
+        if isinstance(value, EtcdSpec):
+            return value
+        if not isinstance(value, Mapping):
+            raise _fail("etcd", f"must be a mapping like {{deploy: true}} or "
+                                f"{{endpoints: [host:2379]}}, got {value!r}")
+        _reject_unknown("etcd.", value, {"deploy", "endpoints", "replicas", "image", "storage"})
+        raw_endpoints = value.get("endpoints") or ()
+        if isinstance(raw_endpoints, str):
+            raw_endpoints = raw_endpoints.removeprefix("etcd://").split(",")
+        if not isinstance(raw_endpoints, Sequence):
+            raise _fail("etcd.endpoints", f"must be a list of host:port, got {raw_endpoints!r}")
+        endpoints = tuple(str(item).strip().removeprefix("etcd://") for item in raw_endpoints)
+        deploy = value.get("deploy", not endpoints)
+        if not isinstance(deploy, bool):
+            raise _fail("etcd.deploy", f"must be true or false, got {deploy!r}")
+        if deploy and endpoints:
+            raise _fail("etcd", "give either deploy: true or endpoints, not both")
+        if not deploy and not endpoints:
+            raise _fail("etcd.endpoints", "required when etcd.deploy is false")
+        for endpoint in endpoints:
+            match = _HOST_PORT.match(endpoint)
+            if match is None or not 1 <= int(match["port"]) <= 65535:
+                raise _fail("etcd.endpoints", f"{endpoint!r} is not host:port")
+        replicas = _count("etcd.replicas", value.get("replicas", 1), 1)
+        if replicas % 2 == 0 or replicas > 7:
+            raise _fail("etcd.replicas", f"must be 1, 3, 5 or 7 (an odd quorum), got {replicas}")
+        image = value.get("image", DEFAULT_ETCD_IMAGE)
+        if not isinstance(image, str) or not _IMAGE.match(image):
+            raise _fail("etcd.image", f"{image!r} is not an image reference")
+        storage = value.get("storage", "1Gi")
+        if storage is not None:
+            storage = format_memory(_memory("etcd.storage", storage))
+        return cls(deploy=deploy, endpoints=endpoints, replicas=replicas, image=image,
+                   storage=storage)
+
+    @property
+    def store_url_for_endpoints(self) -> str:
+        return "etcd://" + ",".join(self.endpoints)
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    """Requests (= limits, so pods get the Guaranteed QoS class) of one role's pods."""
+
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int = 0
+
+    def quantities(self) -> dict[str, str]:
+        values = {"cpu": format_cpu(self.cpu_millis), "memory": format_memory(self.memory_bytes)}
+        if self.gpus:
+            values[GPU_RESOURCE] = str(self.gpus)
+        return values
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What will run, after defaults and derivations."""
+
+    namespace: str
+    trainers: int
+    min_trainers: int
+    max_trainers: int
+    pservers: int
+    master: RoleResources
+    pserver: RoleResources
+    trainer: RoleResources
+    use_gpu: bool
+    trainer_command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training job for a cluster (or, with ``local=True``, for this machine).
+
+    Beginners give ``num_gpus``/``num_cpus``/``memory`` for the whole job; the advanced
+    per-role fields win where given. See docs/cluster.md for every field.
+    """
+
+    entry_point: str | Sequence[str] = ""
+    job_name: str = "elasticps-job"
+    image: str = DEFAULT_IMAGE
+    namespace: str | None = None
+    num_gpus: int = 0
+    num_cpus: int | float | str | None = None
+    memory: str | int | None = None
+    trainers: int | None = None
+    trainer_cpu: int | float | str | None = None
+    trainer_gpu: int | None = None
+    trainer_mem: str | int | None = None
+    min_trainers: int | None = None
+    max_trainers: int | None = None
+    pservers: int | None = None
+    pserver_cpu: int | float | str = 1
+    pserver_mem: str | int = "1Gi"
+    master_cpu: int | float | str = "500m"
+    master_mem: str | int = "512Mi"
+    data: Storage | str | None = None
+    checkpoint: Storage | str | None = None
+    env: Mapping[str, Any] = field(default_factory=dict)
+    etcd: EtcdSpec | Mapping[str, Any] | None = None
+    queue: str = "default"
+    local: bool = False
+    plan: JobPlan = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise in place once, here
+        _dns_label("job_name", self.job_name, MAX_JOB_NAME)
+        namespace = self.namespace if self.namespace is not None else user_namespace()
+        set_(self, "namespace", _dns_label("namespace", namespace))
+        if not isinstance(self.image, str) or not _IMAGE.match(self.image):
+            raise _fail("image", f"{self.image!r} is not an image reference")
+        _dns_label("queue", self.queue)
+        if not isinstance(self.local, bool):
+            raise _fail("local", f"must be true or false, got {self.local!r}")
+        set_(self, "data", None if self.data is None else Storage.parse("data", self.data))
+        set_(self, "checkpoint",
+             None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
+        set_(self, "etcd", EtcdSpec.parse(self.etcd))
+        set_(self, "env", _check_env(self.env))
+        set_(self, "plan", self._make_plan(namespace))
+
+    def _make_plan(self, namespace: str) -> JobPlan:
+        command = _trainer_command(self.entry_point)
+        num_gpus = _count("num_gpus", self.num_gpus, 0)
+        if self.num_cpus is not None:  # checked even when per-trainer values override it
+            _cpu("num_cpus", self.num_cpus)
+        if self.memory is not None:
+            _memory("memory", self.memory)
+        default_trainers = num_gpus if num_gpus > 0 else 1
+        trainers = _count("trainers", default_trainers if self.trainers is None
+                          else self.trainers, 1)
+        if self.trainer_gpu is not None:
+            trainer_gpu = _count("trainer_gpu", self.trainer_gpu, 0)
+        elif num_gpus % trainers:
+            raise _fail("num_gpus", f"{num_gpus} GPUs do not divide evenly among {trainers} "
+                                    "trainers; set trainer_gpu")
+        else:
+            trainer_gpu = num_gpus // trainers
+        trainer_cpu = self._trainer_cpu(trainers)
+        trainer_mem = self._trainer_mem(trainers)
+        min_trainers = _count("min_trainers", 1 if self.min_trainers is None
+                              else self.min_trainers, 1)
+        max_trainers = _count("max_trainers", trainers if self.max_trainers is None
+                              else self.max_trainers, 1)
+        if min_trainers > max_trainers:
+            raise _fail("min_trainers", f"{min_trainers} is more than max_trainers={max_trainers}")
+        if min_trainers > trainers:
+            raise _fail("min_trainers", f"{min_trainers} is more than trainers={trainers}")
+        if trainers > max_trainers:
+            raise _fail("max_trainers", f"{max_trainers} is less than trainers={trainers}")
+        pservers = _count("pservers", max(1, math.ceil(trainers / 2)) if self.pservers is None
+                          else self.pservers, 1)
+        use_gpu = self._use_gpu(trainer_gpu)
+        return JobPlan(
+            namespace=namespace, trainers=trainers, min_trainers=min_trainers,
+            max_trainers=max_trainers, pservers=pservers,
+            master=RoleResources(_cpu("master_cpu", self.master_cpu),
+                                 _memory("master_mem", self.master_mem)),
+            pserver=RoleResources(_cpu("pserver_cpu", self.pserver_cpu),
+                                  _memory("pserver_mem", self.pserver_mem)),
+            trainer=RoleResources(trainer_cpu, trainer_mem, trainer_gpu),
+            use_gpu=use_gpu, trainer_command=command,
+        )
+
+    def _trainer_cpu(self, trainers: int) -> int:
+        """trainer_cpu, else the job's num_cpus split evenly, else one core."""
+        if self.trainer_cpu is not None:
+            return _cpu("trainer_cpu", self.trainer_cpu)
+        if self.num_cpus is None:
+            return DEFAULT_TRAINER_CPU
+        num_cpus = _cpu("num_cpus", self.num_cpus)
+        if num_cpus // trainers < 10:
+            raise _fail("num_cpus", f"{format_cpu(num_cpus)} CPUs among {trainers} trainers "
+                                    "leaves less than 10m each; raise num_cpus or set trainer_cpu")
+        return num_cpus // trainers
+
+    def _trainer_mem(self, trainers: int) -> int:
+        """trainer_mem, else the job's memory split evenly (whole MiB), else 1Gi."""
+        if self.trainer_mem is not None:
+            return _memory("trainer_mem", self.trainer_mem)
+        if self.memory is None:
+            return DEFAULT_TRAINER_MEM
+        memory = _memory("memory", self.memory)
+        share = (memory // trainers) // 2**20 * 2**20
+        if share < 64 * 2**20:
+            raise _fail("memory", f"{format_memory(memory)} among {trainers} trainers "
+                                  "leaves less than 64Mi each; raise memory or set trainer_mem")
+        return share
+
+    def _use_gpu(self, trainer_gpu: int) -> bool:
+        """PADDLE_USE_GPU for the trainers: the env's value if given, else "GPUs were asked"."""
+        if "PADDLE_USE_GPU" not in self.env:
+            return trainer_gpu > 0
+        use_gpu = load_config(env={"PADDLE_USE_GPU": self.env["PADDLE_USE_GPU"]}).use_gpu
+        warn_gpu_mismatch(self.job_name, trainer_gpu, use_gpu, "env.PADDLE_USE_GPU")
+        return use_gpu
+
+    @property
+    def etcd_spec(self) -> EtcdSpec:
+        assert isinstance(self.etcd, EtcdSpec)  # normalised by __post_init__
+        return self.etcd
+
+    @property
+    def data_storage(self) -> Storage | None:
+        assert self.data is None or isinstance(self.data, Storage)
+        return self.data
+
+    @property
+    def checkpoint_storage(self) -> Storage | None:
+        assert self.checkpoint is None or isinstance(self.checkpoint, Storage)
+        return self.checkpoint
+
+    @classmethod
+    def from_dict(cls, data: object, *, source: str = "job spec") -> Job:
+        """Build a job from parsed YAML/JSON; unknown keys are an error naming the key."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: the top level must be a mapping of fields, "
+                              f"got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls) if f.init}
+        _reject_unknown("", data, known)
+        if not data.get("entry_point"):
+            raise _fail("entry_point", f"is required in {source} (e.g. 'python train.py')")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Job:
+        """Read and validate a ``job.yaml`` file."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read job spec {path}: {exc.strerror}") from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"job spec {path} is not valid YAML: {exc}") from exc
+        return cls.from_dict(data, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as written (None values dropped), suitable for ``from_dict``."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not f.init or value is None:
+                continue
+            if isinstance(value, Storage):
+                value = str(value)
+            elif isinstance(value, EtcdSpec):
+                value = ({"deploy": True, "replicas": value.replicas, "image": value.image,
+                          "storage": value.storage} if value.deploy
+                         else {"endpoints": list(value.endpoints)})
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+def warn_gpu_mismatch(job_name: str, trainer_gpu: int, use_gpu: bool, where: str) -> bool:
+    """Warn (as the seed asks) when GPUs are asked but PADDLE_USE_GPU is false, or the opposite."""
+    if (trainer_gpu > 0) == use_gpu:
+        return False
+    if trainer_gpu > 0:
+        message = (f"Job {job_name} asks for {trainer_gpu} GPU(s) per trainer but {where} is "
+                   "false, so the trainers will not use them.")
+    else:
+        message = (f"Job {job_name} asks for no GPUs but {where} is true; the trainers will "
+                   "fail to find a GPU. Set num_gpus or trainer_gpu.")
+    warnings.warn(message, JobSpecWarning, stacklevel=6)
+    return True
+
+
+def warn_environment(job: Job, environ: Mapping[str, str]) -> bool:
+    """The seed's submit-time check: the submitter's PADDLE_USE_GPU against the GPUs asked."""
+    if "PADDLE_USE_GPU" in job.env or "PADDLE_USE_GPU" not in environ:
+        return False  # the spec's own env wins and was checked when the Job was built
+    try:
+        use_gpu = load_config(env={"PADDLE_USE_GPU": environ["PADDLE_USE_GPU"]}).use_gpu
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (in the environment of the submitting process)") from exc
+    return warn_gpu_mismatch(job.job_name, job.plan.trainer.gpus, use_gpu,
+                             "PADDLE_USE_GPU in this environment")
+
+
+def _check_env(env: object) -> dict[str, str]:
+    if not isinstance(env, Mapping):
+        raise _fail("env", f"must be a mapping of NAME: value, got {env!r}")
+    checked: dict[str, str] = {}
+    for key, value in env.items():
+        name = f"env.{key}"
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise _fail(name, "is not a valid environment variable name")
+        if value is None or isinstance(value, Mapping | list):
+            raise _fail(name, f"must be a string, number or boolean, got {value!r}")
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if key.startswith("PADDLE_") and key not in TUNABLE_ENV:
+            reason = ("is set by elasticps from the job spec" if key in _KNOWN_ENV
+                      else "is not a variable elasticps reads")
+            raise _fail(name, f"{reason}; the PADDLE_* variables a job may set are "
+                              f"{', '.join(sorted(TUNABLE_ENV))}")
+        if key in TUNABLE_ENV:
+            try:
+                load_config(env={key: text})
+            except ConfigError as exc:
+                raise _fail(name, str(exc)) from exc
+        checked[key] = text
+    return dict(sorted(checked.items()))
+
+
+def _trainer_command(entry_point: object) -> tuple[str, ...]:
+    """``python train.py --x 1`` -> ``("train.py", "--x", "1")``: what `elasticps trainer` runs."""
+    if isinstance(entry_point, str):
+        try:
+            tokens = shlex.split(entry_point)
+        except ValueError as exc:
+            raise _fail("entry_point", f"cannot be split into words: {exc}") from exc
+    elif isinstance(entry_point, Sequence) and all(isinstance(t, str) for t in entry_point):
+        tokens = list(entry_point)
+    else:
+        raise _fail("entry_point", f"must be a command string or a list, got {entry_point!r}")
+    if tokens and _PYTHON.match(Path(tokens[0]).name):
+        tokens = tokens[1:]
+    if not tokens:
+        raise _fail("entry_point", "is required: the training script, e.g. 'python train.py'")
+    if tokens[0].startswith("-"):
+        raise _fail("entry_point", f"must name a script to run, not the option {tokens[0]!r} "
+                                   "('python -m module' is not supported)")
+    return tuple(tokens)

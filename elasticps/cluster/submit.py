@@ -1,0 +1,327 @@
+"""Submit a job to a cluster and follow it: the functions behind ``elasticps submit|status|logs|
+delete`` and the handle ``dist_train`` returns for a cluster job.
+
+``submit`` renders, validates, then creates the objects in order; if one is refused, the ones
+this call created are deleted again, so a failed submission leaves nothing behind. Every
+object carries the label ``elasticps.io/job=<name>``, which is how ``status``, ``logs`` and
+``delete`` find a job without its spec.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticps.cluster.kube_client import (
+    BATCH_JOB,
+    KINDS,
+    POD,
+    VOLCANO_JOB,
+    KubeAPIError,
+    KubeClient,
+    kind_of,
+)
+from elasticps.cluster.manifests import render, to_yaml
+from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE, ROLES, Names
+from elasticps.cluster.spec import Job, warn_environment
+from elasticps.cluster.validate import check_manifests
+from elasticps.errors import ClusterError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+FINISHED = frozenset({"Completed", "Failed", "Aborted", "Terminated"})
+KUBECTL_PROXY = "http://localhost:8001"  # where `kubectl proxy` serves the API by default
+# Deleted in this order: controllers first so they stop recreating what follows.
+_DELETE_ORDER = [
+    VOLCANO_JOB, BATCH_JOB, KINDS[("apps/v1", "Deployment")], KINDS[("apps/v1", "StatefulSet")],
+    KINDS[("v1", "Service")], KINDS[("networking.k8s.io/v1", "NetworkPolicy")],
+    KINDS[("v1", "Secret")], KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")],
+    KINDS[("rbac.authorization.k8s.io/v1", "Role")], KINDS[("v1", "ServiceAccount")],
+    KINDS[("v1", "PersistentVolumeClaim")],
+]
+_INDEX_KEYS = ("batch.kubernetes.io/job-completion-index", "volcano.sh/task-index",
+               "apps.kubernetes.io/pod-index")
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pod of a job as ``status`` shows it."""
+
+    name: str
+    role: str
+    index: int | None
+    phase: str
+    ready: bool
+    restarts: int
+    node: str | None
+    created: str = ""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's phase, its pods by role, and the master's status page when reachable."""
+
+    job: str
+    namespace: str
+    backend: str
+    phase: str
+    pods: tuple[PodInfo, ...] = ()
+    master: dict[str, Any] | None = None
+    master_error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Completed"
+
+    def by_role(self) -> dict[str, list[PodInfo]]:
+        out: dict[str, list[PodInfo]] = {}
+        for pod in self.pods:
+            out.setdefault(pod.role, []).append(pod)
+        return out
+
+    def summary(self) -> str:
+        lines = [f"job {self.job} (namespace {self.namespace}, {self.backend}): {self.phase}"]
+        for role, pods in sorted(self.by_role().items(), key=lambda kv: _role_order(kv[0])):
+            ready = sum(p.ready for p in pods)
+            restarts = sum(p.restarts for p in pods)
+            lines.append(f"  {role:<8} {len(pods)} pod(s), {ready} ready, {restarts} restart(s)")
+            for pod in pods:
+                index = "-" if pod.index is None else str(pod.index)
+                lines.append(f"    {pod.name:<45} index {index:<3} {pod.phase:<10} "
+                             f"{'ready' if pod.ready else 'not ready':<9} "
+                             f"restarts {pod.restarts}  node {pod.node or '-'}")
+        if self.master is not None:
+            lines.append("  master status page: " + json.dumps(self.master, sort_keys=True))
+        elif self.master_error:
+            lines.append(f"  master status page unavailable: {self.master_error}")
+        return "\n".join(lines)
+
+
+def _role_order(role: str) -> tuple[int, str]:
+    order = [*ROLES, "etcd"]
+    return (order.index(role) if role in order else len(order), role)
+
+
+@dataclass
+class SubmittedJob:
+    """The handle of a submitted (or dry-run) job: ``status_url()``, ``wait()``, ``logs()``."""
+
+    name: str
+    namespace: str
+    backend: str
+    client: KubeClient | None = None
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.client is None
+
+    def yaml(self) -> str:
+        return to_yaml(self.manifests)
+
+    def status_url(self) -> str:
+        """The master's status page through the API server's service proxy. Open it with
+        ``kubectl proxy`` running (a dry run assumes that, on its default port)."""
+        host = KUBECTL_PROXY if self.client is None else self.client.host
+        return (f"{host}/api/v1/namespaces/{self.namespace}/services/"
+                f"{Names.of_name(self.name).master}:http/proxy/")
+
+    def _client(self) -> KubeClient:
+        if self.client is None:
+            raise ClusterError(f"job {self.name} was a dry run; nothing runs on a cluster")
+        return self.client
+
+    def status(self) -> JobStatus:
+        return job_status(self._client(), self.name, self.namespace)
+
+    def wait(self, timeout: float | None = None, poll_interval: float = 5.0) -> JobStatus:
+        """Poll until the job completes or fails; returns the final status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status.finished:
+                logger.info("Job %s in namespace %s finished: %s.", self.name, self.namespace,
+                            status.phase)
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ClusterError(f"job {self.name} is still {status.phase} after {timeout}s")
+            time.sleep(poll_interval)  # polling a remote API; there is nothing to wait on
+
+    def logs(self, role: str = "trainer", index: int = 0, *,
+             follow: bool = False) -> Iterator[str]:
+        return pod_logs(self._client(), self.name, self.namespace, role=role, index=index,
+                        follow=follow)
+
+    def delete(self) -> list[str]:
+        return delete_job(self._client(), self.name, self.namespace)
+
+
+def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
+           client: KubeClient | None = None, token: str | None = None,
+           check: bool = True, environ: Mapping[str, str] | None = None) -> SubmittedJob:
+    """Render, validate and (unless ``dry_run``) create the job's objects.
+
+    ``token`` defaults to a fresh random one; ``environ`` (default ``os.environ``) is where
+    the submitter's ``PADDLE_USE_GPU`` is checked against the GPUs asked (a warning).
+    """
+    if job.local:
+        raise ConfigError("job spec field 'local': the job is local; run it with "
+                          "`elasticps run` or dist_train, not on a cluster")
+    warn_environment(job, os.environ if environ is None else environ)
+    objects = render(job, backend, token=token)
+    if check:
+        check_manifests(objects)
+    handle = SubmittedJob(job.job_name, job.plan.namespace, backend, None, objects)
+    if dry_run:
+        return handle
+    handle.client = client if client is not None else KubeClient.from_kubeconfig()
+    _create_all(handle.client, job, objects)
+    logger.info("Submitted job %s to namespace %s (%s, %d objects); status page: %s",
+                job.job_name, job.plan.namespace, backend, len(objects), handle.status_url())
+    return handle
+
+
+def _create_all(client: KubeClient, job: Job, objects: list[dict[str, Any]]) -> None:
+    created: list[dict[str, Any]] = []
+    try:
+        for obj in objects:
+            client.create(obj)
+            created.append(obj)
+    except ClusterError as exc:
+        undone = _roll_back(client, created)
+        note = f" (removed the {undone} object(s) this submission had created)" if undone else ""
+        if isinstance(exc, KubeAPIError) and exc.status == 409:
+            raise ClusterError(
+                f"job {job.job_name} already exists in namespace {job.plan.namespace}{note}: "
+                f"{exc}. Delete it first with `elasticps delete {job.job_name} "
+                f"-n {job.plan.namespace}` or choose another job_name."
+            ) from exc
+        raise ClusterError(f"submitting job {job.job_name} failed{note}: {exc}") from exc
+
+
+def _roll_back(client: KubeClient, created: list[dict[str, Any]]) -> int:
+    undone = 0
+    for obj in reversed(created):
+        meta = obj["metadata"]
+        try:
+            client.delete(kind_of(obj), meta["namespace"], meta["name"])
+            undone += 1
+        except ClusterError as exc:
+            logger.warning("Could not remove %s/%s after a failed submission: %s",
+                           obj["kind"], meta["name"], exc)
+    return undone
+
+
+def _pod_index(pod: dict[str, Any]) -> int | None:
+    meta = pod.get("metadata", {})
+    for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
+        for key in _INDEX_KEYS:
+            if key in source and str(source[key]).isdigit():
+                return int(source[key])
+    return None
+
+
+def _pod_info(pod: dict[str, Any]) -> PodInfo:
+    meta = pod.get("metadata", {})
+    status = pod.get("status", {})
+    containers = status.get("containerStatuses") or []
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return PodInfo(
+        name=meta.get("name", "?"),
+        role=(meta.get("labels") or {}).get(LABEL_ROLE, "?"),
+        index=_pod_index(pod),
+        phase=status.get("phase", "Unknown"),
+        ready=conditions.get("Ready") == "True",
+        restarts=sum(int(c.get("restartCount", 0)) for c in containers),
+        node=pod.get("spec", {}).get("nodeName"),
+        created=meta.get("creationTimestamp", ""),
+    )
+
+
+def _batch_phase(job: dict[str, Any]) -> str:
+    status = job.get("status", {})
+    conditions = {c.get("type") for c in status.get("conditions") or []
+                  if c.get("status") == "True"}
+    if "Complete" in conditions:
+        return "Completed"
+    if "Failed" in conditions:
+        return "Failed"
+    return "Running" if status.get("active") else "Pending"
+
+
+def job_status(client: KubeClient, name: str, namespace: str) -> JobStatus:
+    """Phase, pods per role with restarts, and the master's ``/api/status`` when it answers."""
+    volcano = client.get(VOLCANO_JOB, namespace, name)
+    if volcano is not None:
+        backend = "volcano"
+        phase = volcano.get("status", {}).get("state", {}).get("phase") or "Pending"
+    else:
+        trainer_job = client.get(BATCH_JOB, namespace, Names.of_name(name).trainer)
+        if trainer_job is None:
+            raise ClusterError(f"no elasticps job {name!r} in namespace {namespace!r}")
+        backend, phase = "kubernetes", _batch_phase(trainer_job)
+    pods = sorted((_pod_info(p) for p in client.list(POD, namespace, f"{LABEL_JOB}={name}")),
+                  key=lambda p: (_role_order(p.role), p.index if p.index is not None else -1,
+                                 p.name))
+    master: dict[str, Any] | None = None
+    master_error: str | None = None
+    if any(p.role == "master" and p.ready for p in pods):
+        try:
+            body = client.proxy_get(namespace, Names.of_name(name).master, "http", "/api/status")
+            master = json.loads(body)
+        except (ClusterError, ValueError) as exc:
+            master_error = str(exc)
+    else:
+        master_error = "no master pod is ready yet"
+    return JobStatus(name, namespace, backend, phase, tuple(pods), master, master_error)
+
+
+def pod_logs(client: KubeClient, name: str, namespace: str, *, role: str = "trainer",
+             index: int = 0, follow: bool = False,
+             tail_lines: int | None = None) -> Iterator[str]:
+    """Log lines of the ``index``-th pod of ``role`` (the newest pod holding that index)."""
+    if role not in (*ROLES, "etcd"):
+        raise ConfigError(f"role {role!r} is not one of {', '.join((*ROLES, 'etcd'))}")
+    pods = [_pod_info(p) for p in client.list(
+        POD, namespace, f"{LABEL_JOB}={name},{LABEL_ROLE}={role}")]
+    if not pods:
+        raise ClusterError(f"job {name!r} has no {role} pods in namespace {namespace!r}")
+    chosen = [p for p in pods if p.index == index]
+    if not chosen and all(p.index is None for p in pods):  # e.g. the master's Deployment
+        ordered = sorted(pods, key=lambda p: p.name)
+        chosen = ordered[index:index + 1]
+    if not chosen:
+        known = sorted({p.index for p in pods if p.index is not None})
+        raise ClusterError(f"job {name!r} has no {role} pod with index {index}; "
+                           f"indexes present: {known}")
+    pod = max(chosen, key=lambda p: (p.phase == "Running", p.created))
+    container = "etcd" if role == "etcd" else role
+    return client.read_log(namespace, pod.name, container, follow=follow, tail_lines=tail_lines)
+
+
+def delete_job(client: KubeClient, name: str, namespace: str) -> list[str]:
+    """Delete every object labelled with the job; returns ``Kind/name`` of each one deleted."""
+    deleted: list[str] = []
+    selector = f"{LABEL_JOB}={name}"
+    for kind in _DELETE_ORDER:
+        for obj in client.list(kind, namespace, selector):
+            obj_name = obj.get("metadata", {}).get("name", "")
+            if client.delete(kind, namespace, obj_name):
+                deleted.append(f"{kind.kind}/{obj_name}")
+    if not deleted:
+        raise ClusterError(f"no elasticps job {name!r} in namespace {namespace!r}")
+    logger.info("Deleted job %s in namespace %s: %s.", name, namespace, ", ".join(deleted))
+    return deleted
+
+
+__all__ = ["JobStatus", "PodInfo", "SubmittedJob", "delete_job", "job_status",
+           "pod_logs", "submit"]

@@ -1,0 +1,196 @@
+"""A small in-process HTTP server speaking the Kubernetes API's JSON for the calls elasticps
+makes: create / read / list (labelSelector) / delete objects of any collection, pod logs, and
+the service proxy. It records every request and can be told to fail chosen ones, so the client
+paths are exercised over real HTTP without a cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+_ITEM = re.compile(
+    r"^(?P<collection>/(?:api/v1|apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+))"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>.+))?)?$"
+)
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: Any
+    headers: dict[str, str]  # lower-case names
+
+
+@dataclass
+class Fault:
+    method: str
+    path_pattern: str
+    status: int
+    reason: str
+    times: int = 1_000_000
+
+
+@dataclass
+class FakeKube:
+    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    proxy_pages: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def start(self) -> FakeKube:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, body, ctype = fake.handle(self.command, self.path, raw, headers)
+                payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                self._handle()
+
+            def do_POST(self) -> None:
+                self._handle()
+
+            def do_DELETE(self) -> None:
+                self._handle()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "fake-bearer-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester",
+                                                      "namespace": namespace}}],
+        }))
+        return path
+
+    # -- state helpers for tests --------------------------------------------------------
+
+    def put(self, collection: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.objects.setdefault(collection, {})[obj["metadata"]["name"]] = obj
+
+    def add_pod(self, namespace: str, name: str, labels: dict[str, str], *,
+                annotations: dict[str, str] | None = None, phase: str = "Running",
+                ready: bool = True, restarts: int = 0, created: str = "2030-01-01T00:00:00Z",
+                ) -> None:
+        self.put(f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "annotations": annotations or {}, "creationTimestamp": created},
+            "spec": {"nodeName": "node-1"},
+            "status": {"phase": phase,
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "containerStatuses": [{"name": "c", "restartCount": restarts}]},
+        })
+
+    def paths(self, method: str | None = None) -> list[str]:
+        return [r.path for r in self.requests if method is None or r.method == method]
+
+    # -- the API ------------------------------------------------------------------------
+
+    @staticmethod
+    def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "reason": reason, "message": message, "code": code}
+
+    def handle(self, method: str, raw_path: str, raw: bytes,
+               headers: dict[str, str]) -> tuple[int, Any, str]:
+        split = urlsplit(raw_path)
+        path = unquote(split.path)  # the API server routes on the decoded path
+        query = parse_qs(split.query)
+        body = json.loads(raw) if raw else None
+        with self.lock:
+            self.requests.append(Recorded(method, path, query, body, headers))
+            for fault in self.faults:
+                if fault.method == method and re.search(fault.path_pattern, path) \
+                        and fault.times > 0:
+                    fault.times -= 1
+                    return fault.status, self._status(fault.status, fault.reason,
+                                                      f"injected {fault.reason}"), \
+                        "application/json"
+        match = _ITEM.match(path)
+        if match is None:
+            return 404, self._status(404, "NotFound", f"no route {path}"), \
+                "application/json"
+        collection, ns, name, sub = match["collection"], match["ns"], match["name"], match["sub"]
+        with self.lock:
+            items = self.objects.setdefault(collection, {})
+            if sub == "log":
+                key = (ns, name, query.get("container", [""])[0])
+                if key not in self.logs:
+                    return 404, self._status(404, "NotFound", f"no log for {key}"), \
+                        "application/json"
+                return 200, self.logs[key].encode(), "text/plain"
+            if sub == "proxy":
+                page = self.proxy_pages.get((ns, name, query.get("path", [""])[0]))
+                if page is None:
+                    return 503, self._status(503, "ServiceUnavailable", "no endpoints"), \
+                        "application/json"
+                return 200, page.encode(), "application/json"
+            if method == "POST" and name is None:
+                obj_name = body["metadata"]["name"]
+                if obj_name in items:
+                    return 409, self._status(
+                        409, "AlreadyExists", f"{match['plural']} \"{obj_name}\" already exists"
+                    ), "application/json"
+                stored = json.loads(json.dumps(body))
+                stored["metadata"].setdefault("uid", f"uid-{len(self.requests)}")
+                items[obj_name] = stored
+                return 201, stored, "application/json"
+            if method == "GET" and name is None:
+                wanted = dict(part.split("=", 1) for part in
+                              query.get("labelSelector", [""])[0].split(",") if part)
+                found = [o for o in items.values()
+                         if wanted.items() <= (o["metadata"].get("labels") or {}).items()]
+                return 200, {"kind": "List", "apiVersion": "v1", "items": found}, \
+                    "application/json"
+            if name is not None and name not in items:
+                return 404, self._status(404, "NotFound",
+                                         f"{match['plural']} \"{name}\" not found"), \
+                    "application/json"
+            if method == "GET" and name is not None:
+                return 200, items[name], "application/json"
+            if method == "DELETE" and name is not None:
+                del items[name]
+                return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
+                    "application/json"
+        return 405, self._status(405, "MethodNotAllowed", method), "application/json"

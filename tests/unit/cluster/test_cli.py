@@ -1,0 +1,99 @@
+"""`elasticps submit|status|logs|delete` as a user runs them: real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from elasticps.cluster.validate import validate_manifests
+from tests.unit.cluster.fake_kube import FakeKube
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples/ctr/job.yaml"
+
+
+def elasticps(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "elasticps", *args], cwd=REPO, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKube]:
+    server = FakeKube().start()
+    yield server
+    server.stop()
+
+
+def test_example_has_top_level_trainers() -> None:
+    assert isinstance(yaml.safe_load(EXAMPLE.read_text())["trainers"], int)
+
+
+@pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
+def test_dry_run_prints_manifests_that_validate(backend: str) -> None:
+    result = elasticps("submit", str(EXAMPLE), "--backend", backend, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("---\n")
+    objects = list(yaml.safe_load_all(result.stdout))
+    kinds = {o["kind"] for o in objects}
+    assert {"Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "StatefulSet",
+            "Job"} <= kinds
+    assert validate_manifests(objects) == []
+    token = next(o for o in objects if o["kind"] == "Secret")["stringData"]["token"]
+    assert len(token) >= 40
+    assert "&id" not in result.stdout
+    assert "*id" not in result.stdout
+
+
+def test_spec_error_exits_nonzero_naming_the_field(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("entry_point: python train.py\ntrainers: 2\nmin_trainers: 5\n")
+    result = elasticps("submit", str(spec), "--dry-run")
+    assert result.returncode != 0
+    assert "'min_trainers'" in result.stderr
+    assert result.stdout == ""
+    spec.write_text("entry_point: python train.py\ntrainerz: 2\n")
+    result = elasticps("submit", str(spec), "--dry-run")
+    assert result.returncode != 0
+    assert "'trainerz'" in result.stderr
+
+
+def test_submit_status_logs_delete_against_the_api(fake: FakeKube, tmp_path: Path) -> None:
+    kubeconfig = str(fake.kubeconfig(tmp_path / "kubeconfig"))
+    result = elasticps("submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "-n", "team")
+    assert result.returncode == 0, result.stderr
+    assert "submitted job ctr-demo to namespace team (volcano" in result.stdout
+    assert "/api/v1/namespaces/team/services/ctr-demo-master:http/proxy/" in result.stdout
+    created = fake.objects["/apis/batch.volcano.sh/v1alpha1/namespaces/team/jobs"]["ctr-demo"]
+    assert created["spec"]["minAvailable"] == 1 + 2 + 2
+
+    labels = {"elasticps.io/job": "ctr-demo", "elasticps.io/role": "trainer"}
+    fake.add_pod("team", "ctr-demo-trainer-0", labels, annotations={"volcano.sh/task-index": "0"},
+                 restarts=2)
+    fake.logs[("team", "ctr-demo-trainer-0", "trainer")] = "pass 0 auc 0.71\n"
+    result = elasticps("status", "ctr-demo", "-n", "team", "--kubeconfig", kubeconfig, "--json")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["backend"] == "volcano"
+    assert [(p["name"], p["restarts"]) for p in status["pods"]] == [("ctr-demo-trainer-0", 2)]
+
+    result = elasticps("logs", "ctr-demo", "-n", "team", "--kubeconfig", kubeconfig)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "pass 0 auc 0.71\n"
+
+    result = elasticps("delete", "ctr-demo", "-n", "team", "--kubeconfig", kubeconfig)
+    assert result.returncode == 0, result.stderr
+    assert "Job/ctr-demo" in result.stdout
+    assert all(not items for path, items in fake.objects.items() if not path.endswith("/pods"))
+
+    result = elasticps("status", "ctr-demo", "-n", "team", "--kubeconfig", kubeconfig)
+    assert result.returncode == 1
+    assert "no elasticps job 'ctr-demo' in namespace 'team'" in result.stderr

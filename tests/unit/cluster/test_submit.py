@@ -1,0 +1,283 @@
+"""Submission, status, logs and delete over real HTTP against a fake Kubernetes API server.
+
+No cluster is involved: the fake (tests/unit/cluster/fake_kube.py) checks paths and bodies the
+way the API server routes them and answers in its JSON, so these tests show which requests we
+send and how we read the answers and errors — not that a real cluster accepts the objects.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elasticps.cluster.kube_client import KubeClient
+from elasticps.cluster.manifests import render
+from elasticps.cluster.spec import Job
+from elasticps.cluster.submit import delete_job, job_status, pod_logs, submit
+from elasticps.errors import ClusterError, ConfigError
+from tests.unit.cluster.fake_kube import FakeKube, Fault
+
+TOKEN = "test-token"
+SPEC: dict[str, Any] = {"job_name": "ctr", "namespace": "ml", "entry_point": "python train.py",
+                        "trainers": 2, "data": "pvc://ctr-data"}
+EXPECTED_PATHS = {
+    "volcano": [
+        "/api/v1/namespaces/ml/serviceaccounts",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/roles",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/rolebindings",
+        "/api/v1/namespaces/ml/secrets",
+        "/api/v1/namespaces/ml/services",
+        "/api/v1/namespaces/ml/services",
+        "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",
+        "/apis/apps/v1/namespaces/ml/statefulsets",
+        "/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs",
+    ],
+}
+EXPECTED_PATHS["kubernetes"] = [
+    *EXPECTED_PATHS["volcano"][:-1],
+    "/api/v1/namespaces/ml/services",
+    "/apis/apps/v1/namespaces/ml/deployments",
+    "/apis/apps/v1/namespaces/ml/statefulsets",
+    "/apis/batch/v1/namespaces/ml/jobs",
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKube]:
+    server = FakeKube().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(fake: FakeKube, tmp_path: Path) -> KubeClient:
+    return KubeClient.from_kubeconfig(str(fake.kubeconfig(tmp_path / "kubeconfig")))
+
+
+def job() -> Job:
+    return Job.from_dict(SPEC)
+
+
+@pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
+def test_submit_creates_every_object_in_order(fake: FakeKube, client: KubeClient,
+                                              backend: str) -> None:
+    handle = submit(job(), backend, client=client, token=TOKEN, environ={})
+    posts = [r for r in fake.requests if r.method == "POST"]
+    assert [r.path for r in posts] == EXPECTED_PATHS[backend]
+    assert [r.body for r in posts] == render(job(), backend, token=TOKEN)
+    assert all(r.headers.get("authorization") == "Bearer fake-bearer-token" for r in posts)
+    assert all(r.headers.get("content-type") == "application/json" for r in posts)
+    assert handle.status_url() == (
+        f"{fake.url}/api/v1/namespaces/ml/services/ctr-master:http/proxy/")
+
+
+def test_dry_run_sends_nothing(fake: FakeKube) -> None:
+    handle = submit(job(), "volcano", dry_run=True, token=TOKEN, environ={})
+    assert fake.requests == []
+    assert handle.dry_run
+    assert "kind: Job" in handle.yaml()
+    assert handle.status_url().startswith("http://localhost:8001/api/v1/namespaces/ml/")
+    with pytest.raises(ClusterError, match="dry run"):
+        handle.status()
+
+
+def test_local_job_is_not_submitted(fake: FakeKube) -> None:
+    with pytest.raises(ConfigError, match="'local'"):
+        submit(Job.from_dict({**SPEC, "local": True}), "volcano", dry_run=True)
+
+
+def test_existing_job_is_a_409_with_advice_and_leaves_nothing_new(fake: FakeKube,
+                                                                   client: KubeClient) -> None:
+    submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    before = json.dumps(fake.objects, sort_keys=True)
+    fake.requests.clear()
+    with pytest.raises(ClusterError) as info:
+        submit(job(), "kubernetes", client=client, token="other", environ={})
+    message = str(info.value)
+    assert "job ctr already exists in namespace ml" in message
+    assert "conflict (409)" in message
+    assert "elasticps delete ctr -n ml" in message
+    assert json.dumps(fake.objects, sort_keys=True) == before  # the old job is untouched
+    assert fake.paths("DELETE") == []  # the very first create failed: nothing to undo
+
+
+def test_forbidden_midway_rolls_back_what_this_submission_created(
+        fake: FakeKube, client: KubeClient) -> None:
+    fake.faults.append(Fault("POST", r"/statefulsets$", 403, "Forbidden"))
+    with pytest.raises(ClusterError) as info:
+        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+    message = str(info.value)
+    assert "forbidden (403)" in message
+    assert "create StatefulSet.apps 'ctr-etcd' in namespace 'ml'" in message
+    assert "removed the 7 object(s)" in message
+    assert all(not items for items in fake.objects.values())
+    deleted = fake.paths("DELETE")
+    assert deleted[0] == "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/ctr-etcd"
+    assert deleted[-1] == "/api/v1/namespaces/ml/serviceaccounts/ctr-runner"
+    assert len(deleted) == 7
+
+
+def test_server_error_is_reported_with_its_message(fake: FakeKube, client: KubeClient) -> None:
+    fake.faults.append(Fault("POST", r"/batch.volcano.sh/", 500, "InternalError"))
+    with pytest.raises(ClusterError, match=r"failed \(500\).*injected InternalError"):
+        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+
+
+def test_missing_volcano_crd_is_a_clear_404(fake: FakeKube, client: KubeClient) -> None:
+    fake.faults.append(Fault("POST", r"/batch.volcano.sh/", 404, "NotFound"))
+    with pytest.raises(ClusterError, match=r"not found \(404\).*create Job.batch.volcano.sh"):
+        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+
+
+def test_bad_credentials_are_a_clear_401(fake: FakeKube, client: KubeClient) -> None:
+    fake.faults.append(Fault("POST", r"serviceaccounts", 401, "Unauthorized"))
+    with pytest.raises(ClusterError, match=r"rejected our credentials \(401\)"):
+        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+
+
+def test_connection_refused_is_a_cluster_error(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # bound, never listening: connecting is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        client = KubeClient.from_kubeconfig(str(kubeconfig))
+        with pytest.raises(ClusterError) as info:
+            submit(job(), "volcano", client=client, token=TOKEN, environ={})
+        assert f"cannot reach the Kubernetes API server at http://127.0.0.1:{port}" in str(
+            info.value)
+        assert "connection refused" in str(info.value)
+        with pytest.raises(ClusterError, match="cannot reach"):
+            job_status(client, "ctr", "ml")
+
+
+def test_bad_kubeconfig_is_a_cluster_error(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="cannot load kubeconfig"):
+        KubeClient.from_kubeconfig(str(tmp_path / "missing"))
+
+
+def _seed_pods(fake: FakeKube) -> None:
+    base = {"elasticps.io/job": "ctr", "app.kubernetes.io/managed-by": "elasticps"}
+    fake.add_pod("ml", "ctr-master-0", {**base, "elasticps.io/role": "master"},
+                 annotations={"volcano.sh/task-index": "0"})
+    for i in range(2):
+        fake.add_pod("ml", f"ctr-pserver-{i}", {**base, "elasticps.io/role": "pserver"},
+                     annotations={"volcano.sh/task-index": str(i)}, restarts=i)
+    fake.add_pod("ml", "ctr-trainer-0", {**base, "elasticps.io/role": "trainer"},
+                 annotations={"volcano.sh/task-index": "0"})
+    fake.add_pod("ml", "ctr-trainer-1", {**base, "elasticps.io/role": "trainer"},
+                 annotations={"volcano.sh/task-index": "1"}, phase="Pending", ready=False)
+    fake.add_pod("ml", "other-trainer-0", {"elasticps.io/job": "other",
+                                           "elasticps.io/role": "trainer"})
+
+
+def test_status_reports_pods_per_role_and_the_master_page(fake: FakeKube,
+                                                          client: KubeClient) -> None:
+    submit(job(), "volcano", client=client, token=TOKEN, environ={})
+    fake.objects["/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs"]["ctr"]["status"] = {
+        "state": {"phase": "Running"}}
+    _seed_pods(fake)
+    fake.proxy_pages[("ml", "ctr-master:http", "/api/status")] = json.dumps(
+        {"job": "ctr", "pass": 1, "tasks": {"todo": 3, "done": 7}})
+    status = job_status(client, "ctr", "ml")
+    assert (status.backend, status.phase, status.finished) == ("volcano", "Running", False)
+    roles = status.by_role()
+    assert [p.name for p in roles["pserver"]] == ["ctr-pserver-0", "ctr-pserver-1"]
+    assert [p.restarts for p in roles["pserver"]] == [0, 1]
+    assert [(p.index, p.phase, p.ready) for p in roles["trainer"]] == [
+        (0, "Running", True), (1, "Pending", False)]
+    assert "other-trainer-0" not in [p.name for p in status.pods]
+    assert status.master == {"job": "ctr", "pass": 1, "tasks": {"todo": 3, "done": 7}}
+    proxy = [r for r in fake.requests if r.path.endswith("/proxy")]
+    assert proxy[-1].path == "/api/v1/namespaces/ml/services/ctr-master:http/proxy"
+    assert proxy[-1].query == {"path": ["/api/status"]}
+    pods = [r for r in fake.requests if r.path == "/api/v1/namespaces/ml/pods"]
+    assert pods[-1].query["labelSelector"] == ["elasticps.io/job=ctr"]
+    summary = status.summary()
+    assert "pserver  2 pod(s), 2 ready, 1 restart(s)" in summary
+    assert "ctr-trainer-1" in summary
+
+
+def test_status_of_a_kubernetes_job_follows_the_trainer_job(fake: FakeKube,
+                                                            client: KubeClient) -> None:
+    handle = submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    trainer_job = fake.objects["/apis/batch/v1/namespaces/ml/jobs"]["ctr-trainer"]
+    trainer_job["status"] = {"active": 2}
+    status = handle.status()
+    assert (status.backend, status.phase) == ("kubernetes", "Running")
+    assert status.master_error == "no master pod is ready yet"
+    trainer_job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    final = handle.wait(timeout=5, poll_interval=0.01)
+    assert final.succeeded
+
+
+def test_wait_gives_up_after_its_timeout(fake: FakeKube, client: KubeClient) -> None:
+    handle = submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    with pytest.raises(ClusterError, match="still Pending"):
+        handle.wait(timeout=0.05, poll_interval=0.01)
+
+
+def test_status_of_an_unknown_job(fake: FakeKube, client: KubeClient) -> None:
+    with pytest.raises(ClusterError, match="no elasticps job 'nope' in namespace 'ml'"):
+        job_status(client, "nope", "ml")
+
+
+def test_logs_pick_the_pod_by_role_and_index(fake: FakeKube, client: KubeClient) -> None:
+    _seed_pods(fake)
+    fake.logs[("ml", "ctr-trainer-1", "trainer")] = "line one\nline two\n"
+    fake.logs[("ml", "ctr-pserver-0", "pserver")] = "serving slot 0"
+    assert list(pod_logs(client, "ctr", "ml", role="trainer", index=1)) == [
+        "line one", "line two"]
+    assert list(pod_logs(client, "ctr", "ml", role="pserver", follow=True)) == ["serving slot 0"]
+    follow = [r for r in fake.requests if r.path.endswith("/log")][-1]
+    assert follow.path == "/api/v1/namespaces/ml/pods/ctr-pserver-0/log"
+    assert follow.query == {"container": ["pserver"], "follow": ["true"]}
+    with pytest.raises(ClusterError,
+                       match=r"no trainer pod with index 5; indexes present: \[0, 1\]"):
+        list(pod_logs(client, "ctr", "ml", role="trainer", index=5))
+    with pytest.raises(ClusterError, match="no etcd pods"):
+        list(pod_logs(client, "ctr", "ml", role="etcd"))
+
+
+def test_logs_of_a_replaced_trainer_come_from_the_running_pod(fake: FakeKube,
+                                                               client: KubeClient) -> None:
+    labels = {"elasticps.io/job": "ctr", "elasticps.io/role": "trainer"}
+    index = {"batch.kubernetes.io/job-completion-index": "0"}
+    fake.add_pod("ml", "ctr-trainer-0-aaaaa", labels, annotations=index, phase="Failed",
+                 created="2030-01-01T00:00:00Z")
+    fake.add_pod("ml", "ctr-trainer-0-bbbbb", labels, annotations=index, phase="Running",
+                 created="2030-01-01T00:05:00Z")
+    fake.logs[("ml", "ctr-trainer-0-bbbbb", "trainer")] = "resumed"
+    assert list(pod_logs(client, "ctr", "ml")) == ["resumed"]
+
+
+def test_delete_removes_every_labelled_object(fake: FakeKube, client: KubeClient) -> None:
+    submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    other = Job.from_dict({**SPEC, "job_name": "other"})
+    submit(other, "kubernetes", client=client, token=TOKEN, environ={})
+    deleted = delete_job(client, "ctr", "ml")
+    assert len(deleted) == len(render(job(), "kubernetes", token=TOKEN))
+    assert deleted[0] == "Job/ctr-trainer"
+    remaining = [name for items in fake.objects.values() for name in items]
+    assert remaining
+    assert all(name.startswith("other") for name in remaining)
+    assert any(r.method == "DELETE" and r.path.endswith("/jobs/ctr-trainer")
+               for r in fake.requests)
+    with pytest.raises(ClusterError, match="no elasticps job 'ctr'"):
+        delete_job(client, "ctr", "ml")
+
+
+def test_delete_forbidden_is_reported(fake: FakeKube, client: KubeClient) -> None:
+    submit(job(), "volcano", client=client, token=TOKEN, environ={})
+    fake.faults.append(Fault("DELETE", r"/jobs/ctr$", 403, "Forbidden"))
+    with pytest.raises(ClusterError, match=r"forbidden \(403\) to delete Job.batch.volcano.sh"):
+        delete_job(client, "ctr", "ml")
