@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import runpy
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ def trainer_command(args: argparse.Namespace) -> int:
     import os
 
     os.environ["PADDLE_ROLE"] = "trainer"
+    previous = signal.signal(signal.SIGTERM, _leave_on_sigterm)
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args.script_args]
     sys.path.insert(0, str(script.resolve().parent))
@@ -88,6 +90,20 @@ def trainer_command(args: argparse.Namespace) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except GracefulLeave:
+        return 0
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+class GracefulLeave(BaseException):
+    """Raised in the trainer's main thread by SIGTERM: the script's ``finally`` closes the
+    trainer, whose MasterClient unregisters with ``leaving`` (its tasks go back at once, no
+    failure counted), and the process exits 0."""
+
+
+def _leave_on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it the hard way
+    raise GracefulLeave

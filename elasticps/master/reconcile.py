@@ -86,6 +86,7 @@ class Reconciliation:
         return {"pass": self.pass_id, "complete": self.complete,
                 "expected_batches": sum(self.batches.values()),
                 "missing_tasks": {str(t): list(s) for t, s in sorted(self.missing.items())},
+                "batches": {str(t): n for t, n in sorted(self.batches.items())},
                 "shards": [a.as_dict() for a in self.shards]}
 
 
