@@ -6,7 +6,7 @@ repeatedly picks a role with a seeded RNG (master, pserver, trainer; optionally 
 picks one live process of that role among the launcher's children, SIGKILLs it, and measures
 
 - **serving again**: master — a new leader published ``master/address``; pserver — the slot was
-  claimed by a new process; trainer — as many trainers are registered as before the kill;
+  claimed by a new process; trainer — a new trainer (the restarted process) registered;
 - **throughput back**: the master's finished-task count moved past its value at the kill.
 
 It waits for both (or a timeout) before the next kill, so recoveries are measured one at a time.
@@ -175,13 +175,13 @@ class ChaosRun:
         except Exception:
             return {}
 
-    def _trainers(self) -> int:
+    def _trainers(self) -> set[str]:
         assert self.store is not None
         try:
-            return sum(1 for kv in self.store.get_prefix("trainer/")
-                       if b"leaving" not in kv.value)
+            return {kv.key for kv in self.store.get_prefix("trainer/")
+                    if b"leaving" not in kv.value}
         except Exception:
-            return 0
+            return set()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -220,8 +220,8 @@ class ChaosRun:
                 now = self._slots()
                 return slot is None or (slot in now and now[slot] != pid)
         else:
-            def serving() -> bool:
-                return self._trainers() >= before_trainers
+            def serving() -> bool:  # the restarted trainer registered (a new name)
+                return bool(self._trainers() - before_trainers)
         waited = self._wait(serving, timeout)
         kill.serving_s = None if waited is None else time.monotonic() - at
         waited = self._wait(lambda: (self._progress() or 0) > before_progress, timeout)
