@@ -49,6 +49,7 @@ class ChaosOptions:
     scale: bool = True  # also scale trainers up and down between kills
     extra_args: list[str] = field(default_factory=list)  # passed to examples/ctr/train.py
     lease_ttl: int = 2
+    checkpoint_interval: float = 3.0
     recovery_timeout: float = 60.0
     gap: tuple[float, float] = (0.5, 2.0)  # seconds between a recovery and the next kill
     skip_baseline: bool = False
@@ -105,7 +106,9 @@ def launch_cmd(opts: ChaosOptions, workdir: Path) -> list[str]:
 
 
 def job_env(opts: ChaosOptions) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_LEASE_TTL": str(opts.lease_ttl)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_LEASE_TTL": str(opts.lease_ttl),
+           # frequent checkpoints: a restarted pserver loses seconds of pushes, not a pass
+           "PADDLE_CHECKPOINT_INTERVAL": str(opts.checkpoint_interval)}
     env.pop("PADDLE_ROLE", None)
     return env
 
@@ -251,7 +254,8 @@ class ChaosRun:
                 self.store = open_store(store_url, job)
                 # Training is under way once a task finished.
                 self._wait(lambda: (self._progress() or 0) > 0, 600)
-                while len(self.kills) < opts.kills and not self._finished():
+                while (len(self.kills) < opts.kills and not self._finished()
+                       and not (self._status() or {}).get("done")):
                     time.sleep(self.rng.uniform(*opts.gap))  # a random gap between faults
                     roles = live_roles(self.proc.pid)
                     choices = [r for r in ROLES if roles[r]]

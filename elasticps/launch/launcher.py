@@ -91,7 +91,9 @@ def trainer_spec(opts: LaunchOptions, workdir: Path, env: dict[str, str], index:
     script = str(Path(opts.script).resolve())
     return RoleSpec(
         "trainer", index, (opts.python, "-m", "elasticps", "trainer", script, *opts.script_args),
-        {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(index)},
+        {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(index),
+         # a trainer added by scaling has an id beyond the initial count
+         "PADDLE_TRAINER_COUNT": str(max(index + 1, int(env.get("PADDLE_TRAINER_COUNT", "1"))))},
         workdir / "logs" / f"trainer-{index}.log", restart=True)
 
 
