@@ -38,7 +38,7 @@ def test_kill_master_pserver_trainer_and_scale_mid_pass(tmp_path: Path) -> None:
     launcher = subprocess.Popen(
         [sys.executable, "-m", "elasticps", "run", "--trainers", "2", "--pservers", "2",
          "--workdir", str(workdir), str(REPO / "examples" / "ctr" / "train.py"),
-         "--rows", "24000", "--rows-per-chunk", "1000", "--passes", "2", "--hidden", "16,16",
+         "--rows", "40000", "--rows-per-chunk", "1000", "--passes", "2", "--hidden", "16,16",
          "--id-space", "10007", "--batch-size", "256"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     store = None
@@ -46,12 +46,7 @@ def test_kill_master_pserver_trainer_and_scale_mid_pass(tmp_path: Path) -> None:
         wait_for(lambda: (workdir / JOB_FILE).exists(), 120, what="the launcher's job.json")
         doc = json.loads((workdir / JOB_FILE).read_text())
         store = open_store(doc["store"], doc["job_name"])
-        for role in ("master", "pserver", "trainer"):
-            mark = _finished(store)
-            wait_for(lambda m=mark: _finished(store) > m, 180, what=f"progress before {role}")
-            pids = live_roles(launcher.pid)[role]
-            assert pids, f"no live {role} process under the launcher"
-            os.kill(pids[0], signal.SIGKILL)
+        wait_for(lambda: _finished(store) > 0, 180, what="training to start")
         # Scale down to one trainer (graceful leave), then back to two.
         failures = int((_status(store) or {}).get("failures_total", 0))
         set_desired_trainers(doc["store"], doc["job_name"], 1)
@@ -61,12 +56,20 @@ def test_kill_master_pserver_trainer_and_scale_mid_pass(tmp_path: Path) -> None:
         set_desired_trainers(doc["store"], doc["job_name"], 2)
         wait_for(lambda: len(live_roles(launcher.pid)["trainer"]) == 2, 60,
                  what="a trainer to join")
+        for role in ("master", "pserver", "trainer"):
+            mark = _finished(store)
+            wait_for(lambda m=mark: _finished(store) > m, 180, what=f"progress before {role}")
+            pids = live_roles(launcher.pid)[role]
+            assert pids, f"no live {role} process under the launcher"
+            os.kill(pids[0], signal.SIGKILL)
         out, _ = launcher.communicate(timeout=300)
         text = out.decode(errors="replace")
         assert launcher.returncode == 0, text[-3000:]
         summary = json.loads((workdir / "summary.json").read_text())
-        assert set(summary["restarts"]) >= {"master", "pserver 0", "trainer 0"}, summary
-        assert "asked trainer" in text and "started trainer 2" in text
+        assert {"master", "pserver 0"} <= set(summary["restarts"]), summary
+        assert any(name.startswith("trainer") for name in summary["restarts"]), summary
+        assert "asked trainer" in text
+        assert "started trainer 2" in text
         # The graceful leave handed its task back without counting a failure.
         assert leave_failures == failures
         accounting = job_accounting(store, str(workdir / "checkpoints"), 2)
