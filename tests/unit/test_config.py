@@ -34,6 +34,7 @@ GOOD = [
     ("PADDLE_CHECKPOINT_KEEP", "5", "checkpoint_keep", 5),
     ("PADDLE_LEASE_TTL", "3", "lease_ttl", 3),
     ("PADDLE_HTTP_PORT", "8080", "http_port", 8080),
+    ("PADDLE_WORKDIR", "/tmp/job", "workdir", "/tmp/job"),
     ("PADDLE_FAULT_INJECT", "checkpoint-pause-before-rename:2", "fault_inject",
      "checkpoint-pause-before-rename:2"),
 ]
