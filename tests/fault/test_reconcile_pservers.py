@@ -9,6 +9,7 @@ equals ``-(batches applied)``: a lost batch or a double application shows in the
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,8 +141,10 @@ def test_pserver_restored_from_an_older_checkpoint_gets_its_lost_batches_back(jo
     assert [t.below for t in old0.tasks] == [2]
     job.push(task, 2)
     job.push(task, 3)
-    job.pservers.kill(job.procs[0])  # loses seqs 2, 3: they were never checkpointed
-    job.procs[0] = job.pservers.start()
+    slot0 = json.loads(job.store.get("pserver/slot/0").value)["pid"]  # type: ignore[union-attr]
+    victim = next(p for p in job.procs if p.pid == slot0)
+    job.pservers.kill(victim)  # shard 0 loses seqs 2, 3: they were never checkpointed
+    job.procs.append(job.pservers.start())
     assert job.mc.task_finished(task, 10, BATCHES)
     recoveries = _finish_remaining(job)
     assert [(r.task_id, list(r.only_batches)) for r in recoveries] == [(task.task_id, [2, 3])]
