@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.config_cli",
     "elasticps.cluster.cli",
     "elasticps.pserver.cli",
+    "elasticps.launch.scale",
+    "elasticps.chaos.cli",
 )
 
 EPILOG = """\

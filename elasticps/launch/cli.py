@@ -71,10 +71,6 @@ def run_command(args: argparse.Namespace) -> int:
     return run_job(opts)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def trainer_command(args: argparse.Namespace) -> int:
     config = load_config()
     if config.store is None:
@@ -84,9 +80,9 @@ def trainer_command(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError(f"trainer script {args.script!r} does not exist or is not a file")
     os.environ["PADDLE_ROLE"] = "trainer"
-    # SIGTERM (the launcher stopping the job, a pod being deleted) unwinds the script like
-    # Ctrl-C would, so its finally blocks run: a Trainer closes and hands its task back at once.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # SIGTERM (the launcher stopping the job or scaling down, a pod being deleted) unwinds the
+    # script, so its finally blocks run: a Trainer closes and hands its task back at once.
+    previous = signal.signal(signal.SIGTERM, _leave_on_sigterm)
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args.script_args]
     sys.path.insert(0, str(script.resolve().parent))
@@ -95,6 +91,20 @@ def trainer_command(args: argparse.Namespace) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except GracefulLeave:
+        return 0
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+class GracefulLeave(BaseException):
+    """Raised in the trainer's main thread by SIGTERM: the script's ``finally`` closes the
+    trainer, whose MasterClient unregisters with ``leaving`` (its tasks go back at once, no
+    failure counted), and the process exits 0."""
+
+
+def _leave_on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it the hard way
+    raise GracefulLeave

@@ -24,9 +24,10 @@ from types import FrameType
 from typing import Any, TextIO
 
 from elasticps.config import load_config
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.monitor import StatusMonitor
 from elasticps.launch.process import RoleSpec
+from elasticps.launch.scale import DESIRED_TRAINERS_KEY, JOB_FILE
 from elasticps.launch.supervisor import JobState, Supervisor
 
 log = logging.getLogger(__name__)
@@ -83,13 +84,21 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
     for i in range(opts.pservers):
         specs.append(RoleSpec("pserver", i, (*cli, "pserver"), {**env, "PADDLE_ROLE": "pserver"},
                               logs / f"pserver-{i}.log", restart=True))
-    script = str(Path(opts.script).resolve())
     for i in range(opts.trainers):
-        specs.append(RoleSpec(
-            "trainer", i, (*cli, "trainer", script, *opts.script_args),
-            {**env, **trainer_env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(i)},
-            logs / f"trainer-{i}.log"))
+        specs.append(trainer_spec(opts, workdir, {**env, **trainer_env}, i))
     return specs
+
+
+def trainer_spec(opts: LaunchOptions, workdir: Path, env: dict[str, str], index: int) -> RoleSpec:
+    """Trainer ``index``; restarted when it dies (it rejoins as a new trainer), not when it
+    exits 0 (it saw ALL_DONE)."""
+    script = str(Path(opts.script).resolve())
+    return RoleSpec(
+        "trainer", index, (opts.python, "-m", "elasticps", "trainer", script, *opts.script_args),
+        {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(index),
+         # a trainer added by scaling has an id beyond the initial count
+         "PADDLE_TRAINER_COUNT": str(max(index + 1, int(env.get("PADDLE_TRAINER_COUNT", "1"))))},
+        workdir / "logs" / f"trainer-{index}.log", restart=True)
 
 
 class Launch:
@@ -111,8 +120,11 @@ class Launch:
             del base_env[key]
         self.specs = build_specs(opts, self.workdir, self.store_url, self.job_name, self.token,
                                  base_env)
+        self.trainer_env = {k: v for k, v in self.specs[-1].env.items()
+                            if k not in ("PADDLE_TRAINER_ID",)}
         self.supervisor = Supervisor(self.specs, grace=opts.grace,
                                      max_restarts=opts.max_restarts, report=self.err)
+        self.scaler = TrainerScaler(self)
         self.monitor = StatusMonitor(self.store_url, self.job_name, out=self.out, err=self.err)
         self._wake = threading.Event()
         self.started = 0.0
@@ -128,16 +140,19 @@ class Launch:
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
         previous = self._install_signals()
         self.started = time.monotonic()
+        write_job_file(self.workdir, self.store_url, self.job_name)
         try:
             self.supervisor.start()
             self.monitor.start()
             while not self.supervisor.step().final:
+                self.scaler.step()
                 self._wake.wait(0.2)
                 self._wake.clear()
         except BaseException:
             self.supervisor.kill_all()
             raise
         finally:
+            self.scaler.close()
             self.monitor.stop()
             self._restore_signals(previous)
         self.monitor.join(timeout=5.0)
@@ -210,6 +225,74 @@ class Launch:
         tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, path)
         return summary
+
+
+def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:
+    """``WORKDIR/job.json``: how ``elasticps scale --workdir`` (and tools) find the job."""
+    path = workdir / JOB_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"store": store_url, "job_name": job_name}) + "\n")
+    os.replace(tmp, path)
+
+
+class TrainerScaler:
+    """Follows ``launcher/desired_trainers`` in the store (written by ``elasticps scale``):
+    starts trainers when it grows, retires the newest ones (SIGTERM, graceful) when it shrinks."""
+
+    def __init__(self, launch: Launch, poll_s: float = 0.5) -> None:
+        self.launch = launch
+        self.poll_s = poll_s
+        self._store: Any = None
+        self._next_poll = 0.0
+        self._next_index = launch.opts.trainers
+        self.desired: int | None = None
+
+    def _active(self) -> list[str]:
+        procs = self.launch.supervisor.procs
+        return [name for name, p in procs.items()
+                if p.spec.role == "trainer" and p.poll() != 0]
+
+    def step(self) -> None:
+        now = time.monotonic()
+        if now < self._next_poll or self.launch.supervisor.state is not JobState.RUNNING:
+            return
+        self._next_poll = now + self.poll_s
+        try:
+            if self._store is None:
+                from elasticps.store import open_store
+
+                self._store = open_store(self.launch.store_url, self.launch.job_name)
+            kv = self._store.get(DESIRED_TRAINERS_KEY)
+        except ElasticPSError as exc:
+            log.debug("Job %s: cannot read %s (%s).", self.launch.job_name,
+                      DESIRED_TRAINERS_KEY, exc)
+            return
+        if kv is None:
+            return
+        try:
+            desired = int(kv.value)
+        except ValueError:
+            return
+        self.desired = desired
+        active = self._active()
+        launch = self.launch
+        if any(launch.supervisor.procs[n].poll() == 0 for n in launch.supervisor.procs
+               if launch.supervisor.procs[n].spec.role == "trainer"):
+            return  # the job is finishing (a trainer saw ALL_DONE): no scaling now
+        while len(active) < desired:
+            spec = trainer_spec(launch.opts, launch.workdir, launch.trainer_env,
+                                self._next_index)
+            self._next_index += 1
+            launch.supervisor.add(spec)
+            active.append(spec.name)
+        for name in sorted(active, key=lambda n: launch.supervisor.procs[n].spec.index,
+                           reverse=True)[:max(0, len(active) - desired)]:
+            launch.supervisor.retire(name)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 def run_job(opts: LaunchOptions) -> int:

@@ -7,8 +7,11 @@ States::
     RUNNING --stop() (Ctrl-C, SIGTERM)--------------> STOPPING --all exited--> INTERRUPTED
 
 While RUNNING, a master or pserver that exits is restarted (as Kubernetes restarts a pod), with
-a short backoff, at most ``max_restarts`` times per process. STOPPING sends SIGTERM to every
-child's process group and SIGKILL to those still alive after ``grace`` seconds.
+a short backoff, at most ``max_restarts`` times per process. A restartable trainer is restarted
+only when it did not exit 0 (0 = it saw ALL_DONE). Trainers can be added (:meth:`Supervisor.add`)
+and retired (:meth:`Supervisor.retire`: SIGTERM, a graceful leave; its exit no longer counts).
+STOPPING sends SIGTERM to every child's process group and SIGKILL to those still alive
+after ``grace`` seconds.
 
 :func:`decide` is pure (observations in, actions out); :meth:`Supervisor.step` observes the
 children, asks :func:`decide`, and carries the actions out.
@@ -68,7 +71,7 @@ def decide(observations: list[Observation], max_restarts: int) -> Decision:
     for obs in observations:
         if obs.exit_code is None:
             continue
-        if obs.restartable:
+        if obs.restartable and not (obs.role == "trainer" and obs.exit_code == 0):
             if obs.restarts >= max_restarts:
                 decision.fail = (f"{obs.name} exited ({describe_exit(obs.exit_code)}) and was "
                                  f"already restarted {obs.restarts} times")
@@ -114,6 +117,7 @@ class Supervisor:
         self.failure: str | None = None
         self.failed_proc: RoleProcess | None = None
         self._exited_at: dict[str, float] = {}
+        self.retired: dict[str, RoleProcess] = {}
         self._stop_deadline: float | None = None
         self._final_state = JobState.SUCCEEDED
 
@@ -125,6 +129,24 @@ class Supervisor:
     def start(self) -> None:
         for proc in self.procs.values():
             proc.start()
+
+    def add(self, spec: RoleSpec) -> RoleProcess:
+        """Start one more child (scaling up)."""
+        if spec.name in self.procs or spec.name in self.retired:
+            raise ValueError(f"a child named {spec.name} already exists")
+        proc = RoleProcess(spec)
+        self.procs[spec.name] = proc
+        proc.start()
+        self._say(f"started {spec.name} (pid {proc.pid})")
+        return proc
+
+    def retire(self, name: str) -> None:
+        """Ask a child to leave (scaling down): SIGTERM, and its exit no longer counts."""
+        proc = self.procs.pop(name)
+        self._exited_at.pop(name, None)
+        self.retired[name] = proc
+        proc.signal(signal.SIGTERM)
+        self._say(f"asked {name} (pid {proc.pid}) to leave")
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.pid is not None}
@@ -185,7 +207,7 @@ class Supervisor:
             proc.signal(signal.SIGTERM)
 
     def _step_stopping(self) -> None:
-        alive = [p for p in self.procs.values() if p.running]
+        alive = [p for p in [*self.procs.values(), *self.retired.values()] if p.running]
         if not alive:
             self.state = self._final_state
             return
@@ -198,5 +220,5 @@ class Supervisor:
 
     def kill_all(self) -> None:
         """Last resort (the launcher itself is dying): SIGKILL every child's group."""
-        for proc in self.procs.values():
+        for proc in [*self.procs.values(), *self.retired.values()]:
             proc.signal(signal.SIGKILL)

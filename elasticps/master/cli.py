@@ -58,6 +58,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--task-lease", type=float, default=30.0,
                         help="seconds a task stays leased without a progress report before it "
                              "goes back to todo (default 30)")
+    parser.add_argument("--no-reconcile", action="store_true",
+                        help="end passes without checking that every pserver shard holds every "
+                             "batch (by default the master reconciles with the "
+                             "PADDLE_NUM_PSERVERS shards at each pass end when that variable "
+                             "is set; see docs/fault-tolerance.md)")
     parser.add_argument("--port", type=int, default=None,
                         help="gRPC port (default: PADDLE_PORT if set, else 0 = any free port, "
                              "published in the store)")
@@ -94,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
         job=config.job_name, token=config.token, host=config.host, port=args.port,
         http_port=args.http_port, lease_ttl=config.lease_ttl, policy=policy,
         dataset=args.dataset or config.data, chunks_per_task=args.chunks_per_task,
-        num_passes=args.num_passes)
+        num_passes=args.num_passes,
+        num_pservers=0 if args.no_reconcile or config.num_pservers is None
+        else config.num_pservers)
     store = open_store(config.store, config.job_name)
     server = MasterServer(store, options)
 

@@ -124,11 +124,13 @@ def cloud_reader(client: MasterClient, chunk_batches: ChunkBatches, batch_size: 
 def _run_task(client: MasterClient, task: master_pb2.Task, batch_size: int,
               chunk_batches: ChunkBatches, report_every: int) -> Iterator[TaskBatch]:
     records = batches = 0
+    top = 0  # last seq + 1: the task's batch count once it ran to its end
     done = task.records_done
     try:
         for seq, done, batch in task_batches(task, batch_size, chunk_batches):
             yield TaskBatch(task.pass_id, task.task_id, task.epoch, seq, batch, done)
             batches += 1
+            top = max(top, seq + 1)
             records += _length(batch)
             if batches % report_every == 0 and not client.report_progress(task, done):
                 return  # the task was taken from us (lease expired): drop it
@@ -136,7 +138,9 @@ def _run_task(client: MasterClient, task: master_pb2.Task, batch_size: int,
         log.warning("Trainer %s cannot read task %d: %s", client.trainer, task.task_id, exc)
         client.task_failed(task, str(exc))
         return
-    client.task_finished(task, records, batches)
+    # TaskFinished's `batches` is the task's batch count (the master expects seqs 0..n-1 on
+    # every shard); a resumed task ran only its tail, so count by the last seq.
+    client.task_finished(task, records, batches if task.only_batches else top)
 
 
 def data_chunk_batches(dataset_url: str, batch_size: int, **options: Any) -> ChunkBatches:

@@ -10,19 +10,21 @@ launcher, Kubernetes) restarts it and it becomes a standby.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
 
 from elasticps.errors import ElasticPSError, NotLeaderError
 from elasticps.master.http_status import StatusServer
+from elasticps.master.reconciler import Reconciler
 from elasticps.master.service import (
     ChunkLister,
     MasterServicer,
@@ -32,6 +34,7 @@ from elasticps.master.service import (
 from elasticps.master.snapshot import Snapshot
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2_grpc
+from elasticps.pserver.client import PServerClient
 from elasticps.rpc.health import add_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import EventType, Op, Put, Store
@@ -56,7 +59,20 @@ class MasterOptions:
     dataset: str | None = None  # set this dataset at start (else the first SetDataset does)
     chunks_per_task: int = 1
     num_passes: int = 1
+    # Pservers to reconcile with at every pass end (0 = none: passes end without it). Set
+    # policy.reconcile to match (MasterOptions.__post_init__ does).
+    num_pservers: int = 0
+    reconcile_timeout: float = 30.0  # how long one round waits for a shard that is down
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")
+
+
+def with_reconcile(options: MasterOptions) -> MasterOptions:
+    """``options`` whose queue policy reconciles exactly when there are pservers."""
+    want = options.num_pservers > 0
+    if options.policy.reconcile == want:
+        return options
+    return dataclasses.replace(options,
+                               policy=dataclasses.replace(options.policy, reconcile=want))
 
 
 class MasterServer:
@@ -65,7 +81,7 @@ class MasterServer:
     def __init__(self, store: Store, options: MasterOptions,
                  chunk_lister: ChunkLister = data_chunk_lister) -> None:
         self.store = store
-        self.options = options
+        self.options = with_reconcile(options)
         self.chunk_lister = chunk_lister
         self.stop_event = threading.Event()
         self.state: MasterState | None = None
@@ -96,6 +112,7 @@ class MasterServer:
         server: grpc.Server | None = None
         http: StatusServer | None = None
         threads: list[threading.Thread] = []
+        closers: list[Callable[[], None]] = []
         try:
             revision = self.store.revision()
             for kv in self.store.get_prefix(TRAINER_PREFIX):
@@ -129,6 +146,13 @@ class MasterServer:
                 threading.Thread(target=self._expire_loop, args=(state,), name="lease-timer",
                                  daemon=True),
             ]
+            if opts.num_pservers > 0:
+                shards = PServerClient(self.store, opts.token, opts.num_pservers,
+                                       deadline=opts.reconcile_timeout, name=opts.node)
+                closers.append(shards.close)
+                reconciler = Reconciler(state, shards, self.stop_event)
+                threads.append(threading.Thread(target=reconciler.run, name="reconciler",
+                                                daemon=True))
             for thread in threads:
                 thread.start()
             self.serving.set()
@@ -153,6 +177,8 @@ class MasterServer:
                 server.stop(grace=0.5)
             if http is not None:
                 http.stop()
+            for close in closers:
+                close()
             for thread in threads:
                 thread.join(timeout=2.0)
         if state.deposed.is_set():

@@ -25,6 +25,7 @@ from elasticps.errors import (
     NotLeaderError,
     StoreUnavailableError,
 )
+from elasticps.master.reconcile import Reconciliation
 from elasticps.master.snapshot import ChunkInfo, DatasetRecord, LoadedState, Snapshot
 from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
 from elasticps.proto import master_pb2, master_pb2_grpc
@@ -66,6 +67,7 @@ class MasterState:
         self._finishes: collections.deque[tuple[float, int]] = collections.deque()
         self.persist_seconds = 0.0
         self.persist_count = 0
+        self.accounting: dict[int, dict[str, Any]] = {}  # pass -> its last reconciliation
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -173,6 +175,41 @@ class MasterState:
                             self.node, self.job, sorted(delta.tasks))
             self.persist(delta)
 
+    def reconcile_job(self) -> tuple[int, dict[int, int]] | None:
+        """(pass, expected batches per task) while a pass waits for reconciliation."""
+        with self.lock:
+            queue = self.queue
+            if queue is None or self.deposed.is_set() or not queue.reconciling:
+                return None
+            return queue.pass_id, queue.expected_batches()
+
+    def apply_reconciliation(self, result: Reconciliation) -> bool:
+        """Step the queue with the pservers' answer, persisting the accounting and the change
+        before anything is handed out. False if the answer is stale."""
+        with self.lock:
+            queue = self.check_serving()
+            delta = queue.reconciled(result.pass_id, result.missing, self.clock())
+            if delta.empty:
+                return False
+            doc = result.as_dict()
+            try:
+                self.snapshot.write_accounting(result.pass_id, doc)
+            except NotLeaderError:
+                self._depose("an accounting write was fenced off")
+                raise
+            self.persist(delta)
+            self.accounting[result.pass_id] = doc
+            if result.complete:
+                log.info("Master %s of job %s: every pserver shard holds all %d batches of pass "
+                         "%d; the pass is over.", self.node, self.job,
+                         sum(result.batches.values()), result.pass_id)
+            else:
+                log.warning("Master %s of job %s: pserver shards miss batches of pass %d; "
+                            "recovery dispatches of tasks %s recompute %d batches.", self.node,
+                            self.job, result.pass_id, sorted(result.missing),
+                            sum(len(s) for s in result.missing.values()))
+            return True
+
     def note_finished(self, records: int) -> None:
         now = self.clock()
         self._finishes.append((now, records))
@@ -221,6 +258,10 @@ class MasterState:
                                 for e in queue.failure_log[-50:]],
                 "pending": {t: queue.pending_of(t) for t in sorted(queue.owners())},
                 "save_model_holder": queue.save_holder(self.clock()),
+                "reconciling": queue.reconciling,
+                "recovering": queue.recovering(),
+                "recoveries_total": queue.recoveries_total,
+                "accounting": [self.accounting[p] for p in sorted(self.accounting)[-5:]],
                 "persist_ms_mean": round(1e3 * self.persist_seconds
                                          / max(self.persist_count, 1), 3),
             })
@@ -290,7 +331,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         with state.lock:
             queue = state.check_serving()
             reply, delta = queue.task_finished(request.trainer, request.task_id, request.epoch,
-                                               request.records, state.clock())
+                                               request.records, state.clock(),
+                                               batches=request.batches)
             state.persist(delta)
             if not delta.empty:
                 state.note_finished(request.records)

@@ -8,6 +8,8 @@ Layout (keys relative to the job prefix)::
     master/state/meta               pass, finished, failed reason, counters, save-model grant
     master/state/task/<id:08d>      one small JSON record per task ever dispatched
     master/state/failed/<p:06d>-<id:08d>  the reason a task went FAILED in pass p
+    master/state/accounting/<p:06d> the last reconciliation of pass p: per shard expected,
+                                    held, missing, duplicate and unexpected batches
 
 Every write goes through a ``commit(ops)`` callable that applies the ops in one store
 transaction conditioned on still holding the election lock (``Election.leader_txn``), so a
@@ -43,6 +45,7 @@ CHUNKS_PREFIX = "master/state/chunks/"
 META_KEY = "master/state/meta"
 TASK_PREFIX = "master/state/task/"
 FAILED_PREFIX = "master/state/failed/"
+ACCOUNTING_PREFIX = "master/state/accounting/"
 STATE_PREFIX = "master/state/"
 FORMAT_VERSION = 1
 TASK_ID_DIGITS = 8
@@ -95,6 +98,8 @@ def encode_task(rec: TaskRecord) -> bytes:
         doc["x"] = rec.last_error
     if rec.only_batches:
         doc["b"] = list(rec.only_batches)
+    if rec.batches:
+        doc["n"] = rec.batches
     return _dumps(doc)
 
 
@@ -102,7 +107,7 @@ def decode_task(raw: bytes) -> TaskRecord:
     doc = json.loads(raw)
     return TaskRecord(TaskState(doc["s"]), int(doc["p"]), int(doc["e"]), str(doc["o"]),
                       int(doc["r"]), int(doc["f"]), str(doc.get("x", "")),
-                      tuple(int(b) for b in doc.get("b", ())))
+                      tuple(int(b) for b in doc.get("b", ())), int(doc.get("n", 0)))
 
 
 def encode_meta(meta: MetaRecord) -> bytes:
@@ -111,7 +116,8 @@ def encode_meta(meta: MetaRecord) -> bytes:
     return _dumps({"version": FORMAT_VERSION, "pass": meta.pass_id, "finished": meta.finished,
                    "failed_reason": meta.failed_reason, "records_total": meta.records_total,
                    "tasks_finished_total": meta.tasks_finished_total,
-                   "failures_total": meta.failures_total, "save": save})
+                   "failures_total": meta.failures_total, "save": save,
+                   "reconciling": meta.reconciling, "recoveries_total": meta.recoveries_total})
 
 
 def decode_meta(raw: bytes) -> MetaRecord:
@@ -121,7 +127,8 @@ def decode_meta(raw: bytes) -> MetaRecord:
                       int(doc["records_total"]), int(doc["tasks_finished_total"]),
                       int(doc["failures_total"]),
                       None if save is None else SaveGrant(str(save["holder"]),
-                                                          float(save["seconds"])))
+                                                          float(save["seconds"])),
+                      bool(doc.get("reconciling", False)), int(doc.get("recoveries_total", 0)))
 
 
 def _chunk_parts(chunks: Sequence[ChunkInfo], part_bytes: int) -> Iterator[bytes]:
@@ -183,6 +190,10 @@ class Snapshot:
                   "sha256": digest.hexdigest()}
         self._commit([Put(META_KEY, encode_meta(queue.meta_record())),
                       Put(DATASET_KEY, _dumps(header))])
+
+    def write_accounting(self, pass_id: int, doc: dict[str, Any]) -> None:
+        """Record the reconciliation of a pass (the exactly-once accounting)."""
+        self._commit([Put(f"{ACCOUNTING_PREFIX}{pass_id:06d}", _dumps(doc))])
 
     def ops_for(self, queue: TaskQueue, delta: Delta) -> list[Op]:
         ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
@@ -250,3 +261,9 @@ class Snapshot:
             [c.num_rows for c in dataset.chunks], dataset.chunks_per_task, dataset.num_passes,
             policy, decode_meta(meta_kv.value), records, failures, live_trainers, now)
         return LoadedState(dataset, queue, delta, time.perf_counter() - started)
+
+
+def load_accounting(store: Store) -> dict[int, dict[str, Any]]:
+    """Every pass's last reconciliation record, by pass (see :meth:`Snapshot.write_accounting`)."""
+    return {int(kv.key.rsplit("/", 1)[1]): json.loads(kv.value)
+            for kv in store.get_prefix(ACCOUNTING_PREFIX)}

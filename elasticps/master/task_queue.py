@@ -24,6 +24,17 @@ stale holder and is refused with a reason (never an exception). A finish from th
 is accepted as long as the task has not been dispatched again, even after its lease expired:
 finished work is worth keeping.
 
+**Reconciliation** (``QueuePolicy.reconcile``; docs/fault-tolerance.md): when no task of a pass
+is TODO or PENDING the pass does not end yet; the queue is ``reconciling`` and GetTask answers
+RETRY_LATER. The service asks every pserver shard to checkpoint and report which batches of the
+pass that checkpoint holds, compares them with :meth:`TaskQueue.expected_batches` (each DONE
+task's batches ``0..batches-1``, ``batches`` from its TaskFinished) and feeds the batches some
+shard misses back through :meth:`TaskQueue.reconciled`: each such task becomes a TODO
+*recovery dispatch* with ``only_batches`` = the missing seqs (union over shards). Recovery
+dispatches are leased, renewed, failed and finished like any task (a recovery finish adds no
+records to the job's progress and keeps the task's batch count); when none is left the queue
+reconciles again. An empty answer (every shard holds every batch) ends the pass.
+
 Each transition returns a :class:`Delta` naming the task records and whether the meta record
 changed, so the service persists only what changed (see :mod:`elasticps.master.snapshot`).
 Pass starts change only the meta record: a task record from an earlier pass reads as TODO.
@@ -33,7 +44,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elasticps.errors import InvalidArgumentError, NotFoundError
@@ -68,6 +79,7 @@ class QueuePolicy:
     max_failures: int = 3  # failed attempts after which a task is FAILED for the pass
     task_lease: float = 30.0  # seconds a pending task lives without a progress report
     max_failed_fraction: float = 0.1  # more FAILED tasks than this in a pass fail the job
+    reconcile: bool = False  # a pass ends only once the pservers hold all of its batches
 
     def __post_init__(self) -> None:
         if self.max_failures < 1:
@@ -150,6 +162,7 @@ class TaskRecord:
     failures: int
     last_error: str = ""
     only_batches: tuple[int, ...] = ()
+    batches: int = 0  # batches of the task, known once it finished in this pass
 
 
 @dataclass(frozen=True)
@@ -169,6 +182,8 @@ class MetaRecord:
     tasks_finished_total: int = 0
     failures_total: int = 0
     save: SaveGrant | None = None
+    reconciling: bool = False
+    recoveries_total: int = 0
 
 
 @dataclass
@@ -185,6 +200,7 @@ class _Task:
     failures: int = 0
     last_error: str = ""
     only_batches: tuple[int, ...] = ()
+    batches: int = 0
     deadline: float = 0.0  # lease deadline while PENDING; never persisted
 
 
@@ -236,6 +252,8 @@ class TaskQueue:
         self.tasks_finished_total = 0
         self.failures_total = 0
         self.failure_log: list[FailureEntry] = []
+        self.reconciling = False
+        self.recoveries_total = 0
         self._save: SaveGrant | None = None
         self._save_until = 0.0
 
@@ -268,6 +286,16 @@ class TaskQueue:
         return [FailureEntry(self.pass_id, t.task_id, t.last_error)
                 for t in self._tasks if t.state is TaskState.FAILED]
 
+    def expected_batches(self) -> dict[int, int]:
+        """``{task_id: batches}`` of the DONE tasks of the current pass: every shard must hold
+        batches ``0..batches-1`` of each before the pass ends."""
+        return {t.task_id: t.batches for t in self._tasks if t.state is TaskState.DONE}
+
+    def recovering(self) -> list[int]:
+        """Tasks of the current pass that are recovery dispatches not yet finished."""
+        return [t.task_id for t in self._tasks
+                if t.only_batches and t.state in (TaskState.TODO, TaskState.PENDING)]
+
     def next_deadline(self) -> float | None:
         """The earliest lease deadline of a pending task (for the service's timer)."""
         return min((t.deadline for t in self._pending.values()), default=None)
@@ -297,6 +325,10 @@ class TaskQueue:
         if pass_id > self.pass_id:
             raise InvalidArgumentError(
                 f"pass_id={pass_id} has not started; the current pass is {self.pass_id}")
+        if self.reconciling:
+            return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
+                                 reason=f"pass {self.pass_id} is being reconciled with the "
+                                        "pservers"), NO_CHANGE
         if not self._todo:
             return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
                                  reason=f"{len(self._pending)} task(s) of pass {self.pass_id} "
@@ -333,12 +365,15 @@ class TaskQueue:
         return Reply(True), Delta(frozenset([task_id]))
 
     def task_finished(self, trainer: str, task_id: int, epoch: int, records: int,
-                      now: float) -> tuple[Reply, Delta]:
+                      now: float, batches: int = 0) -> tuple[Reply, Delta]:
         """Mark a task DONE. A repeat of an accepted finish is accepted again and changes
-        nothing (the client may retry after a lost answer)."""
+        nothing (the client may retry after a lost answer). ``batches`` is the task's batch
+        count (its last seq + 1); a recovery dispatch's finish keeps the known count."""
         task = self._checked(trainer, task_id)
         if records < 0:
             raise InvalidArgumentError(f"records={records} must be >= 0")
+        if batches < 0:
+            raise InvalidArgumentError(f"batches={batches} must be >= 0")
         refusal = self._refusal(task, trainer, epoch)
         if refusal:
             return Reply(False, refusal), NO_CHANGE
@@ -347,8 +382,10 @@ class TaskQueue:
         self._leave(task)
         self._set_state(task, TaskState.DONE)
         task.records_done = task.num_records
-        self.records_total += task.num_records  # dataset progress; `records` may be a resume
-        self.tasks_finished_total += 1
+        if not task.only_batches:
+            task.batches = batches
+            self.records_total += task.num_records  # progress; `records` may be a resume
+            self.tasks_finished_total += 1
         delta = Delta(frozenset([task_id]), meta=True)
         return Reply(True), delta | self._maybe_end_pass()
 
@@ -409,16 +446,52 @@ class TaskQueue:
         self._save_until = now + block_seconds
         return Reply(True), Delta(meta=True)
 
+    def reconciled(self, pass_id: int, missing: Mapping[int, Iterable[int]],
+                   now: float) -> Delta:
+        """The pservers' answer to a reconciliation of ``pass_id``: the batch seqs some shard
+        misses, per task. Empty: the pass ends. Otherwise each named task becomes a TODO
+        recovery dispatch of just those seqs. A stale answer (another pass, or no
+        reconciliation pending) changes nothing."""
+        if not self.reconciling or pass_id != self.pass_id or self.failed_reason:
+            return NO_CHANGE
+        checked: dict[int, tuple[int, ...]] = {}
+        for task_id, seqs in missing.items():
+            task = self._task(task_id)
+            wanted = tuple(sorted({int(s) for s in seqs}))
+            if task.state is not TaskState.DONE:
+                raise InvalidArgumentError(
+                    f"task {task_id} is {task.state.value}, not done; it cannot be recovered")
+            if not wanted:
+                continue
+            if wanted[0] < 0:
+                raise InvalidArgumentError(f"task {task_id}: batch seq {wanted[0]} is negative")
+            checked[task_id] = wanted
+        self.reconciling = False
+        if not checked:
+            return Delta(meta=True) | self._end_pass()
+        for task_id, wanted in checked.items():
+            task = self._tasks[task_id]
+            self._set_state(task, TaskState.TODO)
+            task.only_batches = wanted
+            task.owner = ""
+            task.records_done = 0
+            task.failures = 0
+            task.last_error = ""
+            self._todo[task_id] = None
+        self.recoveries_total += len(checked)
+        return Delta(frozenset(checked), meta=True)
+
     # --------------------------------------------------------------------------- persistence
 
     def task_record(self, task_id: int) -> TaskRecord:
         t = self._task(task_id)
         return TaskRecord(t.state, t.pass_id, t.epoch, t.owner, t.records_done, t.failures,
-                          t.last_error, t.only_batches)
+                          t.last_error, t.only_batches, t.batches)
 
     def meta_record(self) -> MetaRecord:
         return MetaRecord(self.pass_id, self.finished, self.failed_reason, self.records_total,
-                          self.tasks_finished_total, self.failures_total, self._save)
+                          self.tasks_finished_total, self.failures_total, self._save,
+                          self.reconciling, self.recoveries_total)
 
     @classmethod
     def restore(cls, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
@@ -438,6 +511,8 @@ class TaskQueue:
         queue.records_total = meta.records_total
         queue.tasks_finished_total = meta.tasks_finished_total
         queue.failures_total = meta.failures_total
+        queue.reconciling = meta.reconciling
+        queue.recoveries_total = meta.recoveries_total
         queue.failure_log = list(failure_log)[-FAILURE_LOG_LIMIT:]
         if meta.save is not None:
             queue._save = meta.save
@@ -452,6 +527,7 @@ class TaskQueue:
             if rec.pass_id != meta.pass_id:
                 continue  # an earlier pass: TODO with a clean slate
             task.only_batches = rec.only_batches
+            task.batches = rec.batches
             task.owner = rec.owner
             task.records_done = rec.records_done
             task.failures = rec.failures
@@ -524,8 +600,15 @@ class TaskQueue:
         return Delta(frozenset([task.task_id]), meta=True, failures=(entry,))
 
     def _maybe_end_pass(self) -> Delta:
-        if self._todo or self._pending or self.failed_reason or self.finished:
+        if (self._todo or self._pending or self.failed_reason or self.finished
+                or self.reconciling):
             return NO_CHANGE
+        if self.policy.reconcile:
+            self.reconciling = True  # the service asks the pservers; see reconciled()
+            return Delta(meta=True)
+        return self._end_pass()
+
+    def _end_pass(self) -> Delta:
         if self.pass_id + 1 >= self.num_passes:
             self.finished = True
             return Delta(meta=True)
@@ -539,6 +622,7 @@ class TaskQueue:
             task.failures = 0
             task.last_error = ""
             task.only_batches = ()
+            task.batches = 0
         self._todo = OrderedDict((t.task_id, None) for t in self._tasks)
         self._counts = _Counts({s: 0 for s in TaskState})
         self._counts.by_state[TaskState.TODO] = len(self._tasks)

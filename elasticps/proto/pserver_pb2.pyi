@@ -643,9 +643,12 @@ class AppliedTask(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     BELOW_FIELD_NUMBER: _builtins.int
     EXTRA_FIELD_NUMBER: _builtins.int
+    APPLICATIONS_FIELD_NUMBER: _builtins.int
     pass_id: _builtins.int
     task_id: _builtins.int
     below: _builtins.int
+    applications: _builtins.int
+    """times batches of this task were applied; > its batches = a double"""
     @_builtins.property
     def extra(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -655,10 +658,11 @@ class AppliedTask(_message.Message):
         task_id: _builtins.int = ...,
         below: _builtins.int = ...,
         extra: _abc.Iterable[_builtins.int] | None = ...,
+        applications: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["below", b"below", "extra", b"extra", "pass_id", b"pass_id", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applications", b"applications", "below", b"below", "extra", b"extra", "pass_id", b"pass_id", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -728,3 +732,59 @@ class PruneAppliedResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PruneAppliedResponse: _TypeAlias = PruneAppliedResponse  # noqa: Y015
+
+@_typing.final
+class CheckpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PASS_ID_FIELD_NUMBER: _builtins.int
+    pass_id: _builtins.int
+    """report the applied batches of this pass"""
+    def __init__(
+        self,
+        *,
+        pass_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pass_id", b"pass_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointRequest: _TypeAlias = CheckpointRequest  # noqa: Y015
+
+@_typing.final
+class CheckpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    APPLIED_FLOOR_FIELD_NUMBER: _builtins.int
+    checkpoint_id: _builtins.str
+    """the checkpoint holding the reported state; "" = no"""
+    incarnation: _builtins.str
+    """random per process start"""
+    applied_floor: _builtins.int
+    """passes below it were pruned (their batches count as applied)"""
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppliedTask]:
+        """checkpoints configured (the state is in memory only)
+        applied batches of pass_id in that state
+        """
+
+    def __init__(
+        self,
+        *,
+        checkpoint_id: _builtins.str = ...,
+        tasks: _abc.Iterable[Global___AppliedTask] | None = ...,
+        incarnation: _builtins.str = ...,
+        applied_floor: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_floor", b"applied_floor", "checkpoint_id", b"checkpoint_id", "incarnation", b"incarnation", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointResponse: _TypeAlias = CheckpointResponse  # noqa: Y015

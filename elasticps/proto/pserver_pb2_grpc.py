@@ -74,6 +74,11 @@ class ParameterServerStub:
                 request_serializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedRequest.SerializeToString,
                 response_deserializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedResponse.FromString,
                 _registered_method=True)
+        self.Checkpoint = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/Checkpoint',
+                request_serializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointResponse.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -135,6 +140,14 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Checkpoint(self, request, context):
+        """Write a checkpoint now (unless nothing changed since the newest one) and report the applied
+        batches of one pass that this durable state holds (the master's pass-end reconciliation).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +190,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.PruneApplied,
                     request_deserializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedRequest.FromString,
                     response_serializer=elasticps_dot_proto_dot_pserver__pb2.PruneAppliedResponse.SerializeToString,
+            ),
+            'Checkpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.Checkpoint,
+                    request_deserializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +413,33 @@ class ParameterServer:
             '/elasticps.v1.ParameterServer/PruneApplied',
             elasticps_dot_proto_dot_pserver__pb2.PruneAppliedRequest.SerializeToString,
             elasticps_dot_proto_dot_pserver__pb2.PruneAppliedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Checkpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/Checkpoint',
+            elasticps_dot_proto_dot_pserver__pb2.CheckpointRequest.SerializeToString,
+            elasticps_dot_proto_dot_pserver__pb2.CheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,7 @@ import numpy as np
 class _TaskSeqs:
     below: int = 0
     extra: set[int] = field(default_factory=set)
+    applications: int = 0
 
     def add(self, seq: int) -> bool:
         if seq < self.below or seq in self.extra:
@@ -40,12 +41,19 @@ class AppliedSet:
 
     def __init__(self) -> None:
         self._tasks: dict[tuple[int, int], _TaskSeqs] = {}
+        self.floor = 0  # passes below it were pruned: their batches count as applied
 
     def add(self, pass_id: int, task_id: int, seq: int) -> bool:
-        """Record a batch; False if it was already recorded (a duplicate)."""
-        return self._tasks.setdefault((pass_id, task_id), _TaskSeqs()).add(seq)
+        """Record an application of a batch; False if it was already recorded (a duplicate:
+        the caller was supposed to check :meth:`contains` first, and the extra application is
+        still counted so that it shows in :meth:`tasks`)."""
+        seqs = self._tasks.setdefault((pass_id, task_id), _TaskSeqs())
+        seqs.applications += 1
+        return seqs.add(seq)
 
     def contains(self, pass_id: int, task_id: int, seq: int) -> bool:
+        if pass_id < self.floor:
+            return True
         seqs = self._tasks.get((pass_id, task_id))
         return seqs is not None and seq in seqs
 
@@ -58,17 +66,30 @@ class AppliedSet:
         for (pass_id, task_id), seqs in sorted(self._tasks.items()):
             yield pass_id, task_id, seqs.below, sorted(seqs.extra)
 
+    def applications(self, pass_id: int, task_id: int) -> int:
+        """How many times batches of the task were applied (== its batch count unless a batch
+        was applied twice)."""
+        seqs = self._tasks.get((pass_id, task_id))
+        return 0 if seqs is None else seqs.applications
+
     def prune(self, upto_pass: int) -> int:
         """Forget every batch of passes < ``upto_pass`` (once every shard has checkpointed
-        them, they can never be replayed). Returns how many tasks were forgotten."""
+        them, they can never be replayed) and refuse those passes from now on by raising the
+        floor. Returns how many tasks were forgotten."""
         doomed = [key for key in self._tasks if key[0] < upto_pass]
         for key in doomed:
             del self._tasks[key]
+        self.floor = max(self.floor, upto_pass)
         return len(doomed)
 
     def forget_task(self, pass_id: int, task_id: int) -> bool:
         """Forget one task's batches (finer-grained pruning)."""
         return self._tasks.pop((pass_id, task_id), None) is not None
+
+    def counts_array(self) -> np.ndarray:
+        """int64 [k, 3] of (pass, task, applications): the checkpoint form of the counts."""
+        rows = [(p, t, s.applications) for (p, t), s in sorted(self._tasks.items())]
+        return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``tasks`` int64 [k, 3] of (pass, task, below) and ``extra`` int64 [m, 3] of
@@ -79,15 +100,30 @@ class AppliedSet:
                 np.array(extra, dtype=np.int64).reshape(-1, 3))
 
     @classmethod
-    def from_arrays(cls, tasks: np.ndarray, extra: np.ndarray) -> AppliedSet:
+    def from_arrays(cls, tasks: np.ndarray, extra: np.ndarray, counts: np.ndarray | None = None,
+                    floor: int = 0) -> AppliedSet:
+        """Rebuild from :meth:`to_arrays` (and :meth:`counts_array`; without counts, as in
+        checkpoints written before they existed, each batch counts as applied once)."""
         applied = cls()
+        applied.floor = floor
         for pass_id, task_id, below in tasks.tolist():
             applied._tasks[(pass_id, task_id)] = _TaskSeqs(below=below)
         for pass_id, task_id, seq in extra.tolist():
             applied._tasks.setdefault((pass_id, task_id), _TaskSeqs()).extra.add(seq)
+        for seqs in applied._tasks.values():
+            seqs.applications = len(seqs)
+        if counts is not None:
+            for pass_id, task_id, count in counts.tolist():
+                entry = applied._tasks.get((pass_id, task_id))
+                if entry is not None:
+                    entry.applications = count
         return applied
 
+    def copy(self) -> AppliedSet:
+        return AppliedSet.from_arrays(*self.to_arrays(), self.counts_array(), self.floor)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, AppliedSet) and self._tasks == other._tasks
+        return (isinstance(other, AppliedSet) and self._tasks == other._tasks
+                and self.floor == other.floor)
 
     __hash__ = None  # type: ignore[assignment]

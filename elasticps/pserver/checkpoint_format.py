@@ -13,7 +13,12 @@ bytes; no code is ever executed to read it). Tensors:
 ``sparse.<table>.steps``              int32 [rows]     per-row Adam steps ([0] otherwise)
 ``applied.tasks``                     int64 [k, 3]     (pass, task, below)
 ``applied.extra``                     int64 [m, 3]     (pass, task, seq) above the watermark
+``applied.counts``                    int64 [k, 3]     (pass, task, applications); optional
+``applied.floor``                     int64 [1]        passes below it were pruned; optional
 ====================================  ==========================================
+
+The two optional tensors were added for exactly-once accounting (docs/fault-tolerance.md); a
+file without them reads as "each batch applied once" and floor 0, so version 1 still holds.
 
 The header's ``__metadata__`` holds one key, ``elasticps``, whose value is a JSON object:
 ``format`` (``"elasticps.pserver.checkpoint"``), ``version`` (1), ``id``, ``shard``,
@@ -63,6 +68,8 @@ def snapshot_tensors(snap: Snapshot) -> dict[str, np.ndarray]:
     tasks, extra = snap.applied.to_arrays()
     tensors["applied.tasks"] = tasks
     tensors["applied.extra"] = extra
+    tensors["applied.counts"] = snap.applied.counts_array()
+    tensors["applied.floor"] = np.array([snap.applied.floor], dtype=np.int64)
     return tensors
 
 
@@ -164,7 +171,10 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sna
                 sparse[spec.name] = SparseState(
                     np.array(tensors[prefix + ".ids"]), np.array(tensors[prefix + ".value"]),
                     slots, np.array(tensors[prefix + ".steps"]))
-        applied = AppliedSet.from_arrays(tensors["applied.tasks"], tensors["applied.extra"])
+        floor = tensors.get("applied.floor")
+        applied = AppliedSet.from_arrays(
+            tensors["applied.tasks"], tensors["applied.extra"], tensors.get("applied.counts"),
+            int(floor[0]) if floor is not None and floor.size else 0)
         return Snapshot(
             shard=int(metadata["shard"]), num_shards=int(metadata["num_shards"]), specs=specs,
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,

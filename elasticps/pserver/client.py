@@ -430,6 +430,19 @@ class PServerClient:
                                                  all_passes=pass_id is None)
         return list(self._fan_out("ListApplied", [request] * self.num_shards))
 
+    def checkpoint(self, pass_id: int) -> list[pserver_pb2.CheckpointResponse]:
+        """Every shard checkpoints now (if anything changed) and reports the applied batches
+        of ``pass_id`` its checkpoint holds; waits out shards that are down."""
+        request = pserver_pb2.CheckpointRequest(pass_id=pass_id)
+        return list(self._fan_out("Checkpoint", [request] * self.num_shards))
+
+    def prune_applied(self, upto_pass: int) -> int:
+        """Every shard forgets (and refuses from now on) batches of passes < ``upto_pass``;
+        returns the number of task entries removed."""
+        request = pserver_pb2.PruneAppliedRequest(upto_pass=upto_pass)
+        return sum(r.removed_tasks for r in self._fan_out("PruneApplied",
+                                                          [request] * self.num_shards))
+
     def close(self) -> None:
         self._closed.set()
         self._watch.cancel()

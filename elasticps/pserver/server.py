@@ -13,6 +13,7 @@ Start-up order matters:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,10 +24,11 @@ import uuid
 import grpc
 
 from elasticps.config import Config
-from elasticps.errors import ConfigError, LeaseExpiredError, StoreError
+from elasticps.errors import CheckpointError, ConfigError, LeaseExpiredError, StoreError
 from elasticps.proto import pserver_pb2_grpc
+from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.checkpoint import ShardCheckpoints
-from elasticps.pserver.service import ParameterServerServicer
+from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState
 from elasticps.rpc import bind, make_server
 from elasticps.rpc.health import add_health, set_serving
@@ -77,6 +79,7 @@ class PServerProcess:
         self.node = f"pserver (job {config.job_name})"
         self.last_checkpoint = ""
         self._saved_version = -1
+        self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
 
     def run(self) -> int:
         config = self.config
@@ -97,8 +100,11 @@ class PServerProcess:
             log.info("%s claimed its slot at %s.", self.node, address)
             state = ShardState(slot, self.num_shards)
             checkpoints = self._restore(state, store, slot)
+            checkpoint_now: CheckpointNow | None = None
+            if checkpoints is not None:
+                checkpoint_now = functools.partial(self._checkpoint_now, state, checkpoints)
             servicer = ParameterServerServicer(
-                state, self.incarnation, lambda: self.last_checkpoint
+                state, self.incarnation, lambda: self.last_checkpoint, checkpoint_now
             )
             pserver_pb2_grpc.add_ParameterServerServicer_to_server(servicer, server)
             set_serving(add_health(server), True)  # slot claimed and restored: ready
@@ -148,17 +154,29 @@ class PServerProcess:
             self._checkpoint(state, checkpoints)
 
     def _checkpoint(self, state: ShardState, checkpoints: ShardCheckpoints) -> None:
-        if state.version == self._saved_version:
-            return
-        snap, version = state.snapshot()
         try:
-            manifest = checkpoints.save(snap)
-        except (OSError, StoreError, ValueError) as exc:
+            self._checkpoint_now(state, checkpoints)
+        except CheckpointError as exc:
             log.error("%s could not write a checkpoint: %s; it retries next interval.",
                       self.node, exc)
-            return
-        self._saved_version = version
-        self.last_checkpoint = manifest.id
+
+    def _checkpoint_now(
+        self, state: ShardState, checkpoints: ShardCheckpoints
+    ) -> tuple[str, AppliedSet]:
+        """Checkpoint if anything changed; the id of the checkpoint holding the current state
+        and that state's applied set. CheckpointError if it cannot be written."""
+        with self._saving:
+            with state.lock:
+                if state.version == self._saved_version:
+                    return self.last_checkpoint, state.applied.copy()
+            snap, version = state.snapshot()
+            try:
+                manifest = checkpoints.save(snap)
+            except (OSError, StoreError, ValueError) as exc:
+                raise CheckpointError(f"{self.node} could not write a checkpoint: {exc}") from exc
+            self._saved_version = version
+            self.last_checkpoint = manifest.id
+            return manifest.id, snap.applied
 
     def _watch_lease(self, store: Store, lease: Lease, slot: int, value: bytes) -> int:
         """Block until stop; if our lease expired (a store outage), reclaim the same slot."""

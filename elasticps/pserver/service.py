@@ -13,6 +13,7 @@ import numpy as np
 
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2, pserver_pb2_grpc
+from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
 
@@ -31,6 +32,20 @@ def _named(values: Iterable[pserver_pb2.NamedTensor], what: str) -> dict[str, np
     return {v.name: decode_tensor(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
 
 
+def applied_messages(applied: AppliedSet, pass_id: int | None) -> list[pserver_pb2.AppliedTask]:
+    """The applied batches of ``pass_id`` (every pass if None) as proto messages."""
+    return [
+        pserver_pb2.AppliedTask(pass_id=p, task_id=t, below=below, extra=extra,
+                                applications=applied.applications(p, t))
+        for p, t, below, extra in applied.tasks()
+        if pass_id is None or p == pass_id
+    ]
+
+
+# Writes a checkpoint now if anything changed; returns its id and the applied set it holds.
+CheckpointNow = Callable[[], tuple[str, AppliedSet]]
+
+
 class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     """Serves one shard. ``last_checkpoint`` reports the newest checkpoint id for Stats."""
 
@@ -39,10 +54,12 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         state: ShardState,
         incarnation: str,
         last_checkpoint: Callable[[], str] = lambda: "",
+        checkpoint_now: CheckpointNow | None = None,
     ) -> None:
         self.state = state
         self.incarnation = incarnation
         self._last_checkpoint = last_checkpoint
+        self._checkpoint_now = checkpoint_now
 
     @rpc_handler
     def DeclareTables(  # noqa: N802 (gRPC method names)
@@ -116,14 +133,25 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         self, request: pserver_pb2.ListAppliedRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.ListAppliedResponse:
         with self.state.lock:
-            tasks = [
-                pserver_pb2.AppliedTask(pass_id=p, task_id=t, below=below, extra=extra)
-                for p, t, below, extra in self.state.applied.tasks()
-                if request.all_passes or p == request.pass_id
-            ]
+            tasks = applied_messages(self.state.applied,
+                                     None if request.all_passes else request.pass_id)
             restored_from = self.state.restored_from
         return pserver_pb2.ListAppliedResponse(
             tasks=tasks, restored_from=restored_from, incarnation=self.incarnation
+        )
+
+    @rpc_handler
+    def Checkpoint(  # noqa: N802
+        self, request: pserver_pb2.CheckpointRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.CheckpointResponse:
+        if self._checkpoint_now is None:  # no checkpoints configured: report memory
+            with self.state.lock:
+                checkpoint_id, applied = "", self.state.applied.copy()
+        else:
+            checkpoint_id, applied = self._checkpoint_now()
+        return pserver_pb2.CheckpointResponse(
+            checkpoint_id=checkpoint_id, tasks=applied_messages(applied, request.pass_id),
+            incarnation=self.incarnation, applied_floor=applied.floor,
         )
 
     @rpc_handler

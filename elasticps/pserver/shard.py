@@ -276,11 +276,10 @@ class ShardState:
                         table.ids[:n].copy(), table.values[:n].copy(),
                         {k: v[:n].copy() for k, v in table.slots.items()},
                         table.steps[:n].copy())
-            tasks, extra = self.applied.to_arrays()
             snap = Snapshot(
                 shard=self.shard, num_shards=self.num_shards,
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
-                dense=dense, sparse=sparse, applied=AppliedSet.from_arrays(tasks, extra),
+                dense=dense, sparse=sparse, applied=self.applied.copy(),
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
                           "skipped_nonfinite": self.skipped_nonfinite},
             )

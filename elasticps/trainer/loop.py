@@ -138,6 +138,7 @@ class TrainingLoop:
                     metrics: MetricAccumulator) -> int:
         records = task.records_done
         batches = 0
+        top = 0  # last seq + 1: the task's batch count once it ran to its end
         last_report = 0
         for (seq, done, batch), next_batch in _lookahead(self.batches(task)):
             size = len(batch)
@@ -146,6 +147,7 @@ class TrainingLoop:
             result = self.runner.run(batch, ref, next_batch)
             records = done
             batches += 1
+            top = max(top, seq + 1)
             metrics.add(result.labels, result.probs, result.loss)
             self._count(size, result.loss)
             self.handler(EndIteration(pass_id, batch_in_pass, result.loss,
@@ -169,7 +171,9 @@ class TrainingLoop:
                 self.runner.wait_pushed()
                 return batch_in_pass
         self.runner.wait_pushed()
-        if not self.master.task_finished(task, records, batches):
+        # The master expects seqs 0..n-1 of a finished task on every shard (pass-end
+        # reconciliation): report the task's batch count, not just this dispatch's batches.
+        if not self.master.task_finished(task, records, batches if task.only_batches else top):
             log.warning("Trainer %s finished task %d (pass %d) but the master had given it to "
                         "someone else.", self.trainer_name, task.task_id, task.pass_id)
         self.stats.tasks += 1

@@ -221,8 +221,17 @@ def test_applied_set_is_compact_and_round_trips() -> None:
     tasks, extra = applied.to_arrays()
     assert tasks.tolist() == [[0, 7, 1000], [0, 8, 0]]
     assert extra.tolist() == [[0, 8, 5]]
-    assert AppliedSet.from_arrays(tasks, extra) == applied
+    # The refused add still counts as an application: a double application is visible.
+    assert applied.applications(0, 7) == 1001
+    assert applied.applications(0, 8) == 1
+    assert AppliedSet.from_arrays(tasks, extra) != applied  # counts differ
+    assert AppliedSet.from_arrays(tasks, extra, applied.counts_array()) == applied
     assert applied.add(1, 7, 0)
     assert applied.prune(1) == 2
     assert len(applied) == 1
     assert applied.contains(1, 7, 0)
+    # Pruned passes count as applied from now on (a very late push cannot re-apply them).
+    assert applied.floor == 1
+    assert applied.contains(0, 123, 4)
+    assert applied.copy() == applied
+    assert applied.copy().floor == 1

@@ -1,0 +1,69 @@
+"""``elasticps scale``: change the number of trainers of a running local job.
+
+The launcher (``elasticps run``) follows the store key ``launcher/desired_trainers``: when it
+grows it starts trainers; when it shrinks it sends SIGTERM to the newest trainers, which leave
+gracefully (their pending tasks go back to todo at once, without counting as a failure). This
+command writes that key; it finds the job through ``WORKDIR/job.json`` (written by the launcher)
+or through ``JOB --store URL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from elasticps.errors import ConfigError
+
+DESIRED_TRAINERS_KEY = "launcher/desired_trainers"
+JOB_FILE = "job.json"
+MAX_TRAINERS = 1000
+
+
+def job_location(workdir: str | None, job: str | None, store: str | None) -> tuple[str, str]:
+    """(store URL, job name) from a launcher workdir or from JOB + --store."""
+    if workdir is not None:
+        path = Path(workdir) / JOB_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--workdir={workdir!r} holds no readable {JOB_FILE} (is a job "
+                              f"launched there with `elasticps run --workdir`?): {exc}") from exc
+        return str(doc["store"]), str(doc["job_name"])
+    if job is None or store is None:
+        raise ConfigError("name the job: either --workdir DIR, or JOB --store URL")
+    return store, job
+
+
+def set_desired_trainers(store_url: str, job_name: str, trainers: int) -> None:
+    from elasticps.store import open_store
+
+    if not 0 <= trainers <= MAX_TRAINERS:
+        raise ConfigError(f"--trainers={trainers} must be within [0, {MAX_TRAINERS}]")
+    with open_store(store_url, job_name) as store:
+        store.put(DESIRED_TRAINERS_KEY, str(trainers).encode())
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "scale", help="add or remove trainers of a running job (no restart of anyone)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  elasticps scale --workdir /tmp/ctr --trainers 4\n"
+               "  elasticps scale ctr-1a2b3c --store etcd://127.0.0.1:2379 --trainers 1\n")
+    parser.add_argument("job", nargs="?", default=None, metavar="JOB",
+                        help="job name (with --store), instead of --workdir")
+    parser.add_argument("--workdir", default=None, metavar="DIR",
+                        help="the job's launcher workdir (holds job.json)")
+    parser.add_argument("--store", default=None, metavar="URL", help="the job's store URL")
+    parser.add_argument("--trainers", type=int, required=True, metavar="N",
+                        help="the number of trainers the job should have")
+    parser.set_defaults(func=scale_command)
+
+
+def scale_command(args: argparse.Namespace) -> int:
+    store_url, job_name = job_location(args.workdir, args.job, args.store)
+    set_desired_trainers(store_url, job_name, args.trainers)
+    print(f"elasticps scale: job {job_name} asked for {args.trainers} trainer(s); the launcher "
+          "follows within a second")
+    return 0
