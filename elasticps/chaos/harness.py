@@ -83,8 +83,10 @@ def _role_of(pid: int) -> str | None:
     except OSError:
         return None
     for i, arg in enumerate(argv[:-1]):
-        if arg == b"elasticps" and argv[i + 1].decode() in ROLES:
-            return argv[i + 1].decode()
+        if arg == b"elasticps":
+            # the first word after `elasticps` that is not an option (`-v`) is the command
+            command = next((a.decode() for a in argv[i + 1:] if not a.startswith(b"-")), None)
+            return command if command in ROLES else None
     return None
 
 

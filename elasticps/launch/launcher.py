@@ -94,7 +94,8 @@ def trainer_spec(opts: LaunchOptions, workdir: Path, env: dict[str, str], index:
     exits 0 (it saw ALL_DONE)."""
     script = str(Path(opts.script).resolve())
     return RoleSpec(
-        "trainer", index, (opts.python, "-m", "elasticps", "trainer", script, *opts.script_args),
+        "trainer", index, (opts.python, "-m", "elasticps", "-v", "trainer", script,
+                        *opts.script_args),
         {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(index),
          # a trainer added by scaling has an id beyond the initial count
          "PADDLE_TRAINER_COUNT": str(max(index + 1, int(env.get("PADDLE_TRAINER_COUNT", "1"))))},

@@ -8,8 +8,10 @@ States::
 
 While RUNNING, a master or pserver that exits is restarted (as Kubernetes restarts a pod), with
 a short backoff, at most ``max_restarts`` times per process. A restartable trainer is restarted
-only when it did not exit 0 (0 = it saw ALL_DONE). Trainers can be added (:meth:`Supervisor.add`)
-and retired (:meth:`Supervisor.retire`: SIGTERM, a graceful leave; its exit no longer counts).
+only when a signal killed it (0 = it saw ALL_DONE; any other code is an error in the script,
+which fails the job with that trainer's log, as torchrun does by default). Trainers can be
+added (:meth:`Supervisor.add`) and retired (:meth:`Supervisor.retire`: SIGTERM, a graceful
+leave; its exit no longer counts).
 STOPPING sends SIGTERM to every child's process group and SIGKILL to those still alive
 after ``grace`` seconds.
 
@@ -71,7 +73,7 @@ def decide(observations: list[Observation], max_restarts: int) -> Decision:
     for obs in observations:
         if obs.exit_code is None:
             continue
-        if obs.restartable and not (obs.role == "trainer" and obs.exit_code == 0):
+        if obs.restartable and _should_restart(obs):
             if obs.restarts >= max_restarts:
                 decision.fail = (f"{obs.name} exited ({describe_exit(obs.exit_code)}) and was "
                                  f"already restarted {obs.restarts} times")
@@ -86,6 +88,15 @@ def decide(observations: list[Observation], max_restarts: int) -> Decision:
     if trainers and all(o.exit_code == 0 for o in trainers):
         decision.succeed = True
     return decision
+
+
+def _should_restart(obs: Observation) -> bool:
+    """Servers are restarted whatever their exit. A trainer is restarted only when something
+    killed it (a signal: SIGKILL, the OOM killer); one that exited 0 is done, and one that exited
+    with an error code hit an error in its script, which a restart would only repeat."""
+    if obs.role != "trainer":
+        return True
+    return obs.exit_code is not None and obs.exit_code < 0
 
 
 def restart_backoff(restarts: int) -> float:

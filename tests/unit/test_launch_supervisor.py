@@ -40,6 +40,17 @@ def test_decide_fails_on_a_failed_trainer_or_exhausted_restarts() -> None:
     assert "restarted 3 times" in (d.fail or "")
 
 
+def test_decide_restarts_a_killed_trainer_but_fails_on_a_script_error() -> None:
+    killed = decide([obs("master", "master", None),
+                     obs("trainer 0", "trainer", -9, restartable=True)], 3)
+    assert killed.restart == ["trainer 0"]
+    assert killed.fail is None
+    errored = decide([obs("master", "master", None),
+                      obs("trainer 0", "trainer", 1, restartable=True)], 3)
+    assert errored.restart == []
+    assert errored.fail == "trainer 0 failed with exit code 1"
+
+
 def test_decide_succeeds_when_every_trainer_exited_zero() -> None:
     d = decide([obs("master", "master", None), obs("trainer 0", "trainer", 0),
                 obs("trainer 1", "trainer", None)], 3)
