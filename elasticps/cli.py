@@ -12,19 +12,20 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from elasticps import __version__
 from elasticps.errors import ElasticPSError
 
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "elasticps.launch.cli",
-    "elasticps.master.cli",
-    "elasticps.data.cli",
-    "elasticps.store.cli",
-    "elasticps.config_cli",
-    "elasticps.cluster.cli",
-    "elasticps.pserver.cli",
-    "elasticps.launch.scale",
-    "elasticps.chaos.cli",
+    "elasticps.launch.cli",     # run, trainer
+    "elasticps.launch.scale",   # scale
+    "elasticps.master.cli",     # master
+    "elasticps.pserver.cli",    # pserver, checkpoint
+    "elasticps.data.cli",       # data
+    "elasticps.chaos.cli",      # chaos
+    "elasticps.cluster.cli",    # submit, status, logs, delete
+    "elasticps.store.cli",      # store
+    "elasticps.config_cli",     # env
 )
 
 EPILOG = """\
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"elasticps {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more log output (-vv for debug)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

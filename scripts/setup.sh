@@ -18,4 +18,4 @@ python3 -m venv .venv
 # torch first and pinned, so no resolver step can reach for a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0" numpy
 .venv/bin/python -m pip install -q -e ".[dev]"
-echo "setup done: $(.venv/bin/elasticps --version 2>/dev/null || echo elasticps installed in .venv)"
+echo "setup done: $(.venv/bin/elasticps --version) in .venv (etcd: $(etcd --version | head -1))"
