@@ -11,8 +11,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
-             what: str = "condition") -> T:
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition", *,
+             interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aetcd
@@ -41,17 +41,11 @@ from elasticps.store.election import Election, leader_value
 from elasticps.store.embedded_store import EmbeddedStore
 from elasticps.store.etcd_store import EtcdStore
 from tests.etcd_server import EtcdServer, free_port
+from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TTL = 2  # seconds; small to keep the suite fast, large enough for a loaded 2-core machine
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture(params=["etcd", "embedded"])

@@ -16,7 +16,8 @@ from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
-from tests.integration.pserver_harness import REPO, TOKEN, PServers, wait_for
+from tests.helpers import wait_for
+from tests.integration.pserver_harness import REPO, TOKEN, PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

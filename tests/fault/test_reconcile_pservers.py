@@ -25,8 +25,9 @@ from elasticps.proto import common_pb2, master_pb2, pserver_pb2
 from elasticps.pserver.client import PServerClient
 from elasticps.rpc import encode_tensor
 from elasticps.store import Store, open_store
+from tests.helpers import wait_for
 from tests.integration.master.helpers import synthetic_chunks
-from tests.integration.pserver_harness import TOKEN, PServers, wait_for
+from tests.integration.pserver_harness import TOKEN, PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

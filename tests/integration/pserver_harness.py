@@ -6,26 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from elasticps.store import Store
+from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token"
 
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)  # polling interval, not synchronisation
 
 
 class PServers:

@@ -23,7 +23,8 @@ from elasticps.master.client import MasterClient, master_address
 from elasticps.master.reader import cloud_reader
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
-from tests.integration.master.helpers import REPO, store_url_for, synthetic_chunks, wait_for
+from tests.helpers import wait_for
+from tests.integration.master.helpers import REPO, store_url_for, synthetic_chunks
 
 TOKEN = "fault-token"
 TTL = 2  # election lease: the takeover bound is TTL + a few seconds

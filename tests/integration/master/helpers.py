@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,14 +10,6 @@ from elasticps.master.snapshot import ChunkInfo
 
 REPO = Path(__file__).resolve().parents[3]
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def synthetic_chunks(num_chunks: int, rows: int = 100, per_file: int = 4) -> list[ChunkInfo]:

@@ -16,7 +16,8 @@ from elasticps.data.synth import synth_ctr
 from elasticps.master.client import MasterClient, master_address
 from elasticps.master.reader import cloud_reader, data_chunk_batches
 from elasticps.store import open_store
-from tests.integration.master.helpers import REPO, wait_for
+from tests.helpers import wait_for
+from tests.integration.master.helpers import REPO
 
 TOKEN = "cli-token"
 

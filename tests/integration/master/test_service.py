@@ -17,7 +17,8 @@ from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
-from tests.integration.master.helpers import synthetic_chunks, wait_for
+from tests.helpers import wait_for
+from tests.integration.master.helpers import synthetic_chunks
 
 TOKEN = "test-token"
 ROWS = 10
