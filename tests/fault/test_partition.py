@@ -39,8 +39,10 @@ from tests.netns import NetnsPair, unavailable_reason
 REPO = Path(__file__).resolve().parents[2]
 TTL = 2  # seconds a store lease lives unrefreshed: bounds the detection time
 ETCD_PORT = 2379  # inside our own fresh namespace, so no clash is possible
-TRAIN_ARGS = ["--passes", "3", "--hidden", "16,16", "--id-space", "10007", "--batch-size", "250",
-              "--seed", "3"]
+ROWS, ROWS_PER_CHUNK, BATCH = 120_000, 4000, 250  # 30 tasks a pass, 16 batches a task
+TASK_BATCHES = ROWS_PER_CHUNK // BATCH  # fewer than the 20 between progress reports
+TRAIN_ARGS = ["--passes", "3", "--hidden", "16,16", "--id-space", "10007", "--batch-size",
+              str(BATCH), "--seed", "3"]
 
 
 def _etcd_cmd(etcd: str, ip: str, data_dir: Path) -> list[str]:
@@ -69,9 +71,9 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
     for key in ("PADDLE_ROLE", "PADDLE_TRAINER_ID"):
         env.pop(key, None)
     data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "elasticps", "data", "synth", "ctr", "--rows", "120000",
+    subprocess.run([sys.executable, "-m", "elasticps", "data", "synth", "ctr", "--rows", str(ROWS),
                     "--test-rows", "1000", "--seed", "3", "--max-vocab", "5",
-                    "--rows-per-chunk", "4000", "--out", str(data), "--no-progress"],
+                    "--rows-per-chunk", str(ROWS_PER_CHUNK), "--out", str(data), "--no-progress"],
                    env=env, check=True, capture_output=True, timeout=120)
     net = NetnsPair.create("rest", "cut")
     observer: JobObserver | None = None
@@ -185,7 +187,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         wait_for(rejoined, 60, 0.1, what=f"{cut_name} to rejoin and take a new task")
         dup_after = int(wait_for(lambda: observer.ok("pservers"), 30)["duplicates"])
         assert dup_after > dup_before, (dup_before, dup_after)
-        print(f"healed; {cut_name} refused after {time.monotonic() - healed_at:.1f}s; "
+        print(f"healed; {cut_name} refused and rejoined after {time.monotonic() - healed_at:.1f}s; "
               f"duplicates {dup_before} -> {dup_after}")
 
         # 5. The job completes, exactly once per shard.
@@ -194,6 +196,11 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             assert code == 0, f"{name} exited with {code}; see {logs}"
         final = wait_for(status, 30, what="the final status")
         assert final["state"] == "succeeded", final
+        # Both trainers pushed every batch of the contested task to every shard (the healthy
+        # one from its start: no progress was reported), each shard applied it once (the
+        # accounting below): so each (shard, batch) of it counted at least one duplicate.
+        stats = wait_for(lambda: observer.ok("pservers"), 30, what="the pservers' counters")
+        assert stats["duplicates"] >= 2 * TASK_BATCHES * len(held), stats
         # The pservers write a final checkpoint on a clean shutdown; the accounting reads it.
         servers = [p for name, p in procs.items() if not name.startswith("trainer")]
         for proc in servers:
