@@ -82,12 +82,15 @@ class MasterClient:
             return self._stub
 
     def _call(self, pick: Callable[[master_pb2_grpc.MasterStub], Callable[..., Response]],
-              request: Any, what: str) -> Response:
-        """Call the leader; on UNAVAILABLE (or no leader) re-resolve and retry with backoff."""
+              request: Any, what: str, before: Callable[[], None] | None = None) -> Response:
+        """Call the leader; on UNAVAILABLE (or no leader) re-resolve and retry with backoff.
+        ``before`` runs first on every attempt (its store errors are retried too)."""
         give_up = time.monotonic() + self.retry_for
         delays = backoff_delays(0.05, 1.0)
         while True:
             try:
+                if before is not None:
+                    before()
                 return call(pick(self._current_stub()), request, timeout=self.rpc_timeout,
                             what=f"master {what}")
             except (UnavailableError, StoreUnavailableError) as exc:
@@ -109,7 +112,7 @@ class MasterClient:
 
     def get_task(self, pass_id: int) -> master_pb2.GetTaskResponse:
         return self._call(lambda s: s.GetTask, master_pb2.GetTaskRequest(
-            trainer=self.trainer, pass_id=pass_id), "GetTask")
+            trainer=self.trainer, pass_id=pass_id), "GetTask", before=self._rejoin_if_lost)
 
     def report_progress(self, task: master_pb2.Task, records_done: int) -> bool:
         response = self._call(lambda s: s.ReportProgress, master_pb2.ReportProgressRequest(
@@ -158,6 +161,19 @@ class MasterClient:
         self._lease = lease
         log.info("Trainer %s registered with the master under a %ds lease.", self.trainer,
                  self.lease_ttl)
+
+    def _rejoin_if_lost(self) -> None:
+        """Register again before asking for work if our lease expired (e.g. we were cut off
+        from the store for longer than its TTL): the master counted us lost and handed our
+        tasks out again. Without a live key, tasks given to us now would outlive our death
+        by the task lease instead of the store lease."""
+        lease = self._lease
+        if lease is None or not lease.expired:
+            return
+        log.warning("Trainer %s lost its store lease, so the master counted it lost and gave "
+                    "its tasks to others; it registers again before asking for work.",
+                    self.trainer)
+        self.register_trainer()
 
     def unregister(self, *, graceful: bool = True) -> None:
         """Leave: mark the key as leaving (tasks go back without a failure), then revoke."""

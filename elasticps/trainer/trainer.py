@@ -119,7 +119,7 @@ class Trainer:
         self._closers.append(store.close)
         params = PServerClient(store, config.token, config.pserver_count)
         self._closers.insert(0, params.close)
-        master = MasterClient(store, config.token, name)
+        master = MasterClient(store, config.token, name, lease_ttl=config.lease_ttl)
         self._closers.insert(0, master.close)
         master.register_trainer()
         log.info("Trainer %s joined job %s.", name, config.job_name)

@@ -153,6 +153,28 @@ def test_a_lost_trainer_gets_its_tasks_released_at_once(
     other.close()
 
 
+def test_a_trainer_whose_lease_expired_registers_again_before_asking_for_work(
+        store: Store, master: RunningMaster) -> None:
+    client = MasterClient(store, TOKEN, "cut", lease_ttl=1)
+    client.register_trainer()
+    client.set_dataset("mem://ctr", 1, 1)
+    first = client.get_task(0).task.task_id
+    wait_for(lambda: "cut" in client.status()["live_trainers"], 10, "the trainer to be seen")
+    old = client._lease
+    assert old is not None
+    old.revoke()  # as when a network partition outlives the lease: the key is gone
+    wait_for(lambda: client.status()["pending"] == {}, 10, "the master to release its task")
+    assert "cut" not in client.status()["live_trainers"]
+    task = client.get_task(0).task.task_id
+    assert task != first
+    assert store.get("trainer/cut") is not None
+    assert client._lease is not old
+    assert not client._lease.expired
+    wait_for(lambda: "cut" in client.status()["live_trainers"], 10, "the trainer to be back")
+    assert client.status()["pending"] == {"cut": [task]}
+    client.close()
+
+
 def test_status_page_and_address_are_published(store: Store, master: RunningMaster) -> None:
     address = master_address(store)
     assert address is not None
