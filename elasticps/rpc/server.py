@@ -32,6 +32,10 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # gRPC's default reconnect backoff grows to 120 s; a peer back from a restart or a healed
+    # partition should be reached again within seconds.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
 )
 SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
     *CHANNEL_OPTIONS,
