@@ -5,11 +5,17 @@ baseline AUC), then under chaos. The chaos loop waits until training is under wa
 repeatedly picks a role with a seeded RNG (master, pserver, trainer; optionally a scale step),
 picks one live process of that role among the launcher's children, SIGKILLs it, and measures
 
+A master kill always hits the leader (the launcher keeps a hot standby that takes over), and
+waits first until the standby is campaigning, so every master kill measures a takeover.
+
 - **serving again**: master — a new leader published ``master/address``; pserver — the slot was
   claimed by a new process; trainer — a new trainer (the restarted process) registered;
 - **throughput back**: the master's finished-task count moved past its value at the kill.
 
 It waits for both (or a timeout) before the next kill, so recoveries are measured one at a time.
+The job is sized from K (``rows`` defaults to ``ROWS_PER_KILL * K``, at least 120,000) so K
+kills fit before it ends; if it ends first anyway the report says so (``kills_short``) and
+``elasticps chaos`` exits non-zero.
 At the end it reads the outcome (launcher exit code), the AUC (``summary.json``) and the
 exactly-once accounting (:mod:`elasticps.chaos.accounting`).
 """
@@ -34,6 +40,10 @@ from elasticps.launch.scale import JOB_FILE, set_desired_trainers
 from elasticps.store import Store, open_store
 
 ROLES = ("master", "pserver", "trainer")
+# Rows of training data per planned kill: one kill cycle (gap + recovery) is ~5 s here and the
+# demo trains ~2,500 rows/s under chaos on a loaded 2-core machine, so twice that margin.
+ROWS_PER_KILL = 12_000
+MIN_ROWS = 120_000
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -44,14 +54,14 @@ class ChaosOptions:
     workdir: Path = Path("chaos-run")
     trainers: int = 2
     pservers: int = 2
-    rows: int = 120_000
+    rows: int | None = None  # None: sized from kills (see job_rows)
     passes: int = 3
     scale: bool = True  # also scale trainers up and down between kills
     extra_args: list[str] = field(default_factory=list)  # passed to examples/ctr/train.py
     lease_ttl: int = 2
     checkpoint_interval: float = 3.0
     recovery_timeout: float = 60.0
-    gap: tuple[float, float] = (0.5, 2.0)  # seconds between a recovery and the next kill
+    gap: tuple[float, float] = (0.3, 1.5)  # seconds between a recovery and the next kill
     skip_baseline: bool = False
     job_timeout: float = 1800.0
 
@@ -100,10 +110,22 @@ def live_roles(launcher_pid: int) -> dict[str, list[int]]:
     return roles
 
 
+def job_rows(opts: ChaosOptions) -> int:
+    """Training rows: as given, else enough for ``opts.kills`` kill cycles before the end."""
+    return opts.rows if opts.rows is not None else max(MIN_ROWS, ROWS_PER_KILL * opts.kills)
+
+
+def leader_pid(node: str | None, pids: list[int]) -> int | None:
+    """The master process among ``pids`` whose node name (``master-<host>-<pid>``) leads."""
+    if node is None:
+        return None
+    return next((pid for pid in pids if node.endswith(f"-{pid}")), None)
+
+
 def launch_cmd(opts: ChaosOptions, workdir: Path) -> list[str]:
     return [sys.executable, "-m", "elasticps", "run", "--trainers", str(opts.trainers),
             "--pservers", str(opts.pservers), "--workdir", str(workdir), "--max-restarts", "1000",
-            str(REPO / "examples" / "ctr" / "train.py"), "--rows", str(opts.rows),
+            str(REPO / "examples" / "ctr" / "train.py"), "--rows", str(job_rows(opts)),
             "--passes", str(opts.passes), "--seed", str(opts.seed), *opts.extra_args]
 
 
@@ -142,6 +164,7 @@ class ChaosRun:
         self.scales: list[dict[str, Any]] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.store: Store | None = None
+        self._job = ""
 
     # -- observations -----------------------------------------------------------------------
 
@@ -200,8 +223,39 @@ class ChaosRun:
             time.sleep(0.05)  # polling interval of an observer, not synchronisation
         return None
 
+    def _standby_ready(self, leader: int, pids: list[int]) -> bool:
+        """Some master process other than the leader is campaigning (per its log)."""
+        standbys = [pid for pid in pids if pid != leader]
+        if not standbys:
+            return False
+        text = ""
+        for path in (self.workdir / "logs").glob("master*.log"):
+            try:
+                text += path.read_text(errors="replace")[-200_000:]
+            except OSError:
+                continue
+        return any(f"-{pid} of job {self._job} campaigns" in text for pid in standbys)
+
+    def _pick(self, role: str, pids: list[int]) -> int | None:
+        """The process to kill: the leader for the master role (once a standby waits)."""
+        if role != "master":
+            return self.rng.choice(sorted(pids))
+        leader = leader_pid(self._master_node(), pids)
+        if leader is None:
+            return None
+        self._wait(lambda: self._standby_ready(leader, live_roles(self._launcher_pid())["master"]),
+                   30.0)
+        return leader if leader in live_roles(self._launcher_pid())["master"] else None
+
+    def _launcher_pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def _kill_one(self, role: str, pids: list[int]) -> None:
-        pid = self.rng.choice(sorted(pids))
+        picked = self._pick(role, pids)
+        if picked is None:
+            return
+        pid = picked
         before_master = self._master_node()
         before_slots = self._slots()
         before_trainers = self._trainers()
@@ -252,8 +306,8 @@ class ChaosRun:
                                          stdout=out, stderr=subprocess.STDOUT)
             try:
                 self._wait(lambda: (self.workdir / JOB_FILE).exists(), 120)
-                store_url, job = _job(self.workdir)
-                self.store = open_store(store_url, job)
+                store_url, self._job = _job(self.workdir)
+                self.store = open_store(store_url, self._job)
                 # Training is under way once a task finished.
                 self._wait(lambda: (self._progress() or 0) > 0, 600)
                 while (len(self.kills) < opts.kills and not self._finished()
@@ -306,9 +360,16 @@ def run_chaos(opts: ChaosOptions) -> dict[str, Any]:
     accounting = result["accounting"]
     kills = {role: sum(1 for k in chaos.kills if k.role == role) for role in ROLES}
     auc, auc_ff = result["auc"], baseline["auc"] if baseline else None
+    short = max(0, opts.kills - len(chaos.kills))
     return {
         "kills": kills,
         "kills_total": len(chaos.kills),
+        "kills_planned": opts.kills,
+        "kills_short": short,
+        "kills_short_reason": None if not short else (
+            f"the job ended after {len(chaos.kills)} of {opts.kills} kills; give it more work "
+            f"(--rows, now {job_rows(opts)}, or --passes, now {opts.passes})"),
+        "rows": job_rows(opts),
         "outcome": "succeeded" if result["exit_code"] == 0 else "failed",
         "auc": auc,
         "auc_fault_free": auc_ff,
