@@ -13,18 +13,22 @@ waits first until the standby is campaigning, so every master kill measures a ta
 - **throughput back**: the master's finished-task count moved past its value at the kill.
 
 It waits for both (or a timeout) before the next kill, so recoveries are measured one at a time.
-The job is sized from K (``rows`` defaults to ``ROWS_PER_KILL * K``, at least 120,000) so K
-kills fit before it ends; if it ends first anyway the report says so (``kills_short``) and
-``elasticps chaos`` exits non-zero.
+The job is sized from K so that K kills fit before it ends: ``rows`` starts at
+``ROWS_PER_KILL * K`` (at least 120,000); when the fault-free run trained for less than
+``TRAIN_S_PER_KILL * K`` seconds, the rows are scaled up to that and the fault-free run is
+repeated at the new size (the AUCs compare equal jobs). If the chaos job still ends first, the
+report says so (``kills_short``) and ``elasticps chaos`` exits non-zero.
 At the end it reads the outcome (launcher exit code), the AUC (``summary.json``) and the
 exactly-once accounting (:mod:`elasticps.chaos.accounting`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +48,9 @@ ROLES = ("master", "pserver", "trainer")
 # demo trains ~2,500 rows/s under chaos on a loaded 2-core machine, so twice that margin.
 ROWS_PER_KILL = 12_000
 MIN_ROWS = 120_000
+# Fault-free training seconds per planned kill: one kill cycle (gap + recovery) takes ~5 s of
+# wall time, during part of which training is paused; 4.5 s of work per kill leaves a margin.
+TRAIN_S_PER_KILL = 4.5
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -139,13 +146,28 @@ def job_env(opts: ChaosOptions) -> dict[str, str]:
 
 def run_fault_free(opts: ChaosOptions) -> dict[str, Any]:
     workdir = opts.workdir / "fault-free"
+    shutil.rmtree(workdir, ignore_errors=True)  # a fresh store, data and checkpoints
     started = time.monotonic()
     with open(opts.workdir / "fault-free.out", "wb") as out:
         code = subprocess.run(launch_cmd(opts, workdir), env=job_env(opts), stdout=out,
                               stderr=subprocess.STDOUT, timeout=opts.job_timeout,
                               check=False).returncode
     summary = _summary(workdir)
-    return {"exit_code": code, "auc": summary.get("auc"), "wall_s": time.monotonic() - started}
+    samples, rate = summary.get("samples"), summary.get("samples_per_sec")
+    train_s = float(samples) / float(rate) if samples and rate else None
+    return {"exit_code": code, "auc": summary.get("auc"), "wall_s": time.monotonic() - started,
+            "train_s": train_s, "rows": job_rows(opts)}
+
+
+def plan_rows(opts: ChaosOptions, train_s: float | None) -> int | None:
+    """Rows that make the fault-free job train ``TRAIN_S_PER_KILL * kills`` seconds, or None
+    when the current size already does (or nothing is known)."""
+    if opts.rows is not None or not train_s or opts.kills == 0:
+        return None
+    needed = TRAIN_S_PER_KILL * opts.kills
+    if train_s >= needed:
+        return None
+    return int(-(-job_rows(opts) * needed / train_s // 10_000) * 10_000)  # round up
 
 
 def _summary(workdir: Path) -> dict[str, Any]:
@@ -299,6 +321,7 @@ class ChaosRun:
 
     def run(self) -> dict[str, Any]:
         opts = self.opts
+        shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with open(opts.workdir / "chaos.out", "wb") as out:
@@ -355,6 +378,13 @@ def _stats(values: list[float | None]) -> dict[str, float | int | None]:
 def run_chaos(opts: ChaosOptions) -> dict[str, Any]:
     opts.workdir.mkdir(parents=True, exist_ok=True)
     baseline = None if opts.skip_baseline else run_fault_free(opts)
+    rows = plan_rows(opts, baseline["train_s"] if baseline else None)
+    if baseline is not None and rows is not None:
+        print(f"chaos: the fault-free job trained {baseline['train_s']:.1f}s; {opts.kills} kills "
+              f"need ~{TRAIN_S_PER_KILL * opts.kills:.0f}s: resizing it to {rows} rows and "
+              "running the fault-free job again", flush=True)
+        opts = dataclasses.replace(opts, rows=rows)
+        baseline = run_fault_free(opts)
     chaos = ChaosRun(opts)
     result = chaos.run()
     accounting = result["accounting"]
