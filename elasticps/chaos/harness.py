@@ -5,20 +5,30 @@ baseline AUC), then under chaos. The chaos loop waits until training is under wa
 repeatedly picks a role with a seeded RNG (master, pserver, trainer; optionally a scale step),
 picks one live process of that role among the launcher's children, SIGKILLs it, and measures
 
+A master kill always hits the leader (the launcher keeps a hot standby that takes over), and
+waits first until the standby is campaigning, so every master kill measures a takeover.
+
 - **serving again**: master — a new leader published ``master/address``; pserver — the slot was
   claimed by a new process; trainer — a new trainer (the restarted process) registered;
 - **throughput back**: the master's finished-task count moved past its value at the kill.
 
 It waits for both (or a timeout) before the next kill, so recoveries are measured one at a time.
+The job is sized from K so that K kills fit before it ends: ``rows`` starts at
+``ROWS_PER_KILL * K`` (at least 120,000); when the fault-free run trained for less than
+``TRAIN_S_PER_KILL * K`` seconds, the rows are scaled up to that and the fault-free run is
+repeated at the new size (the AUCs compare equal jobs). If the chaos job still ends first, the
+report says so (``kills_short``) and ``elasticps chaos`` exits non-zero.
 At the end it reads the outcome (launcher exit code), the AUC (``summary.json``) and the
 exactly-once accounting (:mod:`elasticps.chaos.accounting`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -34,6 +44,13 @@ from elasticps.launch.scale import JOB_FILE, set_desired_trainers
 from elasticps.store import Store, open_store
 
 ROLES = ("master", "pserver", "trainer")
+# Rows of training data per planned kill: one kill cycle (gap + recovery) is ~5 s here and the
+# demo trains ~2,500 rows/s under chaos on a loaded 2-core machine, so twice that margin.
+ROWS_PER_KILL = 12_000
+MIN_ROWS = 120_000
+# Fault-free training seconds per planned kill: one kill cycle (gap + recovery) takes ~5 s of
+# wall time, during part of which training is paused; 4.5 s of work per kill leaves a margin.
+TRAIN_S_PER_KILL = 4.5
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -44,14 +61,14 @@ class ChaosOptions:
     workdir: Path = Path("chaos-run")
     trainers: int = 2
     pservers: int = 2
-    rows: int = 120_000
+    rows: int | None = None  # None: sized from kills (see job_rows)
     passes: int = 3
     scale: bool = True  # also scale trainers up and down between kills
     extra_args: list[str] = field(default_factory=list)  # passed to examples/ctr/train.py
     lease_ttl: int = 2
     checkpoint_interval: float = 3.0
     recovery_timeout: float = 60.0
-    gap: tuple[float, float] = (0.5, 2.0)  # seconds between a recovery and the next kill
+    gap: tuple[float, float] = (0.3, 1.5)  # seconds between a recovery and the next kill
     skip_baseline: bool = False
     job_timeout: float = 1800.0
 
@@ -100,10 +117,22 @@ def live_roles(launcher_pid: int) -> dict[str, list[int]]:
     return roles
 
 
+def job_rows(opts: ChaosOptions) -> int:
+    """Training rows: as given, else enough for ``opts.kills`` kill cycles before the end."""
+    return opts.rows if opts.rows is not None else max(MIN_ROWS, ROWS_PER_KILL * opts.kills)
+
+
+def leader_pid(node: str | None, pids: list[int]) -> int | None:
+    """The master process among ``pids`` whose node name (``master-<host>-<pid>``) leads."""
+    if node is None:
+        return None
+    return next((pid for pid in pids if node.endswith(f"-{pid}")), None)
+
+
 def launch_cmd(opts: ChaosOptions, workdir: Path) -> list[str]:
     return [sys.executable, "-m", "elasticps", "run", "--trainers", str(opts.trainers),
             "--pservers", str(opts.pservers), "--workdir", str(workdir), "--max-restarts", "1000",
-            str(REPO / "examples" / "ctr" / "train.py"), "--rows", str(opts.rows),
+            str(REPO / "examples" / "ctr" / "train.py"), "--rows", str(job_rows(opts)),
             "--passes", str(opts.passes), "--seed", str(opts.seed), *opts.extra_args]
 
 
@@ -117,13 +146,28 @@ def job_env(opts: ChaosOptions) -> dict[str, str]:
 
 def run_fault_free(opts: ChaosOptions) -> dict[str, Any]:
     workdir = opts.workdir / "fault-free"
+    shutil.rmtree(workdir, ignore_errors=True)  # a fresh store, data and checkpoints
     started = time.monotonic()
     with open(opts.workdir / "fault-free.out", "wb") as out:
         code = subprocess.run(launch_cmd(opts, workdir), env=job_env(opts), stdout=out,
                               stderr=subprocess.STDOUT, timeout=opts.job_timeout,
                               check=False).returncode
     summary = _summary(workdir)
-    return {"exit_code": code, "auc": summary.get("auc"), "wall_s": time.monotonic() - started}
+    samples, rate = summary.get("samples"), summary.get("samples_per_sec")
+    train_s = float(samples) / float(rate) if samples and rate else None
+    return {"exit_code": code, "auc": summary.get("auc"), "wall_s": time.monotonic() - started,
+            "train_s": train_s, "rows": job_rows(opts)}
+
+
+def plan_rows(opts: ChaosOptions, train_s: float | None) -> int | None:
+    """Rows that make the fault-free job train ``TRAIN_S_PER_KILL * kills`` seconds, or None
+    when the current size already does (or nothing is known)."""
+    if opts.rows is not None or not train_s or opts.kills == 0:
+        return None
+    needed = TRAIN_S_PER_KILL * opts.kills
+    if train_s >= needed:
+        return None
+    return int(-(-job_rows(opts) * needed / train_s // 10_000) * 10_000)  # round up
 
 
 def _summary(workdir: Path) -> dict[str, Any]:
@@ -142,6 +186,7 @@ class ChaosRun:
         self.scales: list[dict[str, Any]] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.store: Store | None = None
+        self._job = ""
 
     # -- observations -----------------------------------------------------------------------
 
@@ -200,8 +245,39 @@ class ChaosRun:
             time.sleep(0.05)  # polling interval of an observer, not synchronisation
         return None
 
+    def _standby_ready(self, leader: int, pids: list[int]) -> bool:
+        """Some master process other than the leader is campaigning (per its log)."""
+        standbys = [pid for pid in pids if pid != leader]
+        if not standbys:
+            return False
+        text = ""
+        for path in (self.workdir / "logs").glob("master*.log"):
+            try:
+                text += path.read_text(errors="replace")[-200_000:]
+            except OSError:
+                continue
+        return any(f"-{pid} of job {self._job} campaigns" in text for pid in standbys)
+
+    def _pick(self, role: str, pids: list[int]) -> int | None:
+        """The process to kill: the leader for the master role (once a standby waits)."""
+        if role != "master":
+            return self.rng.choice(sorted(pids))
+        leader = leader_pid(self._master_node(), pids)
+        if leader is None:
+            return None
+        self._wait(lambda: self._standby_ready(leader, live_roles(self._launcher_pid())["master"]),
+                   30.0)
+        return leader if leader in live_roles(self._launcher_pid())["master"] else None
+
+    def _launcher_pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def _kill_one(self, role: str, pids: list[int]) -> None:
-        pid = self.rng.choice(sorted(pids))
+        picked = self._pick(role, pids)
+        if picked is None:
+            return
+        pid = picked
         before_master = self._master_node()
         before_slots = self._slots()
         before_trainers = self._trainers()
@@ -245,6 +321,7 @@ class ChaosRun:
 
     def run(self) -> dict[str, Any]:
         opts = self.opts
+        shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with open(opts.workdir / "chaos.out", "wb") as out:
@@ -252,8 +329,8 @@ class ChaosRun:
                                          stdout=out, stderr=subprocess.STDOUT)
             try:
                 self._wait(lambda: (self.workdir / JOB_FILE).exists(), 120)
-                store_url, job = _job(self.workdir)
-                self.store = open_store(store_url, job)
+                store_url, self._job = _job(self.workdir)
+                self.store = open_store(store_url, self._job)
                 # Training is under way once a task finished.
                 self._wait(lambda: (self._progress() or 0) > 0, 600)
                 while (len(self.kills) < opts.kills and not self._finished()
@@ -301,14 +378,28 @@ def _stats(values: list[float | None]) -> dict[str, float | int | None]:
 def run_chaos(opts: ChaosOptions) -> dict[str, Any]:
     opts.workdir.mkdir(parents=True, exist_ok=True)
     baseline = None if opts.skip_baseline else run_fault_free(opts)
+    rows = plan_rows(opts, baseline["train_s"] if baseline else None)
+    if baseline is not None and rows is not None:
+        print(f"chaos: the fault-free job trained {baseline['train_s']:.1f}s; {opts.kills} kills "
+              f"need ~{TRAIN_S_PER_KILL * opts.kills:.0f}s: resizing it to {rows} rows and "
+              "running the fault-free job again", flush=True)
+        opts = dataclasses.replace(opts, rows=rows)
+        baseline = run_fault_free(opts)
     chaos = ChaosRun(opts)
     result = chaos.run()
     accounting = result["accounting"]
     kills = {role: sum(1 for k in chaos.kills if k.role == role) for role in ROLES}
     auc, auc_ff = result["auc"], baseline["auc"] if baseline else None
+    short = max(0, opts.kills - len(chaos.kills))
     return {
         "kills": kills,
         "kills_total": len(chaos.kills),
+        "kills_planned": opts.kills,
+        "kills_short": short,
+        "kills_short_reason": None if not short else (
+            f"the job ended after {len(chaos.kills)} of {opts.kills} kills; give it more work "
+            f"(--rows, now {job_rows(opts)}, or --passes, now {opts.passes})"),
+        "rows": job_rows(opts),
         "outcome": "succeeded" if result["exit_code"] == 0 else "failed",
         "auc": auc,
         "auc_fault_free": auc_ff,

@@ -48,6 +48,10 @@ def register(subparsers: Any) -> None:
                      help="seconds between SIGTERM and SIGKILL when stopping (default 10)")
     run.add_argument("--max-restarts", type=int, default=10, metavar="K",
                      help="restarts of one master/pserver before the job fails (default 10)")
+    run.add_argument("--standby-masters", type=int, default=1, metavar="K",
+                     help="extra master processes waiting in the election; one takes over "
+                     "within PADDLE_LEASE_TTL when the leader dies (default 1; 0 = the "
+                     "restarted master takes over)")
     run.add_argument("script", metavar="SCRIPT", help="the training script every trainer runs")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to SCRIPT")
@@ -67,7 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
     opts = LaunchOptions(
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
-        grace=args.grace, max_restarts=args.max_restarts)
+        grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters)
     return run_job(opts)
 
 

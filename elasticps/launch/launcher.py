@@ -1,7 +1,8 @@
 """``elasticps run``: one job on this machine, the way torchrun runs one on a node.
 
 It creates the embedded store ``file://WORKDIR/store.db`` (unless ``--store etcd://...``), a
-fresh job token, and starts ``elasticps master``, M x ``elasticps pserver`` and N x
+fresh job token, and starts ``elasticps master`` (plus ``--standby-masters`` hot standbys that
+wait in the election), M x ``elasticps pserver`` and N x
 ``elasticps trainer SCRIPT ARGS`` as child processes. Every server binds its own port
 (``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports around. Logs go to
 ``WORKDIR/logs/<role>[-<i>].log``. At the end it writes ``WORKDIR/summary.json``.
@@ -44,6 +45,9 @@ class LaunchOptions:
     job_name: str | None = None
     grace: float = 10.0
     max_restarts: int = 10
+    # Extra master processes that block in the election: one takes over within the lease TTL
+    # when the leader dies, instead of the launcher's restart (a fresh interpreter) doing it.
+    standby_masters: int = 1
     python: str = sys.executable
 
 
@@ -57,6 +61,8 @@ def _validate(opts: LaunchOptions) -> None:
         raise ConfigError(f"--trainers={opts.trainers} must be >= 1")
     if opts.pservers < 1:
         raise ConfigError(f"--pservers={opts.pservers} must be >= 1")
+    if opts.standby_masters < 0:
+        raise ConfigError(f"--standby-masters={opts.standby_masters} must be >= 0")
     if not Path(opts.script).is_file():
         raise ConfigError(f"script {opts.script!r} does not exist or is not a file")
     if opts.store is not None and not opts.store.startswith(("etcd://", "file://")):
@@ -79,8 +85,10 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
     trainer_env = {"OMP_NUM_THREADS": threads} if "OMP_NUM_THREADS" not in base_env else {}
     logs = workdir / "logs"
     cli = (opts.python, "-m", "elasticps", "-v")  # INFO logs into the role log files
-    specs = [RoleSpec("master", 0, (*cli, "master"), {**env, "PADDLE_ROLE": "master"},
-                      logs / "master.log", restart=True)]
+    # Every master process campaigns; the first to win leads, the others are hot standbys.
+    specs = [RoleSpec("master", i, (*cli, "master"), {**env, "PADDLE_ROLE": "master"},
+                      logs / ("master.log" if i == 0 else f"master-{i}.log"), restart=True)
+             for i in range(1 + opts.standby_masters)]
     for i in range(opts.pservers):
         specs.append(RoleSpec("pserver", i, (*cli, "pserver"), {**env, "PADDLE_ROLE": "pserver"},
                               logs / f"pserver-{i}.log", restart=True))

@@ -30,7 +30,9 @@ class RoleSpec:
 
     @property
     def name(self) -> str:
-        return self.role if self.role == "master" else f"{self.role} {self.index}"
+        """``master`` (the first master process), ``master 1`` (a standby), ``pserver 0``..."""
+        return self.role if self.role == "master" and self.index == 0 \
+            else f"{self.role} {self.index}"
 
 
 def describe_exit(code: int) -> str:

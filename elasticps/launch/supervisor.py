@@ -7,7 +7,10 @@ States::
     RUNNING --stop() (Ctrl-C, SIGTERM)--------------> STOPPING --all exited--> INTERRUPTED
 
 While RUNNING, a master or pserver that exits is restarted (as Kubernetes restarts a pod), with
-a short backoff, at most ``max_restarts`` times per process. A restartable trainer is restarted
+a short backoff, at most ``max_restarts`` times per process. The backoff grows with consecutive
+quick exits only: a process that ran for ``stable_after`` seconds before it exited is restarted
+at once (a master killed every minute must not wait 10 s each time, as it would if the backoff
+grew with its lifetime restart count). A restartable trainer is restarted
 only when a signal killed it (0 = it saw ALL_DONE; any other code is an error in the script,
 which fails the job with that trainer's log, as torchrun does by default). Trainers can be
 added (:meth:`Supervisor.add`) and retired (:meth:`Supervisor.retire`: SIGTERM, a graceful
@@ -100,7 +103,8 @@ def _should_restart(obs: Observation) -> bool:
 
 
 def restart_backoff(restarts: int) -> float:
-    """Seconds to wait before restart number ``restarts + 1``: 0, 0.5, 1, 2, 4, ... 10."""
+    """Seconds to wait before a restart after ``restarts`` consecutive quick exits:
+    0, 0.5, 1, 2, 4, ... 10."""
     return 0.0 if restarts == 0 else min(10.0, 0.5 * 2 ** (restarts - 1))
 
 
@@ -115,6 +119,7 @@ class Supervisor:
         max_restarts: int = 10,
         report: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stable_after: float = 10.0,
     ) -> None:
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
@@ -124,6 +129,10 @@ class Supervisor:
         self.max_restarts = max_restarts
         self.report = report
         self.clock = clock
+        self.stable_after = stable_after
+        self._started_at: dict[str, float] = {}
+        # consecutive quick exits per child: the backoff level of its next restart
+        self._quick_exits: dict[str, int] = {}
         self.state = JobState.RUNNING
         self.failure: str | None = None
         self.failed_proc: RoleProcess | None = None
@@ -138,8 +147,9 @@ class Supervisor:
             print(f"elasticps run: {message}", file=self.report, flush=True)
 
     def start(self) -> None:
-        for proc in self.procs.values():
+        for name, proc in self.procs.items():
             proc.start()
+            self._started_at[name] = self.clock()
 
     def add(self, spec: RoleSpec) -> RoleProcess:
         """Start one more child (scaling up)."""
@@ -148,6 +158,7 @@ class Supervisor:
         proc = RoleProcess(spec)
         self.procs[spec.name] = proc
         proc.start()
+        self._started_at[spec.name] = self.clock()
         self._say(f"started {spec.name} (pid {proc.pid})")
         return proc
 
@@ -172,10 +183,15 @@ class Supervisor:
             else:
                 self._exited_at.pop(name, None)
             due = (code is not None
-                   and now - self._exited_at[name] >= restart_backoff(proc.restarts))
+                   and now - self._exited_at[name] >= restart_backoff(self._backoff_level(name)))
             observations.append(Observation(name, proc.spec.role, proc.spec.restart, code,
                                             proc.restarts, due))
         return observations
+
+    def _backoff_level(self, name: str) -> int:
+        """Consecutive quick exits of ``name`` so far, 0 when its last run was stable."""
+        ran = self._exited_at.get(name, self.clock()) - self._started_at.get(name, 0.0)
+        return 0 if ran >= self.stable_after else self._quick_exits.get(name, 0)
 
     def step(self) -> JobState:
         """One iteration: look at the children and act. Returns the state after it."""
@@ -196,10 +212,13 @@ class Supervisor:
 
     def _restart(self, proc: RoleProcess) -> None:
         code = proc.poll()
+        name = proc.spec.name
         proc.restarts += 1
-        self._exited_at.pop(proc.spec.name, None)
+        self._quick_exits[name] = self._backoff_level(name) + 1
+        self._exited_at.pop(name, None)
         old_pid = proc.pid
         proc.start()
+        self._started_at[name] = self.clock()
         self._say(f"{proc.spec.name} (pid {old_pid}) exited with {describe_exit(code or 0)}; "
                   f"restarted it as pid {proc.pid} (restart {proc.restarts})")
 

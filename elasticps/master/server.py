@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from elasticps.errors import ElasticPSError, NotLeaderError
+from elasticps.errors import ElasticPSError, NotLeaderError, StoreUnavailableError
 from elasticps.master.http_status import StatusServer
 from elasticps.master.reconciler import Reconciler
 from elasticps.master.service import (
@@ -97,7 +97,7 @@ class MasterServer:
         opts = self.options
         election = Election(self.store, ELECTION_KEY, opts.node.encode(), opts.lease_ttl)
         log.info("Master %s of job %s campaigns for the lead.", opts.node, opts.job)
-        while not election.campaign(timeout=1.0):
+        while not self._campaign_once(election):
             if self.stop_event.is_set():
                 return 0
         won = time.monotonic()
@@ -190,6 +190,17 @@ class MasterServer:
             log.warning("Master %s of job %s could not resign cleanly: %s", opts.node,
                         opts.job, exc)
         return 0
+
+    def _campaign_once(self, election: Election) -> bool:
+        """One bounded campaign attempt; a store outage is waited out, not fatal: a standby
+        must still be there when the store comes back."""
+        try:
+            return election.campaign(timeout=1.0)
+        except StoreUnavailableError as exc:
+            log.warning("Master %s of job %s cannot reach the store to campaign (%s); it keeps "
+                        "trying.", self.options.node, self.options.job, exc)
+            self.stop_event.wait(0.5)  # backoff while the store is down
+            return False
 
     def _watch_trainers(self, state: MasterState, start_revision: int) -> None:
         """A trainer key's PUT marks it live; its DELETE (lease gone) releases its tasks."""

@@ -156,3 +156,37 @@ def test_restart_backoff_grows_and_is_capped(restarts: int, expected: float) -> 
     from elasticps.launch.supervisor import restart_backoff
 
     assert restart_backoff(restarts) == expected
+
+
+def test_restart_backoff_grows_with_quick_exits_and_resets_after_a_stable_run() -> None:
+    now = [0.0]
+    spec = RoleSpec("master", 0, py("import sys; sys.exit(3)"), restart=True)
+    sup = Supervisor([spec], clock=lambda: now[0], max_restarts=100, stable_after=10.0)
+    sup.start()
+    proc = sup.procs["master"]
+
+    def exited_then_step() -> None:
+        wait_for(lambda: proc.poll() is not None, what="the child to exit")
+        sup.step()
+
+    now[0] = 20.0  # it ran 20 s (stable) before this exit: restarted at once
+    exited_then_step()
+    assert proc.restarts == 1
+    exited_then_step()  # a quick exit (0 s): the next restart waits 0.5 s
+    assert proc.restarts == 1
+    now[0] = 20.6
+    sup.step()
+    assert proc.restarts == 2
+    exited_then_step()  # the second quick exit in a row: 1 s
+    now[0] = 21.0
+    sup.step()
+    assert proc.restarts == 2
+    now[0] = 21.7
+    sup.step()
+    assert proc.restarts == 3
+    wait_for(lambda: proc.poll() is not None, what="the child to exit")
+    now[0] = 40.0  # this run lasted 18 s: the backoff is back to none
+    sup.step()
+    assert proc.restarts == 4
+    sup.stop("test")
+    run_until_final(sup)

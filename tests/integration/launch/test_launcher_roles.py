@@ -63,21 +63,79 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
     launcher = subprocess.Popen(run_cmd(tmp_path, "block.py", trainers=2), env=ENV,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        children = wait_for(lambda: len(children_of(launcher.pid)) == 4
-                            and children_of(launcher.pid), timeout=60, what="4 role processes")
+        children = wait_for(lambda: len(children_of(launcher.pid)) == 5
+                            and children_of(launcher.pid), timeout=60, what="5 role processes")
         wait_for(lambda: all("trainer is up" in (tmp_path / "logs" / f"trainer-{i}.log")
                              .read_text() for i in range(2)), timeout=60, what="trainers up")
         cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in children]
         roles = sorted(next(part.decode() for part in cmd if part in (b"master", b"pserver",
                                                                       b"trainer"))
                        for cmd in cmdlines)
-        assert roles == ["master", "pserver", "trainer", "trainer"]
+        assert roles == ["master", "master", "pserver", "trainer", "trainer"]  # + a standby
         launcher.send_signal(signal.SIGINT)
         _, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 130, err
         assert "stopped (received SIGINT); every child has exited" in err
         assert all(not pid_alive(pid) for pid in children)
     finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+def test_standby_master_takes_over_a_killed_leader_and_a_new_standby_starts(
+        tmp_path: Path) -> None:
+    import json
+    import time
+
+    from elasticps.chaos.harness import leader_pid, live_roles
+    from elasticps.launch.scale import JOB_FILE
+    from elasticps.store import open_store
+
+    env = {**ENV, "PADDLE_LEASE_TTL": "2"}
+    launcher = subprocess.Popen(run_cmd(tmp_path, "block.py"), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = None
+    try:
+        wait_for(lambda: (tmp_path / JOB_FILE).exists(), 60, what="job.json")
+        doc = json.loads((tmp_path / JOB_FILE).read_text())
+        store = open_store(doc["store"], doc["job_name"])
+
+        def leader() -> tuple[str, int] | None:
+            kv = store.get("master/address") if store is not None else None
+            if kv is None:
+                return None
+            node = json.loads(kv.value)["node"]
+            pid = leader_pid(node, live_roles(launcher.pid)["master"])
+            return None if pid is None else (node, pid)
+
+        node, pid = wait_for(leader, 60, what="a master leader")
+        masters = wait_for(lambda: len(ms := live_roles(launcher.pid)["master"]) == 2 and ms,
+                           60, what="the standby master process")
+        standby = next(p for p in masters if p != pid)
+        logs = list((tmp_path / "logs").glob("master*.log"))
+        wait_for(lambda: any(f"-{standby} of job {doc['job_name']} campaigns" in p.read_text()
+                             for p in logs), 60, what="the standby to campaign")
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, new_pid = wait_for(lambda: (lead := leader()) and lead[0] != node and lead,
+                              60, what="a new leader")
+        takeover = time.monotonic() - killed_at
+        # A master that was waiting in the election took over once the dead leader's lease
+        # (TTL 2 s) expired: the standby, or the restarted process if it reached the election
+        # before the lease expired (both then race for the lock on its DELETE).
+        assert new_pid != pid
+        assert new_pid == standby or new_pid in live_roles(launcher.pid)["master"]
+        assert takeover < 12, takeover
+        # The launcher restarted the killed one, which is now the new standby.
+        wait_for(lambda: len(ms := live_roles(launcher.pid)["master"]) == 2
+                 and pid not in ms, 60, what="a new standby master process")
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=60)
+        assert f"(pid {pid}) exited with signal SIGKILL; restarted it" in err
+    finally:
+        if store is not None:
+            store.close()
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()

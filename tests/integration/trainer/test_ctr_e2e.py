@@ -42,7 +42,8 @@ def check_job(proc: subprocess.CompletedProcess[str], workdir: Path) -> dict[str
     assert f"final test auc {summary['auc']:.4f}" in proc.stdout
     logs = workdir / "logs"
     assert sorted(p.name for p in logs.iterdir()) == [
-        "master.log", "pserver-0.log", "pserver-1.log", "trainer-0.log", "trainer-1.log"]
+        "master-1.log", "master.log", "pserver-0.log", "pserver-1.log", "trainer-0.log",
+        "trainer-1.log"]
     return summary
 
 
