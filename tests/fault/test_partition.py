@@ -88,7 +88,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             net.a, [sys.executable, "-m", "tests.job_observer", "--store", store_url, "--job",
                     job, "--token", token, "--pservers", "2", "--checkpoints",
                     str(checkpoints)], env, logs / "observer.log", pipes=True))
-        wait_for(lambda: observer.ok("health"), 60, 0.2, what="etcd inside the namespace")
+        wait_for(lambda: observer.ok("health"), 60, interval=0.2, what="etcd inside the namespace")
 
         # The job's processes, with the launcher's environment contract.
         base_env = {**env, "PADDLE_HOST": net.a_ip, "PADDLE_LEASE_TTL": str(TTL),
@@ -117,11 +117,12 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             return names[0] if names else None
 
         # 1. The cut-to-be trainer holds a task and has pushed batches (its progress says so).
-        cut_name = wait_for(lambda: trainer_named(1), 180, 0.2, what="trainer 1 to train")
-        healthy_name = wait_for(lambda: trainer_named(0), 60, 0.2, what="trainer 0 to train")
+        cut_name = wait_for(lambda: trainer_named(1), 180, interval=0.2, what="trainer 1 to train")
+        healthy_name = wait_for(lambda: trainer_named(0), 60, interval=0.2,
+                                what="trainer 0 to train")
         released: list[int] = []
         for _attempt in range(3):
-            wait_for(lambda: _held(status(), cut_name), 60, 0.1,
+            wait_for(lambda: _held(status(), cut_name), 60, interval=0.1,
                      what=f"{cut_name} to hold a task")
             net.cut()
             cut_at = time.monotonic()
@@ -132,7 +133,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
                 # frees its task.
                 wait_for(lambda: (s := status()) is not None
                          and cut_name not in s["live_trainers"] and not _held(s, cut_name),
-                         TTL + 6, 0.1, what=f"the master to release {cut_name}'s tasks")
+                         TTL + 6, interval=0.1, what=f"the master to release {cut_name}'s tasks")
                 detected_s = time.monotonic() - cut_at
                 records = {t: observer.ok(f"task {t}") for t in held}
                 released = [t for t, r in records.items()
@@ -144,8 +145,8 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             if released:
                 break
             net.heal()  # it held nothing at the cut: try again once it is back
-            wait_for(lambda: cut_name in (status() or {}).get("live_trainers", ()), 60, 0.1,
-                     what=f"{cut_name} to come back")
+            wait_for(lambda: cut_name in (status() or {}).get("live_trainers", ()), 60,
+                     interval=0.1, what=f"{cut_name} to come back")
         assert released, f"{cut_name} held no task at any of 3 cuts"
         assert before is not None
         held, held_pass = released, int(before["pass"])
@@ -158,7 +159,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             return bool(record) and record["owner"] == healthy_name and (
                 record["pass"] > held_pass or record["state"] == "done")
 
-        wait_for(lambda: all(done_by_other(t) for t in held), 90, 0.2,
+        wait_for(lambda: all(done_by_other(t) for t in held), 90, interval=0.2,
                  what=f"{healthy_name} to finish the tasks {held} of {cut_name}")
         assert cut_proc.poll() is None, "the cut trainer exited while partitioned"
         dup_before = int(wait_for(lambda: observer.ok("pservers"), 30)["duplicates"])
@@ -175,7 +176,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             return any(f"task {t} (pass {held_pass}) but the master had given it" in text
                        or f"lost task {t} (pass {held_pass})" in text for t in held)
 
-        wait_for(lambda: refused() or cut_proc.poll() is not None, 60, 0.2,
+        wait_for(lambda: refused() or cut_proc.poll() is not None, 60, interval=0.2,
                  what=f"{cut_name} to learn it lost its task")
         assert refused(), "the cut trainer exited without learning it lost its task"
         # It registers again (a fresh lease) and gets new work: two passes are still to go.
@@ -184,7 +185,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             assert s is None or not s["done"], f"the job ended before {cut_name} rejoined"
             return s is not None and cut_name in s["live_trainers"] and bool(_held(s, cut_name))
 
-        wait_for(rejoined, 60, 0.1, what=f"{cut_name} to rejoin and take a new task")
+        wait_for(rejoined, 60, interval=0.1, what=f"{cut_name} to rejoin and take a new task")
         dup_after = int(wait_for(lambda: observer.ok("pservers"), 30)["duplicates"])
         assert dup_after > dup_before, (dup_before, dup_after)
         print(f"healed; {cut_name} refused and rejoined after {time.monotonic() - healed_at:.1f}s; "
