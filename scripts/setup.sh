@@ -3,14 +3,15 @@
 # Safe to run again: every step checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v etcd >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-  else
-    sudo apt-get update -qq
-    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-  fi
+# etcd for the tests and etcd:// jobs; iproute2 (`ip netns`) for the network-partition test.
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # etcd-server's package may start a system etcd on :2379; our tests use their own ports.
 python3 -m venv .venv
