@@ -188,6 +188,10 @@ class Launch:
             auc, best = summary.get("auc"), summary.get("best_auc")
             if isinstance(auc, float):
                 best_text = f" (best achievable {best:.4f})" if isinstance(best, float) else ""
+                by_pass = [a for a in summary.get("pass_test_auc") or [] if isinstance(a, float)]
+                if len(by_pass) > 1:
+                    print("test auc by pass: " + ", ".join(f"{a:.4f}" for a in by_pass),
+                          file=self.out, flush=True)
                 print(f"final test auc {auc:.4f}{best_text}", file=self.out, flush=True)
             print(f"elasticps run: job {self.job_name} succeeded in {wall_s:.1f}s; summary in "
                   f"{self.workdir / 'summary.json'}", file=self.err, flush=True)

@@ -132,13 +132,17 @@ def dist_train(
     *,
     workdir: str | None = None,
     config: Config | None = None,
+    test_reader: Any = None,
 ) -> TrainerHandle | LocalJobHandle | Any:
-    """Train (inside a job) or start the job (outside one); see the module docstring."""
+    """Train (inside a job) or start the job (outside one); see the module docstring.
+
+    ``test_reader`` (inside a job): a held-out dataset evaluated at every pass end; its AUC and
+    log loss arrive in ``EndPass.metrics`` as ``test_auc`` and ``test_logloss``."""
     config = config or current()
     if config.role == "trainer" and config.store is not None:
         if trainer.params is None:
             trainer.connect(config)
-        stats = trainer.train(reader, num_passes, event_handler)
+        stats = trainer.train(reader, num_passes, event_handler, test_reader=test_reader)
         return TrainerHandle(trainer, stats)
     if config.role is not None:
         raise ConfigError(f"dist_train runs in trainers only, not in PADDLE_ROLE={config.role}")

@@ -41,8 +41,10 @@ class EndIteration:
 
 @dataclass(frozen=True)
 class EndPass:
-    """Pass ``pass_id`` is over. ``metrics``: ``auc`` and ``logloss`` over what this trainer
-    trained in the pass (or over the test set when the trainer has one), and ``samples``."""
+    """Pass ``pass_id`` is over. ``metrics``: ``auc``, ``logloss``, ``cost`` and ``samples`` over
+    what this trainer trained in the pass (predictions made while training); with a
+    ``test_reader`` also ``test_auc``, ``test_logloss`` and ``test_samples`` of the parameters at
+    the pass end on the held-out set, and ``test_eval_s`` (seconds the evaluation took)."""
 
     pass_id: int
     metrics: dict[str, float] = field(default_factory=dict)

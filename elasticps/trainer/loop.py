@@ -67,6 +67,7 @@ class TrainingLoop:
         progress_every: int = 20,
         on_progress: Callable[[LoopStats], None] | None = None,
         stop: threading.Event | None = None,
+        evaluate: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         self.runner = runner
         self.master = master
@@ -77,6 +78,7 @@ class TrainingLoop:
         self.progress_every = progress_every
         self.on_progress = on_progress or (lambda stats: None)
         self.stop = stop or threading.Event()
+        self.evaluate = evaluate  # test-set metrics at each pass end (``test_*`` in EndPass)
         self.stats = LoopStats()
         self._started = self._last_publish = time.monotonic()
 
@@ -131,6 +133,13 @@ class TrainingLoop:
 
     def _end_pass(self, pass_id: int, metrics: MetricAccumulator) -> None:
         result = metrics.result()
+        if self.evaluate is not None:
+            # Every push of this trainer was applied (tasks end with wait_pushed), so this is the
+            # model as of the pass end, give or take the other trainers' in-flight batches.
+            started = time.monotonic()
+            test = self.evaluate()
+            result.update({f"test_{k}": v for k, v in test.items() if k != "cost"})
+            result["test_eval_s"] = time.monotonic() - started
         self.stats.pass_metrics.append(result)
         self.handler(EndPass(pass_id, result))
 

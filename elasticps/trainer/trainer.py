@@ -142,8 +142,14 @@ class Trainer:
                           prefetch=self.prefetch, feed=self.feed, sparse_ids=self.sparse_ids)
 
     def train(self, reader: Any, num_passes: int,
-              event_handler: Callable[[Event], None] | None = None) -> LoopStats:
-        """Train ``num_passes`` passes over the reader's dataset, as tasks from the master."""
+              event_handler: Callable[[Event], None] | None = None, *,
+              test_reader: Any = None) -> LoopStats:
+        """Train ``num_passes`` passes over the reader's dataset, as tasks from the master.
+
+        With ``test_reader`` (a dataset reader or URL, read whole and in order, never trained
+        on) every ``EndPass`` also carries ``test_auc``, ``test_logloss`` and ``test_samples``
+        of the parameters at the pass end; it costs one forward pass over the test set.
+        """
         from elasticps.trainer.datasource import as_dataset_reader
         from elasticps.trainer.report import publish_progress
 
@@ -152,6 +158,15 @@ class Trainer:
         if self.master is None:
             raise ConfigError("the trainer is not connected to a master (call connect() first)")
         source = as_dataset_reader(reader)
+        evaluate = None
+        if test_reader is not None:
+            test = as_dataset_reader(test_reader)
+
+            def evaluate() -> dict[str, float]:
+                from elasticps.data import open_dataset
+
+                return self.evaluate(open_dataset(test.dataset_url).iter_batches(
+                    test.batch_size, features=test.features))
         self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes)
         store = self.store
 
@@ -171,7 +186,7 @@ class Trainer:
             loop = TrainingLoop(runner, self.master, source.task_batches, trainer_name=self.name,
                                 num_passes=num_passes, event_handler=event_handler,
                                 progress_every=self.progress_every, on_progress=on_progress,
-                                stop=self.stop)
+                                stop=self.stop, evaluate=evaluate)
             self.stats = loop.run()
         finally:
             runner.close()

@@ -40,6 +40,12 @@ def check_job(proc: subprocess.CompletedProcess[str], workdir: Path) -> dict[str
     assert summary["samples"] == 2 * 60000  # every row of both passes trained exactly once
     assert abs(summary["best_auc"] - summary["auc"]) < 0.02, summary
     assert f"final test auc {summary['auc']:.4f}" in proc.stdout
+    # EndPass carried test-set metrics every pass; the last pass's is the exported model's.
+    by_pass = summary["pass_test_auc"]
+    assert isinstance(by_pass, list), summary
+    assert len(by_pass) == 2, summary
+    assert abs(by_pass[-1] - summary["auc"]) < 0.005, summary
+    assert "test auc by pass: " + ", ".join(f"{a:.4f}" for a in by_pass) in proc.stdout
     logs = workdir / "logs"
     assert sorted(p.name for p in logs.iterdir()) == [
         "master-1.log", "master.log", "pserver-0.log", "pserver-1.log", "trainer-0.log",
