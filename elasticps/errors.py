@@ -20,9 +20,10 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
         ├── FailedPreconditionError  FAILED_PRECONDITION / ABORTED: state forbids the call now
         └── RemoteError              any other status: a bug or resource problem on the peer
 
-gRPC status codes are turned into these classes in exactly one place,
-:func:`elasticps.rpc.status.raise_for_rpc_error`; servers turn them back into
-status codes in :func:`elasticps.rpc.status.abort_with`.
+Status codes of elasticps' own services are turned into these classes in exactly one place,
+:func:`elasticps.rpc.status.raise_for_rpc_error`; servers turn them back into status codes in
+:func:`elasticps.rpc.status.status_for`. (etcd speaks gRPC too: the etcd backend maps its
+client's failures to :class:`StoreError` at the store boundary, ``store/etcd_store.py``.)
 """
 
 from __future__ import annotations
