@@ -318,6 +318,10 @@ class ChaosRun:
         set_desired_trainers(store_url, job, target)
         self.scales.append({"at": time.time(), "trainers": target})
         print(f"chaos: scaled trainers to {target}", flush=True)
+        # Let the step finish before the next kill: a trainer that is leaving is not replaced,
+        # so killing it would measure nothing but the recovery timeout.
+        self._wait(lambda: len(live_roles(self._launcher_pid())["trainer"]) == target,
+                   self.opts.recovery_timeout)
 
     def run(self) -> dict[str, Any]:
         opts = self.opts
