@@ -72,7 +72,12 @@ def render(status: dict[str, Any] | None, progress: dict[str, dict[str, Any]],
     total = _num(status, "num_tasks")
     if done is not None:
         parts.append(f"tasks {int(done)}" + (f"/{int(total)}" if total else ""))
-    parts.append(f"trainers {len(progress)}")
+    live = status.get("live_trainers")
+    if isinstance(live, list):
+        # Progress keys outlive their trainers (killed or scaled away): count and average only
+        # the trainers the master sees alive.
+        progress = {name: p for name, p in progress.items() if name in live}
+    parts.append(f"trainers {len(live) if isinstance(live, list) else len(progress)}")
     if samples_per_sec is not None:
         parts.append(f"{samples_per_sec:,.0f} samples/s")
     losses = [float(p["loss"]) for p in progress.values() if isinstance(p.get("loss"), int | float)]

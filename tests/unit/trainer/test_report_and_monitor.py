@@ -58,3 +58,10 @@ def test_progress_line_shows_pass_tasks_rate_and_loss() -> None:
     assert render(status, progress, 1234.0) == (
         "pass 2/3 | tasks 12/32 | trainers 2 | 1,234 samples/s | loss 0.6000 | running")
     assert render(None, {}, None) == "trainers 0"
+
+
+def test_progress_line_counts_only_live_trainers() -> None:
+    # "gone" was killed or scaled away: its progress key stays behind in the store.
+    status = {"pass": 0, "live_trainers": ["a"]}
+    progress = {"a": {"loss": 0.5}, "gone": {"loss": 0.9}}
+    assert render(status, progress, None) == "pass 1 | trainers 1 | loss 0.5000"
