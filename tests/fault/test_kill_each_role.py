@@ -7,58 +7,40 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
-from elasticps.chaos.accounting import job_accounting
 from elasticps.chaos.harness import leader_pid, live_roles
-from elasticps.launch.monitor import fetch_status
-from elasticps.launch.scale import JOB_FILE, set_desired_trainers
-from elasticps.store import Store, open_store
+from elasticps.launch.scale import set_desired_trainers
+from tests.fault.small_job import (
+    assert_exactly_once,
+    finished_tasks,
+    master_status,
+    open_job_store,
+    start_small_job,
+    stop_job,
+)
 from tests.helpers import wait_for
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _status(store: Store) -> dict | None:
-    kv = store.get("master/address")
-    return None if kv is None else fetch_status(json.loads(kv.value)["http"], timeout=1.0)
-
-
-def _finished(store: Store) -> int:
-    status = _status(store)
-    return int(status.get("tasks_finished_total", 0)) if status and "counts" in status else 0
 
 
 def test_kill_master_pserver_trainer_and_scale_mid_pass(tmp_path: Path) -> None:
     workdir = tmp_path / "job"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_LEASE_TTL": "2"}
-    env.pop("PADDLE_ROLE", None)
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "elasticps", "run", "--trainers", "2", "--pservers", "2",
-         "--workdir", str(workdir), str(REPO / "examples" / "ctr" / "train.py"),
-         "--rows", "40000", "--rows-per-chunk", "1000", "--passes", "2", "--hidden", "16,16",
-         "--id-space", "10007", "--batch-size", "256"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    launcher = start_small_job(workdir, lease_ttl=2)
     store = None
     try:
-        wait_for(lambda: (workdir / JOB_FILE).exists(), 120, what="the launcher's job.json")
-        doc = json.loads((workdir / JOB_FILE).read_text())
-        store = open_store(doc["store"], doc["job_name"])
-        wait_for(lambda: _finished(store) > 0, 180, what="training to start")
+        store, doc = open_job_store(workdir)
+        wait_for(lambda: finished_tasks(store) > 0, 180, what="training to start")
         # Scale down to one trainer (graceful leave), then back to two.
-        failures = int((_status(store) or {}).get("failures_total", 0))
+        failures = int((master_status(store) or {}).get("failures_total", 0))
         set_desired_trainers(doc["store"], doc["job_name"], 1)
         wait_for(lambda: len(live_roles(launcher.pid)["trainer"]) == 1, 60,
                  what="a trainer to leave")
-        leave_failures = int((_status(store) or {}).get("failures_total", failures))
+        leave_failures = int((master_status(store) or {}).get("failures_total", failures))
         set_desired_trainers(doc["store"], doc["job_name"], 2)
         wait_for(lambda: len(live_roles(launcher.pid)["trainer"]) == 2, 60,
                  what="a trainer to join")
         for role in ("master", "pserver", "trainer"):
-            mark = _finished(store)
-            wait_for(lambda m=mark: _finished(store) > m, 180, what=f"progress before {role}")
+            mark = finished_tasks(store)
+            wait_for(lambda m=mark: finished_tasks(store) > m, 180, what=f"progress before {role}")
             pids = live_roles(launcher.pid)[role]
             assert pids, f"no live {role} process under the launcher"
             if role == "master":  # the leader, not the standby
@@ -78,14 +60,6 @@ def test_kill_master_pserver_trainer_and_scale_mid_pass(tmp_path: Path) -> None:
         assert "started trainer 2" in text
         # The graceful leave handed its task back without counting a failure.
         assert leave_failures == failures
-        accounting = job_accounting(store, str(workdir / "checkpoints"), 2)
-        assert [p["pass"] for p in accounting["passes"]] == [0, 1]
-        assert all(p["complete"] for p in accounting["passes"])
-        assert accounting["expected_batches"] > 0
-        assert (accounting["duplicates"], accounting["missing"]) == (0, 0), accounting
+        assert_exactly_once(store, workdir, 2)
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGINT)
-            launcher.wait(timeout=60)
-        if store is not None:
-            store.close()
+        stop_job(launcher, store)
