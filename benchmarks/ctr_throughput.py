@@ -88,6 +88,7 @@ def elasticps_run(data: str, workdir: Path, args: argparse.Namespace) -> dict[st
             "--seed", str(args.seed)]
     if args.no_prefetch:
         argv.append("--no-prefetch")
+    argv += ["--dense-sync-every", str(args.dense_sync_every)]
     proc = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
@@ -109,6 +110,9 @@ def main() -> int:
                         help="torch threads of the PyTorch run (default: what `elasticps run` "
                         "gives its one trainer next to one pserver, cpus // 2)")
     parser.add_argument("--data", help="an existing dataset (default: generate one)")
+    parser.add_argument("--dense-sync-every", type=int, default=1,
+                        help="elasticps pulls dense parameters every this many batches "
+                             "(default 1: every batch, like the PyTorch run's exact parameters)")
     parser.add_argument("--no-prefetch", action="store_true",
                         help="elasticps without communication overlap")
     parser.add_argument("--quick", action="store_true", help="20k rows, one repeat")
@@ -135,6 +139,7 @@ def main() -> int:
     result = {"elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
               "rows": args.rows, "batch_size": args.batch_size, "hidden": list(args.hidden),
               "repeat": args.repeat, "prefetch": not args.no_prefetch,
+              "dense_sync_every": args.dense_sync_every,
               "torch_threads": args.threads,
               "elasticps_runs": [round(x, 1) for x in eps_sps],
               "torch_runs": [round(x, 1) for x in torch_sps],
