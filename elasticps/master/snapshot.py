@@ -56,7 +56,11 @@ Commit = Callable[[Sequence[Op]], None]
 
 @dataclass(frozen=True)
 class ChunkInfo:
-    """One chunk: a Parquet row group (``path`` as the dataset manifest gives it)."""
+    """One chunk: a Parquet row group (``path`` as the dataset manifest gives it).
+
+    The same fields as :class:`elasticps.data.ChunkRef`, kept separate on purpose: importing
+    ``elasticps.data`` loads pyarrow, which a master only needs when it reads a manifest.
+    """
 
     path: str
     row_group: int
