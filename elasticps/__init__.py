@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from elasticps.trainer.dist import dist_train
     from elasticps.trainer.trainer import Trainer
 
-__version__ = "0.1.0"
+from elasticps.version import __version__
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Trainer": ("elasticps.trainer.trainer", "Trainer"),

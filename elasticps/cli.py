@@ -12,8 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from elasticps import __version__
 from elasticps.errors import ElasticPSError
+from elasticps.version import __version__
 
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (

@@ -9,6 +9,7 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
     ├── StoreError                   the coordination store (etcd or embedded) failed
     │   ├── StoreUnavailableError    cannot reach the store right now; retry later
     │   ├── LeaseExpiredError        a lease we relied on is gone
+    │   ├── StoreValueError          a key holds a value that does not parse
     │   └── NotLeaderError           we no longer hold the election lock (fenced off)
     ├── CheckpointError              a checkpoint is missing, corrupt or unwritable
     ├── ClusterError                 Kubernetes / Volcano submission failed
@@ -59,6 +60,11 @@ class StoreUnavailableError(StoreError):
 
 class LeaseExpiredError(StoreError):
     """A lease this process relied on has expired or was revoked."""
+
+
+class StoreValueError(StoreError):
+    """A store key holds a value that does not parse (corrupt, foreign or from another
+    version); the message names the key."""
 
 
 class NotLeaderError(StoreError):

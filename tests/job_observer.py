@@ -32,11 +32,11 @@ from typing import Any
 
 def _serve(args: argparse.Namespace) -> int:
     from elasticps.chaos.accounting import job_accounting
-    from elasticps.launch.monitor import fetch_status, master_http
+    from elasticps.launch.monitor import fetch_status
     from elasticps.master.snapshot import decode_task, task_key
     from elasticps.pserver.client import PServerClient
     from elasticps.store import Store, open_store
-    from elasticps.trainer.report import read_progress
+    from elasticps.store.keys import read_master_address, read_progress
 
     store: Store | None = None
     pservers: PServerClient | None = None
@@ -53,8 +53,8 @@ def _serve(args: argparse.Namespace) -> int:
             the_store().revision()
             return {"ok": True}
         if words == ["status"]:
-            http = master_http(the_store())
-            return None if http is None else fetch_status(http, timeout=2.0)
+            address = read_master_address(the_store())
+            return None if address is None else fetch_status(address.http, timeout=2.0)
         if len(words) == 2 and words[0] == "task":
             kv = the_store().get(task_key(int(words[1])))
             if kv is None:
@@ -63,7 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
             return {"state": rec.state.value, "pass": rec.pass_id, "epoch": rec.epoch,
                     "owner": rec.owner, "failures": rec.failures, "last_error": rec.last_error}
         if words == ["progress"]:
-            return read_progress(the_store())
+            return {name: json.loads(p.encode()) for name, p in read_progress(the_store()).items()}
         if words == ["pservers"]:
             if pservers is None:
                 pservers = PServerClient(the_store(), args.token, args.pservers, deadline=5.0,

@@ -42,6 +42,13 @@ from elasticps.chaos.accounting import job_accounting
 from elasticps.launch.monitor import fetch_status
 from elasticps.launch.scale import JOB_FILE, set_desired_trainers
 from elasticps.store import Store, open_store
+from elasticps.store.keys import (
+    PSERVER_SLOT_PREFIX,
+    TRAINER_PREFIX,
+    PServerSlot,
+    TrainerRegistration,
+    read_master_address,
+)
 
 ROLES = ("master", "pserver", "trainer")
 # Rows of training data per planned kill: one kill cycle (gap + recovery) is ~5 s here and the
@@ -193,12 +200,12 @@ class ChaosRun:
     def _status(self) -> dict[str, Any] | None:
         assert self.store is not None
         try:
-            kv = self.store.get("master/address")
+            address = read_master_address(self.store)
         except Exception:  # the store may be busy; treat as "unknown now"
             return None
-        if kv is None:
+        if address is None:
             return None
-        return fetch_status(json.loads(kv.value)["http"], timeout=1.0)
+        return fetch_status(address.http, timeout=1.0)
 
     def _progress(self) -> int | None:
         status = self._status()
@@ -212,24 +219,24 @@ class ChaosRun:
     def _master_node(self) -> str | None:
         assert self.store is not None
         try:
-            kv = self.store.get("master/address")
+            address = read_master_address(self.store)
         except Exception:
             return None
-        return None if kv is None else str(json.loads(kv.value)["node"])
+        return None if address is None else address.node
 
     def _slots(self) -> dict[str, int]:
         assert self.store is not None
         try:
-            return {kv.key: int(json.loads(kv.value)["pid"])
-                    for kv in self.store.get_prefix("pserver/slot/")}
+            return {kv.key: PServerSlot.decode(kv.value, kv.key).pid
+                    for kv in self.store.get_prefix(PSERVER_SLOT_PREFIX)}
         except Exception:
             return {}
 
     def _trainers(self) -> set[str]:
         assert self.store is not None
         try:
-            return {kv.key for kv in self.store.get_prefix("trainer/")
-                    if b"leaving" not in kv.value}
+            return {kv.key for kv in self.store.get_prefix(TRAINER_PREFIX)
+                    if not TrainerRegistration.decode(kv.value, kv.key).leaving}
         except Exception:
             return set()
 

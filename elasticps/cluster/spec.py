@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from elasticps import __version__
 from elasticps.cluster.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 from elasticps.config import ENV_VARS, load_config, user_namespace
 from elasticps.errors import ConfigError
+from elasticps.version import __version__
 
 DEFAULT_IMAGE = f"elasticps/elasticps:{__version__}"
 DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"

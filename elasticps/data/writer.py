@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-import elasticps
 from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
 from elasticps.data.schema import LABEL, schema_description
 from elasticps.errors import DataError
+from elasticps.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class DatasetWriter:
             chunks=tuple(self.chunks),
             schema=tuple(schema_description(with_p_true="p_true" in self.schema.names)),
             null_counts=dict(self.null_counts),
-            created_by=f"elasticps {elasticps.__version__}",
+            created_by=f"elasticps {__version__}",
             **fields,
         )
         write_manifest(self.fs, self.root, manifest)

@@ -28,8 +28,9 @@ from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.monitor import StatusMonitor
 from elasticps.launch.process import RoleSpec
-from elasticps.launch.scale import DESIRED_TRAINERS_KEY, JOB_FILE
+from elasticps.launch.scale import JOB_FILE
 from elasticps.launch.supervisor import JobState, Supervisor
+from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class Launch:
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
         from elasticps.store import open_store
-        from elasticps.trainer.report import read_progress, read_result
+        from elasticps.store.keys import read_progress, read_result
 
         summary: dict[str, Any] = {"job_name": self.job_name, "wall_s": round(wall_s, 3),
                                    "trainers": self.opts.trainers, "pservers": self.opts.pservers,
@@ -224,10 +225,10 @@ class Launch:
         except Exception as exc:  # the job succeeded; a missing summary detail is not fatal
             log.warning("Job %s: could not read results from the store: %s", self.job_name, exc)
             result, progress = {}, {}
-        samples = sum(float(p.get("samples", 0)) for p in progress.values())
-        train_s = max((float(p.get("train_s", 0)) for p in progress.values()), default=0.0)
-        summary["samples"] = int(samples)
-        summary["trainer_timers"] = {name: p.get("timers") for name, p in progress.items()}
+        samples = sum(p.samples for p in progress.values())
+        train_s = max((p.train_s for p in progress.values()), default=0.0)
+        summary["samples"] = samples
+        summary["trainer_timers"] = {name: dict(p.timers) for name, p in progress.items()}
         summary["samples_per_sec"] = round(samples / train_s, 1) if train_s > 0 else None
         summary.update(result)
         summary.setdefault("passes", None)
@@ -275,16 +276,12 @@ class TrainerScaler:
                 from elasticps.store import open_store
 
                 self._store = open_store(self.launch.store_url, self.launch.job_name)
-            kv = self._store.get(DESIRED_TRAINERS_KEY)
+            kv = self._store.get(DESIRED_TRAINERS)
+            if kv is None:
+                return
+            desired = decode_desired_trainers(kv.value)
         except ElasticPSError as exc:
-            log.debug("Job %s: cannot read %s (%s).", self.launch.job_name,
-                      DESIRED_TRAINERS_KEY, exc)
-            return
-        if kv is None:
-            return
-        try:
-            desired = int(kv.value)
-        except ValueError:
+            log.debug("Job %s: cannot read %s (%s).", self.launch.job_name, DESIRED_TRAINERS, exc)
             return
         self.desired = desired
         active = self._active()

@@ -18,24 +18,9 @@ from typing import Any, TextIO
 
 from elasticps.store import open_store
 from elasticps.store.api import Store
-from elasticps.trainer.report import read_progress
+from elasticps.store.keys import TrainerProgress, read_master_address, read_progress
 
 log = logging.getLogger(__name__)
-
-MASTER_ADDRESS_KEY = "master/address"
-
-
-def master_http(store: Store) -> str | None:
-    """``host:port`` of the master's HTTP status server, if a master has published it."""
-    kv = store.get(MASTER_ADDRESS_KEY)
-    if kv is None:
-        return None
-    try:
-        doc = json.loads(kv.value)
-    except ValueError:
-        return None
-    http = doc.get("http") if isinstance(doc, dict) else None
-    return str(http) if http else None
 
 
 def fetch_status(http: str, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -57,7 +42,7 @@ def _num(doc: dict[str, Any], *paths: str) -> float | None:
     return None
 
 
-def render(status: dict[str, Any] | None, progress: dict[str, dict[str, Any]],
+def render(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
            samples_per_sec: float | None) -> str:
     """One progress line from what the master and the trainers report."""
     parts: list[str] = []
@@ -65,7 +50,7 @@ def render(status: dict[str, Any] | None, progress: dict[str, dict[str, Any]],
     pass_id = _num(status, "pass", "pass_id")
     num_passes = _num(status, "num_passes")
     if pass_id is None and progress:
-        pass_id = max(float(p.get("pass", 0)) for p in progress.values())
+        pass_id = max(float(p.pass_id) for p in progress.values())
     if pass_id is not None:
         parts.append(f"pass {int(pass_id) + 1}" + (f"/{int(num_passes)}" if num_passes else ""))
     done = _num(status, "counts.done")
@@ -80,7 +65,7 @@ def render(status: dict[str, Any] | None, progress: dict[str, dict[str, Any]],
     parts.append(f"trainers {len(live) if isinstance(live, list) else len(progress)}")
     if samples_per_sec is not None:
         parts.append(f"{samples_per_sec:,.0f} samples/s")
-    losses = [float(p["loss"]) for p in progress.values() if isinstance(p.get("loss"), int | float)]
+    losses = [p.loss for p in progress.values() if p.loss is not None]
     if losses:
         parts.append(f"loss {sum(losses) / len(losses):.4f}")
     state = status.get("state") or status.get("status")
@@ -129,15 +114,16 @@ class StatusMonitor(threading.Thread):
                 store.close()
 
     def _tick(self, store: Store) -> None:
-        http = master_http(store)
-        if http is not None and self.status_url is None:
-            self.status_url = f"http://{http}/"
+        address = read_master_address(store)
+        http = address.http if address is not None else None
+        if address is not None and self.status_url is None:
+            self.status_url = address.status_url
             print(f"status: {self.status_url}", file=self.out, flush=True)
             self.url_ready.set()
         status = fetch_status(http) if http else None
         progress = read_progress(store)
         now = time.monotonic()
-        total = sum(float(p.get("samples", 0)) for p in progress.values())
+        total = sum(p.samples for p in progress.values())
         self._samples = [s for s in self._samples if now - s[0] <= 10.0] + [(now, total)]
         sps = None
         if len(self._samples) >= 2 and self._samples[-1][0] > self._samples[0][0]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from elasticps.errors import ConfigError
 
-DESIRED_TRAINERS_KEY = "launcher/desired_trainers"
 JOB_FILE = "job.json"
 MAX_TRAINERS = 1000
 
@@ -38,11 +37,12 @@ def job_location(workdir: str | None, job: str | None, store: str | None) -> tup
 
 def set_desired_trainers(store_url: str, job_name: str, trainers: int) -> None:
     from elasticps.store import open_store
+    from elasticps.store.keys import DESIRED_TRAINERS, encode_desired_trainers
 
     if not 0 <= trainers <= MAX_TRAINERS:
         raise ConfigError(f"--trainers={trainers} must be within [0, {MAX_TRAINERS}]")
     with open_store(store_url, job_name) as store:
-        store.put(DESIRED_TRAINERS_KEY, str(trainers).encode())
+        store.put(DESIRED_TRAINERS, encode_desired_trainers(trainers))
 
 
 def register(subparsers: Any) -> None:

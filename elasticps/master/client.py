@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -27,21 +25,11 @@ from elasticps.errors import LeaseExpiredError, StoreUnavailableError, Unavailab
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.rpc.channel import backoff_delays, call, make_channel
 from elasticps.store.api import Lease, Store
+from elasticps.store.keys import TrainerRegistration, read_master_address, trainer_key
 
 log = logging.getLogger(__name__)
 
-ADDRESS_KEY = "master/address"
-TRAINER_PREFIX = "trainer/"
 Response = TypeVar("Response")
-
-
-def master_address(store: Store) -> dict[str, str] | None:
-    """The current leader's published addresses (``grpc``, ``http``, ``status_url``), or None."""
-    kv = store.get(ADDRESS_KEY)
-    if kv is None:
-        return None
-    doc = json.loads(kv.value)
-    return doc if isinstance(doc, dict) else None
 
 
 class MasterClient:
@@ -66,8 +54,8 @@ class MasterClient:
 
     def _current_stub(self) -> master_pb2_grpc.MasterStub:
         with self._lock:
-            doc = master_address(self.store)
-            address = None if doc is None else doc.get("grpc")
+            published = read_master_address(self.store)
+            address = None if published is None else published.grpc
             if address is None:
                 raise UnavailableError("no master has published master/address yet",
                                        code="UNAVAILABLE")
@@ -155,8 +143,7 @@ class MasterClient:
         if self._lease is not None and not self._lease.expired:
             return
         lease = self.store.grant_lease(self.lease_ttl)
-        self.store.put(f"{TRAINER_PREFIX}{self.trainer}", json.dumps(
-            {"pid": os.getpid(), "host": socket.gethostname()}).encode(), lease.id)
+        self.store.put(trainer_key(self.trainer), TrainerRegistration().encode(), lease.id)
         lease.keep_alive()
         self._lease = lease
         log.info("Trainer %s registered with the master under a %ds lease.", self.trainer,
@@ -182,8 +169,8 @@ class MasterClient:
             return
         try:
             if graceful:
-                self.store.put(f"{TRAINER_PREFIX}{self.trainer}",
-                               json.dumps({"leaving": True}).encode(), lease.id)
+                self.store.put(trainer_key(self.trainer),
+                               TrainerRegistration(leaving=True).encode(), lease.id)
             lease.revoke()
         except (LeaseExpiredError, StoreUnavailableError) as exc:
             log.warning("Trainer %s could not unregister cleanly: %s", self.trainer, exc)

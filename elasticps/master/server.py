@@ -11,7 +11,6 @@ launcher, Kubernetes) restarts it and it becomes a standby.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from elasticps.errors import ElasticPSError, NotLeaderError, StoreUnavailableError
+from elasticps.errors import ElasticPSError, NotLeaderError, StoreUnavailableError, StoreValueError
 from elasticps.master.http_status import StatusServer
 from elasticps.master.reconciler import Reconciler
 from elasticps.master.service import (
@@ -39,12 +38,16 @@ from elasticps.rpc.health import add_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import EventType, Op, Put, Store
 from elasticps.store.election import Election
+from elasticps.store.keys import (
+    MASTER_ADDRESS,
+    MASTER_ELECTION,
+    TRAINER_PREFIX,
+    MasterAddress,
+    TrainerRegistration,
+    trainer_of,
+)
 
 log = logging.getLogger(__name__)
-
-ELECTION_KEY = "master/election"
-ADDRESS_KEY = "master/address"
-TRAINER_PREFIX = "trainer/"
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class MasterServer:
 
     def run(self) -> int:
         opts = self.options
-        election = Election(self.store, ELECTION_KEY, opts.node.encode(), opts.lease_ttl)
+        election = Election(self.store, MASTER_ELECTION, opts.node.encode(), opts.lease_ttl)
         log.info("Master %s of job %s campaigns for the lead.", opts.node, opts.job)
         while not self._campaign_once(election):
             if self.stop_event.is_set():
@@ -116,8 +119,8 @@ class MasterServer:
         try:
             revision = self.store.revision()
             for kv in self.store.get_prefix(TRAINER_PREFIX):
-                if not _leaving(kv.value):
-                    state.live_trainers.add(kv.key[len(TRAINER_PREFIX):])
+                if not _leaving(kv.value, kv.key):
+                    state.live_trainers.add(trainer_of(kv.key))
             loaded = state.snapshot.load(opts.policy, set(state.live_trainers), state.clock())
             if loaded is not None:
                 state.install(loaded)
@@ -134,12 +137,9 @@ class MasterServer:
             http = StatusServer(state.status, opts.host, opts.http_port)
             self.http_port = http.port
             http.start()
-            address = {"grpc": f"{opts.host}:{self.grpc_port}",
-                       "http": f"{opts.host}:{self.http_port}",
-                       "status_url": f"http://{opts.host}:{self.http_port}/",
-                       "node": opts.node}
-            election.leader_txn([Put(ADDRESS_KEY, json.dumps(address).encode(),
-                                     election.lease.id)])
+            address = MasterAddress(f"{opts.host}:{self.grpc_port}",
+                                    f"{opts.host}:{self.http_port}", opts.node)
+            election.leader_txn([Put(MASTER_ADDRESS, address.encode(), election.lease.id)])
             threads = [
                 threading.Thread(target=self._watch_trainers, args=(state, revision + 1),
                                  name="trainer-watch", daemon=True),
@@ -157,8 +157,8 @@ class MasterServer:
                 thread.start()
             self.serving.set()
             log.info("Master %s of job %s serves gRPC on %s and status on %s, %.3fs after "
-                     "winning the election.", opts.node, opts.job, address["grpc"],
-                     address["status_url"], time.monotonic() - won)
+                     "winning the election.", opts.node, opts.job, address.grpc,
+                     address.status_url, time.monotonic() - won)
             while not self.stop_event.wait(0.2):
                 if state.deposed.is_set():
                     break
@@ -209,11 +209,11 @@ class MasterServer:
                 event = watch.get(timeout=0.5)
                 if event is None:
                     continue
-                name = event.key[len(TRAINER_PREFIX):]
+                name = trainer_of(event.key)
                 try:
                     if event.type is EventType.DELETE:
                         state.trainer_gone(name, graceful=False)
-                    elif _leaving(event.value):
+                    elif _leaving(event.value, event.key):
                         state.trainer_gone(name, graceful=True)
                     else:
                         state.trainer_seen(name)
@@ -231,9 +231,9 @@ class MasterServer:
                           self.options.node, self.options.job, exc)
 
 
-def _leaving(value: bytes) -> bool:
+def _leaving(value: bytes, key: str) -> bool:
     try:
-        doc = json.loads(value or b"{}")
-    except ValueError:
+        return TrainerRegistration.decode(value, key).leaving
+    except StoreValueError as exc:
+        log.warning("Ignoring a malformed trainer registration: %s", exc)
         return False
-    return isinstance(doc, dict) and bool(doc.get("leaving"))

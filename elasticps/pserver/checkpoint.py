@@ -36,11 +36,11 @@ from elasticps.errors import CheckpointError
 from elasticps.pserver import checkpoint_format as fmt
 from elasticps.pserver.shard import Snapshot
 from elasticps.store.api import Store
+from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 
 log = logging.getLogger(__name__)
 
 FAULT_PAUSE_BEFORE_RENAME = "checkpoint-pause-before-rename"
-STORE_PREFIX = "pserver/checkpoint/"
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,6 @@ class ShardCheckpoints:
 
     # -- listing ----------------------------------------------------------------------------
 
-    def _store_prefix(self) -> str:
-        return f"{STORE_PREFIX}{self.shard}/"
-
     def manifests(self) -> list[Manifest]:
         """Every manifest known for this slot (store and directory), newest first."""
         found: dict[str, Manifest] = {}
@@ -135,7 +132,7 @@ class ShardCheckpoints:
                     continue
                 found[manifest.id] = manifest
         if self.store is not None:
-            for kv in self.store.get_prefix(self._store_prefix()):
+            for kv in self.store.get_prefix(checkpoint_prefix(self.shard)):
                 try:
                     manifest = Manifest.from_json(kv.value)
                 except CheckpointError as exc:
@@ -175,7 +172,7 @@ class ShardCheckpoints:
                 f"ckpt-{checkpoint_id}.json", lambda out: _write_bytes(out, body)
             )
             if self.store is not None:
-                self.store.put(f"{self._store_prefix()}{checkpoint_id}", body)
+                self.store.put(checkpoint_key(self.shard, checkpoint_id), body)
             log.info("%s wrote checkpoint %s (%d bytes, sha256 %s).", self.node, checkpoint_id,
                      size, digest[:12])
             self._prune()
@@ -216,7 +213,7 @@ class ShardCheckpoints:
     def _prune(self) -> None:
         for old in self.manifests()[self.keep:]:
             if self.store is not None:
-                self.store.delete(f"{self._store_prefix()}{old.id}")
+                self.store.delete(checkpoint_key(self.shard, old.id))
             for name in (f"ckpt-{old.id}.json", old.data):
                 path = f"{self.dir}/{name}"
                 if self.fs.exists(path):

@@ -21,7 +21,6 @@ from a checkpoint is already initialised and is left alone.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -40,18 +39,24 @@ from elasticps.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     StoreError,
+    StoreValueError,
     UnavailableError,
 )
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
-from elasticps.pserver.server import SLOT_PREFIX
 from elasticps.rpc import call, decode_tensor, encode_sparse, encode_tensor, make_channel
 from elasticps.rpc.channel import backoff_delays
 from elasticps.store import Compare, Put, Store
+from elasticps.store.keys import (
+    PSERVER_INIT_DONE,
+    PSERVER_INIT_LOCK,
+    PSERVER_INIT_PREFIX,
+    PSERVER_SLOT_PREFIX,
+    InitMarker,
+    PServerSlot,
+    slot_of,
+)
 
 log = logging.getLogger(__name__)
-
-INIT_LOCK = "pserver/init/lock"
-INIT_DONE = "pserver/init/done"
 _LOG_EVERY_S = 10.0
 
 T = TypeVar("T")
@@ -100,22 +105,23 @@ class PServerClient:
         self._retired: list[grpc.Channel] = []
         self._closed = threading.Event()
         revision = store.revision()
-        for kv in store.get_prefix(SLOT_PREFIX):
+        for kv in store.get_prefix(PSERVER_SLOT_PREFIX):
             self._on_slot(kv.key, kv.value)
-        self._watch = store.watch_prefix(SLOT_PREFIX, start_revision=revision + 1)
+        self._watch = store.watch_prefix(PSERVER_SLOT_PREFIX, start_revision=revision + 1)
         self._watcher = threading.Thread(target=self._follow, name="pserver-slots", daemon=True)
         self._watcher.start()
 
     # -- addresses --------------------------------------------------------------------------
 
     def _on_slot(self, key: str, value: bytes | None) -> None:
+        slot = slot_of(key)
+        if slot is None or not 0 <= slot < self.num_shards:
+            return
         try:
-            slot = int(key.removeprefix(SLOT_PREFIX))
-        except ValueError:
-            return
-        if not 0 <= slot < self.num_shards:
-            return
-        address = json.loads(value)["address"] if value else None
+            address = PServerSlot.decode(value, key).address if value else None
+        except StoreValueError as exc:
+            log.warning("Trainer %s ignores pserver slot %d: %s", self.name, slot, exc)
+            address = None
         with self._cond:
             shard = self._shards[slot]
             # A PUT with the same address is still a new process (new lease): reconnect. The
@@ -253,17 +259,18 @@ class PServerClient:
         while True:
             states = self._initialized(sequential)
             if all(states):
-                if self.store.get(INIT_DONE) is None:
-                    self.store.put(INIT_DONE, self._marker("restored"))
+                if self.store.get(PSERVER_INIT_DONE) is None:
+                    self.store.put(PSERVER_INIT_DONE, self._marker("restored"))
                 return
             lease = self.store.grant_lease(self.init_lock_ttl)
-            won = self.store.txn([Compare.missing(INIT_LOCK)],
-                                 [Put(INIT_LOCK, self._marker("lock"), lease.id)]).succeeded
+            won = self.store.txn([Compare.missing(PSERVER_INIT_LOCK)],
+                                 [Put(PSERVER_INIT_LOCK, self._marker("lock"),
+                                      lease.id)]).succeeded
             if won:
                 lease.keep_alive()
                 try:
                     self._initialize_shards(sequential)
-                    self.store.put(INIT_DONE, self._marker("initialised"))
+                    self.store.put(PSERVER_INIT_DONE, self._marker("initialised"))
                 finally:
                     lease.revoke()
                 log.info("Trainer %s initialised the pserver tables.", self.name)
@@ -272,20 +279,21 @@ class PServerClient:
             self._wait_for_init(give_up_at)
 
     def _marker(self, what: str) -> bytes:
-        return json.dumps({"by": self.name, "what": what, "time": time.time()}).encode()
+        return InitMarker(self.name, what).encode()
 
     def _wait_for_init(self, give_up_at: float) -> None:
         """Wait until the lock holder finishes (done appears) or gives up (lock vanishes)."""
         revision = self.store.revision()
-        if self.store.get(INIT_LOCK) is None:
+        if self.store.get(PSERVER_INIT_LOCK) is None:
             return
         log.info("Trainer %s waits for another trainer to initialise the tables.", self.name)
-        with self.store.watch_prefix("pserver/init/", start_revision=revision + 1) as watch:
+        with self.store.watch_prefix(PSERVER_INIT_PREFIX,
+                                     start_revision=revision + 1) as watch:
             while time.monotonic() < give_up_at:
                 event = watch.get(timeout=1.0)
-                if event is not None and (event.key == INIT_DONE or event.key == INIT_LOCK):
+                if event is not None and event.key in (PSERVER_INIT_DONE, PSERVER_INIT_LOCK):
                     return
-                if self.store.get(INIT_LOCK) is None:
+                if self.store.get(PSERVER_INIT_LOCK) is None:
                     return
         raise UnavailableError(f"no trainer initialised the pserver tables in {self.deadline}s")
 

@@ -14,9 +14,7 @@ Start-up order matters:
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import os
 import signal
 import threading
 import uuid
@@ -33,14 +31,9 @@ from elasticps.pserver.shard import ShardState
 from elasticps.rpc import bind, make_server
 from elasticps.rpc.health import add_health, set_serving
 from elasticps.store import Compare, Lease, Put, Store, open_store
+from elasticps.store.keys import PSERVER_SLOT_PREFIX, PServerSlot, pserver_slot
 
 log = logging.getLogger(__name__)
-
-SLOT_PREFIX = "pserver/slot/"
-
-
-def slot_key(slot: int) -> str:
-    return f"{SLOT_PREFIX}{slot}"
 
 
 def claim_slot(
@@ -49,10 +42,10 @@ def claim_slot(
     """Take the lowest free slot, waiting for one to free up; None if ``stop`` is set first."""
     announced = False
     while not stop.is_set():
-        watch = store.watch_prefix(SLOT_PREFIX, start_revision=store.revision() + 1)
+        watch = store.watch_prefix(PSERVER_SLOT_PREFIX, start_revision=store.revision() + 1)
         try:
             for slot in range(num_shards):
-                key = slot_key(slot)
+                key = pserver_slot(slot)
                 if store.txn([Compare.missing(key)], [Put(key, value, lease.id)]).succeeded:
                     return slot
             if not announced:
@@ -91,7 +84,7 @@ class PServerProcess:
             address = f"{config.host}:{port}"
             lease = store.grant_lease(config.lease_ttl)
             lease.keep_alive()
-            value = json.dumps({"address": address, "pid": os.getpid()}).encode()
+            value = PServerSlot(address).encode()
             slot = claim_slot(store, lease, self.num_shards, value, self.stop, config.job_name)
             if slot is None:
                 lease.revoke()
@@ -187,7 +180,7 @@ class PServerProcess:
             try:
                 lease = store.grant_lease(self.config.lease_ttl)
                 lease.keep_alive()
-                key = slot_key(slot)
+                key = pserver_slot(slot)
                 if not store.txn([Compare.missing(key)], [Put(key, value, lease.id)]).succeeded:
                     log.error("%s: slot %d was taken by another pserver; this one exits.",
                               self.node, slot)

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 import grpc
 
-from elasticps import errors
+import elasticps.errors as errors
 
 _CLIENT_MAP: dict[grpc.StatusCode, type[errors.RPCError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,

@@ -9,6 +9,7 @@ from elasticps.config import load_config
 from elasticps.errors import ConfigError, NotFoundError
 from elasticps.store import KeyValue, Store, open_store
 from elasticps.store.election import leader_value
+from elasticps.store.keys import MASTER_ELECTION
 
 EPILOG = """\
 examples:
@@ -52,7 +53,7 @@ def register(subparsers: Any) -> None:
                        help="stop after this many seconds without an event")
     watch.set_defaults(func=run_watch)
     leader = commands.add_parser("leader", help="print the current holder of an election lock")
-    leader.add_argument("name", nargs="?", default="master/election")
+    leader.add_argument("name", nargs="?", default=MASTER_ELECTION)
     leader.set_defaults(func=run_leader)
 
 

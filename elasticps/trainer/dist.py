@@ -46,11 +46,11 @@ class TrainerHandle:
         self.stats = stats
 
     def status_url(self) -> str | None:
-        from elasticps.launch.monitor import master_http
+        from elasticps.store.keys import read_master_address
 
         store = self.trainer.store
-        http = master_http(store) if store is not None else None
-        return f"http://{http}/" if http else None
+        address = read_master_address(store) if store is not None else None
+        return address.status_url if address else None
 
     def wait(self) -> int:
         return 0

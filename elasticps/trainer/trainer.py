@@ -150,8 +150,8 @@ class Trainer:
         on) every ``EndPass`` also carries ``test_auc``, ``test_logloss`` and ``test_samples``
         of the parameters at the pass end; it costs one forward pass over the test set.
         """
+        from elasticps.store.keys import TrainerProgress, publish_progress
         from elasticps.trainer.datasource import as_dataset_reader
-        from elasticps.trainer.report import publish_progress
 
         if num_passes < 1:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")
@@ -174,10 +174,9 @@ class Trainer:
             if store is None:
                 return
             try:
-                publish_progress(store, self.name, {
-                    "pass": stats.pass_id, "samples": stats.samples, "batches": stats.batches,
-                    "loss": stats.loss_ewma, "train_s": stats.train_s, "tasks": stats.tasks,
-                    "timers": stats.timers})
+                publish_progress(store, self.name, TrainerProgress(
+                    stats.pass_id, stats.samples, stats.batches, stats.loss_ewma,
+                    stats.train_s, stats.tasks, stats.timers))
             except Exception as exc:  # progress is cosmetic; the store may be briefly down
                 log.debug("Trainer %s could not publish progress: %s", self.name, exc)
 

@@ -24,7 +24,8 @@ import torch
 
 import elasticps as eps
 from elasticps.data import FeatureConfig, open_dataset
-from elasticps.trainer.report import publish_result, run_once
+from elasticps.store.keys import publish_result
+from elasticps.store.once import run_once
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import build

@@ -14,10 +14,11 @@ import pytest
 
 from elasticps.errors import InvalidArgumentError, NotFoundError, UnauthenticatedError
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
-from elasticps.pserver.client import INIT_DONE, PServerClient
+from elasticps.pserver.client import PServerClient
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.rpc import call, encode_tensor, make_channel
 from elasticps.store import Store, open_store
+from elasticps.store.keys import PSERVER_INIT_DONE
 from tests.integration.pserver_harness import REPO, TOKEN, PServers
 
 OPT = pserver_pb2.OptimizerSpec
@@ -67,7 +68,7 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
     with PServerClient(store, TOKEN, 2, deadline=30) as client:
         client.declare_tables(SPECS)
         client.initialize({"w": W0})
-        assert store.get(INIT_DONE) is not None
+        assert store.get(PSERVER_INIT_DONE) is not None
         np.testing.assert_array_equal(client.pull_dense()["w"], W0)
         for seq, (w, ids, rows) in enumerate(batches):
             responses = client.push(common_pb2.BatchRef(pass_id=0, task_id=0, seq=seq),

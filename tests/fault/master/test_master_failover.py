@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.master.client import MasterClient, master_address
+from elasticps.master.client import MasterClient
 from elasticps.master.reader import cloud_reader
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
+from elasticps.store.keys import read_master_address
 from tests.helpers import wait_for
 from tests.integration.master.helpers import REPO, store_url_for, synthetic_chunks
 
@@ -47,8 +48,8 @@ def start_master(store_url: str, job: str, log: Path) -> subprocess.Popen[bytes]
 
 
 def leader_node(store: Store) -> str | None:
-    address = master_address(store)
-    return None if address is None else address.get("node")
+    address = read_master_address(store)
+    return None if address is None else address.node
 
 
 def row_batches(chunk: master_pb2.Chunk, start: int) -> Iterator[list[int]]:

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from elasticps.data.synth import synth_ctr
-from elasticps.master.client import MasterClient, master_address
+from elasticps.master.client import MasterClient
 from elasticps.master.reader import cloud_reader, data_chunk_batches
 from elasticps.store import open_store
+from elasticps.store.keys import read_master_address
 from tests.helpers import wait_for
 from tests.integration.master.helpers import REPO
 
@@ -35,16 +36,16 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     store = open_store(url, job_name)
     try:
-        wait_for(lambda: master_address(store) is not None, 60, "the master to publish")
+        wait_for(lambda: read_master_address(store) is not None, 60, "the master to publish")
         client = MasterClient(store, TOKEN, "t0")
         client.register_trainer()
         labels: dict[int, list[np.ndarray]] = {0: [], 1: []}
         for item in cloud_reader(client, data_chunk_batches(str(data), 32), 32):
             labels[item.pass_id].append(item.batch.label)
         assert [sum(len(x) for x in labels[p]) for p in (0, 1)] == [600, 600]
-        address = master_address(store)
+        address = read_master_address(store)
         assert address is not None
-        with urllib.request.urlopen(address["status_url"] + "api/status", timeout=10) as r:
+        with urllib.request.urlopen(address.status_url + "api/status", timeout=10) as r:
             doc = json.loads(r.read())
         assert doc["state"] == "succeeded"
         assert doc["num_tasks"] == 3

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from elasticps.master.client import MasterClient, master_address
+from elasticps.master.client import MasterClient
 from elasticps.master.reader import TaskBatch, cloud_reader, task_batches
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
+from elasticps.store.keys import read_master_address
 from tests.helpers import wait_for
 from tests.integration.master.helpers import synthetic_chunks
 
@@ -176,20 +177,20 @@ def test_a_trainer_whose_lease_expired_registers_again_before_asking_for_work(
 
 
 def test_status_page_and_address_are_published(store: Store, master: RunningMaster) -> None:
-    address = master_address(store)
+    address = read_master_address(store)
     assert address is not None
-    assert address["status_url"] == f"http://127.0.0.1:{master.server.http_port}/"
+    assert address.status_url == f"http://127.0.0.1:{master.server.http_port}/"
     client = MasterClient(store, TOKEN, "a")
     client.set_dataset("mem://ctr", 2, 3)
     client.get_task(0)
-    with urllib.request.urlopen(address["status_url"] + "api/status", timeout=10) as reply:
+    with urllib.request.urlopen(address.status_url + "api/status", timeout=10) as reply:
         doc = json.loads(reply.read())
     assert doc["job"] == master.server.options.job
     assert doc["pass"] == 0
     assert doc["num_passes"] == 3
     assert doc["counts"] == {"todo": 4, "pending": 1, "done": 0, "failed": 0}
     assert doc["pending"] == {"a": [0]}
-    with urllib.request.urlopen(address["status_url"], timeout=10) as reply:
+    with urllib.request.urlopen(address.status_url, timeout=10) as reply:
         page = reply.read().decode()
     assert "running" in page
     assert "/api/status" in page
