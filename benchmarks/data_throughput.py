@@ -5,7 +5,7 @@
 Steps, on one synthetic dataset of --rows rows:
   synth    elasticps.data.synth.synth_ctr (Parquet, with the planted model's best AUC)
   text     the same rows written as Criteo TSV (the input of the next step)
-  convert  elasticps.data.criteo.convert_criteo: TSV -> chunked Parquet, validated
+  convert  elasticps.data.criteo_convert.convert_criteo: TSV -> chunked Parquet, validated
   read     elasticps.data.iter_batches over every chunk: hashed ids + normalised dense features
            (median of --repeats passes)
   baseline the classic demo's per-line Python reader (split, float, hash per field) on the
@@ -30,8 +30,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from elasticps.data import FeatureConfig, iter_batches, open_dataset  # noqa: E402
-from elasticps.data.criteo import convert_criteo  # noqa: E402
-from elasticps.data.criteo_text import dataset_to_criteo_text  # noqa: E402
+from elasticps.data.criteo_convert import convert_criteo  # noqa: E402
+from elasticps.data.criteo_export import dataset_to_criteo_text  # noqa: E402
 from elasticps.data.synth import synth_ctr  # noqa: E402
 
 CONT_MIN = [0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]

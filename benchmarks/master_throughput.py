@@ -27,12 +27,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from elasticps.data.manifest import ChunkRef
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.snapshot import (
-    ChunkInfo,
     DatasetRecord,
-    Snapshot,
+    QueueSnapshot,
     encode_meta,
     encode_task,
     task_key,
@@ -45,8 +45,8 @@ from elasticps.store.election import Election
 TOKEN = "bench"
 
 
-def chunks_of(n: int) -> list[ChunkInfo]:
-    return [ChunkInfo(f"part-{i // 16:05d}.parquet", i % 16, 1000) for i in range(n)]
+def chunks_of(n: int) -> list[ChunkRef]:
+    return [ChunkRef(f"part-{i // 16:05d}.parquet", i % 16, 1000) for i in range(n)]
 
 
 def baseline_state_machine(num_tasks: int, seconds: float) -> float:
@@ -115,7 +115,7 @@ def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
     def commit(ops: Sequence[Op]) -> None:
         election.leader_txn(ops)
 
-    snapshot = Snapshot(store, commit)
+    snapshot = QueueSnapshot(store, commit)
     chunks = chunks_of(num_chunks)
     queue = TaskQueue([c.num_rows for c in chunks], 1, 3, QueuePolicy())
     t0 = time.perf_counter()
@@ -145,7 +145,7 @@ def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
     for start in range(0, len(ops), 100):
         commit(ops[start:start + 100])
     fill_s = time.perf_counter() - t0
-    loaded = Snapshot(store, commit).load(QueuePolicy(), {"t"}, 0.0)
+    loaded = QueueSnapshot(store, commit).load(QueuePolicy(), {"t"}, 0.0)
     assert loaded is not None
     assert loaded.queue.counts()["done"] == changes
     election.resign()

@@ -12,18 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from elasticps.config import Config, init, load_config
 from elasticps.errors import ElasticPSError
+from elasticps.version import __version__
 
 if TYPE_CHECKING:
     from elasticps import nn, reader
+    from elasticps.api import dist_train
     from elasticps.trainer import events, optim
-    from elasticps.trainer.dist import dist_train
     from elasticps.trainer.trainer import Trainer
-
-from elasticps.version import __version__
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Trainer": ("elasticps.trainer.trainer", "Trainer"),
-    "dist_train": ("elasticps.trainer.dist", "dist_train"),
+    "dist_train": ("elasticps.api", "dist_train"),
     "nn": ("elasticps.nn", None),
     "optim": ("elasticps.trainer.optim", None),
     "events": ("elasticps.trainer.events", None),
@@ -36,7 +35,7 @@ def __getattr__(name: str) -> Any:
         try:
             return importlib.import_module("elasticps.cluster.spec").Job
         except (ImportError, AttributeError):
-            return importlib.import_module("elasticps.trainer.dist").LocalJob
+            return importlib.import_module("elasticps.api").LocalJob
     if name not in _LAZY:
         raise AttributeError(f"module 'elasticps' has no attribute {name!r}")
     module_name, attr = _LAZY[name]

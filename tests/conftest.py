@@ -3,13 +3,10 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.etcd_server import EtcdServer
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,12 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[1]  # the repository root
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition", *,

@@ -10,14 +10,47 @@ Public API (what other subsystems call)::
             dense, sparse, label = batch.to_torch()
     auc(labels, scores); log_loss(labels, probs)
 
-Heavier pieces (converter, generator) are imported from their modules:
-``elasticps.data.criteo.convert_criteo``, ``elasticps.data.synth.synth_ctr``.
+Names load on first use (``elasticps.data.manifest`` alone needs no pyarrow). Heavier pieces
+(converter, generator) are imported from their modules:
+``elasticps.data.criteo_convert.convert_criteo``, ``elasticps.data.synth.synth_ctr``.
 """
 
-from elasticps.data.auc import auc, log_loss
-from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
-from elasticps.data.manifest import ChunkRef, Manifest
-from elasticps.data.reader import CtrBatch, Dataset, iter_batches, open_dataset, read_chunk_table
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from elasticps.data.auc import auc, log_loss
+    from elasticps.data.dataset import (
+        CtrBatch,
+        Dataset,
+        iter_batches,
+        open_dataset,
+        read_chunk_table,
+    )
+    from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
+    from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
+
+# Loaded on first use, so that importing the light modules (the manifest, for the master)
+# does not load pyarrow.
+_WHERE = {
+    "auc": "auc", "log_loss": "auc",
+    "CtrBatch": "dataset", "Dataset": "dataset", "iter_batches": "dataset",
+    "open_dataset": "dataset", "read_chunk_table": "dataset",
+    "FeatureConfig": "features", "hash_categorical": "features", "normalize_dense": "features",
+    "ChunkRef": "manifest", "Manifest": "manifest", "read_manifest": "manifest",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'elasticps.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"elasticps.data.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ChunkRef",
@@ -32,4 +65,5 @@ __all__ = [
     "normalize_dense",
     "open_dataset",
     "read_chunk_table",
+    "read_manifest",
 ]

@@ -116,7 +116,7 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def run_convert_criteo(args: argparse.Namespace) -> int:
-    from elasticps.data.criteo import convert_criteo
+    from elasticps.data.criteo_convert import convert_criteo
 
     report = convert_criteo(
         args.inputs, args.out, rows_per_chunk=args.rows_per_chunk,
@@ -151,7 +151,7 @@ def run_synth_ctr(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from elasticps.data.reader import open_dataset
+    from elasticps.data.dataset import open_dataset
     from elasticps.data.summary import format_summary, summary
 
     info = summary(open_dataset(args.dataset))

@@ -27,6 +27,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec
+
 from elasticps.errors import DataError
 
 FORMAT = "elasticps-ctr"
@@ -157,6 +159,26 @@ class Manifest:
             created_by=str(raw.get("created_by", "")),
             format_version=FORMAT_VERSION,
         )
+
+
+def read_manifest(url: str) -> Manifest:
+    """The manifest of the dataset directory at ``url`` (a local path or any fsspec URL).
+
+    Reads one small JSON file and no data: the master uses it to list chunks without loading
+    pyarrow.
+    """
+    manifest_url = url.rstrip("/") + "/" + MANIFEST_NAME
+    try:
+        with fsspec.open(manifest_url, "rb") as handle:
+            text = handle.read()
+    except FileNotFoundError as exc:
+        raise DataError(
+            f"{url!r} is not a dataset: it has no {MANIFEST_NAME} (make one with "
+            "`elasticps data convert` or `elasticps data synth`)"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {manifest_url}: {exc}") from exc
+    return Manifest.from_json(text, where=manifest_url)
 
 
 def _nonneg_int(raw: dict[str, Any], name: str, where: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elasticps.data.reader import Dataset
+from elasticps.data.dataset import Dataset
 
 
 def summary(dataset: Dataset) -> dict[str, Any]:

@@ -10,6 +10,7 @@ launcher, Kubernetes) restarts it and it becomes a standby.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -21,29 +22,37 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from elasticps.errors import ElasticPSError, NotLeaderError, StoreUnavailableError, StoreValueError
+from elasticps.errors import (
+    ElasticPSError,
+    NotLeaderError,
+    StoreError,
+    StoreUnavailableError,
+    StoreValueError,
+)
 from elasticps.master.http_status import StatusServer
-from elasticps.master.reconciler import Reconciler
+from elasticps.master.reconcile_loop import Reconciler
 from elasticps.master.service import (
     ChunkLister,
     MasterServicer,
     MasterState,
     data_chunk_lister,
 )
-from elasticps.master.snapshot import Snapshot
+from elasticps.master.snapshot import QueueSnapshot
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2_grpc
 from elasticps.pserver.client import PServerClient
 from elasticps.rpc.health import add_health, set_serving
 from elasticps.rpc.server import bind, make_server
-from elasticps.store.api import EventType, Op, Put, Store
+from elasticps.store.api import EventType, Lease, Op, Put, Store
 from elasticps.store.election import Election
 from elasticps.store.keys import (
     MASTER_ADDRESS,
     MASTER_ELECTION,
     TRAINER_PREFIX,
     MasterAddress,
+    ProcessInfo,
     TrainerRegistration,
+    master_candidate,
     trainer_of,
 )
 
@@ -97,6 +106,30 @@ class MasterServer:
         self.stop_event.set()
 
     def run(self) -> int:
+        candidacy = self._announce_candidacy()
+        try:
+            return self._run()
+        finally:
+            if candidacy is not None:
+                with contextlib.suppress(StoreError):
+                    candidacy.revoke()
+
+    def _announce_candidacy(self) -> Lease | None:
+        """``master/candidate/<node>`` under our own lease: who is in the election, leader or
+        standby, for operators and ``elasticps chaos``. Best effort: the election does not
+        depend on it."""
+        opts = self.options
+        try:
+            lease = self.store.grant_lease(opts.lease_ttl)
+            lease.keep_alive()
+            self.store.put(master_candidate(opts.node), ProcessInfo().encode(), lease.id)
+            return lease
+        except StoreError as exc:
+            log.warning("Master %s of job %s could not announce its candidacy: %s", opts.node,
+                        opts.job, exc)
+            return None
+
+    def _run(self) -> int:
         opts = self.options
         election = Election(self.store, MASTER_ELECTION, opts.node.encode(), opts.lease_ttl)
         log.info("Master %s of job %s campaigns for the lead.", opts.node, opts.job)
@@ -109,7 +142,7 @@ class MasterServer:
         def commit(ops: Sequence[Op]) -> None:
             election.leader_txn(ops)
 
-        state = MasterState(opts.job, opts.node, Snapshot(self.store, commit), opts.policy,
+        state = MasterState(opts.job, opts.node, QueueSnapshot(self.store, commit), opts.policy,
                             self.chunk_lister)
         self.state = state
         server: grpc.Server | None = None

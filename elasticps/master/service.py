@@ -1,7 +1,7 @@
 """The ``Master`` gRPC servicer: the task queue, persisted before every answer.
 
 Every handler takes one lock, steps the :class:`~elasticps.master.task_queue.TaskQueue`, writes
-the resulting delta through :class:`~elasticps.master.snapshot.Snapshot` (a fenced store
+the resulting delta through :class:`~elasticps.master.snapshot.QueueSnapshot` (a fenced store
 transaction) and only then answers. If the write cannot be made the caller gets an error, never
 an acknowledgement: NotLeaderError (we were deposed) answers UNAVAILABLE so the client goes to
 the new master, and marks this servicer :attr:`deposed` so the process exits and is restarted
@@ -20,35 +20,34 @@ from typing import Any
 
 import grpc
 
+from elasticps.data.manifest import ChunkRef, read_manifest
 from elasticps.errors import (
     FailedPreconditionError,
     NotLeaderError,
     StoreUnavailableError,
 )
-from elasticps.master.reconcile import Reconciliation
-from elasticps.master.snapshot import ChunkInfo, DatasetRecord, LoadedState, Snapshot
+from elasticps.master.reconcile_policy import Reconciliation
+from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot
 from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.rpc.server import rpc_handler
 
 log = logging.getLogger(__name__)
 
-ChunkLister = Callable[[str], Sequence[ChunkInfo]]
+# The master's one view of the data: a dataset URL -> its chunks (a manifest read, no data).
+ChunkLister = Callable[[str], Sequence[ChunkRef]]
 THROUGHPUT_WINDOW_S = 30.0
 
 
-def data_chunk_lister(url: str) -> list[ChunkInfo]:
-    """The chunks of the dataset at ``url``, from the data layer's manifest."""
-    from elasticps.data import open_dataset  # heavy (pyarrow): only a leader needs it
-
-    manifest = open_dataset(url).manifest
-    return [ChunkInfo(c.path, c.row_group, c.num_rows) for c in manifest.chunks]
+def data_chunk_lister(url: str) -> Sequence[ChunkRef]:
+    """The chunks of the dataset at ``url``, from its manifest."""
+    return read_manifest(url).chunks
 
 
 class MasterState:
     """The leader's in-memory queue plus the persistence of its changes; thread-safe."""
 
-    def __init__(self, job: str, node: str, snapshot: Snapshot, policy: QueuePolicy,
+    def __init__(self, job: str, node: str, snapshot: QueueSnapshot, policy: QueuePolicy,
                  chunk_lister: ChunkLister, *, clock: Callable[[], float] = time.monotonic,
                  persist_retry_s: float = 5.0) -> None:
         self.job = job

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError, StoreError
 from elasticps.master.task_queue import (
     Delta,
@@ -55,24 +56,11 @@ Commit = Callable[[Sequence[Op]], None]
 
 
 @dataclass(frozen=True)
-class ChunkInfo:
-    """One chunk: a Parquet row group (``path`` as the dataset manifest gives it).
-
-    The same fields as :class:`elasticps.data.ChunkRef`, kept separate on purpose: importing
-    ``elasticps.data`` loads pyarrow, which a master only needs when it reads a manifest.
-    """
-
-    path: str
-    row_group: int
-    num_rows: int
-
-
-@dataclass(frozen=True)
 class DatasetRecord:
     url: str
     chunks_per_task: int
     num_passes: int
-    chunks: tuple[ChunkInfo, ...]
+    chunks: tuple[ChunkRef, ...]
 
     def same_job(self, url: str, chunks_per_task: int, num_passes: int) -> bool:
         return (self.url, self.chunks_per_task, self.num_passes) == (
@@ -135,7 +123,7 @@ def decode_meta(raw: bytes) -> MetaRecord:
                       bool(doc.get("reconciling", False)), int(doc.get("recoveries_total", 0)))
 
 
-def _chunk_parts(chunks: Sequence[ChunkInfo], part_bytes: int) -> Iterator[bytes]:
+def _chunk_parts(chunks: Sequence[ChunkRef], part_bytes: int) -> Iterator[bytes]:
     """Chunk list parts of about ``part_bytes``; each part lists its distinct paths once."""
     paths: dict[str, int] = {}
     rows: list[list[int]] = []
@@ -153,13 +141,13 @@ def _chunk_parts(chunks: Sequence[ChunkInfo], part_bytes: int) -> Iterator[bytes
         yield _dumps({"paths": list(paths), "chunks": rows})
 
 
-def _decode_part(raw: bytes) -> list[ChunkInfo]:
+def _decode_part(raw: bytes) -> list[ChunkRef]:
     doc = json.loads(raw)
     paths = doc["paths"]
-    return [ChunkInfo(paths[p], int(rg), int(n)) for p, rg, n in doc["chunks"]]
+    return [ChunkRef(paths[p], int(rg), int(n)) for p, rg, n in doc["chunks"]]
 
 
-class Snapshot:
+class QueueSnapshot:
     """Reads and writes the master's state under ``master/state/``."""
 
     def __init__(self, store: Store, commit: Commit, *, max_ops: int = 100,
@@ -228,7 +216,7 @@ class Snapshot:
             raise StoreError(f"master state format {header.get('version')!r} is not "
                              f"{FORMAT_VERSION}; this master cannot resume it")
         digest = hashlib.sha256()
-        chunks: list[ChunkInfo] = []
+        chunks: list[ChunkRef] = []
         for k in range(int(header["parts"])):
             part = self.store.get(f"{CHUNKS_PREFIX}{k:06d}")
             if part is None:
@@ -268,6 +256,7 @@ class Snapshot:
 
 
 def load_accounting(store: Store) -> dict[int, dict[str, Any]]:
-    """Every pass's last reconciliation record, by pass (see :meth:`Snapshot.write_accounting`)."""
+    """Every pass's last reconciliation record, by pass
+    (see :meth:`QueueSnapshot.write_accounting`)."""
     return {int(kv.key.rsplit("/", 1)[1]): json.loads(kv.value)
             for kv in store.get_prefix(ACCOUNTING_PREFIX)}

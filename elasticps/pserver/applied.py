@@ -15,7 +15,7 @@ import numpy as np
 
 
 @dataclass
-class _TaskSeqs:
+class _AppliedSeqs:
     below: int = 0
     extra: set[int] = field(default_factory=set)
     applications: int = 0
@@ -40,14 +40,14 @@ class AppliedSet:
     """The set of applied batches of one shard. Not thread-safe: the shard's lock guards it."""
 
     def __init__(self) -> None:
-        self._tasks: dict[tuple[int, int], _TaskSeqs] = {}
+        self._tasks: dict[tuple[int, int], _AppliedSeqs] = {}
         self.floor = 0  # passes below it were pruned: their batches count as applied
 
     def add(self, pass_id: int, task_id: int, seq: int) -> bool:
         """Record an application of a batch; False if it was already recorded (a duplicate:
         the caller was supposed to check :meth:`contains` first, and the extra application is
         still counted so that it shows in :meth:`tasks`)."""
-        seqs = self._tasks.setdefault((pass_id, task_id), _TaskSeqs())
+        seqs = self._tasks.setdefault((pass_id, task_id), _AppliedSeqs())
         seqs.applications += 1
         return seqs.add(seq)
 
@@ -107,9 +107,9 @@ class AppliedSet:
         applied = cls()
         applied.floor = floor
         for pass_id, task_id, below in tasks.tolist():
-            applied._tasks[(pass_id, task_id)] = _TaskSeqs(below=below)
+            applied._tasks[(pass_id, task_id)] = _AppliedSeqs(below=below)
         for pass_id, task_id, seq in extra.tolist():
-            applied._tasks.setdefault((pass_id, task_id), _TaskSeqs()).extra.add(seq)
+            applied._tasks.setdefault((pass_id, task_id), _AppliedSeqs()).extra.add(seq)
         for seqs in applied._tasks.values():
             seqs.applications = len(seqs)
         if counts is not None:

@@ -34,7 +34,7 @@ import fsspec
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver import checkpoint_format as fmt
-from elasticps.pserver.shard import Snapshot
+from elasticps.pserver.shard import ShardSnapshot
 from elasticps.store.api import Store
 from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 
@@ -149,7 +149,7 @@ class ShardCheckpoints:
 
     # -- save -------------------------------------------------------------------------------
 
-    def save(self, snap: Snapshot) -> Manifest:
+    def save(self, snap: ShardSnapshot) -> Manifest:
         """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
         with self._lock:
             self._saves += 1
@@ -251,7 +251,7 @@ class ShardCheckpoints:
             )
         return bytes(data)
 
-    def load_newest(self) -> tuple[Snapshot, Manifest] | None:
+    def load_newest(self) -> tuple[ShardSnapshot, Manifest] | None:
         """The newest checkpoint whose checksum holds, or None if there is none."""
         for manifest in self.manifests():
             try:
@@ -279,7 +279,7 @@ def _protocols(fs: Any) -> tuple[str, ...]:
     return tuple(protocol) if isinstance(protocol, list | tuple) else (protocol,)
 
 
-def _table_summary(snap: Snapshot) -> list[dict[str, Any]]:
+def _table_summary(snap: ShardSnapshot) -> list[dict[str, Any]]:
     summary: list[dict[str, Any]] = []
     for name, dense in snap.dense.items():
         summary.append({"name": name, "kind": "dense", "rows": int(dense.values.shape[0]),

@@ -42,7 +42,7 @@ from google.protobuf import json_format
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.shard import DenseState, Snapshot, SparseState
+from elasticps.pserver.shard import DenseState, ShardSnapshot, SparseState
 
 FORMAT = "elasticps.pserver.checkpoint"
 VERSION = 1
@@ -52,7 +52,7 @@ _DTYPES: dict[np.dtype[Any], str] = {
 _FROM_CODE: dict[str, np.dtype[Any]] = {code: dtype for dtype, code in _DTYPES.items()}
 
 
-def snapshot_tensors(snap: Snapshot) -> dict[str, np.ndarray]:
+def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
     """The named arrays of a snapshot, in a stable order."""
     tensors: dict[str, np.ndarray] = {}
     for name, dense in snap.dense.items():
@@ -73,7 +73,7 @@ def snapshot_tensors(snap: Snapshot) -> dict[str, np.ndarray]:
     return tensors
 
 
-def snapshot_metadata(snap: Snapshot, checkpoint_id: str) -> dict[str, Any]:
+def snapshot_metadata(snap: ShardSnapshot, checkpoint_id: str) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -153,8 +153,8 @@ def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return metadata, tensors
 
 
-def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Snapshot:
-    """Rebuild a Snapshot (arrays are copied out of the file buffer, so they are writable)."""
+def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> ShardSnapshot:
+    """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable)."""
     try:
         specs = [json_format.ParseDict(t, pserver_pb2.TableSpec()) for t in metadata["tables"]]
         dense: dict[str, DenseState] = {}
@@ -175,7 +175,7 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sna
         applied = AppliedSet.from_arrays(
             tensors["applied.tasks"], tensors["applied.extra"], tensors.get("applied.counts"),
             int(floor[0]) if floor is not None and floor.size else 0)
-        return Snapshot(
+        return ShardSnapshot(
             shard=int(metadata["shard"]), num_shards=int(metadata["num_shards"]), specs=specs,
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
             applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},

@@ -69,7 +69,7 @@ class SparseState:
 
 
 @dataclass
-class Snapshot:
+class ShardSnapshot:
     """A consistent copy of a shard: what a checkpoint holds."""
 
     shard: int
@@ -259,7 +259,7 @@ class ShardState:
 
     # -- snapshot / restore -----------------------------------------------------------------
 
-    def snapshot(self) -> tuple[Snapshot, int]:
+    def snapshot(self) -> tuple[ShardSnapshot, int]:
         """A consistent copy of the shard and the version it reflects. Only copies run under the
         lock; writing happens outside it so pushes continue."""
         with self.lock:
@@ -276,7 +276,7 @@ class ShardState:
                         table.ids[:n].copy(), table.values[:n].copy(),
                         {k: v[:n].copy() for k, v in table.slots.items()},
                         table.steps[:n].copy())
-            snap = Snapshot(
+            snap = ShardSnapshot(
                 shard=self.shard, num_shards=self.num_shards,
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
                 dense=dense, sparse=sparse, applied=self.applied.copy(),
@@ -285,7 +285,7 @@ class ShardState:
             )
             return snap, self.version
 
-    def restore(self, snap: Snapshot, source: str) -> None:
+    def restore(self, snap: ShardSnapshot, source: str) -> None:
         """Replace the whole state with a snapshot of this same slot."""
         if (snap.shard, snap.num_shards) != (self.shard, self.num_shards):
             raise InvalidArgumentError(

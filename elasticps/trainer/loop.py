@@ -24,7 +24,7 @@ from elasticps.proto import common_pb2, master_pb2
 from elasticps.trainer.api import TaskSource
 from elasticps.trainer.events import BeginPass, EndIteration, EndPass, Event
 from elasticps.trainer.metrics import MetricAccumulator
-from elasticps.trainer.runner import StepRunner
+from elasticps.trainer.step import StepRunner
 
 log = logging.getLogger(__name__)
 

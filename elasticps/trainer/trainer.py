@@ -35,8 +35,8 @@ from elasticps.trainer.export import export_model
 from elasticps.trainer.loop import LoopStats, TrainingLoop
 from elasticps.trainer.metrics import MetricAccumulator
 from elasticps.trainer.optim import Adam, OptimizerSpec
-from elasticps.trainer.runner import Feed, SparseIds, StepRunner, ctr_feed
 from elasticps.trainer.sparse import SparseEmbedding
+from elasticps.trainer.step import Feed, SparseIds, StepRunner, ctr_feed
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class Trainer:
         of the parameters at the pass end; it costs one forward pass over the test set.
         """
         from elasticps.store.keys import TrainerProgress, publish_progress
-        from elasticps.trainer.datasource import as_dataset_reader
+        from elasticps.trainer.dataset_reader import as_dataset_reader
 
         if num_passes < 1:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")

@@ -41,9 +41,8 @@ from elasticps.store.election import Election, leader_value
 from elasticps.store.embedded_store import EmbeddedStore
 from elasticps.store.etcd_store import EtcdStore
 from tests.etcd_server import EtcdServer, free_port
-from tests.helpers import wait_for
+from tests.helpers import REPO, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 TTL = 2  # seconds; small to keep the suite fast, large enough for a loaded 2-core machine
 
 

@@ -14,9 +14,7 @@ from elasticps.chaos.accounting import job_accounting
 from elasticps.launch.monitor import fetch_status
 from elasticps.launch.scale import JOB_FILE
 from elasticps.store import Store, open_store
-from tests.helpers import wait_for
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO, wait_for
 
 # 2 passes over 40 chunks of 1,000 rows with a small tower: long enough to kill things mid-pass,
 # short enough for the suite.

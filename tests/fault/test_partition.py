@@ -32,11 +32,10 @@ from typing import Any
 import pytest
 
 from elasticps.launch.launcher import LaunchOptions, build_specs
-from tests.helpers import wait_for
+from tests.helpers import REPO, wait_for
 from tests.job_observer import JobObserver
 from tests.netns import NetnsPair, unavailable_reason
 
-REPO = Path(__file__).resolve().parents[2]
 TTL = 2  # seconds a store lease lives unrefreshed: bounds the detection time
 ETCD_PORT = 2379  # inside our own fresh namespace, so no clash is possible
 ROWS, ROWS_PER_CHUNK, BATCH = 120_000, 4000, 250  # 30 tasks a pass, 16 batches a task

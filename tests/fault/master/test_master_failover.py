@@ -24,8 +24,8 @@ from elasticps.master.reader import cloud_reader
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
-from tests.helpers import wait_for
-from tests.integration.master.helpers import REPO, store_url_for, synthetic_chunks
+from tests.helpers import REPO, wait_for
+from tests.integration.master.helpers import store_url_for, synthetic_chunks
 
 TOKEN = "fault-token"
 TTL = 2  # election lease: the takeover bound is TTL + a few seconds

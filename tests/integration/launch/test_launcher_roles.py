@@ -10,8 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
-from tests.helpers import pid_alive, wait_for
+from tests.helpers import REPO, pid_alive, wait_for
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

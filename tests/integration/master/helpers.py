@@ -6,15 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.master.snapshot import ChunkInfo
-
-REPO = Path(__file__).resolve().parents[3]
+from elasticps.data.manifest import ChunkRef
 
 
-
-def synthetic_chunks(num_chunks: int, rows: int = 100, per_file: int = 4) -> list[ChunkInfo]:
+def synthetic_chunks(num_chunks: int, rows: int = 100, per_file: int = 4) -> list[ChunkRef]:
     """A dataset's chunk list without files: ``per_file`` row groups per Parquet path."""
-    return [ChunkInfo(f"part-{i // per_file:05d}.parquet", i % per_file, rows)
+    return [ChunkRef(f"part-{i // per_file:05d}.parquet", i % per_file, rows)
             for i in range(num_chunks)]
 
 

@@ -17,8 +17,7 @@ from elasticps.master.client import MasterClient
 from elasticps.master.reader import cloud_reader, data_chunk_batches
 from elasticps.store import open_store
 from elasticps.store.keys import read_master_address
-from tests.helpers import wait_for
-from tests.integration.master.helpers import REPO
+from tests.helpers import REPO, wait_for
 
 TOKEN = "cli-token"
 

@@ -13,7 +13,7 @@ from elasticps.master.snapshot import (
     DATASET_KEY,
     TASK_PREFIX,
     DatasetRecord,
-    Snapshot,
+    QueueSnapshot,
 )
 from elasticps.master.task_queue import Outcome, QueuePolicy, TaskQueue
 from elasticps.store import Store, open_store
@@ -31,7 +31,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, job_name: str) -> Iter
     handle.close()
 
 
-def leader(store: Store) -> tuple[Election, Snapshot]:
+def leader(store: Store) -> tuple[Election, QueueSnapshot]:
     election = Election(store, "master/election", b"test", ttl=5)
     assert election.campaign(timeout=10)
 
@@ -39,7 +39,7 @@ def leader(store: Store) -> tuple[Election, Snapshot]:
         election.leader_txn(ops)
 
     # Small parts and txns so the test crosses part and txn boundaries.
-    return election, Snapshot(store, commit, max_ops=3, part_bytes=2000)
+    return election, QueueSnapshot(store, commit, max_ops=3, part_bytes=2000)
 
 
 def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> None:
@@ -79,7 +79,7 @@ def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> N
     _, delta = queue.request_save_model("a", 60.0, now)
     snapshot.write_delta(queue, delta)
 
-    loaded = Snapshot(store, lambda ops: None).load(POLICY, {"a", "b"}, now=50.0)
+    loaded = QueueSnapshot(store, lambda ops: None).load(POLICY, {"a", "b"}, now=50.0)
     assert loaded is not None
     assert loaded.dataset == dataset
     rebuilt = loaded.queue
@@ -119,5 +119,5 @@ def test_a_dataset_write_cut_before_its_header_loads_as_no_dataset(store: Store)
     queue = TaskQueue([c.num_rows for c in chunks], 1, 1, POLICY)
     snapshot.write_dataset(DatasetRecord("u", 1, 1, tuple(chunks)), queue)
     store.delete(DATASET_KEY)  # as if the master died after the parts, before the header
-    assert Snapshot(store, lambda ops: None).load(POLICY, set(), 0.0) is None
+    assert QueueSnapshot(store, lambda ops: None).load(POLICY, set(), 0.0) is None
     election.resign()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.etcd_server import EtcdServer
+from tests.helpers import REPO
 
 # Small and quick, and learnable to near the planted optimum: 5 values per slot, no planted
 # crosses, a strong signal, a 64x64 tower. The demo's default is the classic 400x3 CTR-DNN.

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_running_the_script_directly_launches_a_local_job(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file
 
 from elasticps.data import FeatureConfig, open_dataset
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "examples/ctr"))
 from models import build

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from elasticps.cluster.validate import validate_manifests
+from tests.helpers import REPO
 from tests.unit.cluster.fake_kube import FakeKube
 
-REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples/ctr/job.yaml"
 
 

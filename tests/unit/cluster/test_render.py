@@ -26,9 +26,9 @@ from elasticps.cluster.validate import (
     volcano_schema_problems,
 )
 from elasticps.config import ENV_VARS, load_config
+from tests.helpers import REPO
 
 GOLDEN = Path(__file__).parent / "golden"
-REPO = Path(__file__).resolve().parents[3]
 TOKEN = "golden-token-not-a-secret"
 
 JOBS: dict[str, dict[str, Any]] = {

@@ -12,6 +12,7 @@ import pytest
 from elasticps.cluster.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 from elasticps.cluster.spec import Job, JobSpecWarning, Storage, warn_environment
 from elasticps.errors import ConfigError
+from tests.helpers import REPO
 
 BASE: dict[str, Any] = {"entry_point": "python train.py", "namespace": "ml"}
 
@@ -96,7 +97,7 @@ def test_round_trip_through_to_dict() -> None:
 
 
 def test_from_yaml_reads_the_example(tmp_path: Path) -> None:
-    repo = Path(__file__).resolve().parents[3]
+    repo = REPO
     job = Job.from_yaml(repo / "examples/ctr/job.yaml")
     assert job.job_name == "ctr-demo"
     assert job.plan.trainers == 4

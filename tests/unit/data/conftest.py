@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.helpers import REPO
+
 TINY = REPO / "tests" / "data" / "criteo_tiny.tsv"
 # ../shared beside the repo root (CI); a worktree one level deeper finds it one level up.
 SHARED_SAMPLE = next(

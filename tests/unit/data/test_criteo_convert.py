@@ -6,9 +6,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from elasticps.data import criteo, open_dataset
-from elasticps.data.criteo import convert_criteo
-from elasticps.data.criteo_text import dataset_to_criteo_text
+from elasticps.data import criteo_convert as criteo
+from elasticps.data import open_dataset
+from elasticps.data.criteo_convert import convert_criteo
+from elasticps.data.criteo_export import dataset_to_criteo_text
 from elasticps.errors import DataError, MalformedInputError
 from tests.unit.data.helpers import COLUMNS, parse_file
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.data.conftest import REPO
+from tests.helpers import REPO
 
 
 def elasticps(*args: str) -> subprocess.CompletedProcess[str]:

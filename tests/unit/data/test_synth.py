@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from elasticps.data import open_dataset
+from elasticps.data.dataset import table_to_raw
 from elasticps.data.planted import PlantedModel
-from elasticps.data.reader import table_to_raw
 from elasticps.data.synth import synth_ctr
 from elasticps.errors import DataError
 from tests.unit.data.helpers import brute_force_auc

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from elasticps.errors import InvalidArgumentError
-from elasticps.master.reconcile import ShardReport, TaskSeqs, reconcile
+from elasticps.master.reconcile_policy import HeldSeqs, ShardReport, reconcile
 from elasticps.master.snapshot import decode_meta, decode_task, encode_meta, encode_task
 from elasticps.master.task_queue import Outcome, QueuePolicy, TaskQueue, TaskState, TaskView
 
@@ -155,7 +155,7 @@ def test_queue_without_reconcile_ends_passes_at_once() -> None:
 
 def report(shard: int, tasks: dict[int, tuple[int, set[int], int]], floor: int = 0
            ) -> ShardReport:
-    return ShardReport(shard, {t: TaskSeqs(b, frozenset(x), n) for t, (b, x, n) in tasks.items()},
+    return ShardReport(shard, {t: HeldSeqs(b, frozenset(x), n) for t, (b, x, n) in tasks.items()},
                        checkpoint_id=f"c{shard}", floor=floor)
 
 

@@ -15,8 +15,8 @@ from elasticps.errors import ConfigError, FailedPreconditionError, InvalidArgume
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.trainer.dense import DenseSync
 from elasticps.trainer.optim import SGD, Adam, Momentum
-from elasticps.trainer.runner import StepRunner
 from elasticps.trainer.sparse import SparseEmbedding
+from elasticps.trainer.step import StepRunner
 
 
 class SgdTables:

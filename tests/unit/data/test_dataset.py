@@ -13,7 +13,7 @@ import pytest
 from elasticps.data import ChunkRef, CtrBatch, FeatureConfig, iter_batches, open_dataset
 from elasticps.data.synth import synth_ctr
 from elasticps.errors import DataError
-from tests.unit.data.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture(scope="module")

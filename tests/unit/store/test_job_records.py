@@ -1,16 +1,23 @@
-"""The store records trainers publish (run_once, progress, result) and the launcher's line."""
+"""Job records in the store: run_once, trainers' progress and the job's result."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from elasticps.launch.monitor import render
+import pytest
+
+from elasticps.errors import StoreValueError
 from elasticps.store import open_store
 from elasticps.store.keys import (
+    MasterAddress,
+    PServerSlot,
     TrainerProgress,
+    TrainerRegistration,
+    decode_desired_trainers,
     publish_progress,
     publish_result,
+    read_master_address,
     read_progress,
     read_result,
 )
@@ -54,18 +61,22 @@ def test_progress_and_result_round_trip(tmp_path: Path) -> None:
         assert read_result(store) == {"auc": 0.75}
 
 
-def test_progress_line_shows_pass_tasks_rate_and_loss() -> None:
-    status = {"pass": 1, "num_passes": 3, "num_tasks": 32, "counts": {"done": 12},
-              "state": "running"}
-    progress = {"a": TrainerProgress(loss=0.5, samples=5),
-                "b": TrainerProgress(loss=0.7, samples=9)}
-    assert render(status, progress, 1234.0) == (
-        "pass 2/3 | tasks 12/32 | trainers 2 | 1,234 samples/s | loss 0.6000 | running")
-    assert render(None, {}, None) == "trainers 0"
-
-
-def test_progress_line_counts_only_live_trainers() -> None:
-    # "gone" was killed or scaled away: its progress key stays behind in the store.
-    status = {"pass": 0, "live_trainers": ["a"]}
-    progress = {"a": TrainerProgress(loss=0.5), "gone": TrainerProgress(loss=0.9)}
-    assert render(status, progress, None) == "pass 1 | trainers 1 | loss 0.5000"
+def test_values_round_trip_and_bad_values_name_the_key(tmp_path: Path) -> None:
+    address = MasterAddress("h:1", "h:2", "master-h-7", pid=7, host="h")
+    assert MasterAddress.decode(address.encode()) == address
+    assert address.status_url == "http://h:2/"
+    slot = PServerSlot("h:3", pid=8, host="h")
+    assert PServerSlot.decode(slot.encode(), "pserver/slot/0") == slot
+    leaving = TrainerRegistration(pid=9, host="h", leaving=True)
+    assert TrainerRegistration.decode(leaving.encode(), "trainer/t") == leaving
+    with pytest.raises(StoreValueError, match="pserver/slot/1"):
+        PServerSlot.decode(b'{"address": 5, "pid": 1, "host": "h"}', "pserver/slot/1")
+    with pytest.raises(StoreValueError, match="trainer/x"):
+        TrainerRegistration.decode(b"not json", "trainer/x")
+    with pytest.raises(StoreValueError, match="launcher/desired_trainers"):
+        decode_desired_trainers(b"-3")
+    with open_store(f"file://{tmp_path / 'store.db'}", "job") as store:
+        assert read_master_address(store) is None
+        store.put("master/address", b"[1, 2]")
+        with pytest.raises(StoreValueError, match="master/address"):
+            read_master_address(store)

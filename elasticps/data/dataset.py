@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
-from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
+from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
 from elasticps.data.schema import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.errors import DataError
 
@@ -253,15 +253,4 @@ class Dataset:
 
 def open_dataset(url: str) -> Dataset:
     """Open the dataset directory at ``url`` (a local path or any fsspec URL)."""
-    manifest_url = url.rstrip("/") + "/" + MANIFEST_NAME
-    try:
-        with fsspec.open(manifest_url, "rb") as handle:
-            text = handle.read()
-    except FileNotFoundError as exc:
-        raise DataError(
-            f"{url!r} is not a dataset: it has no {MANIFEST_NAME} (make one with "
-            "`elasticps data convert` or `elasticps data synth`)"
-        ) from exc
-    except OSError as exc:
-        raise DataError(f"cannot read {manifest_url}: {exc}") from exc
-    return Dataset(url.rstrip("/") or url, Manifest.from_json(text, where=manifest_url))
+    return Dataset(url.rstrip("/") or url, read_manifest(url))

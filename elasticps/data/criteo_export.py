@@ -1,7 +1,8 @@
 """Writes dataset rows back out as Criteo text (for benchmarks, tests, and other tools).
 
-The output is what :mod:`elasticps.data.criteo` reads: ``label, I1..I13, C1..C26`` with missing
-values as empty fields and categoricals as 8 lowercase hex digits, tab separated by default.
+The output is what :mod:`elasticps.data.criteo_convert` reads: ``label, I1..I13, C1..C26``
+with missing values as empty fields and categoricals as 8 lowercase hex digits, tab separated
+by default.
 Hex formatting is vectorised, so writing runs at Arrow's CSV speed.
 """
 
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from elasticps.data.reader import open_dataset
+from elasticps.data.dataset import open_dataset
 from elasticps.data.schema import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 
 _HEX_CHARS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)

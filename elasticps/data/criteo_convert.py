@@ -7,7 +7,7 @@ it names the columns (``label``, ``I1``.., ``C1``..; case does not matter, extra
 (``.gz``, ``.bz2``, ``.xz``, ``.zst`` by extension).
 
 pyarrow's streaming CSV reader splits fields (no quoting, one thread so that line numbers are
-known); :mod:`elasticps.data.criteo_parse` turns the string columns into typed columns. A line is
+known); :mod:`elasticps.data.criteo_columns` turns the string columns into typed columns. A line is
 malformed when it has the wrong number of fields, an empty label or a label other than 0/1, an
 integer that is not a decimal int32, or a categorical that is not 8 hex digits. Malformed lines
 are skipped, counted and reported with ``input:line``; past ``max_bad_rows`` the conversion fails
@@ -27,7 +27,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from elasticps.data.criteo_parse import parse_block
+from elasticps.data.criteo_columns import parse_block
 from elasticps.data.manifest import Manifest
 from elasticps.data.prefetch import prefetch
 from elasticps.data.progress import Progress

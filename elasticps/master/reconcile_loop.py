@@ -1,9 +1,9 @@
-"""The master's reconciliation loop: the I/O around :mod:`elasticps.master.reconcile`.
+"""The master's reconciliation loop: the I/O around :mod:`elasticps.master.reconcile_policy`.
 
 While the queue waits at a pass end (``TaskQueue.reconciling``) the loop asks every pserver
 shard to write a checkpoint now and report which batches of the pass that checkpoint holds
 (the ``Checkpoint`` RPC; a shard that is down is waited for, one that restarted answers from
-its restored state). The pure :func:`~elasticps.master.reconcile.reconcile` turns the answers
+its restored state). The pure :func:`~elasticps.master.reconcile_policy.reconcile` turns the answers
 into recovery dispatches, or ends the pass when every shard's checkpoint holds every batch.
 Because the answer comes from a durable checkpoint, a pass ends only when a restart of any
 shard, from its newest checkpoint, keeps every batch of the pass.
@@ -19,7 +19,7 @@ import threading
 from typing import Protocol
 
 from elasticps.errors import ElasticPSError
-from elasticps.master.reconcile import reconcile, report_from_tasks
+from elasticps.master.reconcile_policy import reconcile, report_from_tasks
 from elasticps.master.service import MasterState
 from elasticps.proto import pserver_pb2
 

@@ -16,8 +16,8 @@ from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
-from tests.helpers import wait_for
-from tests.integration.pserver_harness import REPO, TOKEN, PServers
+from tests.helpers import REPO, wait_for
+from tests.integration.pserver.harness import TOKEN, PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

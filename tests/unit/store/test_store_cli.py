@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from elasticps.store import open_store
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO
 
 
 def elasticps(*args: str) -> subprocess.CompletedProcess[str]:

@@ -27,7 +27,7 @@ from elasticps.rpc import encode_tensor
 from elasticps.store import Store, open_store
 from tests.helpers import wait_for
 from tests.integration.master.helpers import synthetic_chunks
-from tests.integration.pserver_harness import TOKEN, PServers
+from tests.integration.pserver.harness import TOKEN, PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

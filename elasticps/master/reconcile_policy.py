@@ -6,7 +6,7 @@ per shard (the applied batches of that pass held by the checkpoint the shard jus
 Output: a :class:`Reconciliation` with the missing seqs per task (the union over shards: a
 recovery dispatch recomputes them once and pushes them to every shard; the shards that have a
 batch answer "duplicate") and a per-shard account of expected, held, missing, duplicate and
-unexpected batches. No I/O here; :mod:`elasticps.master.reconciler` does the calls.
+unexpected batches. No I/O here; :mod:`elasticps.master.reconcile_loop` does the calls.
 
 A task's batch count is the larger of what its TaskFinished reported and the highest seq any
 shard holds + 1, so a trainer that under-reports cannot hide a batch that some shard has.
@@ -20,7 +20,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class TaskSeqs:
+class HeldSeqs:
     """The batches of one task a shard holds: every seq < ``below`` plus ``extra``."""
 
     below: int = 0
@@ -49,7 +49,7 @@ class ShardReport:
     """What one shard's checkpoint holds of a pass."""
 
     shard: int
-    tasks: Mapping[int, TaskSeqs]
+    tasks: Mapping[int, HeldSeqs]
     checkpoint_id: str = ""
     floor: int = 0  # passes below it were pruned: everything of them counts as held
     incarnation: str = ""
@@ -106,7 +106,7 @@ def reconcile(pass_id: int, expected: Mapping[int, int],
         pruned = pass_id < report.floor
         held = lost = duplicates = unexpected = 0
         for task_id, count in batches.items():
-            seqs = report.tasks.get(task_id, TaskSeqs())
+            seqs = report.tasks.get(task_id, HeldSeqs())
             gone = [] if pruned else seqs.missing(count)
             if gone:
                 missing.setdefault(task_id, set()).update(gone)
@@ -125,7 +125,7 @@ def reconcile(pass_id: int, expected: Mapping[int, int],
 def report_from_tasks(shard: int, tasks: Iterable[Any], *, checkpoint_id: str = "",
                       floor: int = 0, incarnation: str = "") -> ShardReport:
     """A report from ``pserver_pb2.AppliedTask`` messages (of one pass)."""
-    held = {int(t.task_id): TaskSeqs(int(t.below), frozenset(int(s) for s in t.extra),
+    held = {int(t.task_id): HeldSeqs(int(t.below), frozenset(int(s) for s in t.extra),
                                      int(t.applications))
             for t in tasks}
     return ShardReport(shard, held, checkpoint_id, floor, incarnation)

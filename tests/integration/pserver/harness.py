@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from elasticps.store import Store
-from tests.helpers import wait_for
+from tests.helpers import REPO, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token"
 
 

@@ -19,7 +19,8 @@ from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.rpc import call, encode_tensor, make_channel
 from elasticps.store import Store, open_store
 from elasticps.store.keys import PSERVER_INIT_DONE
-from tests.integration.pserver_harness import REPO, TOKEN, PServers
+from tests.helpers import REPO
+from tests.integration.pserver.harness import TOKEN, PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
@@ -190,7 +191,7 @@ import sys, numpy as np
 from elasticps.proto import common_pb2
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
-from tests.integration.test_pserver_processes import SPECS, _batches
+from tests.integration.pserver.test_processes import SPECS, _batches
 store = open_store(sys.argv[1], sys.argv[2])
 k, workers = int(sys.argv[3]), int(sys.argv[4])
 with PServerClient(store, "test-token", 2, deadline=30) as client:
