@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from elasticps.errors import ElasticPSError
+from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
+from elasticps.launch.parent_watch import exit_with_parent
 from elasticps.version import __version__
 
 # Order is the order of `elasticps --help`.
@@ -49,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"elasticps {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more log output (-vv for debug)")
+    # Set by `elasticps run` on the roles it starts: they stop when the launcher dies
+    # (elasticps/launch/parent_watch.py). Hidden: not for people.
+    parser.add_argument(EXIT_WITH_PARENT, type=int, metavar="PID", help=argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -63,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    launcher = args.exit_with_parent
+    if launcher is not None and not exit_with_parent(launcher):
+        print(f"elasticps: the launcher (pid {launcher}) that started this {args.command} has "
+              "already exited; exiting", file=sys.stderr)
+        return 1
     try:
         return int(args.func(args) or 0)
     except ElasticPSError as exc:

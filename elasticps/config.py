@@ -158,8 +158,6 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
            "Port the master's HTTP status page binds (0 = any free port, published with "
            "the master's address)."),
-    EnvVar("PADDLE_FAULT_INJECT", "fault_inject", _parse_str,
-           "Test-only fault injection, e.g. checkpoint-pause-before-rename:2 (not for jobs)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -194,7 +192,6 @@ class Config:
     checkpoint_keep: int = 3
     lease_ttl: int = 5
     http_port: int = 0
-    fault_inject: str = ""
     workdir: str | None = None
 
     @property

@@ -49,9 +49,9 @@ ROLE_ENV: dict[str, tuple[str, ...]] = {
                 "PADDLE_CHECKPOINT_KEEP"),
     "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID"),
 }
-# Read by no role in a real job, so never rendered: test-only fault injection, and the local
-# launcher's work directory (a cluster job's scripts take their paths from `data:`/`checkpoint:`).
-NOT_RENDERED_ENV = ("PADDLE_FAULT_INJECT", "PADDLE_WORKDIR")
+# Read by no role in a real job, so never rendered: the local launcher's work directory (a
+# cluster job's scripts take their paths from `data:`/`checkpoint:`).
+NOT_RENDERED_ENV = ("PADDLE_WORKDIR",)
 # Set only when the spec has a `data:` location.
 OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": ("PADDLE_DATA",), "pserver": (), "trainer": ("PADDLE_DATA",),

@@ -2,7 +2,11 @@
 
 Each child gets a new session (``start_new_session``), so a terminal's Ctrl-C reaches only the
 launcher, which then stops the children in order; signals go to the child's whole group so a
-role's own helpers die with it.
+role's own helpers die with it. Because no signal of the launcher's group reaches them, each
+``elasticps`` child is also told the launcher's pid (``--exit-with-parent``, see
+:mod:`elasticps.launch.parent_watch`) and stops gracefully when the launcher dies, even by
+SIGKILL. The parent-death signal follows the *thread* that forked the child, so children must
+be started from one long-lived thread: the supervisor loop's.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from elasticps.launch.parent_watch import with_parent
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class RoleProcess:
                 log.flush()
         try:
             self.popen = subprocess.Popen(
-                list(self.spec.argv),
+                list(with_parent(self.spec.argv, os.getpid())),
                 env=self.spec.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log if log is not None else subprocess.DEVNULL,

@@ -2,7 +2,8 @@
 
 - :mod:`.task_queue`   the pure state machine (no I/O, no clock)
 - :mod:`.snapshot`     persistence of the queue in the store, by parts
-- :mod:`.service`      the gRPC servicer and the leader loop
+- :mod:`.service`      ``MasterState`` (queue + persistence under one lock) and the gRPC servicer
+- :mod:`.leader`       the leader's life as a state machine; :mod:`.server` wires real servers
 - :mod:`.http_status`  ``/api/status`` and the human page
 - :mod:`.client`       ``MasterClient`` for trainers; :mod:`.reader` the ``cloud_reader``
 """

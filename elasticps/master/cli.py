@@ -12,7 +12,8 @@ from typing import Any
 
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, InvalidArgumentError
-from elasticps.master.server import MasterOptions, MasterServer
+from elasticps.master.options import MasterOptions
+from elasticps.master.server import MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.store import open_store
 

@@ -40,7 +40,9 @@ from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 
 log = logging.getLogger(__name__)
 
-FAULT_PAUSE_BEFORE_RENAME = "checkpoint-pause-before-rename"
+# Called with the temp path of a checkpoint's data file once it is written and fsynced, just
+# before its rename: the point where a crash leaves a torn write. Tests inject faults here.
+BeforePublish = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -76,22 +78,9 @@ def shard_dir_name(shard: int, num_shards: int) -> str:
     return f"shard-{shard}-of-{num_shards}"
 
 
-def parse_fault(spec: str) -> int:
-    """The save number (1-based) at which to pause before the rename, or 0 for none."""
-    if not spec:
-        return 0
-    name, _, count = spec.partition(":")
-    if name != FAULT_PAUSE_BEFORE_RENAME:
-        return 0
-    try:
-        return max(1, int(count or "1"))
-    except ValueError:
-        raise CheckpointError(f"fault injection {spec!r}: the count after ':' is not an integer")\
-            from None
-
-
 class ShardCheckpoints:
-    """The checkpoints of one shard slot under one URL."""
+    """The checkpoints of one shard slot under one URL. ``before_publish(temp_path)``, if given,
+    runs between the data file's fsync and its rename (tests pause or kill the writer there)."""
 
     def __init__(
         self,
@@ -101,7 +90,7 @@ class ShardCheckpoints:
         *,
         keep: int = 3,
         store: Store | None = None,
-        fault: str = "",
+        before_publish: BeforePublish | None = None,
         node: str = "pserver",
     ) -> None:
         if keep < 1:
@@ -112,8 +101,7 @@ class ShardCheckpoints:
         self.shard, self.num_shards, self.keep = shard, num_shards, keep
         self.store = store
         self.node = node
-        self._pause_at = parse_fault(fault)
-        self._saves = 0
+        self.before_publish = before_publish
         self._lock = threading.Lock()
         self.fs.makedirs(self.dir, exist_ok=True)
 
@@ -152,14 +140,13 @@ class ShardCheckpoints:
     def save(self, snap: ShardSnapshot) -> Manifest:
         """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
         with self._lock:
-            self._saves += 1
             checkpoint_id = self._next_id()
             data_name = f"ckpt-{checkpoint_id}.safetensors"
             tensors = fmt.snapshot_tensors(snap)
             metadata = fmt.snapshot_metadata(snap, checkpoint_id)
             size, digest = self._write_atomically(
                 data_name, lambda out: fmt.write_stream(out, tensors, metadata),
-                pause=self._saves == self._pause_at,
+                before_rename=self.before_publish,
             )
             manifest = Manifest(
                 id=checkpoint_id, shard=self.shard, num_shards=self.num_shards, data=data_name,
@@ -179,7 +166,8 @@ class ShardCheckpoints:
             return manifest
 
     def _write_atomically(
-        self, name: str, write: Callable[[Any], tuple[int, str]], pause: bool = False
+        self, name: str, write: Callable[[Any], tuple[int, str]],
+        before_rename: BeforePublish | None = None,
     ) -> tuple[int, str]:
         final = f"{self.dir}/{name}"
         temp = f"{self.dir}/.tmp-{name}.{os.getpid()}"
@@ -188,8 +176,8 @@ class ShardCheckpoints:
             out.flush()
             if hasattr(out, "fileno"):
                 os.fsync(out.fileno())
-        if pause:
-            self._pause_for_fault_injection(temp)
+        if before_rename is not None:
+            before_rename(temp)
         self.fs.mv(temp, final)
         self._fsync_dir()
         return result
@@ -201,14 +189,6 @@ class ShardCheckpoints:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-    def _pause_for_fault_injection(self, temp: str) -> None:
-        """Test-only (PADDLE_FAULT_INJECT): announce the pause, then block until killed."""
-        log.warning("%s pauses checkpoint write %s before its rename (fault injection).",
-                    self.node, temp)
-        with self.fs.open(f"{temp}.paused", "wb") as marker:
-            marker.write(b"paused\n")
-        threading.Event().wait()
 
     def _prune(self) -> None:
         for old in self.manifests()[self.keep:]:

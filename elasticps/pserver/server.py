@@ -1,31 +1,53 @@
-"""The ``elasticps pserver`` role: claim a slot, restore, serve, checkpoint, exit cleanly.
+"""The ``elasticps pserver`` role's life: an explicit state machine, stepped one transition at a
+time (:meth:`PServerProcess.step`), so a test can walk it state by state.
 
-Start-up order matters:
+==========  ===============================================================  ==================
+state       what one step does                                               next
+==========  ===============================================================  ==================
+STARTING    open the store, bind the gRPC port (``PADDLE_PORT``, 0 = any     CLAIMING
+            free port; not serving yet), take this process's lease
+CLAIMING    take the lowest free ``pserver/slot/<i>`` (``Compare.missing``)  RESTORING when
+            under the lease, publishing ``{address, pid, host}``; when all   claimed; STOPPING
+            are taken, wait a moment for a change under ``pserver/slot/``    on stop(); else
+            (a dead pserver's slot frees when its lease expires)             CLAIMING
+RESTORING   restore the slot's newest good checkpoint, start the periodic    SERVING
+            checkpoint loop, start serving (a restored shard is initialised)
+SERVING     wait up to ``poll_s`` for stop(); notice a lost lease            SERVING, RECLAIMING
+                                                                             or STOPPING
+RECLAIMING  the lease expired (a store outage): take a fresh lease and the   SERVING; RECLAIMING
+            same slot under it, serving all along                            while the store is
+                                                                             unreachable; LOST if
+                                                                             another pserver holds
+                                                                             the slot; STOPPING
+STOPPING    stop serving (2 s grace), write a final checkpoint, revoke the   STOPPED (exit 0)
+            lease it holds *now* (freeing the slot at once), close the store
+LOST        stop serving and write no checkpoint: the slot (and its          STOPPED (exit 1)
+            checkpoint directory) belongs to another pserver now
+STOPPED     final
+==========  ===============================================================  ==================
 
-1. bind the gRPC port (``PADDLE_PORT``, 0 = any free port) — not serving yet;
-2. claim the first free slot ``pserver/slot/<i>`` (``Compare.missing``) under this process's
-   lease, publishing ``{"address", "pid"}``; a restarted process takes the slot its dead
-   predecessor's lease released (trainers see UNAVAILABLE and retry meanwhile);
-3. restore the slot's newest good checkpoint (a restored shard is initialised);
-4. start serving, and checkpoint every ``PADDLE_CHECKPOINT_INTERVAL`` seconds if anything changed;
-5. on SIGTERM: stop serving, write a final checkpoint, revoke the lease (freeing the slot).
+Everything started is entered into ONE :class:`contextlib.ExitStack` as it starts, so stopping
+is one ``close()`` in reverse start order: stop serving, end the checkpoint loop (and write the
+final checkpoint when STOPPING), revoke the current lease, release the port, close the store.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import functools
 import logging
 import signal
 import threading
 import uuid
-
-import grpc
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from elasticps.config import Config
 from elasticps.errors import CheckpointError, ConfigError, LeaseExpiredError, StoreError
 from elasticps.proto import pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState
 from elasticps.rpc import bind, make_server
@@ -36,94 +58,277 @@ from elasticps.store.keys import PSERVER_SLOT_PREFIX, PServerSlot, pserver_slot
 log = logging.getLogger(__name__)
 
 
-def claim_slot(
-    store: Store, lease: Lease, num_shards: int, value: bytes, stop: threading.Event, job: str
-) -> int | None:
-    """Take the lowest free slot, waiting for one to free up; None if ``stop`` is set first."""
-    announced = False
-    while not stop.is_set():
-        watch = store.watch_prefix(PSERVER_SLOT_PREFIX, start_revision=store.revision() + 1)
-        try:
-            for slot in range(num_shards):
-                key = pserver_slot(slot)
-                if store.txn([Compare.missing(key)], [Put(key, value, lease.id)]).succeeded:
-                    return slot
-            if not announced:
-                log.warning("Job %s: all %d pserver slots are taken; this pserver waits for one "
-                            "to free (a dead pserver's slot frees when its lease expires).",
-                            job, num_shards)
-                announced = True
-            watch.get(timeout=1.0)  # any change under pserver/slot/ may have freed one
-        finally:
-            watch.cancel()
-    return None
+class PServerState(enum.Enum):
+    STARTING = "starting"
+    CLAIMING = "claiming"
+    RESTORING = "restoring"
+    SERVING = "serving"
+    RECLAIMING = "reclaiming"
+    STOPPING = "stopping"
+    LOST = "lost"
+    STOPPED = "stopped"
+
+    @property
+    def final(self) -> bool:
+        return self is PServerState.STOPPED
+
+
+S = PServerState
+# Every transition step() may make; step() refuses any other, so the table is the truth.
+TRANSITIONS: dict[PServerState, frozenset[PServerState]] = {
+    S.STARTING: frozenset({S.CLAIMING}),
+    S.CLAIMING: frozenset({S.CLAIMING, S.RESTORING, S.STOPPING}),
+    S.RESTORING: frozenset({S.SERVING}),
+    S.SERVING: frozenset({S.SERVING, S.RECLAIMING, S.STOPPING}),
+    S.RECLAIMING: frozenset({S.RECLAIMING, S.SERVING, S.LOST, S.STOPPING}),
+    S.STOPPING: frozenset({S.STOPPED}),
+    S.LOST: frozenset({S.STOPPED}),
+    S.STOPPED: frozenset(),
+}
+
+
+class Endpoint(Protocol):
+    """The pserver's RPC server: bound first (its address goes into the slot), serving later."""
+
+    address: str
+
+    def serve(self, servicer: ParameterServerServicer) -> None: ...
+
+    def stop(self, grace: float | None) -> None: ...
+
+
+class GrpcEndpoint:
+    """:class:`Endpoint` over a real gRPC server checking the job token."""
+
+    def __init__(self, config: Config) -> None:
+        self._server = make_server(config.token)
+        port = bind(self._server, config.host, config.port)
+        self.address = f"{config.host}:{port}"
+
+    def serve(self, servicer: ParameterServerServicer) -> None:
+        pserver_pb2_grpc.add_ParameterServerServicer_to_server(servicer, self._server)
+        set_serving(add_health(self._server), True)  # slot claimed and restored: ready
+        self._server.start()
+
+    def stop(self, grace: float | None) -> None:
+        self._server.stop(grace).wait()
 
 
 class PServerProcess:
-    """One pserver role process; :meth:`run` blocks until ``stop`` is set."""
+    """One pserver role process: step it, or :meth:`run` it until stopped.
 
-    def __init__(self, config: Config, stop: threading.Event | None = None) -> None:
+    ``before_publish`` is handed to :class:`ShardCheckpoints` (tests inject faults with it);
+    ``endpoint`` makes the RPC server (unit tests pass one that binds nothing).
+    """
+
+    def __init__(self, config: Config, stop: threading.Event | None = None, *,
+                 before_publish: BeforePublish | None = None,
+                 endpoint: Callable[[Config], Endpoint] = GrpcEndpoint,
+                 poll_s: float = 0.5) -> None:
         if not config.store:
             raise ConfigError("the pserver needs PADDLE_STORE (etcd://... or file://...)")
         self.config = config
         self.stop = stop or threading.Event()
+        self.before_publish = before_publish
+        self.poll_s = poll_s
+        self.state = PServerState.STARTING
+        self.exit_code: int | None = None  # 0 stopped, 1 lost its slot; set on STOPPED
         self.incarnation = uuid.uuid4().hex[:12]
         self.num_shards = config.pserver_count
         self.node = f"pserver (job {config.job_name})"
+        self.slot: int | None = None
+        self.lease: Lease | None = None  # the lease the slot lives under NOW (see RECLAIMING)
+        self.shard: ShardState | None = None
         self.last_checkpoint = ""
+        self._make_endpoint = endpoint
+        self._store: Store | None = None
+        self._endpoint: Endpoint | None = None
+        self._slot_value = b""
+        self._warned_full = False
         self._saved_version = -1
         self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
+        self._halt = threading.Event()  # ends the checkpoint loop
+        self._stack = contextlib.ExitStack()
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def step(self) -> PServerState:
+        """Make one transition (see the module's table) and return the new state."""
+        before = self.state
+        if before.final:
+            return before
+        after = self._steps[before](self)
+        if after not in TRANSITIONS[before]:
+            raise RuntimeError(f"pserver transition {before.name} -> {after.name} is not allowed")
+        self.state = after
+        return after
 
     def run(self) -> int:
+        """Step until STOPPED: 0 after a clean stop, 1 when the slot was lost to another
+        pserver. An unexpected error stops whatever had started and propagates."""
+        try:
+            while not self.step().final:
+                pass
+        finally:
+            self.close()
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def close(self) -> None:
+        """Stop whatever has started, in reverse order. Idempotent."""
+        self._stack.close()
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None, "the pserver has not started"
+        return self._store
+
+    # -- one method per state ---------------------------------------------------------------
+
+    def _start(self) -> PServerState:
         config = self.config
         assert config.store is not None
-        store = open_store(config.store, config.job_name)
-        server = make_server(config.token)
-        try:
-            port = bind(server, config.host, config.port)
-            address = f"{config.host}:{port}"
-            lease = store.grant_lease(config.lease_ttl)
-            lease.keep_alive()
-            value = PServerSlot(address).encode()
-            slot = claim_slot(store, lease, self.num_shards, value, self.stop, config.job_name)
-            if slot is None:
-                lease.revoke()
-                return 0
-            self.node = f"pserver {slot} of {self.num_shards} (job {config.job_name})"
-            log.info("%s claimed its slot at %s.", self.node, address)
-            state = ShardState(slot, self.num_shards)
-            checkpoints = self._restore(state, store, slot)
-            checkpoint_now: CheckpointNow | None = None
-            if checkpoints is not None:
-                checkpoint_now = functools.partial(self._checkpoint_now, state, checkpoints)
-            servicer = ParameterServerServicer(
-                state, self.incarnation, lambda: self.last_checkpoint, checkpoint_now
-            )
-            pserver_pb2_grpc.add_ParameterServerServicer_to_server(servicer, server)
-            set_serving(add_health(server), True)  # slot claimed and restored: ready
-            server.start()
-            log.info("%s is serving at %s (initialised: %s).", self.node, address,
-                     state.initialized)
-            saver = None
-            if checkpoints is not None:
-                saver = threading.Thread(target=self._checkpoint_loop, args=(state, checkpoints),
-                                         name="checkpoint", daemon=True)
-                saver.start()
-            code = self._watch_lease(store, lease, slot, value)
-            self._shutdown(server, state, checkpoints, saver, lease)
-            return code
-        finally:
-            server.stop(grace=None)
-            store.close()
+        self._store = open_store(config.store, config.job_name)
+        self._stack.callback(self._store.close)
+        self._endpoint = self._make_endpoint(config)
+        self._stack.callback(self._endpoint.stop, None)
+        self._slot_value = PServerSlot(self._endpoint.address).encode()
+        self.lease = self._fresh_lease()
+        # Revokes whichever lease is current when the stack closes: after a reclaim that is the
+        # new one (revoking the first, long gone, left the slot held for a TTL after exit).
+        self._stack.callback(self._revoke_lease)
+        return S.CLAIMING
 
-    def _restore(self, state: ShardState, store: Store, slot: int) -> ShardCheckpoints | None:
+    def _claim(self) -> PServerState:
+        if self.stop.is_set():
+            return S.STOPPING
+        store, lease = self.store, self.lease
+        assert lease is not None
+        watch = store.watch_prefix(PSERVER_SLOT_PREFIX, start_revision=store.revision() + 1)
+        try:
+            for slot in range(self.num_shards):
+                key = pserver_slot(slot)
+                if store.txn([Compare.missing(key)], [Put(key, self._slot_value, lease.id)]) \
+                        .succeeded:
+                    self.slot = slot
+                    self.node = f"pserver {slot} of {self.num_shards} (job {self.config.job_name})"
+                    log.info("%s claimed its slot at %s.", self.node, self._address)
+                    return S.RESTORING
+            if not self._warned_full:
+                log.warning("Job %s: all %d pserver slots are taken; this pserver waits for one "
+                            "to free (a dead pserver's slot frees when its lease expires).",
+                            self.config.job_name, self.num_shards)
+                self._warned_full = True
+            watch.get(timeout=self.poll_s)  # any change under pserver/slot/ may have freed one
+        finally:
+            watch.cancel()
+        return S.STOPPING if self.stop.is_set() else S.CLAIMING
+
+    def _restore_and_serve(self) -> PServerState:
+        assert self.slot is not None
+        assert self._endpoint is not None
+        state = ShardState(self.slot, self.num_shards)
+        self.shard = state
+        checkpoints = self._restore(state)
+        checkpoint_now: CheckpointNow | None = None
+        if checkpoints is not None:
+            self._stack.enter_context(self._checkpointing(state, checkpoints))
+            checkpoint_now = functools.partial(self._checkpoint_now, state, checkpoints)
+        servicer = ParameterServerServicer(
+            state, self.incarnation, lambda: self.last_checkpoint, checkpoint_now)
+        self._endpoint.serve(servicer)
+        self._stack.callback(self._endpoint.stop, 2.0)  # pushed last: the first thing undone
+        log.info("%s is serving at %s (initialised: %s).", self.node, self._address,
+                 state.initialized)
+        return S.SERVING
+
+    def _serve(self) -> PServerState:
+        if self.stop.wait(self.poll_s):
+            return S.STOPPING
+        assert self.lease is not None
+        if self.lease.expired:
+            log.error("%s lost its store lease; it tries to reclaim slot %d.", self.node,
+                      self.slot)
+            return S.RECLAIMING
+        return S.SERVING
+
+    def _reclaim(self) -> PServerState:
+        if self.stop.is_set():
+            return S.STOPPING
+        assert self.slot is not None
+        assert self.lease is not None
+        key = pserver_slot(self.slot)
+        try:
+            if self.lease.expired:
+                self.lease = self._fresh_lease()  # from now on, the one to revoke at exit
+            lease = self.lease
+            taken = self.store.txn([Compare.missing(key)], [Put(key, self._slot_value, lease.id)])
+            holder = None if taken.succeeded else self.store.get(key)
+        except (StoreError, LeaseExpiredError) as exc:
+            log.error("%s cannot reach the store yet (%s); it keeps serving and retries.",
+                      self.node, exc)
+            return S.STOPPING if self.stop.wait(self.poll_s) else S.RECLAIMING
+        if not taken.succeeded and holder is None:
+            return S.RECLAIMING  # it freed up between the txn and the read: try again
+        if holder is not None and holder.lease != lease.id:
+            log.error("%s: slot %d was taken by another pserver; this one exits.", self.node,
+                      self.slot)
+            return S.LOST
+        # (A holder under our own lease: a retried txn had already reclaimed it.)
+        log.info("%s reclaimed slot %d.", self.node, self.slot)
+        return S.SERVING
+
+    def _stop_cleanly(self) -> PServerState:
+        log.info("%s is shutting down.", self.node)
+        self._stack.close()
+        self.exit_code = 0
+        return S.STOPPED
+
+    def _stop_lost(self) -> PServerState:
+        self._stack.close()  # the checkpoint loop sees LOST and writes nothing more
+        self.exit_code = 1
+        return S.STOPPED
+
+    _steps: dict[PServerState, Callable[[PServerProcess], PServerState]] = {
+        S.STARTING: _start,
+        S.CLAIMING: _claim,
+        S.RESTORING: _restore_and_serve,
+        S.SERVING: _serve,
+        S.RECLAIMING: _reclaim,
+        S.STOPPING: _stop_cleanly,
+        S.LOST: _stop_lost,
+    }
+
+    # -- helpers of the steps ---------------------------------------------------------------
+
+    @property
+    def _address(self) -> str:
+        return self._endpoint.address if self._endpoint is not None else "?"
+
+    def _fresh_lease(self) -> Lease:
+        lease = self.store.grant_lease(self.config.lease_ttl)
+        lease.keep_alive()
+        return lease
+
+    def _revoke_lease(self) -> None:
+        lease = self.lease
+        if lease is None:
+            return
+        try:
+            lease.revoke()
+        except StoreError as exc:
+            log.warning("%s could not revoke its lease (%s); the slot frees when it expires.",
+                        self.node, exc)
+
+    def _restore(self, state: ShardState) -> ShardCheckpoints | None:
         config = self.config
+        assert self.slot is not None
         if not config.checkpoint_url:
             log.warning("%s has no PADDLE_CHECKPOINT_URL: its shard is lost if it dies.", self.node)
             return None
         checkpoints = ShardCheckpoints(
-            config.checkpoint_url, slot, self.num_shards, keep=config.checkpoint_keep,
-            store=store, fault=config.fault_inject, node=self.node,
+            config.checkpoint_url, self.slot, self.num_shards, keep=config.checkpoint_keep,
+            store=self.store, before_publish=self.before_publish, node=self.node,
         )
         removed = checkpoints.remove_temp_files()
         if removed:
@@ -142,8 +347,23 @@ class PServerProcess:
         self._saved_version = state.version
         return checkpoints
 
+    @contextlib.contextmanager
+    def _checkpointing(self, state: ShardState, checkpoints: ShardCheckpoints) -> Iterator[None]:
+        """The periodic checkpoint loop; on the way out, after serving stopped, a final
+        checkpoint — only on a clean stop: once LOST, the slot's directory is not ours."""
+        saver = threading.Thread(target=self._checkpoint_loop, args=(state, checkpoints),
+                                 name="checkpoint", daemon=True)
+        saver.start()
+        try:
+            yield
+        finally:
+            self._halt.set()
+            saver.join()
+            if self.state is S.STOPPING:
+                self._checkpoint(state, checkpoints)
+
     def _checkpoint_loop(self, state: ShardState, checkpoints: ShardCheckpoints) -> None:
-        while not self.stop.wait(self.config.checkpoint_interval):
+        while not self._halt.wait(self.config.checkpoint_interval):
             self._checkpoint(state, checkpoints)
 
     def _checkpoint(self, state: ShardState, checkpoints: ShardCheckpoints) -> None:
@@ -171,50 +391,10 @@ class PServerProcess:
             self.last_checkpoint = manifest.id
             return manifest.id, snap.applied
 
-    def _watch_lease(self, store: Store, lease: Lease, slot: int, value: bytes) -> int:
-        """Block until stop; if our lease expired (a store outage), reclaim the same slot."""
-        while not self.stop.wait(0.5):
-            if not lease.expired:
-                continue
-            log.error("%s lost its store lease; it tries to reclaim slot %d.", self.node, slot)
-            try:
-                lease = store.grant_lease(self.config.lease_ttl)
-                lease.keep_alive()
-                key = pserver_slot(slot)
-                if not store.txn([Compare.missing(key)], [Put(key, value, lease.id)]).succeeded:
-                    log.error("%s: slot %d was taken by another pserver; this one exits.",
-                              self.node, slot)
-                    return 1
-                log.info("%s reclaimed slot %d.", self.node, slot)
-            except (StoreError, LeaseExpiredError) as exc:
-                log.error("%s cannot reach the store yet (%s); it keeps serving and retries.",
-                          self.node, exc)
-        return 0
 
-    def _shutdown(
-        self,
-        server: grpc.Server,
-        state: ShardState,
-        checkpoints: ShardCheckpoints | None,
-        saver: threading.Thread | None,
-        lease: Lease,
-    ) -> None:
-        log.info("%s is shutting down.", self.node)
-        server.stop(grace=2.0).wait()
-        if saver is not None:
-            saver.join()
-        if checkpoints is not None:
-            self._checkpoint(state, checkpoints)
-        try:
-            lease.revoke()
-        except StoreError as exc:
-            log.warning("%s could not revoke its lease (%s); the slot frees when it expires.",
-                        self.node, exc)
-
-
-def main(config: Config) -> int:
+def main(config: Config, *, before_publish: BeforePublish | None = None) -> int:
     """Run the role until SIGTERM/SIGINT."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    return PServerProcess(config, stop).run()
+    return PServerProcess(config, stop, before_publish=before_publish).run()

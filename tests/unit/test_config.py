@@ -35,8 +35,6 @@ GOOD = [
     ("PADDLE_LEASE_TTL", "3", "lease_ttl", 3),
     ("PADDLE_HTTP_PORT", "8080", "http_port", 8080),
     ("PADDLE_WORKDIR", "/tmp/ctr", "workdir", "/tmp/ctr"),
-    ("PADDLE_FAULT_INJECT", "checkpoint-pause-before-rename:2", "fault_inject",
-     "checkpoint-pause-before-rename:2"),
 ]
 
 # (variable, malformed value)

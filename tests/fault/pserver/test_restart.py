@@ -118,7 +118,7 @@ def test_sigkill_during_checkpoint_write_restarts_from_a_good_one(
     ckpts = ShardCheckpoints(ckpt_url, 0, 1)
     try:
         # Save number 2 pauses after its data file is written and fsynced, before the rename.
-        first = servers.start(PADDLE_FAULT_INJECT="checkpoint-pause-before-rename:2")
+        first = servers.start(module="tests.fault.pserver.paused_pserver")
         with PServerClient(store, TOKEN, 1, deadline=60) as client:
             client.declare_tables(SPECS)
             client.initialize({"w": np.zeros(6, np.float32)})

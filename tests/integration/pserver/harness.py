@@ -1,4 +1,5 @@
-"""Real pserver processes for tests: started with `python -m elasticps pserver`, killed by PID."""
+"""Real pserver processes for tests: started with `python -m elasticps pserver` (or a test's own
+entry module around the real PServerProcess), killed by PID."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class PServers:
         self.env = env
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, **extra: str) -> subprocess.Popen[bytes]:
+    def start(self, module: str | None = None, **extra: str) -> subprocess.Popen[bytes]:
+        """One pserver; ``module`` runs ``python -m MODULE`` instead of ``elasticps pserver``."""
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
@@ -38,8 +40,10 @@ class PServers:
             **extra,
         }
         log = open(self.tmp / f"pserver-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen([sys.executable, "-m", "elasticps", "-v", "pserver"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        argv = [sys.executable, "-m", module] if module else \
+            [sys.executable, "-m", "elasticps", "-v", "pserver"]
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         log.close()
         self.procs.append(proc)
         return proc
