@@ -57,8 +57,7 @@ class MasterClient:
             published = read_master_address(self.store)
             address = None if published is None else published.grpc
             if address is None:
-                raise UnavailableError("no master has published master/address yet",
-                                       code="UNAVAILABLE")
+                raise UnavailableError("no master has published master/address yet")
             if address != self._address or self._stub is None:
                 if self._channel is not None:
                     self._channel.close()
@@ -85,7 +84,7 @@ class MasterClient:
                 if time.monotonic() >= give_up:
                     raise UnavailableError(
                         f"trainer {self.trainer} found no master for {self.retry_for:g}s "
-                        f"({what}): {exc}", code="UNAVAILABLE") from exc
+                        f"({what}): {exc}") from exc
                 log.info("Trainer %s: the master is unavailable for %s (%s); retrying.",
                          self.trainer, what, exc)
                 time.sleep(next(delays))  # backoff between attempts, not synchronisation

@@ -109,11 +109,10 @@ class TrainingLoop:
                 break
             elif outcome == master_pb2.GetTaskResponse.JOB_FAILED:
                 raise FailedPreconditionError(
-                    f"the master failed the job: {response.reason}", code="FAILED_PRECONDITION")
+                    f"the master failed the job: {response.reason}")
             else:
                 raise FailedPreconditionError(
-                    f"the master answered GetTask with unknown outcome {outcome}",
-                    code="FAILED_PRECONDITION")
+                    f"the master answered GetTask with unknown outcome {outcome}")
         self.stats.train_s = time.monotonic() - self._started
         self.stats.timers = {k: round(v, 3) for k, v in self.runner.timers.items()}
         self.on_progress(self.stats)

@@ -164,7 +164,7 @@ def test_bad_tensors_rejected_with_invalid_argument(
     address, servicer = echo_server
     with make_channel(address, TOKEN) as channel, pytest.raises(InvalidArgumentError) as info:
         call(_stub(channel, "Strict"), tensor)
-    assert info.value.code == "INVALID_ARGUMENT"
+    assert "INVALID_ARGUMENT" in str(info.value)  # a domain error: the status is in the text
     assert fragment in str(info.value)
     assert "grad" in str(info.value)
     assert servicer.calls == 0  # rejected before the handler did anything
