@@ -19,6 +19,7 @@ reader is tested without datasets; :func:`data_chunk_batches` is the data layer'
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 from elasticps.errors import DataError, FailedPreconditionError
 from elasticps.master.client import MasterClient
 from elasticps.proto import master_pb2
-from elasticps.rpc.channel import backoff_delays
+from elasticps.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +96,15 @@ def cloud_reader(client: MasterClient, chunk_batches: ChunkBatches, batch_size: 
                  retry_later_max_s: float = 1.0) -> Iterator[TaskBatch]:
     """Yield the batches of every task the master hands this trainer, pass after pass."""
     pass_id = start_pass
-    delays = backoff_delays(0.05, retry_later_max_s)
+    delays = RetryPolicy(math.inf, 0.05, retry_later_max_s).backoff()
     while True:
         response = client.get_task(pass_id)
         outcome = response.outcome
         if outcome == Outcome.TASK:
-            delays = backoff_delays(0.05, retry_later_max_s)
+            delays.reset()
             yield from _run_task(client, response.task, batch_size, chunk_batches, report_every)
         elif outcome == Outcome.RETRY_LATER:
-            time.sleep(next(delays))  # others hold the pass's last tasks: poll with backoff
+            time.sleep(delays.next_delay() or 0.0)  # others hold the last tasks: poll
         elif outcome == Outcome.PASS_OVER:
             if on_pass_end is not None:
                 on_pass_end(pass_id)

@@ -24,6 +24,7 @@ from elasticps.rpc import (
     make_server,
     rpc_handler,
 )
+from elasticps.rpc.channel import RETRY_UNAVAILABLE
 from tests.etcd_server import free_port
 
 TOKEN = "s3cret-token"
@@ -215,7 +216,7 @@ def test_unavailable_is_retried_until_the_server_appears() -> None:
         def client() -> None:
             try:
                 result["reply"] = call(counted, encode_tensor(np.ones(3, dtype=np.float32)),
-                                       timeout=2.0, retry_unavailable_for=20.0)
+                                       timeout=2.0, retry=RETRY_UNAVAILABLE.within(20.0))
             except Exception as exc:  # reported through `result`
                 result["error"] = exc
 
@@ -242,7 +243,7 @@ def test_unavailable_raised_after_retry_window() -> None:
         started = time.monotonic()
         with pytest.raises(UnavailableError):
             call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)),
-                 timeout=1.0, retry_unavailable_for=0.5)
+                 timeout=1.0, retry=RETRY_UNAVAILABLE.within(0.5))
         assert time.monotonic() - started >= 0.5
 
 
