@@ -4,5 +4,6 @@
 - :mod:`.snapshot`     persistence of the queue in the store, by parts
 - :mod:`.service`      the gRPC servicer and the leader loop
 - :mod:`.http_status`  ``/api/status`` and the human page
-- :mod:`.client`       ``MasterClient`` for trainers; :mod:`.reader` the ``cloud_reader``
+- :mod:`.client`       ``MasterClient`` for trainers (the loop that drives it is
+                        :mod:`elasticps.trainer.task_loop`)
 """
