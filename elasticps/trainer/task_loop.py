@@ -163,7 +163,7 @@ class TaskLoop:
             self.state = LoopState.FAILED
             raise FailedPreconditionError(
                 f"trainer {self.trainer_name} stops: {decision.reason}")
-        if self.stop.is_set():
+        if self.state is LoopState.RUNNING and self.stop.is_set():
             self.state = LoopState.STOPPED
         return self.state
 

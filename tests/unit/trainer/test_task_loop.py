@@ -252,3 +252,16 @@ def test_report_every_must_be_positive() -> None:
     master = QueueMaster([4])
     with pytest.raises(ConfigError, match="report_every=0"):
         make_loop(master.client("t0"), Collect(), report_every=0)
+
+
+def test_a_stop_during_the_last_step_leaves_the_loop_done() -> None:
+    master = QueueMaster([4])
+    stop = threading.Event()
+
+    class StopsAtTheEnd(Collect):
+        def end_pass(self, pass_id: int) -> None:
+            super().end_pass(pass_id)
+            stop.set()  # e.g. SIGTERM arriving as the job ends
+
+    loop = make_loop(master.client("t0"), StopsAtTheEnd(), stop=stop)
+    assert loop.run() is LoopState.DONE
