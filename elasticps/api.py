@@ -22,7 +22,7 @@ from typing import Any
 from elasticps.config import Config, current
 from elasticps.errors import ConfigError
 from elasticps.trainer.events import Event
-from elasticps.trainer.loop import LoopStats
+from elasticps.trainer.step_worker import LoopStats
 from elasticps.trainer.trainer import Trainer
 
 

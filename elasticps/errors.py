@@ -6,6 +6,9 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
     ├── ConfigError                  a bad env var, keyword argument or job spec field
     ├── DataError                    a dataset that cannot be read or written
     │   └── MalformedInputError      rows that do not parse (carries line numbers)
+    ├── InvalidArgumentError         a request or value that is wrong: bad shape, dtype, id range
+    ├── NotFoundError                it names something that does not exist: a table, a task
+    ├── FailedPreconditionError      the state forbids it now: not initialised, job failed
     ├── StoreError                   the coordination store (etcd or embedded) failed
     │   ├── StoreUnavailableError    cannot reach the store right now; retry later
     │   ├── LeaseExpiredError        a lease we relied on is gone
@@ -13,18 +16,20 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
     │   └── NotLeaderError           we no longer hold the election lock (fenced off)
     ├── CheckpointError              a checkpoint is missing, corrupt or unwritable
     ├── ClusterError                 Kubernetes / Volcano submission failed
-    └── RPCError                     a remote call failed; ``code`` keeps the gRPC status name
+    └── RPCError                     a remote call failed in transport; ``code`` is the status name
         ├── UnavailableError         UNAVAILABLE / DEADLINE_EXCEEDED: the peer may come back
         ├── UnauthenticatedError     UNAUTHENTICATED: missing or wrong job token
-        ├── InvalidArgumentError     INVALID_ARGUMENT / OUT_OF_RANGE: the request was bad
-        ├── NotFoundError            NOT_FOUND: unknown table, task or key
-        ├── FailedPreconditionError  FAILED_PRECONDITION / ABORTED: state forbids the call now
         └── RemoteError              any other status: a bug or resource problem on the peer
+
+The three domain errors in the middle are raised by pure code (the task queue, the tables, the
+codec) with no notion of RPC; they cross the wire as status codes and come back as the same
+class, so a caller handles "task 7 does not exist" alike in-process and over gRPC.
 
 Status codes of elasticps' own services are turned into these classes in exactly one place,
 :func:`elasticps.rpc.status.raise_for_rpc_error`; servers turn them back into status codes in
-:func:`elasticps.rpc.status.status_for`. (etcd speaks gRPC too: the etcd backend maps its
-client's failures to :class:`StoreError` at the store boundary, ``store/etcd_store.py``.)
+:func:`elasticps.rpc.status.status_for`; nothing else knows the mapping. (etcd speaks gRPC
+too: the etcd backend maps its client's failures to :class:`StoreError` at the store boundary,
+``store/etcd_store.py``.)
 """
 
 from __future__ import annotations
@@ -48,6 +53,18 @@ class MalformedInputError(DataError):
     def __init__(self, message: str, bad_lines: list[tuple[int, str]] | None = None) -> None:
         super().__init__(message)
         self.bad_lines = bad_lines or []
+
+
+class InvalidArgumentError(ElasticPSError):
+    """A request or value is malformed: bad shape, dtype, id range, unknown option."""
+
+
+class NotFoundError(ElasticPSError):
+    """Something named does not exist (a table, a task)."""
+
+
+class FailedPreconditionError(ElasticPSError):
+    """The current state forbids the operation (not initialised, not leader, job failed)."""
 
 
 class StoreError(ElasticPSError):
@@ -80,7 +97,8 @@ class ClusterError(ElasticPSError):
 
 
 class RPCError(ElasticPSError):
-    """A remote call failed. ``code`` is the gRPC status name, e.g. ``"UNAVAILABLE"``."""
+    """A remote call failed in transport. ``code`` is the gRPC status name, e.g.
+    ``"UNAVAILABLE"``; :mod:`elasticps.rpc.status` sets it."""
 
     default_code = "UNKNOWN"
 
@@ -99,24 +117,6 @@ class UnauthenticatedError(RPCError):
     """The call carried no job token or a wrong one."""
 
     default_code = "UNAUTHENTICATED"
-
-
-class InvalidArgumentError(RPCError):
-    """The request was malformed: bad shape, dtype, id range, unknown option."""
-
-    default_code = "INVALID_ARGUMENT"
-
-
-class NotFoundError(RPCError):
-    """The call named something that does not exist (a table, a task)."""
-
-    default_code = "NOT_FOUND"
-
-
-class FailedPreconditionError(RPCError):
-    """The peer's state forbids the call now (not initialised, not leader, pass over)."""
-
-    default_code = "FAILED_PRECONDITION"
 
 
 class RemoteError(RPCError):

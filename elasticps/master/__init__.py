@@ -5,5 +5,6 @@
 - :mod:`.service`      ``MasterState`` (queue + persistence under one lock) and the gRPC servicer
 - :mod:`.leader`       the leader's life as a state machine; :mod:`.server` wires real servers
 - :mod:`.http_status`  ``/api/status`` and the human page
-- :mod:`.client`       ``MasterClient`` for trainers; :mod:`.reader` the ``cloud_reader``
+- :mod:`.client`       ``MasterClient`` for trainers (the loop that drives it is
+                        :mod:`elasticps.trainer.task_loop`)
 """

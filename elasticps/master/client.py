@@ -2,9 +2,11 @@
 
 The client reads the leader's address from ``master/address`` (published under the leader's
 election lease) and, when a call finds the master unavailable (dead, deposed, or not yet
-elected), re-reads it and retries with exponential backoff for up to ``retry_for`` seconds, so
-a trainer rides through a master failover. Every report it sends is idempotent on the master
-(a repeated TaskFinished is accepted again), so retrying a call whose answer was lost is safe.
+elected) or the store down, re-reads it and retries by :data:`MASTER_RETRY` for up to
+``retry_for`` seconds, so a trainer rides through a master failover. This is the only layer that
+retries an absent master: the task loop above it lets the final error through. Every report
+it sends is idempotent on the master (a repeated TaskFinished is accepted again), so retrying a
+call whose answer was lost is safe.
 
 A trainer registers under its own store lease at ``trainer/<name>``; when the trainer dies the
 lease expires, the key vanishes and the master releases its tasks at once.
@@ -15,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -23,13 +24,19 @@ import grpc
 
 from elasticps.errors import LeaseExpiredError, StoreUnavailableError, UnavailableError
 from elasticps.proto import master_pb2, master_pb2_grpc
-from elasticps.rpc.channel import backoff_delays, call, make_channel
+from elasticps.retry import RetryPolicy
+from elasticps.rpc.channel import call, make_channel
 from elasticps.store.api import Lease, Store
 from elasticps.store.keys import TrainerRegistration, read_master_address, trainer_key
 
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
+
+# A master is away while a standby takes over (the election lease TTL plus a few seconds) and
+# while the store is down; both are worth waiting out. Any other error is the master's answer.
+MASTER_RETRY = RetryPolicy(deadline=300.0, initial_backoff=0.05, max_backoff=1.0,
+                           retryable=(UnavailableError, StoreUnavailableError))
 
 
 class MasterClient:
@@ -41,7 +48,7 @@ class MasterClient:
         self.store = store
         self.token = token
         self.trainer = trainer_name
-        self.retry_for = retry_for
+        self.retry = MASTER_RETRY.within(retry_for)
         self.rpc_timeout = rpc_timeout
         self.lease_ttl = lease_ttl
         self._lock = threading.Lock()
@@ -57,8 +64,7 @@ class MasterClient:
             published = read_master_address(self.store)
             address = None if published is None else published.grpc
             if address is None:
-                raise UnavailableError("no master has published master/address yet",
-                                       code="UNAVAILABLE")
+                raise UnavailableError("no master has published master/address yet")
             if address != self._address or self._stub is None:
                 if self._channel is not None:
                     self._channel.close()
@@ -71,24 +77,22 @@ class MasterClient:
 
     def _call(self, pick: Callable[[master_pb2_grpc.MasterStub], Callable[..., Response]],
               request: Any, what: str, before: Callable[[], None] | None = None) -> Response:
-        """Call the leader; on UNAVAILABLE (or no leader) re-resolve and retry with backoff.
-        ``before`` runs first on every attempt (its store errors are retried too)."""
-        give_up = time.monotonic() + self.retry_for
-        delays = backoff_delays(0.05, 1.0)
-        while True:
-            try:
-                if before is not None:
-                    before()
-                return call(pick(self._current_stub()), request, timeout=self.rpc_timeout,
-                            what=f"master {what}")
-            except (UnavailableError, StoreUnavailableError) as exc:
-                if time.monotonic() >= give_up:
-                    raise UnavailableError(
-                        f"trainer {self.trainer} found no master for {self.retry_for:g}s "
-                        f"({what}): {exc}", code="UNAVAILABLE") from exc
-                log.info("Trainer %s: the master is unavailable for %s (%s); retrying.",
-                         self.trainer, what, exc)
-                time.sleep(next(delays))  # backoff between attempts, not synchronisation
+        """Call the leader, re-resolving its address on every attempt; this is the one layer
+        that retries an absent master. ``before`` runs first on every attempt (its store
+        errors are retried too)."""
+
+        def attempt() -> Response:
+            if before is not None:
+                before()
+            return call(pick(self._current_stub()), request, timeout=self.rpc_timeout,
+                        what=f"master {what}")
+
+        try:
+            return self.retry.call(attempt, what=f"Trainer {self.trainer}: master {what}")
+        except (UnavailableError, StoreUnavailableError) as exc:
+            raise UnavailableError(
+                f"trainer {self.trainer} found no master for {self.retry.deadline:g}s "
+                f"({what}): {exc}") from exc
 
     # -------------------------------------------------------------------------------- calls
 

@@ -30,6 +30,7 @@ from elasticps.master.reconcile_policy import Reconciliation
 from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot
 from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
 from elasticps.proto import master_pb2, master_pb2_grpc
+from elasticps.retry import RetryPolicy
 from elasticps.rpc.server import rpc_handler
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 # The master's one view of the data: a dataset URL -> its chunks (a manifest read, no data).
 ChunkLister = Callable[[str], Sequence[ChunkRef]]
 THROUGHPUT_WINDOW_S = 30.0
+# A store outage is waited out briefly, lock held (no answer goes out unpersisted); past the
+# deadline the master gives up the lead and a standby, or its restart, resumes from the store.
+PERSIST_RETRY = RetryPolicy(deadline=5.0, initial_backoff=0.05, max_backoff=1.0,
+                            retryable=(StoreUnavailableError,))
 
 
 def data_chunk_lister(url: str) -> Sequence[ChunkRef]:
@@ -56,7 +61,7 @@ class MasterState:
         self.policy = policy
         self.chunk_lister = chunk_lister
         self.clock = clock
-        self.persist_retry_s = persist_retry_s
+        self.persist_retry = PERSIST_RETRY.within(persist_retry_s)
         self.lock = threading.RLock()
         self.deposed = threading.Event()
         self.dataset: DatasetRecord | None = None
@@ -83,24 +88,19 @@ class MasterState:
         if delta.empty or self.queue is None:
             return
         started = self.clock()
-        delay = 0.05
-        while True:
-            try:
-                self.snapshot.write_delta(self.queue, delta)
-                break
-            except NotLeaderError:
-                self._depose("a write was fenced off: another master holds the lock")
-                raise
-            except StoreUnavailableError as exc:
-                if self.clock() - started > self.persist_retry_s:
-                    self._depose(f"the store was unreachable for {self.persist_retry_s:g}s")
-                    raise NotLeaderError(
-                        f"master {self.node} of job {self.job} could not persist a change: "
-                        f"{exc}") from exc
-                log.warning("Master %s of job %s cannot reach the store (%s); retrying.",
-                            self.node, self.job, exc)
-                time.sleep(delay)  # backoff while the store is down, not synchronisation
-                delay = min(delay * 2, 1.0)
+        queue = self.queue
+        try:
+            self.persist_retry.call(lambda: self.snapshot.write_delta(queue, delta),
+                                    what=f"Master {self.node} of job {self.job}: persisting a "
+                                         "change")
+        except NotLeaderError:
+            self._depose("a write was fenced off: another master holds the lock")
+            raise
+        except StoreUnavailableError as exc:
+            self._depose(f"the store was unreachable for {self.persist_retry.deadline:g}s")
+            raise NotLeaderError(
+                f"master {self.node} of job {self.job} could not persist a change: {exc}"
+            ) from exc
         self.persist_seconds += self.clock() - started
         self.persist_count += 1
 

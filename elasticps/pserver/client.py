@@ -10,9 +10,9 @@ Routing (the same rules the shards enforce):
 A push is one atomic Push per shard, shards in parallel, each carrying the batch's BatchRef —
 every shard gets one, even with nothing to apply, so each shard's applied set accounts for every
 batch. Addresses come from the store (``pserver/slot/<i>``, watched): when a shard is down the
-client logs, waits with backoff for it (or for its new address) and retries, up to ``deadline``
-seconds, so a pserver restart pauses trainers instead of crashing them. Retrying a push is safe:
-a shard that already applied it answers ``applied=false``.
+client logs, waits with backoff (:data:`PSERVER_RETRY`) for it (or for its new address) and
+retries, up to ``deadline`` seconds, so a pserver restart pauses trainers instead of crashing
+them. Retrying a push is safe: a shard that already applied it answers ``applied=false``.
 
 Initialisation: exactly one trainer initialises (store lock ``pserver/init/lock``, then
 ``pserver/init/done``); the others wait until every shard reports initialised. A shard restored
@@ -43,8 +43,8 @@ from elasticps.errors import (
     UnavailableError,
 )
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
+from elasticps.retry import RetryPolicy
 from elasticps.rpc import call, decode_tensor, encode_sparse, encode_tensor, make_channel
-from elasticps.rpc.channel import backoff_delays
 from elasticps.store import Compare, Put, Store
 from elasticps.store.keys import (
     PSERVER_INIT_DONE,
@@ -57,7 +57,11 @@ from elasticps.store.keys import (
 )
 
 log = logging.getLogger(__name__)
-_LOG_EVERY_S = 10.0
+
+# A shard that is down (UNAVAILABLE) or restarted empty (FAILED_PRECONDITION until a trainer
+# initialises it again) is waited for; trainers pause instead of crashing.
+PSERVER_RETRY = RetryPolicy(deadline=600.0, initial_backoff=0.1, max_backoff=2.0,
+                            retryable=(UnavailableError, FailedPreconditionError))
 
 T = TypeVar("T")
 
@@ -90,6 +94,7 @@ class PServerClient:
             raise InvalidArgumentError(f"num_shards={num_shards} must be >= 1")
         self.store, self.token, self.num_shards = store, token, num_shards
         self.deadline, self.call_timeout = deadline, call_timeout
+        self.retry = PSERVER_RETRY.within(deadline)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.init_lock_ttl = init_lock_ttl
         self._shards = [_Shard() for _ in range(num_shards)]
@@ -165,35 +170,34 @@ class PServerClient:
     # -- calls with waiting -----------------------------------------------------------------
 
     def _call(self, slot: int, method: str, request: Any) -> Any:
-        """Call ``method`` on shard ``slot``, waiting out outages up to the deadline."""
-        start = time.monotonic()
-        give_up_at = start + self.deadline
-        delays = backoff_delays(0.1, 2.0)
-        last_log = -math.inf
-        while True:
+        """Call ``method`` on shard ``slot``, waiting out outages up to the deadline (the one
+        layer that retries a pserver)."""
+        give_up_at = time.monotonic() + self.deadline
+
+        def attempt() -> Any:
             stub = self._stub(slot, give_up_at)
-            try:
-                if self._shards[slot].needs_declare:
-                    self._declare_on(slot, stub)
-                return call(getattr(stub, method), request, timeout=self.call_timeout,
-                            what=f"pserver shard {slot} {method}")
-            except (UnavailableError, FailedPreconditionError) as exc:
-                now = time.monotonic()
-                if now >= give_up_at or self._closed.is_set():
-                    raise UnavailableError(
-                        f"pserver shard {slot} did not serve {method} within {self.deadline:.0f}s: "
-                        f"{exc}"
-                    ) from exc
-                if isinstance(exc, FailedPreconditionError) and self._initialized_once:
-                    self._start_repair()  # a shard restarted empty: initialise it again
-                if now - last_log >= _LOG_EVERY_S:
-                    log.warning(
-                        "Trainer %s waits for pserver shard %d (%s): %s; retrying (waited %.0fs "
-                        "of %.0fs).", self.name, slot, self._shards[slot].address, exc,
-                        now - start, self.deadline)
-                    last_log = now
-                with self._cond:
-                    self._cond.wait(min(next(delays), give_up_at - now))
+            if self._shards[slot].needs_declare:
+                self._declare_on(slot, stub)
+            return call(getattr(stub, method), request, timeout=self.call_timeout,
+                        what=f"pserver shard {slot} {method}")
+
+        def on_retry(exc: BaseException) -> None:
+            if isinstance(exc, FailedPreconditionError) and self._initialized_once:
+                self._start_repair()  # a shard restarted empty: initialise it again
+
+        try:
+            return self.retry.call(attempt, what=f"Trainer {self.name}: pserver shard {slot} "
+                                   f"{method}", on_retry=on_retry, sleep=self._pause)
+        except self.retry.retryable as exc:
+            raise UnavailableError(
+                f"pserver shard {slot} did not serve {method} within {self.deadline:.0f}s: {exc}"
+            ) from exc
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait between attempts; a new address for any slot wakes us early. True once closed."""
+        with self._cond:
+            self._cond.wait(seconds)
+        return self._closed.is_set()
 
     def _declare_on(self, slot: int, stub: pserver_pb2_grpc.ParameterServerStub) -> None:
         request = pserver_pb2.DeclareTablesRequest(tables=list(self._specs.values()))

@@ -1,5 +1,5 @@
-"""Client side of RPC: channels that carry the job token, and :func:`call` with deadlines and
-retry-with-backoff for UNAVAILABLE.
+"""Client side of RPC: channels that carry the job token, and :func:`call` with a deadline per
+attempt and, optionally, a :class:`~elasticps.retry.RetryPolicy`.
 
 Invoke stubs only through :func:`call`, so every failure is translated to the elasticps
 exception tree in one place.
@@ -7,22 +7,22 @@ exception tree in one place.
 
 from __future__ import annotations
 
-import logging
-import random
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
 
+from elasticps.errors import UnavailableError
+from elasticps.retry import RetryPolicy
 from elasticps.rpc.server import CHANNEL_OPTIONS, TOKEN_METADATA_KEY
 from elasticps.rpc.status import raise_for_rpc_error
 
-log = logging.getLogger(__name__)
-
 Response = TypeVar("Response")
 
-_RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+# Retry a peer that is down or slow (UNAVAILABLE, DEADLINE_EXCEEDED); give it a deadline with
+# ``.within(seconds)``. Every other failure is an answer, not an outage, and is raised at once.
+RETRY_UNAVAILABLE = RetryPolicy(deadline=0.0, initial_backoff=0.05, max_backoff=2.0,
+                                retryable=(UnavailableError,))
 
 
 class _TokenAuth(grpc.UnaryUnaryClientInterceptor):
@@ -45,42 +45,31 @@ def make_channel(address: str, token: str) -> grpc.Channel:
     return grpc.intercept_channel(channel, _TokenAuth(token))
 
 
-def backoff_delays(initial: float = 0.05, maximum: float = 2.0) -> Any:
-    """Exponential backoff with full jitter: 0.05, 0.1, 0.2, ... capped at ``maximum``."""
-    delay = initial
-    while True:
-        yield random.uniform(delay / 2, delay)
-        delay = min(delay * 2, maximum)
-
-
 def call(
     method: Callable[..., Response],
     request: Any,
     *,
     timeout: float = 30.0,
-    retry_unavailable_for: float = 0.0,
+    retry: RetryPolicy | None = None,
     what: str | None = None,
 ) -> Response:
     """Invoke ``method(request)`` with a deadline of ``timeout`` seconds per attempt.
 
-    UNAVAILABLE is retried with exponential backoff for up to ``retry_unavailable_for`` seconds
-    in total; every other failure (and the last UNAVAILABLE) is raised as an
-    :class:`~elasticps.errors.RPCError` subclass.
+    Every failure is raised as a class of the elasticps exception tree. With ``retry`` (e.g.
+    ``RETRY_UNAVAILABLE.within(20)``) the failures it names are retried with its backoff until
+    its deadline; without, one attempt: a caller that retries on its own (the master and pserver
+    clients) passes none, so exactly one layer retries.
     """
     name = what or getattr(method, "_method", None) or "rpc"
     if isinstance(name, bytes):
         name = name.decode()
-    give_up_at = time.monotonic() + retry_unavailable_for
-    delays = backoff_delays()
-    while True:
+
+    def attempt() -> Response:
         try:
             return method(request, timeout=timeout)
         except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.Call) else None
-            remaining = give_up_at - time.monotonic()
-            if code in _RETRYABLE and remaining > 0:
-                delay = min(next(delays), remaining)
-                log.debug("%s is unavailable; retrying in %.2fs.", name, delay)
-                time.sleep(delay)  # backoff between attempts, not synchronisation
-                continue
             raise_for_rpc_error(exc, what=str(name))
+
+    if retry is None:
+        return attempt()
+    return retry.call(attempt, what=str(name))

@@ -2,6 +2,11 @@
 
 Clients: every ``grpc.RpcError`` goes through :func:`raise_for_rpc_error`.
 Servers: every ``ElasticPSError`` raised in a handler goes through :func:`status_for`.
+
+The domain errors (:class:`~elasticps.errors.InvalidArgumentError`, ``NotFoundError``,
+``FailedPreconditionError``) know nothing of gRPC; this module alone maps them to status codes
+and back, so the same class reaches a caller whether the error was raised in-process or remotely.
+Transport failures become :class:`~elasticps.errors.RPCError` subclasses carrying the status name.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import grpc
 
 import elasticps.errors as errors
 
-_CLIENT_MAP: dict[grpc.StatusCode, type[errors.RPCError]] = {
+_CLIENT_MAP: dict[grpc.StatusCode, type[errors.ElasticPSError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.UnavailableError,
     grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
@@ -39,11 +44,14 @@ _SERVER_MAP: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 
 def raise_for_rpc_error(exc: grpc.RpcError, what: str = "call") -> NoReturn:
-    """Re-raise a gRPC error as the matching :class:`~elasticps.errors.RPCError` subclass."""
+    """Re-raise a gRPC error as the matching class of the elasticps exception tree."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
     cls = _CLIENT_MAP.get(code, errors.RemoteError)
-    raise cls(f"{what} failed with {code.name}: {details}", code=code.name) from exc
+    message = f"{what} failed with {code.name}: {details}"
+    if issubclass(cls, errors.RPCError):
+        raise cls(message, code=code.name) from exc
+    raise cls(message) from exc
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode:

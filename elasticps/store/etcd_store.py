@@ -8,10 +8,10 @@ Failure handling, all in this module:
 
 - Endpoints (``etcd://a:2379,b:2379``) are tried in order; the one that answered is tried first
   next time.
-- A call that cannot reach any endpoint is retried with backoff for ``retry_for`` seconds, so a
-  brief etcd restart is ridden out, then :class:`StoreUnavailableError` is raised. Only
-  UNAVAILABLE is retried; a write that timed out (DEADLINE_EXCEEDED) may have been applied and is
-  surfaced at once rather than applied twice.
+- A call that cannot reach any endpoint is retried by :data:`STORE_RETRY` for ``retry_for``
+  seconds, so a brief etcd restart is ridden out, then :class:`StoreUnavailableError` is
+  raised. Only UNAVAILABLE is retried; a write that timed out (DEADLINE_EXCEEDED) may have been
+  applied and is surfaced at once rather than applied twice.
 - A watch whose stream breaks is re-created from the revision after the last event it delivered,
   so it neither misses nor repeats an event across an etcd restart. If that revision has been
   compacted the watch ends with a :class:`StoreError` that says so.
@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from aetcd import rpc
 from aetcd import watcher as aetcd_watcher
 
 from elasticps.errors import ConfigError, LeaseExpiredError, StoreError, StoreUnavailableError
+from elasticps.retry import RetryPolicy
 from elasticps.store._common import (
     QueueWatch,
     ThreadedLease,
@@ -64,6 +65,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _RETRIABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class _NoEndpointAnsweredError(StoreUnavailableError):
+    """No endpoint answered one round of a call: the one failure :data:`STORE_RETRY` retries
+    (a timed-out write is a StoreUnavailableError too, but may have been applied)."""
+
+
+STORE_RETRY = RetryPolicy(deadline=10.0, initial_backoff=0.05, max_backoff=1.0,
+                          retryable=(_NoEndpointAnsweredError,))
+# A broken watch is re-created until it is cancelled; only the delays come from the policy.
+WATCH_RETRY = RetryPolicy(deadline=math.inf, initial_backoff=0.05, max_backoff=1.0)
 # Reconnect quickly after an etcd restart; gRPC's default backoff grows to two minutes.
 _CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 100,
@@ -133,7 +145,7 @@ class EtcdStore(Store):
         self.prefix_bytes = prefix.encode()
         names = ",".join(f"{h}:{p}" for h, p in self.endpoints)
         self.describe = f"etcd store {names} ({prefix or '/'})"
-        self.retry_for = retry_for
+        self.retry = STORE_RETRY.within(retry_for)
         self.call_timeout = call_timeout
         self._closed = False
         self._preferred = 0
@@ -167,32 +179,36 @@ class EtcdStore(Store):
         return self._run(self._call_async(what, fn))
 
     async def _call_async(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
-        deadline = time.monotonic() + self.retry_for
-        backoff = 0.05
-        while True:
-            last: BaseException | None = None
-            for i in range(len(self._clients)):
-                index = (self._preferred + i) % len(self._clients)
-                client = self._clients[index]
-                try:
-                    await client.connect()
-                    result = await fn(client)
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() not in _RETRIABLE:
-                        raise _translate(exc, what, self.describe) from exc
-                    last = exc
-                    continue
-                except aetcd_errors.ClientError as exc:
-                    last = exc
-                    continue
-                self._preferred = index
-                return result
-            if time.monotonic() + backoff > deadline:
-                raise StoreUnavailableError(
-                    f"{what} on {self.describe} failed: no endpoint answered for "
-                    f"{self.retry_for:g}s (last error: {_describe_error(last)})") from last
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+        try:
+            return await self.retry.call_async(lambda: self._any_endpoint(what, fn),
+                                               what=f"{self.describe}: {what}")
+        except _NoEndpointAnsweredError as exc:
+            raise StoreUnavailableError(
+                f"{what} on {self.describe} failed: no endpoint answered for "
+                f"{self.retry.deadline:g}s (last error: {_describe_error(exc.__cause__)})"
+            ) from exc.__cause__
+
+    async def _any_endpoint(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        """``fn`` against the first endpoint that answers, the last one that did first."""
+        last: BaseException | None = None
+        for i in range(len(self._clients)):
+            index = (self._preferred + i) % len(self._clients)
+            client = self._clients[index]
+            try:
+                await client.connect()
+                result = await fn(client)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in _RETRIABLE:
+                    raise _translate(exc, what, self.describe) from exc
+                last = exc
+                continue
+            except aetcd_errors.ClientError as exc:
+                last = exc
+                continue
+            self._preferred = index
+            return result
+        raise _NoEndpointAnsweredError(f"no endpoint answered {what} ({_describe_error(last)})") \
+            from last
 
     def _full(self, key: str) -> bytes:
         return self.prefix_bytes + key.encode()
@@ -355,7 +371,7 @@ class EtcdStore(Store):
 
     async def _watch_loop(self, watch: _EtcdWatch, key: bytes, range_end: bytes,
                           next_rev: int) -> None:
-        backoff = 0.05
+        backoff = WATCH_RETRY.backoff()
         while not watch.cancelled:
             client = self._clients[self._preferred]
             events: asyncio.Queue[Any] = asyncio.Queue()
@@ -368,7 +384,7 @@ class EtcdStore(Store):
                                                timeout=self.call_timeout, metadata=client.metadata)
                 await stream.add_callback(key, events.put, range_end=range_end,
                                           start_revision=next_rev)
-                backoff = 0.05
+                backoff.reset()
                 while True:
                     item = await events.get()
                     if item is None:
@@ -395,8 +411,7 @@ class EtcdStore(Store):
                 log.info("Watch on %s broke (%s); re-creating it from revision %d.",
                          self.describe, _describe_error(exc), next_rev)
                 self._preferred = (self._preferred + 1) % len(self._clients)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await asyncio.sleep(backoff.next_delay() or 0.0)  # never None: no deadline
             finally:
                 if stream is not None:
                     await _quietly(stream.shutdown())

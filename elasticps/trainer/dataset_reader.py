@@ -3,7 +3,7 @@
 ``elasticps.reader.cloud(url, batch_size=512)`` names a chunked dataset (made by
 ``elasticps data``). The master turns its chunks into tasks (``chunks_per_task`` chunks each);
 a trainer reads the chunks of the tasks it is given, in the batch numbering of
-:func:`elasticps.master.reader.task_batches` (so a recomputed batch has the same ``seq``).
+:func:`elasticps.trainer.task_batches.task_batches` (so a recomputed batch has the same ``seq``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from elasticps.data.features import FeatureConfig
 from elasticps.errors import ConfigError
 from elasticps.proto import master_pb2
+from elasticps.trainer.task_batches import TaskBatch, data_chunk_batches, task_batches
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,8 @@ class DatasetReader:
         if self.chunks_per_task < 1:
             raise ConfigError(f"reader chunks_per_task={self.chunks_per_task!r} must be >= 1")
 
-    def task_batches(self, task: master_pb2.Task) -> Iterator[tuple[int, int, Any]]:
-        """(seq, records done after it, batch) of ``task`` from its resume point on."""
-        from elasticps.master.reader import data_chunk_batches, task_batches
-
+    def task_batches(self, task: master_pb2.Task) -> Iterator[TaskBatch]:
+        """The batches of ``task`` from its resume point on (a ``BatchSource``)."""
         chunks = data_chunk_batches(self.dataset_url, self.batch_size, features=self.features,
                                     shuffle_seed=self.shuffle_seed)
         return task_batches(task, self.batch_size, chunks)

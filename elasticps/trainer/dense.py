@@ -53,13 +53,11 @@ class DenseSync:
         """Overwrite the module's parameters with pulled values."""
         for name, p in self.params.items():
             if name not in values:
-                raise InvalidArgumentError(f"pull returned no values for dense table {name!r}",
-                                           code="INVALID_ARGUMENT")
+                raise InvalidArgumentError(f"pull returned no values for dense table {name!r}")
             array = np.asarray(values[name], dtype=np.float32)
             if array.size != p.numel():
                 raise InvalidArgumentError(
-                    f"dense table {name!r} holds {array.size} values, parameter needs {p.numel()}",
-                    code="INVALID_ARGUMENT")
+                    f"dense table {name!r} holds {array.size} values, parameter needs {p.numel()}")
             with torch.no_grad():
                 np.copyto(p.detach().numpy(), array.reshape(p.shape))
 

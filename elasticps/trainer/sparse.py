@@ -103,7 +103,7 @@ class SparseEmbedding(torch.nn.Module):
             bad = flat[(flat < 0) | (flat >= bound if bound else False)]
             raise InvalidArgumentError(
                 f"sparse table {self.table_name!r} got id {int(bad[0])}, outside "
-                f"[0, {self.num_embeddings or 'inf'})", code="INVALID_ARGUMENT")
+                f"[0, {self.num_embeddings or 'inf'})")
         uniq, inverse = np.unique(flat, return_inverse=True)
         return uniq, inverse.reshape(-1)
 
@@ -112,7 +112,7 @@ class SparseEmbedding(torch.nn.Module):
         if self._client is None:
             raise FailedPreconditionError(
                 f"SparseEmbedding {self.table_name!r} is not bound to pservers; run it inside an "
-                "elasticps.Trainer", code="FAILED_PRECONDITION")
+                "elasticps.Trainer")
         return self._client.pull_sparse(self.table_name, uniq)
 
     def offer(self, uniq: np.ndarray, rows: np.ndarray) -> None:

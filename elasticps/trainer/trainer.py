@@ -32,11 +32,12 @@ from elasticps.trainer.api import ParameterClient, TaskSource
 from elasticps.trainer.dense import DenseSync
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
-from elasticps.trainer.loop import LoopStats, TrainingLoop
 from elasticps.trainer.metrics import MetricAccumulator
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.sparse import SparseEmbedding
 from elasticps.trainer.step import Feed, SparseIds, StepRunner, ctr_feed
+from elasticps.trainer.step_worker import LoopStats, StepWorker
+from elasticps.trainer.task_loop import TaskLoop
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +183,11 @@ class Trainer:
 
         runner = self.runner()
         try:
-            loop = TrainingLoop(runner, self.master, source.task_batches, trainer_name=self.name,
-                                num_passes=num_passes, event_handler=event_handler,
-                                progress_every=self.progress_every, on_progress=on_progress,
-                                stop=self.stop, evaluate=evaluate)
-            self.stats = loop.run()
+            worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
+                                on_progress=on_progress, evaluate=evaluate)
+            TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
+                     report_every=self.progress_every, stop=self.stop).run()
+            self.stats = worker.finish()
         finally:
             runner.close()
         log.info("Trainer %s finished training: %d samples in %d batches, %.1fs.", self.name,

@@ -1,9 +1,9 @@
 """SIGKILL the leading master mid-pass: the standby takes over, no task is lost.
 
 Real processes (two masters), a real store (etcd and the embedded one), trainer threads that
-fetch and finish tasks over gRPC through ``MasterClient``. At the end, for every pass, the
-chunks of the accepted finishes are exactly the dataset's chunks, and the master counted every
-task once per pass.
+fetch and finish tasks over gRPC through ``MasterClient``, driven by the trainer's own task loop.
+At the end, for every pass, the chunks of the accepted finishes are exactly the dataset's
+chunks, and the master counted every task once per pass.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from elasticps.master.client import MasterClient
-from elasticps.master.reader import cloud_reader
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
 from tests.helpers import REPO, wait_for
 from tests.integration.master.helpers import store_url_for, synthetic_chunks
+from tests.task_workers import Collect, task_loop
 
 TOKEN = "fault-token"
 TTL = 2  # election lease: the takeover bound is TTL + a few seconds
@@ -86,8 +86,8 @@ def test_standby_takes_over_after_sigkill_and_no_task_is_lost(
                     return accepted
 
                 client.task_finished = record  # type: ignore[method-assign]
-                for _ in cloud_reader(client, row_batches, 25, report_every=2):
-                    pass
+                task_loop(client, row_batches, 25, Collect(keep=False),
+                          trainer_name=client.trainer, report_every=2).run()
             except BaseException as exc:
                 errors.append(exc)
             finally:

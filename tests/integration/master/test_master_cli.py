@@ -14,10 +14,12 @@ import numpy as np
 
 from elasticps.data.synth import synth_ctr
 from elasticps.master.client import MasterClient
-from elasticps.master.reader import cloud_reader, data_chunk_batches
 from elasticps.store import open_store
 from elasticps.store.keys import read_master_address
+from elasticps.trainer.task_batches import data_chunk_batches
+from elasticps.trainer.task_loop import LoopState
 from tests.helpers import REPO, wait_for
+from tests.task_workers import Collect, task_loop
 
 TOKEN = "cli-token"
 
@@ -39,7 +41,10 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
         client = MasterClient(store, TOKEN, "t0")
         client.register_trainer()
         labels: dict[int, list[np.ndarray]] = {0: [], 1: []}
-        for item in cloud_reader(client, data_chunk_batches(str(data), 32), 32):
+        worker = Collect()
+        loop = task_loop(client, data_chunk_batches(str(data), 32), 32, worker)
+        assert loop.run() is LoopState.DONE
+        for item in worker.items:
             labels[item.pass_id].append(item.batch.label)
         assert [sum(len(x) for x in labels[p]) for p in (0, 1)] == [600, 600]
         address = read_master_address(store)

@@ -12,14 +12,16 @@ import pytest
 
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from elasticps.master.client import MasterClient
-from elasticps.master.reader import TaskBatch, cloud_reader, task_batches
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
+from elasticps.trainer.task_batches import TaskBatch
+from elasticps.trainer.task_loop import LoopState
 from tests.helpers import wait_for
 from tests.integration.master.helpers import synthetic_chunks
+from tests.task_workers import Collect, task_loop
 
 TOKEN = "test-token"
 ROWS = 10
@@ -77,9 +79,11 @@ def test_two_trainers_read_every_record_of_every_pass_once(
 
     def train(i: int) -> None:
         clients[i].register_trainer()
-        for item in cloud_reader(clients[i], fake_batches, 4, report_every=1,
-                                 on_pass_end=ends[i].append):
-            seen[i].append(item)
+        worker = Collect()
+        loop = task_loop(clients[i], fake_batches, 4, worker, trainer_name=f"trainer-{i}",
+                         report_every=1)
+        assert loop.run() is LoopState.DONE
+        seen[i], ends[i] = worker.items, worker.ended
 
     threads = [threading.Thread(target=train, args=(i,)) for i in range(2)]
     for thread in threads:
@@ -196,18 +200,3 @@ def test_status_page_and_address_are_published(store: Store, master: RunningMast
     assert "/api/status" in page
     client.close()
 
-
-def test_task_batches_resume_with_the_same_sequence_numbers() -> None:
-    task = master_pb2.Task(task_id=0, chunks=[master_pb2.Chunk(path="p", row_group=0,
-                                                               num_rows=10),
-                                              master_pb2.Chunk(path="p", row_group=1,
-                                                               num_rows=6)])
-    full = list(task_batches(task, 4, fake_batches))
-    assert [s for s, _, _ in full] == [0, 1, 2, 3, 4]  # 4+4+2 | 4+2
-    assert [d for _, d, _ in full] == [4, 8, 10, 14, 16]
-    task.records_done = 9  # not a batch boundary: resume at record 8
-    resumed = list(task_batches(task, 4, fake_batches))
-    assert resumed == full[2:]
-    task.records_done = 0
-    task.only_batches.extend([1, 4])
-    assert list(task_batches(task, 4, fake_batches)) == [full[1], full[4]]

@@ -1,0 +1,117 @@
+"""The trainer's :class:`~elasticps.trainer.task_loop.TaskWorker`: each batch through the
+:class:`~elasticps.trainer.step.StepRunner`, plus what a user and the status page see of it.
+
+It emits ``BeginPass``, ``EndIteration`` per batch and ``EndPass`` with the pass's metrics (and
+the test set's, with ``evaluate``), keeps :class:`LoopStats`, and hands them to ``on_progress``
+every ``publish_every`` seconds and at the end. ``flush`` is the runner's ``wait_pushed``, so the
+loop reports progress only for applied pushes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticps.proto import common_pb2, master_pb2
+from elasticps.trainer.events import BeginPass, EndIteration, EndPass, Event
+from elasticps.trainer.metrics import MetricAccumulator
+from elasticps.trainer.step import StepRunner
+from elasticps.trainer.task_batches import TaskBatch, batch_length
+from elasticps.trainer.task_loop import TaskEnd, TaskWorker
+
+
+@dataclass
+class LoopStats:
+    samples: int = 0
+    batches: int = 0
+    tasks: int = 0
+    train_s: float = 0.0
+    loss_ewma: float | None = None
+    pass_id: int = 0
+    pass_metrics: list[dict[str, float]] = field(default_factory=list)
+    timers: dict[str, float] = field(default_factory=dict)  # where the step time went
+
+
+class StepWorker(TaskWorker):
+    """Trains the loop's batches on the pservers through ``runner``."""
+
+    def __init__(
+        self,
+        runner: StepRunner,
+        *,
+        trainer_name: str,
+        event_handler: Callable[[Event], None] | None = None,
+        on_progress: Callable[[LoopStats], None] | None = None,
+        evaluate: Callable[[], dict[str, float]] | None = None,
+        publish_every: float = 2.0,
+    ) -> None:
+        self.runner = runner
+        self.trainer_name = trainer_name
+        self.handler = event_handler or (lambda event: None)
+        self.on_progress = on_progress or (lambda stats: None)
+        self.evaluate = evaluate  # test-set metrics at each pass end (``test_*`` in EndPass)
+        self.publish_every = publish_every
+        self.stats = LoopStats()
+        self._metrics = MetricAccumulator()
+        self._batch_in_pass = 0
+        self._started = self._last_publish = time.monotonic()
+
+    def begin_pass(self, pass_id: int) -> None:
+        self.stats.pass_id = pass_id
+        self._metrics, self._batch_in_pass = MetricAccumulator(), 0
+        self.handler(BeginPass(pass_id))
+
+    def train(self, item: TaskBatch, next_batch: Any | None) -> None:
+        ref = common_pb2.BatchRef(pass_id=item.pass_id, task_id=item.task_id, seq=item.seq,
+                                  trainer=self.trainer_name)
+        result = self.runner.run(item.batch, ref, next_batch)
+        size = batch_length(item.batch)
+        self._metrics.add(result.labels, result.probs, result.loss)
+        self._count(size, result.loss)
+        self.handler(EndIteration(self.stats.pass_id, self._batch_in_pass, result.loss,
+                                  {"samples": float(size)}, item.task_id, item.seq))
+        self._batch_in_pass += 1
+        if time.monotonic() - self._last_publish >= self.publish_every:
+            self._publish()
+
+    def flush(self) -> None:
+        self.runner.wait_pushed()
+
+    def abandon(self) -> None:
+        self.runner.drop_prefetch()
+        self.runner.wait_pushed()
+
+    def end_task(self, task: master_pb2.Task, how: TaskEnd) -> None:
+        if how is TaskEnd.FINISHED:
+            self.stats.tasks += 1
+
+    def end_pass(self, pass_id: int) -> None:
+        result = self._metrics.result()
+        if self.evaluate is not None:
+            # Every push of this trainer was applied (tasks end with a flush), so this is the
+            # model as of the pass end, give or take the other trainers' in-flight batches.
+            started = time.monotonic()
+            test = self.evaluate()
+            result.update({f"test_{k}": v for k, v in test.items() if k != "cost"})
+            result["test_eval_s"] = time.monotonic() - started
+        self.stats.pass_metrics.append(result)
+        self.handler(EndPass(pass_id, result))
+
+    def finish(self) -> LoopStats:
+        """The final stats, published once more."""
+        self.stats.timers = {k: round(v, 3) for k, v in self.runner.timers.items()}
+        self._publish()
+        return self.stats
+
+    def _publish(self) -> None:
+        self._last_publish = time.monotonic()
+        self.stats.train_s = self._last_publish - self._started
+        self.on_progress(self.stats)
+
+    def _count(self, size: int, loss: float) -> None:
+        self.stats.samples += size
+        self.stats.batches += 1
+        ewma = self.stats.loss_ewma
+        self.stats.loss_ewma = loss if ewma is None else 0.95 * ewma + 0.05 * loss

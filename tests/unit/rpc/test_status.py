@@ -1,0 +1,91 @@
+"""The one translation point between gRPC status codes and the exception tree, both ways."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from elasticps import errors
+from elasticps.rpc.status import raise_for_rpc_error, status_for
+
+
+class FailedCall(grpc.RpcError, grpc.Call):
+    """What a stub raises: an RpcError that is also a Call with a code and details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def initial_metadata(self) -> Any:
+        return ()
+
+    def trailing_metadata(self) -> Any:
+        return ()
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: Any) -> bool:
+        return False
+
+
+DOMAIN = [
+    (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+]
+
+
+@pytest.mark.parametrize(("cls", "code"), DOMAIN)
+def test_domain_errors_are_not_rpc_errors_and_round_trip_through_their_status(
+        cls: type[errors.ElasticPSError], code: grpc.StatusCode) -> None:
+    assert not issubclass(cls, errors.RPCError)
+    assert issubclass(cls, errors.ElasticPSError)
+    raised = cls("task 7 does not exist")
+    assert status_for(raised) is code
+    with pytest.raises(cls, match="task 7 does not exist") as info:
+        raise_for_rpc_error(FailedCall(code, "task 7 does not exist"), what="master GetTask")
+    assert not isinstance(info.value, errors.RPCError)
+    assert isinstance(info.value.__cause__, grpc.RpcError)
+
+
+@pytest.mark.parametrize(("code", "cls"), [
+    (grpc.StatusCode.UNAVAILABLE, errors.UnavailableError),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, errors.UnavailableError),
+    (grpc.StatusCode.UNAUTHENTICATED, errors.UnauthenticatedError),
+    (grpc.StatusCode.INTERNAL, errors.RemoteError),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.RemoteError),
+])
+def test_transport_failures_become_rpc_errors_carrying_the_status_name(
+        code: grpc.StatusCode, cls: type[errors.RPCError]) -> None:
+    with pytest.raises(cls) as info:
+        raise_for_rpc_error(FailedCall(code, "boom"), what="pserver shard 0 Push")
+    assert info.value.code == code.name
+    assert f"pserver shard 0 Push failed with {code.name}: boom" in str(info.value)
+
+
+def test_out_of_range_and_aborted_map_onto_the_nearest_domain_error() -> None:
+    with pytest.raises(errors.InvalidArgumentError):
+        raise_for_rpc_error(FailedCall(grpc.StatusCode.OUT_OF_RANGE, "x"))
+    with pytest.raises(errors.FailedPreconditionError):
+        raise_for_rpc_error(FailedCall(grpc.StatusCode.ABORTED, "x"))
+
+
+def test_servers_answer_store_and_leadership_problems_as_unavailable() -> None:
+    assert status_for(errors.NotLeaderError("deposed")) is grpc.StatusCode.UNAVAILABLE
+    assert status_for(errors.StoreUnavailableError("down")) is grpc.StatusCode.UNAVAILABLE
+    assert status_for(errors.ConfigError("bad")) is grpc.StatusCode.INVALID_ARGUMENT
+    assert status_for(RuntimeError("bug")) is grpc.StatusCode.INTERNAL
