@@ -31,13 +31,19 @@ through SCRIPT's own arguments.
 """
 
 EPILOG = """\
-example (the CTR demo from the repository, 20 kills, about 10 minutes on 2 cores):
+examples:
+  elasticps chaos --kills 3 --seed 148 my_train.py --data /data/ctr --passes 3
+      3 kills (seed 148: the leading master, a pserver, a trainer) and a scale step
   elasticps chaos --kills 20 --seed 7 --json chaos.json \\
-      examples/ctr/train.py --rows 240000 --passes 3 --hidden 64,64 --id-space 100003
+      examples/ctr/train.py --rows 1800000 --passes 3 --hidden 64,64 --id-space 100003
+      the repository's CTR demo: 20 kills of every role in about 4 minutes on 2 cores
 
 what lands in --workdir (default ./chaos-run):
-  fault-free/, chaos/   each run's launcher workdir: logs/, store.db, checkpoints/, summary.json
-  fault-free.out, chaos.out   each launcher's output
+  fault-free/, chaos/          each run's launcher workdir: logs/, store.db, checkpoints/,
+                               summary.json
+  fault-free.out, chaos.out    each launcher's output
+
+Each run prints its plan (the roles the seed kills, in order) when it starts.
 """
 
 
