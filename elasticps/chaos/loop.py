@@ -21,9 +21,11 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
-from elasticps.chaos.job import LaunchedJob, Say
-from elasticps.chaos.observe import JobObserver, progress_of
+from elasticps.chaos.job import Say
+from elasticps.chaos.observe import progress_of
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import KillRole, Planner, ScaleTrainers
 from elasticps.chaos.report import KillRecord, ScaleRecord
@@ -36,29 +38,56 @@ from elasticps.chaos.targets import (
     targets_of,
 )
 from elasticps.errors import ElasticPSError
-from elasticps.launch.scale import set_desired_trainers
 
 # How often the loop looks at the job while it waits for something: often enough to time a
 # recovery to a tenth of a second, rarely enough not to load the machine it measures.
 POLL_S = 0.1
 
 
+class RunningJob(Protocol):
+    """What the loop needs of the job (:class:`~elasticps.chaos.job.LaunchedJob`)."""
+
+    output: Path
+    started: float
+
+    @property
+    def running(self) -> bool: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+
+class JobReader(Protocol):
+    """What the loop reads of the job (:class:`~elasticps.chaos.observe.JobObserver`)."""
+
+    def view(self) -> JobView | None: ...
+
+    def status(self, view: JobView | None = None) -> dict[str, Any] | None: ...
+
+    def progress(self) -> int | None: ...
+
+
+def sigkill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
 class ChaosLoop:
     """Faults for one running job. :meth:`step` carries out one planner step (a gap, then a
     kill or a scale step, with the recovery measured); :meth:`run` steps until the planned
-    kills are delivered or the job ends."""
+    kills are delivered or the job ends. Its effects are injected (``scale_to`` writes
+    ``launcher/desired_trainers``, ``kill`` sends SIGKILL), so a test can step it against a
+    simulated job."""
 
-    def __init__(self, opts: ChaosOptions, job: LaunchedJob, store_url: str, job_name: str,
-                 observer: JobObserver, planner: Planner, say: Say, *,
-                 host: str | None = None) -> None:
+    def __init__(self, opts: ChaosOptions, job: RunningJob, observer: JobReader,
+                 planner: Planner, scale_to: Callable[[int], None], say: Say, *,
+                 host: str | None = None, kill: Callable[[int], None] = sigkill) -> None:
         self.opts = opts
         self.job = job
-        self.store_url = store_url
-        self.job_name = job_name
         self.observer = observer
         self.planner = planner
+        self.scale_to = scale_to
         self.say = say
         self.host = host or socket.gethostname()
+        self._kill = kill
         self.kills: list[KillRecord] = []
         self.scales: list[ScaleRecord] = []
         self.spent: set[int] = set()  # pids already killed: never signalled twice
@@ -75,6 +104,8 @@ class ChaosLoop:
     def finished(self) -> bool:
         if len(self.kills) >= self.opts.kills or not self.job.running:
             return True
+        if time.monotonic() - self.job.started > self.opts.job_timeout:
+            return True  # the caller stops the job
         status = self.observer.status()
         return bool(status and status.get("done"))
 
@@ -107,7 +138,7 @@ class ChaosLoop:
         before = self.observer.progress() or 0
         at = time.monotonic()
         try:
-            os.kill(target.pid, signal.SIGKILL)
+            self._kill(target.pid)
         except OSError as exc:  # gone already (or not ours): nothing was delivered
             self.spent.add(target.pid)
             self.say(f"chaos: could not kill {target.describe()}: {exc}")
@@ -146,7 +177,7 @@ class ChaosLoop:
 
     def scale(self, trainers: int) -> None:
         try:
-            set_desired_trainers(self.store_url, self.job_name, trainers)
+            self.scale_to(trainers)
         except ElasticPSError as exc:
             self.say(f"chaos: could not scale to {trainers} trainers: {exc}")
             return

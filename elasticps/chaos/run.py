@@ -20,6 +20,7 @@ from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import KillRole, Planner, preview
 from elasticps.chaos.report import ChaosRecord, JobRun, build_report
 from elasticps.errors import ElasticPSError
+from elasticps.launch.scale import set_desired_trainers
 from elasticps.store import Store, open_store
 
 
@@ -51,8 +52,9 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
             return ChaosRecord(job.finish(0.0, say),
                                accounting_error="the job never published where its store is")
         with open_store(*location) as store:
-            loop = ChaosLoop(opts, job, *location, JobObserver(store), Planner(
-                opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap), say)
+            planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
+            loop = ChaosLoop(opts, job, JobObserver(store), planner,
+                             lambda n: set_desired_trainers(*location, n), say)
             loop.run(deadline)
             record = ChaosRecord(
                 job.finish(opts.job_timeout - (time.monotonic() - job.started), say),
