@@ -9,7 +9,6 @@ import os
 import signal
 from pathlib import Path
 
-from elasticps.chaos.harness import leader_pid, live_roles
 from elasticps.launch.scale import set_desired_trainers
 from tests.fault.small_job import (
     assert_exactly_once,
@@ -20,6 +19,7 @@ from tests.fault.small_job import (
     stop_job,
 )
 from tests.helpers import wait_for
+from tests.process_tree import leader_pid, live_roles
 
 
 def test_kill_master_pserver_trainer_and_scale_mid_pass(tmp_path: Path) -> None:

@@ -87,9 +87,9 @@ def test_standby_master_takes_over_a_killed_leader_and_a_new_standby_starts(
     import json
     import time
 
-    from elasticps.chaos.harness import leader_pid, live_roles
     from elasticps.launch.scale import JOB_FILE
     from elasticps.store import open_store
+    from tests.process_tree import leader_pid, live_roles
 
     env = {**ENV, "PADDLE_LEASE_TTL": "2"}
     launcher = subprocess.Popen(run_cmd(tmp_path, "block.py"), env=env,

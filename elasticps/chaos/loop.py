@@ -1,0 +1,214 @@
+"""The faults themselves: one step at a time, a gap, then a kill or a scale step, measured.
+
+:class:`ChaosLoop` waits until training is under way and then, step by step, sleeps a seeded gap
+and either scales the trainers or SIGKILLs one process of a seeded role, found through the job's
+store records (:mod:`elasticps.chaos.targets`). After each kill it measures
+
+- **serving again**: master: a new leader published its address and its status API answers;
+  pserver: the slot was claimed by a new process; trainer: a new trainer registered;
+- **throughput back**: the master's progress (finished tasks plus recovery dispatches) moved
+  past its value at the kill,
+
+and waits for both (or ``recovery_timeout``) before the next step, so recoveries are measured one
+at a time. A master kill waits first until a standby is in the election, so it measures a
+takeover, not a cold restart.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from elasticps.chaos.job import Say
+from elasticps.chaos.observe import progress_of
+from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.plan import KillRole, Planner, ScaleTrainers
+from elasticps.chaos.report import KillRecord, ScaleRecord
+from elasticps.chaos.targets import (
+    ROLES,
+    JobView,
+    Target,
+    serving_again,
+    standby_ready,
+    targets_of,
+)
+from elasticps.errors import ElasticPSError
+
+# How often the loop looks at the job while it waits for something: often enough to time a
+# recovery to a tenth of a second, rarely enough not to load the machine it measures.
+POLL_S = 0.1
+
+
+class RunningJob(Protocol):
+    """What the loop needs of the job (:class:`~elasticps.chaos.job.LaunchedJob`)."""
+
+    output: Path
+    started: float
+
+    @property
+    def running(self) -> bool: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+
+class JobReader(Protocol):
+    """What the loop reads of the job (:class:`~elasticps.chaos.observe.JobObserver`)."""
+
+    def view(self) -> JobView | None: ...
+
+    def status(self, view: JobView | None = None) -> dict[str, Any] | None: ...
+
+    def progress(self) -> int | None: ...
+
+
+def sigkill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+class ChaosLoop:
+    """Faults for one running job. :meth:`step` carries out one planner step (a gap, then a
+    kill or a scale step, with the recovery measured); :meth:`run` steps until the planned
+    kills are delivered or the job ends. Its effects are injected (``scale_to`` writes
+    ``launcher/desired_trainers``, ``kill`` sends SIGKILL), so a test can step it against a
+    simulated job."""
+
+    def __init__(self, opts: ChaosOptions, job: RunningJob, observer: JobReader,
+                 planner: Planner, scale_to: Callable[[int], None], say: Say, *,
+                 host: str | None = None, kill: Callable[[int], None] = sigkill) -> None:
+        self.opts = opts
+        self.job = job
+        self.observer = observer
+        self.planner = planner
+        self.scale_to = scale_to
+        self.say = say
+        self.host = host or socket.gethostname()
+        self._kill = kill
+        self.kills: list[KillRecord] = []
+        self.scales: list[ScaleRecord] = []
+        self.spent: set[int] = set()  # pids already killed: never signalled twice
+
+    def run(self, deadline: float) -> None:
+        if self._wait(lambda: (progress_of(self.observer.status()) or 0) > 0,
+                      deadline - time.monotonic()) is None:
+            self.say("chaos: training never got under way (no task finished); no faults "
+                     f"injected (see {self.job.output})")
+            return
+        while not self.finished():
+            self.step()
+
+    def finished(self) -> bool:
+        if len(self.kills) >= self.opts.kills or not self.job.running:
+            return True
+        if time.monotonic() - self.job.started > self.opts.job_timeout:
+            return True  # the caller stops the job
+        status = self.observer.status()
+        return bool(status and status.get("done"))
+
+    def step(self) -> None:
+        self.job.pause(self.planner.gap())
+        view = self.observer.view()
+        if view is None or not self.job.running:
+            return
+        available = [role for role in ROLES if targets_of(view, role, self.host, self.spent)]
+        action = self.planner.next_action(available)
+        if isinstance(action, ScaleTrainers):
+            self.scale(action.trainers)
+        elif isinstance(action, KillRole):
+            self.kill(action.role, view)
+
+    # -- kills --------------------------------------------------------------------------------
+
+    def kill(self, role: str, view: JobView) -> None:
+        if role == "master":
+            ready = self._standby_view()
+            if ready is None:
+                self.say("chaos: no standby master joined the election within "
+                         f"{self.opts.recovery_timeout:.0f}s; this master kill is skipped")
+                return
+            view = ready
+        targets = targets_of(view, role, self.host, self.spent)
+        if not targets:
+            return
+        target = self.planner.pick(targets)
+        before = self.observer.progress() or 0
+        at = time.monotonic()
+        try:
+            self._kill(target.pid)
+        except OSError as exc:  # gone already (or not ours): nothing was delivered
+            self.spent.add(target.pid)
+            self.say(f"chaos: could not kill {target.describe()}: {exc}")
+            return
+        self.spent.add(target.pid)
+        record = KillRecord(role, target.pid, target.name, time.time())
+        self.kills.append(record)
+        record.serving_s = self._wait_since(at, lambda: self._serving_again(target, view))
+        record.throughput_s = self._wait_since(
+            at, lambda: (self.observer.progress() or 0) > before)
+        self.say(f"chaos: kill {len(self.kills)}/{self.opts.kills}: {target.describe()}; "
+                 f"serving again after {_fmt(record.serving_s)}, throughput back after "
+                 f"{_fmt(record.throughput_s)}")
+
+    def _standby_view(self) -> JobView | None:
+        """A view in which a standby is in the election (waited for), or None."""
+        found: list[JobView] = []
+
+        def ready() -> bool:
+            view = self.observer.view()
+            if view is not None and standby_ready(view, self.spent):
+                found.append(view)
+                return True
+            return False
+
+        self._wait(ready, self.opts.recovery_timeout)
+        return found[-1] if found else None
+
+    def _serving_again(self, target: Target, before: JobView) -> bool:
+        now = self.observer.view()
+        if now is None or not serving_again(target, before, now):
+            return False
+        return target.role != "master" or self.observer.status(now) is not None
+
+    # -- scale steps --------------------------------------------------------------------------
+
+    def scale(self, trainers: int) -> None:
+        try:
+            self.scale_to(trainers)
+        except ElasticPSError as exc:
+            self.say(f"chaos: could not scale to {trainers} trainers: {exc}")
+            return
+        self.scales.append(ScaleRecord(time.time(), trainers))
+        self.say(f"chaos: scaled trainers to {trainers}")
+
+        def settled() -> bool:
+            view = self.observer.view()
+            return view is not None and len(view.active_trainers(self.spent)) == trainers
+
+        # Let the step finish before the next kill: a trainer that is leaving is not replaced,
+        # so killing it would measure nothing but the recovery timeout.
+        self._wait(settled, self.opts.recovery_timeout)
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float) -> float | None:
+        """Seconds until ``predicate()`` held, or None (timeout, or the job ended)."""
+        return self._wait_since(time.monotonic(), predicate, timeout)
+
+    def _wait_since(self, start: float, predicate: Callable[[], bool],
+                    timeout: float | None = None) -> float | None:
+        deadline = start + (self.opts.recovery_timeout if timeout is None else timeout)
+        while time.monotonic() < deadline:
+            if predicate():
+                return time.monotonic() - start
+            if not self.job.running:
+                return None
+            time.sleep(POLL_S)  # an observer's polling interval
+        return None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"

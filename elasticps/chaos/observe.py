@@ -1,0 +1,63 @@
+"""A running job as the chaos loop sees it: its store records and its master's status API.
+
+Nothing here looks at the machine's process table or at log files: the job says where its
+processes are (``master/address``, ``master/candidate/*``, ``pserver/slot/*``, ``trainer/*``)
+and how far training got (the leading master's ``/api/status``). Both sources are read while
+processes die, so a read that fails is an answer ("unknown now", ``None``), not an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from elasticps.chaos.targets import JobView, decode_view
+from elasticps.errors import StoreError
+from elasticps.launch.monitor import fetch_status
+from elasticps.store.api import Store
+from elasticps.store.keys import (
+    MASTER_ADDRESS,
+    MASTER_CANDIDATE_PREFIX,
+    PSERVER_SLOT_PREFIX,
+    TRAINER_PREFIX,
+)
+
+log = logging.getLogger(__name__)
+
+
+def progress_of(status: dict[str, Any] | None) -> int | None:
+    """Work the master has seen finished: tasks finished plus recovery dispatches sent (a
+    recovery round finishes no task until its re-run batches are done, yet is progress)."""
+    if not status or status.get("counts") is None:
+        return None  # no master, or one still waiting for its dataset
+    return int(status.get("tasks_finished_total", 0)) + int(status.get("recoveries_total", 0))
+
+
+class JobObserver:
+    """Reads one job's published processes and its master's status."""
+
+    def __init__(self, store: Store, *, status_timeout: float = 1.0) -> None:
+        self.store = store
+        self.status_timeout = status_timeout
+
+    def view(self) -> JobView | None:
+        """The job's processes now, or None while the store cannot be read."""
+        try:
+            leader = self.store.get(MASTER_ADDRESS)
+            candidates = self.store.get_prefix(MASTER_CANDIDATE_PREFIX)
+            slots = self.store.get_prefix(PSERVER_SLOT_PREFIX)
+            trainers = self.store.get_prefix(TRAINER_PREFIX)
+        except StoreError as exc:
+            log.debug("Chaos cannot read the job's store now: %s", exc)
+            return None
+        return decode_view(leader, candidates, slots, trainers)
+
+    def status(self, view: JobView | None = None) -> dict[str, Any] | None:
+        """The leading master's ``/api/status``, or None while no master answers."""
+        view = view if view is not None else self.view()
+        if view is None or view.leader is None:
+            return None
+        return fetch_status(view.leader.http, timeout=self.status_timeout)
+
+    def progress(self) -> int | None:
+        return progress_of(self.status())

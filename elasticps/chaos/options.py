@@ -1,0 +1,48 @@
+"""What one ``elasticps chaos`` invocation runs, validated before any process starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticps.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    script: Path  # the user's training script, as ``elasticps run SCRIPT`` takes it
+    script_args: tuple[str, ...] = ()
+    kills: int = 20
+    seed: int = 1  # seeds the faults only: the script's own seeds are in its arguments
+    workdir: Path = Path("chaos-run")
+    trainers: int = 2
+    pservers: int = 2
+    scale: bool = True  # also scale trainers up and down between kills
+    # A short lease makes every recovery fast, so many faults fit in one job.
+    lease_ttl: int = 2
+    # Frequent checkpoints: a restarted pserver loses seconds of pushes, not a pass.
+    checkpoint_interval: float = 3.0
+    gap: tuple[float, float] = (0.3, 1.5)  # seconds between a recovery and the next step
+    start_timeout: float = 600.0  # job start to its first finished task
+    recovery_timeout: float = 60.0  # per kill: serving again, then throughput back
+    job_timeout: float = 1800.0  # each whole job run
+    skip_baseline: bool = False
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first option that cannot work."""
+        if not self.script.is_file():
+            raise ConfigError(f"script {str(self.script)!r} does not exist or is not a file")
+        for name, value, low in (("--kills", self.kills, 0), ("--trainers", self.trainers, 1),
+                                 ("--pservers", self.pservers, 1),
+                                 ("--lease-ttl", self.lease_ttl, 1)):
+            if value < low:
+                raise ConfigError(f"{name}={value} must be >= {low}")
+        for name, seconds in (("--checkpoint-interval", self.checkpoint_interval),
+                              ("--start-timeout", self.start_timeout),
+                              ("--recovery-timeout", self.recovery_timeout),
+                              ("--job-timeout", self.job_timeout)):
+            if not seconds > 0:
+                raise ConfigError(f"{name}={seconds} must be > 0 seconds")
+        if not 0 <= self.gap[0] <= self.gap[1]:
+            raise ConfigError(f"--gap {self.gap[0]} {self.gap[1]} must satisfy "
+                              "0 <= MIN <= MAX")

@@ -1,0 +1,161 @@
+"""The chaos report: what was done to the job, how it recovered, and whether it proved anything.
+
+Pure: built from the records of the runs (:class:`JobRun`, :class:`KillRecord`) and the
+exactly-once accounting; :func:`problems` says why ``elasticps chaos`` must exit non-zero.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.targets import ROLES
+
+# The keys printed on the terminal; the --json file holds the whole report.
+BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "outcome", "auc",
+              "auc_fault_free", "auc_delta", "duplicates", "missing", "expected_batches",
+              "recovery", "wall_s", "restarts")
+
+
+@dataclass
+class KillRecord:
+    """One SIGKILL and how long its role took to come back (None: not within the timeout)."""
+
+    role: str
+    pid: int
+    name: str  # the leader's node, the pserver's slot, or the trainer's name
+    at: float  # wall-clock time of the kill
+    serving_s: float | None = None  # kill -> the role serves again
+    throughput_s: float | None = None  # kill -> the master counts new progress
+
+
+@dataclass(frozen=True)
+class ScaleRecord:
+    at: float
+    trainers: int
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of the job under ``elasticps run``."""
+
+    exit_code: int
+    wall_s: float
+    workdir: Path
+    output: Path  # the launcher's stdout and stderr
+    summary: Mapping[str, Any] = field(default_factory=dict)  # WORKDIR/summary.json
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def auc(self) -> float | None:
+        """The job's published AUC, if its script publishes one (the CTR demo does)."""
+        auc = self.summary.get("auc")
+        return float(auc) if isinstance(auc, int | float) and not isinstance(auc, bool) else None
+
+
+@dataclass
+class ChaosRecord:
+    """The run under faults: the job, what was done to it, and the accounting afterwards."""
+
+    job: JobRun
+    kills: list[KillRecord] = field(default_factory=list)
+    scales: list[ScaleRecord] = field(default_factory=list)
+    accounting: Mapping[str, Any] | None = None  # None: could not be computed
+    accounting_error: str | None = None
+
+
+def recovery_stats(values: Sequence[float | None]) -> dict[str, float | int | None]:
+    done = [v for v in values if v is not None]
+    return {"n": len(values), "recovered": len(done),
+            "median_s": round(statistics.median(done), 3) if done else None,
+            "max_s": round(max(done), 3) if done else None}
+
+
+def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
+                 baseline: JobRun | None) -> dict[str, Any]:
+    """The whole report (``--json``). ``chaos`` is None when the fault-free run failed and the
+    run under faults was not started."""
+    kills = chaos.kills if chaos is not None else []
+    accounting = chaos.accounting if chaos is not None else None
+    auc = chaos.job.auc if chaos is not None else None
+    auc_ff = baseline.auc if baseline is not None else None
+    short = max(0, opts.kills - len(kills)) if chaos is not None else opts.kills
+    return {
+        "script": str(opts.script),
+        "script_args": list(opts.script_args),
+        "seed": opts.seed,
+        "kills": {role: sum(1 for k in kills if k.role == role) for role in ROLES},
+        "kills_total": len(kills),
+        "kills_planned": opts.kills,
+        "kills_short": short,
+        "kills_short_reason": _short_reason(opts, len(kills)) if short and chaos else None,
+        "scales_total": len(chaos.scales) if chaos is not None else 0,
+        "outcome": _outcome(chaos.job if chaos is not None else None),
+        "outcome_fault_free": _outcome(baseline),
+        "auc": auc,
+        "auc_fault_free": auc_ff,
+        "auc_delta": None if auc is None or auc_ff is None else round(auc - auc_ff, 5),
+        "duplicates": accounting.get("duplicates") if accounting else None,
+        "missing": accounting.get("missing") if accounting else None,
+        "expected_batches": accounting.get("expected_batches") if accounting else None,
+        "accounting_error": chaos.accounting_error if chaos is not None else None,
+        "recovery": {role: {"serving": recovery_stats([k.serving_s for k in kills
+                                                       if k.role == role]),
+                            "throughput": recovery_stats([k.throughput_s for k in kills
+                                                          if k.role == role])}
+                     for role in ROLES},
+        "wall_s": {"chaos": round(chaos.job.wall_s, 1) if chaos is not None else None,
+                   "fault_free": round(baseline.wall_s, 1) if baseline is not None else None},
+        "restarts": chaos.job.summary.get("restarts") if chaos is not None else None,
+        "kill_log": [asdict(k) for k in kills],
+        "scales": [asdict(s) for s in chaos.scales] if chaos is not None else [],
+        "accounting": accounting,
+        "output": {"chaos": str(chaos.job.output) if chaos is not None else None,
+                   "fault_free": str(baseline.output) if baseline is not None else None},
+    }
+
+
+def _outcome(run: JobRun | None) -> str:
+    if run is None:
+        return "not run"
+    return "succeeded" if run.succeeded else f"failed (exit {run.exit_code})"
+
+
+def _short_reason(opts: ChaosOptions, delivered: int) -> str:
+    return (f"the job ended after {delivered} of {opts.kills} kills; give it more work through "
+            f"the script's own arguments (more data or passes) so that {opts.kills} kills fit, "
+            "or ask for fewer --kills")
+
+
+def problems(report: Mapping[str, Any]) -> list[str]:
+    """Why the run proved nothing or found a fault, one sentence each; empty when it passed."""
+    found: list[str] = []
+    if report["outcome_fault_free"].startswith("failed"):
+        found.append(f"the fault-free run {report['outcome_fault_free']}, so the job was not "
+                     f"run under faults; its output is in {report['output']['fault_free']}")
+        return found
+    if report["outcome"] != "succeeded":
+        found.append(f"the job {report['outcome']} under chaos; its output is in "
+                     f"{report['output']['chaos']}")
+    if report["duplicates"] is None or report["missing"] is None:
+        found.append("no exactly-once accounting could be made"
+                     + (f": {report['accounting_error']}" if report["accounting_error"] else ""))
+    elif report["duplicates"] or report["missing"]:
+        found.append(f"exactly-once was broken: {report['duplicates']} batch application(s) "
+                     f"beyond one and {report['missing']} batch(es) never applied, over "
+                     f"{report['expected_batches']} expected (details under 'accounting')")
+    if report["kills_short"]:
+        found.append(f"only {report['kills_total']} of {report['kills_planned']} kills were "
+                     f"delivered: {report['kills_short_reason']}")
+    return found
+
+
+def brief(report: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: report[key] for key in BRIEF_KEYS}

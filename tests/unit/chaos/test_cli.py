@@ -1,0 +1,53 @@
+"""`elasticps chaos [options] SCRIPT [ARGS...]`: options up to SCRIPT, the script's after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from elasticps.chaos.cli import options_from
+from elasticps.chaos.options import ChaosOptions
+from elasticps.cli import build_parser
+from elasticps.errors import ConfigError
+
+
+def parse(*argv: str) -> ChaosOptions:
+    return options_from(build_parser().parse_args(["chaos", *argv]))
+
+
+def test_everything_after_the_script_belongs_to_the_script(tmp_path: Path) -> None:
+    opts = parse("--kills", "5", "--seed", "3", "--no-scale", "--gap", "0", "2", "--workdir",
+                 str(tmp_path), "train.py", "--kills", "9", "--rows", "100")
+    assert opts.script == Path("train.py")
+    assert opts.script_args == ("--kills", "9", "--rows", "100")
+    assert (opts.kills, opts.seed, opts.scale, opts.gap) == (5, 3, False, (0.0, 2.0))
+    assert opts.workdir == tmp_path
+
+
+def test_defaults_and_a_relative_workdir_resolved_against_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    opts = parse("train.py")
+    assert opts.workdir == tmp_path / "chaos-run"
+    assert (opts.kills, opts.trainers, opts.pservers, opts.lease_ttl, opts.scale,
+            opts.skip_baseline) == (20, 2, 2, 2, True, False)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--kills", "-1"), "--kills=-1 must be >= 0"),
+    (("--trainers", "0"), "--trainers=0 must be >= 1"),
+    (("--lease-ttl", "0"), "--lease-ttl=0 must be >= 1"),
+    (("--recovery-timeout", "0"), "--recovery-timeout=0.0 must be > 0"),
+    (("--gap", "2", "1"), "0 <= MIN <= MAX"),
+])
+def test_options_that_cannot_work_are_refused_before_anything_starts(
+        tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    parse(str(script)).validate()
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse(*argv, str(script)).validate()
+    with pytest.raises(ConfigError, match="does not exist"):
+        parse(str(tmp_path / "missing.py")).validate()
+

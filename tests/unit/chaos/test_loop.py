@@ -1,0 +1,141 @@
+"""The chaos loop stepped against a simulated job: the seed's kills, delivered only to this
+host's processes, each once, a leader only while a standby waits; scale steps waited for."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from elasticps.chaos.loop import ChaosLoop
+from elasticps.chaos.observe import progress_of
+from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.plan import KillRole, Planner, ScaleTrainers, preview
+from elasticps.chaos.targets import JobView
+from elasticps.store.keys import MasterAddress, ProcessInfo, PServerSlot, TrainerRegistration
+
+HERE, THERE = "node-a", "node-b"
+
+
+class SimJob:
+    """A job whose processes publish records like a real one; a killed process is replaced at
+    once by a new one (a new pid), and its own record lingers, as it does until its lease ends."""
+
+    output = Path("chaos.out")
+
+    def __init__(self, *, standby: bool = True) -> None:
+        self.started = time.monotonic()
+        self.running = True
+        self._pid = 100
+        self.leader = MasterAddress("g:1", "h:2", "master-a-1", 1, HERE)
+        self.candidates = {"master-a-1": ProcessInfo(1, HERE)}
+        if standby:
+            self.candidates["master-a-2"] = ProcessInfo(2, HERE)
+        # slot 1 runs on another machine of the same job: never ours to signal
+        self.slots = {0: PServerSlot("s:0", 10, HERE), 1: PServerSlot("s:1", 11, THERE)}
+        self.trainers = {"t-20": TrainerRegistration(20, HERE),
+                         "t-21": TrainerRegistration(21, HERE),
+                         "t-22": TrainerRegistration(22, THERE)}
+        self.tasks = 1
+        self.killed: list[int] = []
+        self.leaders_killed_with_a_standby: list[bool] = []
+
+    # -- what the loop reads ---------------------------------------------------------------
+
+    def pause(self, seconds: float) -> None:
+        pass
+
+    def view(self) -> JobView:
+        return JobView(self.leader, dict(self.candidates), dict(self.slots), dict(self.trainers))
+
+    def status(self, view: JobView | None = None) -> dict[str, Any]:
+        return {"counts": {}, "tasks_finished_total": self.tasks, "recoveries_total": 0,
+                "done": False}
+
+    def progress(self) -> int | None:
+        return progress_of(self.status())
+
+    # -- what the loop does ----------------------------------------------------------------
+
+    def kill(self, pid: int) -> None:
+        self.killed.append(pid)
+        self._pid += 1
+        new = self._pid
+        if pid == self.leader.pid:
+            standbys = [n for n, p in self.candidates.items()
+                        if n != self.leader.node and p.pid not in self.killed]
+            self.leaders_killed_with_a_standby.append(bool(standbys))
+            self.leader = replace(self.leader, node=standbys[0],
+                                  pid=self.candidates[standbys[0]].pid)
+            self.candidates[f"master-a-{new}"] = ProcessInfo(new, HERE)  # the restarted one
+        elif pid in {s.pid for s in self.slots.values()}:
+            slot = next(i for i, s in self.slots.items() if s.pid == pid)
+            self.slots[slot] = PServerSlot(f"s:{slot}", new, HERE)
+        else:
+            self.trainers[f"t-{new}"] = TrainerRegistration(new, HERE)
+        self.tasks += 1
+
+    def scale_to(self, count: int) -> None:
+        live = [n for n, r in self.trainers.items() if not r.leaving and r.pid not in self.killed]
+        for name in live[count:]:
+            self.trainers[name] = replace(self.trainers[name], leaving=True)
+        for _ in range(count - len(live)):
+            self._pid += 1
+            self.trainers[f"t-{self._pid}"] = TrainerRegistration(self._pid, HERE)
+
+
+def loop_for(job: SimJob, seed: int, kills: int, *, scale: bool = False,
+             recovery_timeout: float = 5.0) -> tuple[ChaosLoop, list[str]]:
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=kills, seed=seed, scale=scale,
+                        gap=(0.0, 0.0), recovery_timeout=recovery_timeout)
+    planner = Planner(seed, opts.trainers, scale=scale, gap=opts.gap)
+    loop = ChaosLoop(opts, job, job, planner, job.scale_to, said.append, host=HERE,
+                     kill=job.kill)
+    return loop, said
+
+
+def test_the_seeds_kills_reach_only_this_hosts_processes_each_once() -> None:
+    job = SimJob()
+    loop, said = loop_for(job, seed=7, kills=20)
+    loop.run(deadline=time.monotonic() + 5)
+    assert [k.role for k in loop.kills] == [
+        s.role for s in preview(7, 20, 2, scale=False) if isinstance(s, KillRole)]
+    assert job.killed == [k.pid for k in loop.kills]
+    assert len(set(job.killed)) == len(job.killed)  # lingering records are never hit again
+    assert not {11, 22} & set(job.killed)  # slot 1 and trainer t-22 live on another host
+    assert all(job.leaders_killed_with_a_standby)
+    assert all(k.serving_s is not None and k.throughput_s is not None for k in loop.kills)
+    assert len(said) == 20
+    assert loop.finished()
+
+
+def test_a_leader_is_not_killed_while_no_standby_waits() -> None:
+    job = SimJob(standby=False)
+    assert preview(2, 1, 2, scale=False) == [KillRole("master")]
+    loop, said = loop_for(job, seed=2, kills=1, recovery_timeout=0.3)
+    loop.step()
+    assert job.killed == []
+    assert loop.kills == []
+    assert "no standby master joined the election" in said[0]
+
+
+def test_a_scale_step_is_carried_out_and_waited_for() -> None:
+    job = SimJob()
+    del job.trainers["t-22"]  # two trainers, to be three
+    assert preview(147, 1, 2)[0] == ScaleTrainers(3)
+    loop, said = loop_for(job, seed=147, kills=1, scale=True)
+    loop.step()
+    assert [s.trainers for s in loop.scales] == [3]
+    assert len(job.view().active_trainers()) == 3
+    assert said == ["chaos: scaled trainers to 3"]
+
+
+def test_a_job_that_ended_gets_no_faults() -> None:
+    job = SimJob()
+    job.running = False
+    loop, _ = loop_for(job, seed=7, kills=3)
+    loop.run(deadline=time.monotonic() + 5)
+    assert job.killed == []
+    assert loop.finished()
