@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from elasticps.errors import (
     ElasticPSError,
@@ -49,6 +49,7 @@ from elasticps.errors import (
     StoreUnavailableError,
     StoreValueError,
 )
+from elasticps.lifecycle import Lifecycle
 from elasticps.master.options import MasterOptions, with_reconcile
 from elasticps.master.reconcile_loop import Reconciler, Shards
 from elasticps.master.service import ChunkLister, MasterState
@@ -116,7 +117,7 @@ class Components:
     shards: Callable[[], ShardClient]
 
 
-class Leader:
+class Leader(Lifecycle[LeaderState]):
     """One master process in the election: step it, or :meth:`run` it to the end."""
 
     def __init__(self, store: Store, options: MasterOptions, chunk_lister: ChunkLister,
@@ -128,8 +129,9 @@ class Leader:
         self.components = components
         self.poll_s = poll_s
         self.campaign_s = campaign_s
-        self.state = LeaderState.STARTING
-        self.exit_code: int | None = None  # 0 resigned, 1 deposed; set on reaching STOPPED
+        super().__init__(LeaderState.STARTING,
+                         f"Master {self.options.node} of job {self.options.job}")
+        # exit_code: 0 resigned, 1 deposed; set on reaching STOPPED
         self.master_state: MasterState | None = None  # the queue, from LOADING on
         self.grpc_port = 0
         self.http_port = 0
@@ -138,7 +140,6 @@ class Leader:
                                  self.options.lease_ttl)
         self._stop = threading.Event()  # stop() was asked for (SIGTERM)
         self._halt = threading.Event()  # tells the background threads to end
-        self._stack = contextlib.ExitStack()
         self._won_at = 0.0
 
     # -- driving ----------------------------------------------------------------------------
@@ -147,39 +148,13 @@ class Leader:
         """Ask the leader to resign and stop (safe from a signal handler or another thread)."""
         self._stop.set()
 
-    def step(self) -> LeaderState:
-        """Make one transition (see the module's table) and return the new state."""
-        before = self.state
-        if before.final:
-            return before
+    def _act(self, state: LeaderState) -> LeaderState:
         try:
-            after = self._steps[before](self)
+            return super()._act(state)
         except NotLeaderError as exc:
-            if before not in (S.LOADING, S.SERVING):
+            if state not in (S.LOADING, S.SERVING):
                 raise
-            after = self._deposed(f"was deposed: {exc}")
-        if after not in TRANSITIONS[before]:
-            raise RuntimeError(f"leader transition {before.name} -> {after.name} is not allowed")
-        if after is not before:
-            log.debug("Master %s of job %s: %s -> %s.", self.options.node, self.options.job,
-                      before.name, after.name)
-        self.state = after
-        return after
-
-    def run(self) -> int:
-        """Step until STOPPED: 0 after resigning (or stopping before it ever led), 1 when
-        deposed. An unexpected error stops whatever had started and propagates."""
-        try:
-            while not self.step().final:
-                pass
-        finally:
-            self.close()
-        assert self.exit_code is not None
-        return self.exit_code
-
-    def close(self) -> None:
-        """Stop whatever has started, in reverse order. Idempotent; resigns only in RESIGNING."""
-        self._stack.close()
+            return self._deposed(f"was deposed: {exc}")
 
     # -- one method per state ---------------------------------------------------------------
 
@@ -255,7 +230,8 @@ class Leader:
         self.exit_code = 1
         return S.STOPPED
 
-    _steps: dict[LeaderState, Callable[[Leader], LeaderState]] = {
+    transitions = TRANSITIONS
+    steps: ClassVar[dict[LeaderState, Callable[[Leader], LeaderState]]] = {
         S.STARTING: _start,
         S.CAMPAIGNING: _campaign,
         S.LOADING: _load,

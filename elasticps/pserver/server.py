@@ -41,10 +41,11 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from elasticps.config import Config
 from elasticps.errors import CheckpointError, ConfigError, LeaseExpiredError, StoreError
+from elasticps.lifecycle import Lifecycle
 from elasticps.proto import pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
@@ -114,7 +115,7 @@ class GrpcEndpoint:
         self._server.stop(grace).wait()
 
 
-class PServerProcess:
+class PServerProcess(Lifecycle[PServerState]):
     """One pserver role process: step it, or :meth:`run` it until stopped.
 
     ``before_publish`` is handed to :class:`ShardCheckpoints` (tests inject faults with it);
@@ -131,8 +132,8 @@ class PServerProcess:
         self.stop = stop or threading.Event()
         self.before_publish = before_publish
         self.poll_s = poll_s
-        self.state = PServerState.STARTING
-        self.exit_code: int | None = None  # 0 stopped, 1 lost its slot; set on STOPPED
+        super().__init__(PServerState.STARTING, f"pserver (job {config.job_name})")
+        # exit_code: 0 stopped, 1 lost its slot; set on STOPPED
         self.incarnation = uuid.uuid4().hex[:12]
         self.num_shards = config.pserver_count
         self.node = f"pserver (job {config.job_name})"
@@ -148,35 +149,8 @@ class PServerProcess:
         self._saved_version = -1
         self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
         self._halt = threading.Event()  # ends the checkpoint loop
-        self._stack = contextlib.ExitStack()
 
     # -- driving ----------------------------------------------------------------------------
-
-    def step(self) -> PServerState:
-        """Make one transition (see the module's table) and return the new state."""
-        before = self.state
-        if before.final:
-            return before
-        after = self._steps[before](self)
-        if after not in TRANSITIONS[before]:
-            raise RuntimeError(f"pserver transition {before.name} -> {after.name} is not allowed")
-        self.state = after
-        return after
-
-    def run(self) -> int:
-        """Step until STOPPED: 0 after a clean stop, 1 when the slot was lost to another
-        pserver. An unexpected error stops whatever had started and propagates."""
-        try:
-            while not self.step().final:
-                pass
-        finally:
-            self.close()
-        assert self.exit_code is not None
-        return self.exit_code
-
-    def close(self) -> None:
-        """Stop whatever has started, in reverse order. Idempotent."""
-        self._stack.close()
 
     @property
     def store(self) -> Store:
@@ -289,7 +263,8 @@ class PServerProcess:
         self.exit_code = 1
         return S.STOPPED
 
-    _steps: dict[PServerState, Callable[[PServerProcess], PServerState]] = {
+    transitions = TRANSITIONS
+    steps: ClassVar[dict[PServerState, Callable[[PServerProcess], PServerState]]] = {
         S.STARTING: _start,
         S.CLAIMING: _claim,
         S.RESTORING: _restore_and_serve,
