@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from elasticps.errors import ConfigError, LeaseExpiredError, StoreError, StoreUnavailableError
+from elasticps.retry import RetryPolicy
 from elasticps.store._common import (
     QueueWatch,
     ThreadedLease,
@@ -199,7 +200,7 @@ class EmbeddedStore(Store):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = self._connect()
         with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal()
             self._write(self._create_schema, reap=False)
         self._reaper = threading.Thread(target=self._reap_loop, args=(reap_interval,),
                                         name="embedded-store-reaper", daemon=True)
@@ -223,6 +224,23 @@ class EmbeddedStore(Store):
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"cannot open {self.describe}: {exc}") from exc
         return conn
+
+    def _enable_wal(self) -> None:
+        """Switch a new file to WAL. While another connection opening the same new file holds
+        a lock, SQLite skips its busy handler here: it answers "database is locked", or leaves
+        the mode as it was; both are retried."""
+        policy = RetryPolicy(deadline=self._busy_timeout, initial_backoff=0.01, max_backoff=0.2,
+                             retryable=(sqlite3.OperationalError,))
+
+        def switch() -> None:
+            mode = str(self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            if mode.lower() != "wal":
+                raise sqlite3.OperationalError(f"journal mode is still {mode!r}")
+
+        try:
+            policy.call(switch, what=f"switching {self.describe} to WAL")
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"cannot open {self.describe}: {exc}") from exc
 
     @staticmethod
     def _create_schema(cur: sqlite3.Cursor) -> None:

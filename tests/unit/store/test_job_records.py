@@ -28,7 +28,7 @@ def test_run_once_runs_the_step_in_exactly_one_caller(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'store.db'}"
     calls: list[str] = []
     results: dict[str, bytes] = {}
-    gate = threading.Barrier(4)
+    gate = threading.Barrier(4, timeout=60)  # a caller that fails breaks it for the rest
 
     def caller(name: str) -> None:
         with open_store(url, "job") as store:
@@ -40,7 +40,7 @@ def test_run_once_runs_the_step_in_exactly_one_caller(tmp_path: Path) -> None:
 
             results[name] = run_once(store, "data", step, owner=name, timeout=30)
 
-    threads = [threading.Thread(target=caller, args=(f"t{i}",)) for i in range(4)]
+    threads = [threading.Thread(target=caller, args=(f"t{i}",), daemon=True) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
