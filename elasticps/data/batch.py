@@ -1,0 +1,146 @@
+"""One batch of a dataset as named arrays: what a reader yields and what a model receives.
+
+::
+
+    dense   float32 [B, D]      the dense columns, normalised, in schema order (``dense_names``)
+    ids     {column: int64 [B]} single-valued categorical columns, as ids in their table's space
+    bags    {column: Bag}       multi-valued categorical columns: ``values`` int64 [N],
+                                ``offsets`` int64 [B+1] (row i owns values[offsets[i]:
+                                offsets[i+1]]), optional per-value ``weights`` float32 [N]
+    label   float32 [B] (one label) or [B, L] (several labels, or a multi-hot set of L classes)
+    weight  float32 [B] per-row loss weights, or None
+
+Which table a column's ids belong to is the dataset schema's business (each categorical column
+names its table); a batch only carries the ids. :meth:`Batch.to_torch` gives a
+:class:`TensorBatch` with the same fields as tensors, sharing memory with the arrays on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from elasticps.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Bag:
+    """The values of one multi-valued column for a batch: row i owns
+    ``values[offsets[i]:offsets[i + 1]]`` (empty for a row with no value)."""
+
+    values: np.ndarray  # int64 [N]
+    offsets: np.ndarray  # int64 [B + 1], offsets[0] == 0, offsets[-1] == N
+    weights: np.ndarray | None = None  # float32 [N]
+
+    def __post_init__(self) -> None:
+        if self.values.ndim != 1 or self.offsets.ndim != 1 or self.offsets.size < 1:
+            raise DataError(f"a bag needs 1-D values and offsets, got {self.values.shape} and "
+                            f"{self.offsets.shape}")
+        if self.offsets[0] != 0 or self.offsets[-1] != self.values.size or (
+                self.offsets.size > 1 and np.any(np.diff(self.offsets) < 0)):
+            raise DataError("bag offsets must start at 0, never decrease and end at the number "
+                            f"of values ({self.values.size})")
+        if self.weights is not None and self.weights.shape != self.values.shape:
+            raise DataError(f"bag weights {self.weights.shape} do not match its values "
+                            f"{self.values.shape}")
+
+    @property
+    def rows(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def slice(self, start: int, stop: int) -> Bag:
+        """Rows ``[start, stop)``, with offsets rebased to 0 (the values are views)."""
+        lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+        weights = None if self.weights is None else self.weights[lo:hi]
+        return Bag(self.values[lo:hi], self.offsets[start:stop + 1] - lo, weights)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of rows as numpy arrays (see the module docstring for the layout)."""
+
+    label: np.ndarray
+    dense: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    dense_names: tuple[str, ...] = ()
+    ids: Mapping[str, np.ndarray] = field(default_factory=dict)
+    bags: Mapping[str, Bag] = field(default_factory=dict)
+    weight: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        rows = int(self.label.shape[0]) if self.label.ndim else -1
+        if rows < 0:
+            raise DataError("a batch's label must have one entry (or row) per example")
+        if not self.dense_names and self.dense.size == 0:
+            # No dense columns: an empty [B, 0] matrix, so models can concatenate it anyway.
+            object.__setattr__(self, "dense", np.zeros((rows, 0), np.float32))
+        if self.dense.shape != (rows, len(self.dense_names)):
+            raise DataError(f"dense {self.dense.shape} does not match {rows} rows of "
+                            f"{len(self.dense_names)} named columns")
+        for name, ids in self.ids.items():
+            if ids.shape != (rows,):
+                raise DataError(f"ids of column {name!r} have shape {ids.shape}, not ({rows},)")
+        for name, bag in self.bags.items():
+            if bag.rows != rows:
+                raise DataError(f"bag column {name!r} has {bag.rows} rows, not {rows}")
+        if self.weight is not None and self.weight.shape != (rows,):
+            raise DataError(f"weight has shape {self.weight.shape}, not ({rows},)")
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
+
+    def slice(self, start: int, stop: int) -> Batch:
+        """Rows ``[start, stop)`` as a batch of views."""
+        return Batch(
+            label=self.label[start:stop],
+            dense=self.dense[start:stop],
+            dense_names=self.dense_names,
+            ids={name: ids[start:stop] for name, ids in self.ids.items()},
+            bags={name: bag.slice(start, stop) for name, bag in self.bags.items()},
+            weight=None if self.weight is None else self.weight[start:stop],
+        )
+
+    def to_torch(self, device: str | torch.device | None = None) -> TensorBatch:
+        """The same batch as tensors (sharing memory with the arrays on the CPU)."""
+        import torch
+
+        def tensor(array: np.ndarray) -> torch.Tensor:
+            out = torch.from_numpy(np.ascontiguousarray(array))
+            return out if device is None else out.to(device, non_blocking=True)
+
+        bags = {name: TensorBag(tensor(bag.values), tensor(bag.offsets),
+                                None if bag.weights is None else tensor(bag.weights))
+                for name, bag in self.bags.items()}
+        return TensorBatch(
+            label=tensor(self.label), dense=tensor(self.dense), dense_names=self.dense_names,
+            ids={name: tensor(ids) for name, ids in self.ids.items()}, bags=bags,
+            weight=None if self.weight is None else tensor(self.weight), source=self)
+
+
+@dataclass(frozen=True)
+class TensorBag:
+    values: torch.Tensor
+    offsets: torch.Tensor
+    weights: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class TensorBatch:
+    """A :class:`Batch` as tensors: what ``model(batch)`` receives by default. ``source`` is
+    the numpy batch it came from (the trainer derives each sparse layer's ids from it)."""
+
+    label: torch.Tensor
+    dense: torch.Tensor
+    dense_names: tuple[str, ...]
+    ids: Mapping[str, torch.Tensor]
+    bags: Mapping[str, TensorBag]
+    weight: torch.Tensor | None
+    source: Batch
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
