@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from elasticps.data.schema import (
+from elasticps.data.criteo_layout import (
     DENSE_COLUMNS,
     DENSE_TYPE,
     LABEL,

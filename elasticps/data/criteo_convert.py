@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from elasticps.data.criteo_columns import parse_block
+from elasticps.data.criteo_layout import FEATURE_COLUMNS, arrow_schema
 from elasticps.data.manifest import Manifest
 from elasticps.data.prefetch import prefetch
 from elasticps.data.progress import Progress
-from elasticps.data.schema import FEATURE_COLUMNS, arrow_schema
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,

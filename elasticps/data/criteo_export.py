@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from elasticps.data.criteo_layout import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.data.dataset import open_dataset
-from elasticps.data.schema import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 
 _HEX_CHARS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 

@@ -24,9 +24,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from elasticps.data.criteo_layout import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
 from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
-from elasticps.data.schema import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.errors import DataError
 
 if TYPE_CHECKING:

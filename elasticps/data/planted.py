@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from elasticps.data.criteo_layout import NUM_DENSE, NUM_SPARSE
 from elasticps.data.features import DENSE_MAX, MISSING_VALUE, splitmix64
-from elasticps.data.schema import NUM_DENSE, NUM_SPARSE
 from elasticps.errors import DataError
 
 KIND = "hashed-logistic-v1"

@@ -1,52 +1,439 @@
-"""The CTR dataset schema shared by the Criteo converter, the synthetic generator and the readers.
+"""The declared schema of a dataset: the user's contract for what each column is.
 
-One row is one ad impression:
+A schema file (YAML) names the label(s), an optional weight column, and every feature column
+with its kind::
 
-========  ===========  =====================================================================
-column    Parquet type meaning
-========  ===========  =====================================================================
-label     int8         1 = clicked, 0 = not clicked (never null)
-I1..I13   int32        integer count features; may be negative; null = missing
-C1..C26   uint32       categorical features: Criteo's 8 hex digits parsed as a number; null =
-                       missing
-p_true    float32      synthetic datasets only: the planted model's click probability
-========  ===========  =====================================================================
+    label: clicked                       # or a list of names, or {name, kind, classes, sep}
+    weight: w                            # optional per-row loss weight
+    missing: ["", "NA", "?"]             # tokens read as missing (the default)
+    defaults: {table: features, dim: 8, id_space: 1000003}
+    tables:                              # optional: tables not described by a column
+      users: {dim: 16, id_space: 100003}
+    columns:
+      age: dense                         # normalisation defaults to standard
+      income: {kind: dense, norm: log}
+      country: categorical               # hashed into the default table
+      genres: {kind: multi_categorical, sep: "|"}
+      user_id: {kind: categorical, table: users, dim: 16}
+      item: {kind: categorical, ids: passthrough, table: items, id_space: 5000}
 
-Storing the categoricals as uint32 rather than 8-character strings halves their size on disk
-and lets readers hash them without touching Python strings. Parsing is lossless: the hex text
-is ``format(value, "08x")``.
+Column kinds:
+
+- ``dense``: a number (``dtype`` int or float); ``norm`` is ``standard`` (the default: minus the
+  mean, over the standard deviation, both computed at conversion), ``minmax`` (to [0, 1] by the
+  minimum and maximum seen at conversion), ``log`` (``log(1 + max(x, 0))``) or ``none``; a missing
+  value becomes ``missing_value`` (default 0.0) after normalisation.
+- ``categorical``: an int or a string, one per row, mapped into its table's id space by the
+  stable hash (``ids: hash``, the default) or taken as it is (``ids: passthrough``: ids already in
+  ``[0, id_space)``; a value outside is a data error naming the column).
+- ``multi_categorical``: a variable-length list per row (a string split on ``sep``, or a Parquet
+  list column), each value mapped as for ``categorical``.
+
+Each categorical column feeds one sparse table (columns may share one: each column hashes with
+its own salt, so equal values in two columns get unrelated ids); each table has its own ``dim``
+and ``id_space``. Label kinds: ``binary`` (0/1, the default), ``float`` (regression),
+``multi_label`` (a set of class indices per row, ``classes`` of them, split on ``sep``) and
+``class`` (one class index in ``[0, classes)``, e.g. the next word of a language model).
+
+:meth:`Schema.from_dict` / :meth:`Schema.from_yaml` read the user's form; :meth:`Schema.to_dict`
+writes the normalised form (every option explicit, statistics included) that a dataset manifest
+stores and :meth:`Schema.from_dict` reads back. Every error is a
+:class:`~elasticps.errors.ConfigError` naming the column and the bad value.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-LABEL = "label"
-DENSE_COLUMNS: tuple[str, ...] = tuple(f"I{i}" for i in range(1, NUM_DENSE + 1))
-SPARSE_COLUMNS: tuple[str, ...] = tuple(f"C{i}" for i in range(1, NUM_SPARSE + 1))
-FEATURE_COLUMNS: tuple[str, ...] = (LABEL, *DENSE_COLUMNS, *SPARSE_COLUMNS)
-P_TRUE = "p_true"
+from elasticps.errors import ConfigError
 
-LABEL_TYPE = pa.int8()
-DENSE_TYPE = pa.int32()
-SPARSE_TYPE = pa.uint32()
-
-
-def arrow_schema(with_p_true: bool = False) -> pa.Schema:
-    """The Parquet schema of a dataset; ``with_p_true`` adds the synthetic probability column."""
-    fields = [pa.field(LABEL, LABEL_TYPE, nullable=False)]
-    fields += [pa.field(name, DENSE_TYPE) for name in DENSE_COLUMNS]
-    fields += [pa.field(name, SPARSE_TYPE) for name in SPARSE_COLUMNS]
-    if with_p_true:
-        fields.append(pa.field(P_TRUE, pa.float32(), nullable=False))
-    return pa.schema(fields)
+FEATURE_KINDS = ("dense", "categorical", "multi_categorical")
+LABEL_KINDS = ("binary", "float", "multi_label", "class")
+NORMS = ("standard", "minmax", "log", "none")
+ID_MODES = ("hash", "passthrough")
+DTYPES = ("int", "float", "string")
+DEFAULT_MISSING = ("", "NA", "?")
+DEFAULT_TABLE = "features"
+DEFAULT_DIM = 8
+DEFAULT_ID_SPACE = 1_000_003
+MAX_ID_SPACE = 2**63 - 1
 
 
-def schema_description(with_p_true: bool = False) -> list[dict[str, object]]:
-    """The schema as JSON-friendly rows for the manifest."""
-    return [
-        {"name": field.name, "type": str(field.type), "nullable": field.nullable}
-        for field in arrow_schema(with_p_true)
-    ]
+@dataclass(frozen=True)
+class TableDecl:
+    """One sparse table: rows of width ``dim``, ids in ``[0, id_space)``."""
+
+    name: str
+    dim: int = DEFAULT_DIM
+    id_space: int = DEFAULT_ID_SPACE
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "table")
+        _check_int(self.dim, f"table {self.name!r}: dim", 1, 1 << 16)
+        _check_int(self.id_space, f"table {self.name!r}: id_space", 1, MAX_ID_SPACE)
+
+
+@dataclass(frozen=True)
+class DenseStats:
+    """What conversion measured of a dense column (present values only)."""
+
+    count: int = 0
+    mean: float = 0.0
+    std: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> DenseStats:
+        doc = _mapping(raw, where)
+        _only(doc, {"count", "mean", "std", "min", "max"}, where)
+        values = {k: _number(doc.get(k, 0.0), f"{where}: {k}") for k in ("mean", "std", "min",
+                                                                          "max")}
+        return cls(count=_check_int(doc.get("count", 0), f"{where}: count", 0, None), **values)
+
+
+@dataclass(frozen=True)
+class LabelSpec:
+    """One label column and what its values mean."""
+
+    name: str
+    kind: str = "binary"
+    classes: int | None = None  # multi_label and class: how many classes
+    sep: str | None = None  # multi_label from text: the separator of the class list
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "label column")
+        where = f"label {self.name!r}"
+        _check_choice(self.kind, LABEL_KINDS, f"{where}: kind")
+        if self.kind in ("multi_label", "class"):
+            if self.classes is None:
+                raise ConfigError(f"{where}: kind {self.kind} needs 'classes' (how many)")
+            _check_int(self.classes, f"{where}: classes", 2, 1 << 24)
+        elif self.classes is not None:
+            raise ConfigError(f"{where}: 'classes' applies to multi_label and class labels only")
+        if self.sep is not None and self.kind != "multi_label":
+            raise ConfigError(f"{where}: 'sep' applies to multi_label labels only")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "classes": self.classes, "sep": self.sep}
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One feature column. Options that do not apply to its kind stay at their defaults."""
+
+    name: str
+    kind: str
+    dtype: str | None = None  # the source type; None until conversion decides it
+    norm: str = "standard"  # dense
+    missing_value: float = 0.0  # dense: the value of a missing entry after normalisation
+    stats: DenseStats | None = None  # dense: measured at conversion (or fixed by a preset)
+    table: str = DEFAULT_TABLE  # categorical kinds
+    ids: str = "hash"  # categorical kinds
+    sep: str | None = None  # multi_categorical from text
+    salt: int | None = None  # categorical kinds: hash salt (default: derived from the name)
+    missing: tuple[str, ...] | None = None  # tokens read as missing (None: the schema's)
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "column")
+        where = f"column {self.name!r}"
+        _check_choice(self.kind, FEATURE_KINDS, f"{where}: kind")
+        if self.dtype is not None:
+            _check_choice(self.dtype, DTYPES, f"{where}: dtype")
+        if self.kind == "dense":
+            _check_choice(self.norm, NORMS, f"{where}: norm")
+            _number(self.missing_value, f"{where}: missing_value")
+            if self.dtype == "string":
+                raise ConfigError(f"{where}: a dense column holds numbers, not dtype string")
+        else:
+            _check_name(self.table, f"{where}: table")
+            _check_choice(self.ids, ID_MODES, f"{where}: ids")
+            if self.ids == "passthrough" and self.dtype not in (None, "int"):
+                raise ConfigError(f"{where}: ids: passthrough needs integer ids, not dtype "
+                                  f"{self.dtype}")
+            if self.salt is not None:
+                _check_int(self.salt, f"{where}: salt", 0, (1 << 31) - 1)
+        if self.kind == "multi_categorical":
+            if self.sep is not None and not self.sep:
+                raise ConfigError(f"{where}: sep must be a non-empty string")
+        elif self.sep is not None:
+            raise ConfigError(f"{where}: 'sep' applies to multi_categorical columns only")
+
+    @property
+    def is_categorical(self) -> bool:
+        return self.kind != "dense"
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"kind": self.kind, "dtype": self.dtype}
+        if self.kind == "dense":
+            doc.update(norm=self.norm, missing_value=self.missing_value,
+                       stats=None if self.stats is None else self.stats.to_dict())
+        else:
+            doc.update(table=self.table, ids=self.ids, salt=self.salt)
+            if self.kind == "multi_categorical":
+                doc["sep"] = self.sep
+        if self.missing is not None:
+            doc["missing"] = list(self.missing)
+        return doc
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Labels, an optional weight column, feature columns and the sparse tables they feed."""
+
+    labels: tuple[LabelSpec, ...]
+    columns: tuple[ColumnSpec, ...]
+    tables: Mapping[str, TableDecl] = field(default_factory=dict)
+    weight: str | None = None
+    missing: tuple[str, ...] = DEFAULT_MISSING
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            raise ConfigError("a schema needs a label column ('label: NAME')")
+        kinds = {label.kind for label in self.labels}
+        if len(kinds) > 1 or (len(self.labels) > 1 and not kinds <= {"binary", "float"}):
+            raise ConfigError("several label columns must all be binary or all be float; "
+                              f"got {sorted(kinds)}")
+        names = [label.name for label in self.labels] + [c.name for c in self.columns]
+        if self.weight is not None:
+            _check_name(self.weight, "weight column")
+            names.append(self.weight)
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ConfigError(f"column {name!r} appears twice in the schema")
+            seen.add(name)
+        for column in self.categorical_columns:
+            if column.table not in self.tables:
+                raise ConfigError(f"column {column.name!r} feeds table {column.table!r}, which "
+                                  f"the schema does not declare (tables: {sorted(self.tables)})")
+        for name, table in self.tables.items():
+            if table.name != name:
+                raise ConfigError(f"table {name!r} is declared under the name {table.name!r}")
+
+    # -- views ------------------------------------------------------------------------------
+
+    @property
+    def label_kind(self) -> str:
+        return self.labels[0].kind
+
+    @property
+    def num_classes(self) -> int | None:
+        return self.labels[0].classes
+
+    @property
+    def label_width(self) -> int:
+        """Entries of ``Batch.label`` per row: 1 for one binary/float/class label, the number
+        of labels for several, the number of classes for a multi-label set."""
+        if self.label_kind == "multi_label":
+            return int(self.labels[0].classes or 0)
+        return len(self.labels)
+
+    @property
+    def dense_columns(self) -> tuple[ColumnSpec, ...]:
+        return tuple(c for c in self.columns if c.kind == "dense")
+
+    @property
+    def categorical_columns(self) -> tuple[ColumnSpec, ...]:
+        """Single- and multi-valued categorical columns, in schema order."""
+        return tuple(c for c in self.columns if c.is_categorical)
+
+    def column(self, name: str) -> ColumnSpec:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise ConfigError(f"the schema has no feature column {name!r}; it has "
+                          f"{[c.name for c in self.columns]}")
+
+    def columns_of(self, table: str) -> tuple[ColumnSpec, ...]:
+        return tuple(c for c in self.categorical_columns if c.table == table)
+
+    def missing_tokens(self, column: ColumnSpec) -> tuple[str, ...]:
+        return self.missing if column.missing is None else column.missing
+
+    def source_columns(self) -> tuple[str, ...]:
+        """Every column a source must provide: labels, weight, features."""
+        names = [label.name for label in self.labels]
+        if self.weight is not None:
+            names.append(self.weight)
+        return (*names, *(c.name for c in self.columns))
+
+    def replace_column(self, column: ColumnSpec) -> Schema:
+        """This schema with ``column`` (same name) replaced: conversion fills dtype and stats."""
+        self.column(column.name)
+        columns = tuple(column if c.name == column.name else c for c in self.columns)
+        return dataclasses.replace(self, columns=columns)
+
+    # -- the normalised form ----------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "labels": [label.to_dict() for label in self.labels],
+            "weight": self.weight,
+            "missing": list(self.missing),
+            "tables": {name: {"dim": t.dim, "id_space": t.id_space}
+                       for name, t in self.tables.items()},
+            "columns": {c.name: c.to_dict() for c in self.columns},
+        }
+
+    @classmethod
+    def from_yaml(cls, text: str, where: str = "schema") -> Schema:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
+        return cls.from_dict(raw, where)
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "schema") -> Schema:
+        """Read a schema in the user's form (see the module docstring) or the normalised form
+        :meth:`to_dict` writes."""
+        doc = _mapping(raw, where)
+        _only(doc, {"label", "labels", "weight", "missing", "defaults", "tables", "columns"},
+              where)
+        defaults = _mapping(doc.get("defaults") or {}, f"{where}: defaults")
+        _only(defaults, {"table", "dim", "id_space", "norm", "ids"}, f"{where}: defaults")
+        missing = _tokens(doc.get("missing", list(DEFAULT_MISSING)), f"{where}: missing")
+        labels = _labels(doc.get("labels", doc.get("label")), where)
+        weight = doc.get("weight")
+        if weight is not None and not isinstance(weight, str):
+            raise ConfigError(f"{where}: weight must be a column name, got {weight!r}")
+        raw_columns = _mapping(doc.get("columns") or {}, f"{where}: columns")
+        columns: list[ColumnSpec] = []
+        tables: dict[str, TableDecl] = {}
+        for name, table_raw in _mapping(doc.get("tables") or {}, f"{where}: tables").items():
+            spec = _mapping(table_raw or {}, f"{where}: table {name!r}")
+            _only(spec, {"dim", "id_space"}, f"{where}: table {name!r}")
+            tables[str(name)] = TableDecl(str(name), spec.get("dim", defaults.get(
+                "dim", DEFAULT_DIM)), spec.get("id_space", defaults.get("id_space",
+                                                                        DEFAULT_ID_SPACE)))
+        for name, column_raw in raw_columns.items():
+            column, shape = _column(str(name), column_raw, defaults, where)
+            columns.append(column)
+            if column.is_categorical:
+                _declare(tables, column.table, shape, defaults, f"{where}: column {name!r}")
+        return cls(labels=labels, columns=tuple(columns), tables=tables, weight=weight,
+                   missing=missing)
+
+
+# -- parsing helpers -------------------------------------------------------------------------
+
+_COLUMN_KEYS = {"kind", "dtype", "norm", "missing_value", "stats", "table", "dim", "id_space",
+                "ids", "sep", "salt", "missing"}
+
+
+def _column(name: str, raw: Any, defaults: Mapping[str, Any],
+            where: str) -> tuple[ColumnSpec, dict[str, Any]]:
+    """The column, and the table shape (dim, id_space) it states, if any."""
+    here = f"{where}: column {name!r}"
+    doc = {"kind": raw} if isinstance(raw, str) else dict(_mapping(raw, here))
+    _only(doc, _COLUMN_KEYS, here)
+    kind = doc.get("kind")
+    if not isinstance(kind, str):
+        raise ConfigError(f"{here}: kind must be one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
+    stats = doc.get("stats")
+    missing = doc.get("missing")
+    column = ColumnSpec(
+        name=name, kind=kind, dtype=doc.get("dtype"),
+        norm=doc.get("norm", defaults.get("norm", "standard")),
+        missing_value=_number(doc.get("missing_value", 0.0), f"{here}: missing_value"),
+        stats=None if stats is None else DenseStats.from_dict(stats, f"{here}: stats"),
+        table=doc.get("table", defaults.get("table", DEFAULT_TABLE)),
+        ids=doc.get("ids", defaults.get("ids", "hash")), sep=doc.get("sep"),
+        salt=_optional_int(doc.get("salt"), f"{here}: salt"),
+        missing=None if missing is None else _tokens(missing, f"{here}: missing"))
+    if column.kind == "dense":
+        for key in ("table", "dim", "id_space", "ids", "salt"):
+            if key in doc:
+                raise ConfigError(f"{here}: {key!r} applies to categorical columns only")
+    return column, {k: doc[k] for k in ("dim", "id_space") if k in doc}
+
+
+def _declare(tables: dict[str, TableDecl], name: str, shape: Mapping[str, Any],
+             defaults: Mapping[str, Any], where: str) -> None:
+    """Declare table ``name`` as a column states it: a shape the column does not state is the
+    table's known one, else the defaults'; a stated shape must agree with the known one."""
+    known = tables.get(name)
+    if known is None:
+        tables[name] = TableDecl(name, shape.get("dim", defaults.get("dim", DEFAULT_DIM)),
+                                 shape.get("id_space", defaults.get("id_space",
+                                                                    DEFAULT_ID_SPACE)))
+        return
+    table = TableDecl(name, shape.get("dim", known.dim), shape.get("id_space", known.id_space))
+    if known != table:
+        raise ConfigError(f"{where}: table {table.name!r} is declared with dim={table.dim}, "
+                          f"id_space={table.id_space} here but dim={known.dim}, "
+                          f"id_space={known.id_space} elsewhere; a table has one shape")
+
+
+def _labels(raw: Any, where: str) -> tuple[LabelSpec, ...]:
+    if raw is None:
+        raise ConfigError(f"{where} needs a label column ('label: NAME')")
+    items = raw if isinstance(raw, list) else [raw]
+    labels = []
+    for item in items:
+        if isinstance(item, str):
+            labels.append(LabelSpec(item))
+            continue
+        doc = _mapping(item, f"{where}: label")
+        _only(doc, {"name", "kind", "classes", "sep"}, f"{where}: label")
+        labels.append(LabelSpec(doc.get("name", ""), doc.get("kind", "binary"),
+                                doc.get("classes"), doc.get("sep")))
+    return tuple(labels)
+
+
+def _optional_int(value: Any, where: str) -> int | None:
+    return None if value is None else _check_int(value, where, 0, None)
+
+
+def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {raw!r}")
+    return raw
+
+
+def _only(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(doc) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _tokens(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
+        raise ConfigError(f"{where} must be a list of strings, got {raw!r}")
+    return tuple(raw)
+
+
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name or name != name.strip():
+        raise ConfigError(f"{what} name {name!r} must be a non-empty string without '/' or "
+                          "surrounding spaces")
+
+
+def _check_choice(value: Any, choices: Iterable[str], where: str) -> None:
+    options = tuple(choices)
+    if value not in options:
+        raise ConfigError(f"{where} is {value!r}; choose one of {', '.join(options)}")
+
+
+def _check_int(value: Any, where: str, low: int, high: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ConfigError(f"{where} must be an integer {bound}, got {value!r}")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    return float(value)

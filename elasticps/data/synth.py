@@ -26,11 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from elasticps.data.auc import auc, log_loss
-from elasticps.data.features import DENSE_MAX, splitmix64
-from elasticps.data.manifest import Manifest
-from elasticps.data.planted import PlantedModel, keyed
-from elasticps.data.progress import Progress
-from elasticps.data.schema import (
+from elasticps.data.criteo_layout import (
     DENSE_TYPE,
     LABEL_TYPE,
     NUM_DENSE,
@@ -38,6 +34,10 @@ from elasticps.data.schema import (
     SPARSE_TYPE,
     arrow_schema,
 )
+from elasticps.data.features import DENSE_MAX, splitmix64
+from elasticps.data.manifest import Manifest
+from elasticps.data.planted import PlantedModel, keyed
+from elasticps.data.progress import Progress
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,

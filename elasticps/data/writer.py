@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from elasticps.data.criteo_layout import LABEL, schema_description
 from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
-from elasticps.data.schema import LABEL, schema_description
 from elasticps.errors import DataError
 from elasticps.version import __version__
 
