@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO / "examples/ctr"))
 from models import build  # noqa: E402
 
 from elasticps.data import FeatureConfig, open_dataset  # noqa: E402
+from elasticps.data.criteo_layout import SPARSE_COLUMNS  # noqa: E402
 from elasticps.data.synth import synth_ctr  # noqa: E402
 
 
@@ -66,7 +67,8 @@ def torch_run(data: str, args: argparse.Namespace) -> float:
     start = time.perf_counter()
     for i, batch in enumerate(open_dataset(data).iter_batches(args.batch_size,
                                                               features=features)):
-        dense, sparse, label = batch.to_torch()
+        dense, label = torch.from_numpy(batch.dense), torch.from_numpy(batch.label)
+        sparse = torch.from_numpy(batch.stack_ids(SPARSE_COLUMNS))
         dense_opt.zero_grad()
         sparse_opt.zero_grad()
         loss_fn(model(dense, sparse), label).backward()

@@ -2,12 +2,12 @@
 
 Public API (what other subsystems call)::
 
-    from elasticps.data import open_dataset, iter_batches, FeatureConfig, ChunkRef, CtrBatch
+    from elasticps.data import open_dataset, iter_batches, FeatureConfig, ChunkRef, Batch
     ds = open_dataset("/data/ctr")                 # any fsspec URL
     for chunk in ds.manifest.chunks:               # ChunkRef(path, row_group, num_rows)
         for batch in iter_batches(ds.url, chunk, 512, start_record=0,
                                   features=FeatureConfig(id_space=1_000_001)):
-            dense, sparse, label = batch.to_torch()
+            tensors = batch.to_torch()               # Batch -> TensorBatch
     auc(labels, scores); log_loss(labels, probs)
 
 Names load on first use (``elasticps.data.manifest`` alone needs no pyarrow). Heavier pieces
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from elasticps.data.auc import auc, log_loss
+    from elasticps.data.batch import Bag, Batch, TensorBatch
     from elasticps.data.dataset import (
-        CtrBatch,
         Dataset,
         iter_batches,
         open_dataset,
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 # does not load pyarrow.
 _WHERE = {
     "auc": "auc", "log_loss": "auc",
-    "CtrBatch": "dataset", "Dataset": "dataset", "iter_batches": "dataset",
+    "Bag": "batch", "Batch": "batch", "TensorBatch": "batch",
+    "Dataset": "dataset", "iter_batches": "dataset",
     "open_dataset": "dataset", "read_chunk_table": "dataset",
     "FeatureConfig": "features", "hash_categorical": "features", "normalize_dense": "features",
     "ChunkRef": "manifest", "Manifest": "manifest", "read_manifest": "manifest",
@@ -53,11 +54,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Bag",
+    "Batch",
     "ChunkRef",
-    "CtrBatch",
     "Dataset",
     "FeatureConfig",
     "Manifest",
+    "TensorBatch",
     "auc",
     "hash_categorical",
     "iter_batches",

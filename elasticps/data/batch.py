@@ -17,7 +17,7 @@ names its table); a batch only carries the ids. :meth:`Batch.to_torch` gives a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -93,6 +93,16 @@ class Batch:
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
+
+    def stack_ids(self, columns: Sequence[str]) -> np.ndarray:
+        """The ids of single-valued ``columns`` side by side: int64 [B, len(columns)]."""
+        missing = [c for c in columns if c not in self.ids]
+        if missing:
+            raise DataError(f"the batch has no categorical column(s) {missing}; it has "
+                            f"{sorted(self.ids)}")
+        if not columns:
+            return np.zeros((len(self), 0), np.int64)
+        return np.stack([self.ids[c] for c in columns], axis=1)
 
     def slice(self, start: int, stop: int) -> Batch:
         """Rows ``[start, stop)`` as a batch of views."""

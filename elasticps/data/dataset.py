@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -24,38 +24,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from elasticps.data.batch import Batch
 from elasticps.data.criteo_layout import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
 from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
 from elasticps.errors import DataError
 
-if TYPE_CHECKING:
-    import torch
-
 DEFAULT_FEATURES = FeatureConfig()
-
-
-@dataclass(frozen=True)
-class CtrBatch:
-    """One batch: ``dense`` float32[B, 13], ``sparse`` int64[B, 26] ids, ``label`` float32[B]."""
-
-    dense: np.ndarray
-    sparse: np.ndarray
-    label: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.label.shape[0])
-
-    def to_torch(
-        self, device: str | torch.device | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(dense, sparse, label) tensors; on CPU they share memory with the numpy arrays."""
-        import torch
-
-        tensors = tuple(torch.from_numpy(a) for a in (self.dense, self.sparse, self.label))
-        if device is not None:
-            tensors = tuple(t.to(device) for t in tensors)
-        return tensors[0], tensors[1], tensors[2]
 
 
 @dataclass(frozen=True)
@@ -166,7 +141,7 @@ def iter_batches(
     start_record: int = 0,
     features: FeatureConfig = DEFAULT_FEATURES,
     shuffle_seed: int | None = None,
-) -> Iterator[CtrBatch]:
+) -> Iterator[Batch]:
     """Batches of one chunk from record ``start_record`` on; the last batch may be short.
 
     Arguments are checked at the call; the chunk is read when the first batch is asked for.
@@ -187,7 +162,7 @@ def _chunk_batches(
     start_record: int,
     features: FeatureConfig,
     shuffle_seed: int | None,
-) -> Iterator[CtrBatch]:
+) -> Iterator[Batch]:
     if start_record == chunk.num_rows:
         return
     raw = table_to_raw(read_chunk_table(dataset_url, chunk, FEATURE_COLUMNS))
@@ -198,13 +173,15 @@ def _chunk_batches(
     dense = np.ascontiguousarray(
         normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
     )
-    sparse = np.ascontiguousarray(
+    # One id column per slot (column-major: each slot's ids are contiguous).
+    sparse = np.asfortranarray(
         hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
     )
-    label = raw.label[rows].astype(np.float32)
-    for begin in range(0, label.shape[0], batch_size):
-        end = begin + batch_size
-        yield CtrBatch(dense[begin:end], sparse[begin:end], label[begin:end])
+    ids = {name: sparse[:, j] for j, name in enumerate(SPARSE_COLUMNS)}
+    whole = Batch(label=raw.label[rows].astype(np.float32), dense=dense,
+                  dense_names=DENSE_COLUMNS, ids=ids)
+    for begin in range(0, len(whole), batch_size):
+        yield whole.slice(begin, min(begin + batch_size, len(whole)))
 
 
 class Dataset:
@@ -243,7 +220,7 @@ class Dataset:
         features: FeatureConfig = DEFAULT_FEATURES,
         chunks: Iterable[ChunkRef] | None = None,
         shuffle_seed: int | None = None,
-    ) -> Iterator[CtrBatch]:
+    ) -> Iterator[Batch]:
         """Batches over ``chunks`` (default: all, in manifest order); batches do not span chunks."""
         for chunk in self.chunks if chunks is None else chunks:
             yield from iter_batches(

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from elasticps.data.batch import Batch
+from elasticps.data.criteo_layout import SPARSE_COLUMNS
 from elasticps.proto import common_pb2
 from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.dense import DenseSync
@@ -51,10 +53,12 @@ class _Prefetched:
 
 
 def ctr_feed(batch: object) -> tuple[Sequence[torch.Tensor], torch.Tensor]:
-    """Default feed for ``CtrBatch``: ``model(dense, sparse)`` against ``label``."""
-    dense = torch.from_numpy(np.ascontiguousarray(batch.dense, dtype=np.float32))  # type: ignore[attr-defined]
-    sparse = torch.from_numpy(np.ascontiguousarray(batch.sparse, dtype=np.int64))  # type: ignore[attr-defined]
-    label = torch.from_numpy(np.ascontiguousarray(batch.label, dtype=np.float32))  # type: ignore[attr-defined]
+    """Default feed for a Criteo-layout :class:`~elasticps.data.batch.Batch`:
+    ``model(dense, sparse)`` (sparse = the 26 slots' ids side by side) against ``label``."""
+    assert isinstance(batch, Batch)
+    dense = torch.from_numpy(np.ascontiguousarray(batch.dense, dtype=np.float32))
+    sparse = torch.from_numpy(batch.stack_ids(SPARSE_COLUMNS))
+    label = torch.from_numpy(np.ascontiguousarray(batch.label, dtype=np.float32))
     return (dense, sparse), label
 
 
@@ -95,7 +99,8 @@ class StepRunner:
             ("pull_wait", "load_params", "forward", "backward", "collect_grads", "push_wait"), 0.0)
 
     def _all_tables_read_sparse(self, batch: object) -> Mapping[str, np.ndarray]:
-        ids = batch.sparse  # type: ignore[attr-defined]
+        ids = batch.stack_ids(SPARSE_COLUMNS) if isinstance(batch, Batch) \
+            else batch.sparse  # type: ignore[attr-defined]
         return {table: ids for table in self.layers}
 
     def _dense_due(self, step: int) -> bool:

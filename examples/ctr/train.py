@@ -24,6 +24,7 @@ import torch
 
 import elasticps as eps
 from elasticps.data import FeatureConfig, open_dataset
+from elasticps.data.criteo_layout import SPARSE_COLUMNS
 from elasticps.store.keys import publish_result
 from elasticps.store.once import run_once
 
@@ -120,7 +121,7 @@ def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -
 
 def training_ids(url: str, features: FeatureConfig) -> np.ndarray:
     """Every id the training data holds: the rows training touched."""
-    ids = [np.unique(batch.sparse) for batch in open_dataset(url).iter_batches(
+    ids = [np.unique(batch.stack_ids(SPARSE_COLUMNS)) for batch in open_dataset(url).iter_batches(
         65536, features=features)]
     return np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
 

@@ -84,8 +84,15 @@ def test_sigkilled_launcher_takes_every_role_with_it_gracefully(tmp_path: Path) 
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(timeout=10)
         killed_at = time.monotonic()
-        wait_for(lambda: not any(pid_alive(pid) for pid in pids), 30,
-                 what=f"every role of {roles} to exit after the launcher's SIGKILL")
+        try:
+            wait_for(lambda: not any(pid_alive(pid) for pid in pids), 30,
+                     what=f"every role of {roles} to exit after the launcher's SIGKILL")
+        except AssertionError:
+            alive = {role: [p for p in group if pid_alive(p)] for role, group in roles.items()}
+            logs = "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-1500:]}"
+                             for path in sorted((workdir / "logs").glob("*.log")))
+            raise AssertionError(f"still alive 30 s after the launcher's SIGKILL: {alive}\n"
+                                 f"{logs}") from None
         gone_s = time.monotonic() - killed_at
         # Gracefully: each removed its own keys on the way out (the TTL is 30 s).
         assert store.get(MASTER_ADDRESS) is None  # the leader resigned

@@ -13,6 +13,7 @@ import torch
 from safetensors.numpy import load_file
 
 from elasticps.data import FeatureConfig, open_dataset
+from elasticps.data.criteo_layout import SPARSE_COLUMNS
 from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "examples/ctr"))
@@ -63,7 +64,8 @@ def test_distributed_sgd_matches_local_pytorch(tmp_path: Path) -> None:
     for _ in range(2):
         for batch in dataset.iter_batches(BATCH, features=FeatureConfig(id_space=ID_SPACE,
                                                                         dense_norm="log-missing")):
-            dense, sparse, label = batch.to_torch()
+            dense, label = torch.from_numpy(batch.dense), torch.from_numpy(batch.label)
+            sparse = torch.from_numpy(batch.stack_ids(SPARSE_COLUMNS))
             optimizer.zero_grad()
             loss_fn(model(dense, sparse), label).backward()
             optimizer.step()

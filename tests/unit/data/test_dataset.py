@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elasticps.data import ChunkRef, CtrBatch, FeatureConfig, iter_batches, open_dataset
+from elasticps.data import Batch, ChunkRef, FeatureConfig, iter_batches, open_dataset
+from elasticps.data.criteo_layout import SPARSE_COLUMNS
 from elasticps.data.synth import synth_ctr
 from elasticps.errors import DataError
 from tests.helpers import REPO
@@ -23,18 +24,18 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
-def stack(batches: list[CtrBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stack(batches: list[Batch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (
         np.concatenate([b.dense for b in batches]),
-        np.concatenate([b.sparse for b in batches]),
+        np.concatenate([b.stack_ids(SPARSE_COLUMNS) for b in batches]),
         np.concatenate([b.label for b in batches]),
     )
 
 
-def digest(batches: list[CtrBatch]) -> str:
+def digest(batches: list[Batch]) -> str:
     h = hashlib.sha256()
     for b in batches:
-        for a in (b.dense, b.sparse, b.label):
+        for a in (b.dense, b.stack_ids(SPARSE_COLUMNS), b.label):
             h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 
@@ -46,16 +47,18 @@ def test_batches_have_the_contract_shapes_and_types(dataset: str) -> None:
     assert [len(b) for b in batches] == [64, 64, 64, 64, 64, 64, 64, 52]  # 500-row last chunk
     b = batches[0]
     assert (b.dense.dtype, b.dense.shape) == (np.float32, (64, 13))
-    assert (b.sparse.dtype, b.sparse.shape) == (np.int64, (64, 26))
+    sparse = b.stack_ids(SPARSE_COLUMNS)
+    assert b.dense_names == tuple(f"I{i}" for i in range(1, 14))
+    assert (sparse.dtype, sparse.shape) == (np.int64, (64, 26))
     assert (b.label.dtype, b.label.shape) == (np.float32, (64,))
-    assert b.sparse.min() >= 0
-    assert b.sparse.max() < 1000
+    assert sparse.min() >= 0
+    assert sparse.max() < 1000
     assert set(np.unique(b.label)) <= {0.0, 1.0}
-    assert all(a.flags.c_contiguous for a in (b.dense, b.sparse, b.label))
-    dense, sparse, label = b.to_torch()
-    assert tuple(dense.shape) == (64, 13)
-    assert str(sparse.dtype) == "torch.int64"
-    assert float(label.sum()) == float(b.label.sum())
+    assert all(a.flags.c_contiguous for a in (b.dense, b.label, *b.ids.values()))
+    tensors = b.to_torch()
+    assert tuple(tensors.dense.shape) == (64, 13)
+    assert str(tensors.ids["C1"].dtype) == "torch.int64"
+    assert float(tensors.label.sum()) == float(b.label.sum())
 
 
 @pytest.mark.parametrize("shuffle_seed", [None, 7])
@@ -100,8 +103,10 @@ def test_same_chunk_offset_and_batch_size_give_the_same_batches_in_another_proce
         "from elasticps.data import ChunkRef, iter_batches\n"
         "c = ChunkRef(**json.loads(sys.argv[2]))\n"
         "h = hashlib.sha256()\n"
+        "cols = [f'C{i}' for i in range(1, 27)]\n"
         "for b in iter_batches(sys.argv[1], c, 128, start_record=77, shuffle_seed=5):\n"
-        "    [h.update(np.ascontiguousarray(a).tobytes()) for a in (b.dense, b.sparse, b.label)]\n"
+        "    [h.update(np.ascontiguousarray(a).tobytes())\n"
+        "     for a in (b.dense, b.stack_ids(cols), b.label)]\n"
         "print(h.hexdigest())\n"
     )
     out = subprocess.run(
