@@ -52,6 +52,7 @@ from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
+from elasticps.trainer.result import default_result
 from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
@@ -205,7 +206,9 @@ class Trainer:
 
         With ``test_reader`` (a dataset reader or URL, read whole and in order, never trained
         on) every ``EndPass`` also carries the ``test_*`` metrics of the parameters at the pass
-        end (``test_auc``... by label kind); it costs one forward pass over the test set.
+        end (``test_auc``... by label kind); it costs one forward pass over the test set. At the
+        end the last pass's metrics become the job's result unless there is one already
+        (result.py).
         """
         from elasticps.store.keys import TrainerProgress, publish_progress
 
@@ -246,7 +249,24 @@ class Trainer:
             runner.close()
         log.info("Trainer %s finished training: %d samples in %d batches, %.1fs.", self.name,
                  self.stats.samples, self.stats.batches, self.stats.train_s)
+        if not self.stop.is_set():
+            self._offer_result(num_passes, objective.kind)
         return self.stats
+
+    def _offer_result(self, passes: int, kind: str) -> None:
+        """The last pass's metrics as the job's result, unless one exists (result.py)."""
+        from elasticps.store.keys import publish_result_if_absent
+
+        if self.store is None or self.stats is None:
+            return
+        doc = default_result(self.stats.pass_metrics, passes=passes, label_kind=kind,
+                             trainer=self.name)
+        try:
+            if publish_result_if_absent(self.store, doc):
+                log.info("Trainer %s published the job's result (the last pass's metrics).",
+                         self.name)
+        except Exception as exc:  # the result is a report; training itself succeeded
+            log.warning("Trainer %s could not publish the job's result: %s", self.name, exc)
 
     # -- after training -----------------------------------------------------------------------
 
