@@ -142,8 +142,9 @@ def dist_train(
 ) -> TrainerHandle | LocalJobHandle | Any:
     """Train (inside a job) or start the job (outside one); see the module docstring.
 
-    ``test_reader`` (inside a job): a held-out dataset evaluated at every pass end; its AUC and
-    log loss arrive in ``EndPass.metrics`` as ``test_auc`` and ``test_logloss``."""
+    ``test_reader`` (inside a job): a held-out dataset evaluated at every pass end; its metrics
+    (by label kind) arrive in ``EndPass.metrics`` as ``test_auc``, ``test_logloss``..., and the
+    last pass's become the job's result unless the script publishes its own."""
     config = config or current()
     if config.role == "trainer" and config.store is not None:
         if trainer.params is None:
