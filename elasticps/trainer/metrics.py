@@ -3,7 +3,8 @@
 ============  =========================================================================
 label kind    metrics (besides ``cost``, the mean loss, and ``samples``)
 ============  =========================================================================
-binary        ``auc`` (exact, the data layer's), ``logloss``
+binary        ``auc`` (exact, the data layer's), ``logloss`` (several binary labels: pooled
+              over every entry)
 float         ``rmse``, ``mae`` (over every label entry)
 multi_label   ``auc``: macro AUC over the classes that have both labels in the data seen;
               ``logloss``: mean binary cross-entropy over every (row, class)
