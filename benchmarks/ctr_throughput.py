@@ -39,8 +39,19 @@ sys.path.insert(0, str(REPO / "examples/ctr"))
 from models import build  # noqa: E402
 
 from elasticps.data import FeatureConfig, open_dataset  # noqa: E402
-from elasticps.data.criteo_layout import SPARSE_COLUMNS  # noqa: E402
+from elasticps.data.batch import TensorBatch  # noqa: E402
 from elasticps.data.synth import synth_ctr  # noqa: E402
+
+
+class ColumnsEmbedding(torch.nn.Embedding):
+    """``torch.nn.Embedding`` reading the batch's slot columns, as SparseEmbedding does."""
+
+    def __init__(self, num: int, dim: int, columns: tuple[str, ...]) -> None:
+        super().__init__(num, dim, sparse=True)
+        self.columns = columns
+
+    def forward(self, batch: TensorBatch) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(torch.from_numpy(batch.source.stack_ids(self.columns)))
 
 
 def torch_run(data: str, args: argparse.Namespace) -> float:
@@ -49,8 +60,8 @@ def torch_run(data: str, args: argparse.Namespace) -> float:
     torch.manual_seed(args.seed)
     tables: dict[str, torch.nn.Embedding] = {}
 
-    def make_embedding(table: str, dim: int) -> torch.nn.Module:
-        emb = torch.nn.Embedding(args.id_space, dim, sparse=True)
+    def make_embedding(table: str, dim: int, columns: tuple[str, ...]) -> torch.nn.Module:
+        emb = ColumnsEmbedding(args.id_space, dim, tuple(columns))
         torch.nn.init.uniform_(emb.weight, -0.01, 0.01)
         tables[table] = emb
         return emb
@@ -67,11 +78,9 @@ def torch_run(data: str, args: argparse.Namespace) -> float:
     start = time.perf_counter()
     for i, batch in enumerate(open_dataset(data).iter_batches(args.batch_size,
                                                               features=features)):
-        dense, label = torch.from_numpy(batch.dense), torch.from_numpy(batch.label)
-        sparse = torch.from_numpy(batch.stack_ids(SPARSE_COLUMNS))
         dense_opt.zero_grad()
         sparse_opt.zero_grad()
-        loss_fn(model(dense, sparse), label).backward()
+        loss_fn(model(batch.to_torch()), torch.from_numpy(batch.label)).backward()
         dense_opt.step()
         sparse_opt.step()
         if i == 0:  # the first step allocates Adam's state for the whole table: not steady state

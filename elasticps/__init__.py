@@ -16,13 +16,14 @@ from elasticps.version import __version__
 
 if TYPE_CHECKING:
     from elasticps import nn, reader
-    from elasticps.api import dist_train
+    from elasticps.api import dist_train, publish_result
     from elasticps.trainer import events, optim
     from elasticps.trainer.trainer import Trainer
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Trainer": ("elasticps.trainer.trainer", "Trainer"),
     "dist_train": ("elasticps.api", "dist_train"),
+    "publish_result": ("elasticps.api", "publish_result"),
     "nn": ("elasticps.nn", None),
     "optim": ("elasticps.trainer.optim", None),
     "events": ("elasticps.trainer.events", None),
@@ -46,4 +47,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Config", "ElasticPSError", "Job", "Trainer", "__version__", "dist_train", "events",
-           "init", "load_config", "nn", "optim", "reader"]
+           "init", "load_config", "nn", "optim", "publish_result", "reader"]

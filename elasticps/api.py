@@ -5,22 +5,30 @@ returns a handle whose ``result`` holds the training stats. Outside one, with ``
 cluster configured), it re-executes the current script under ``elasticps run`` (the way torchrun
 does) and returns a handle on that launcher: ``status_url()``, ``wait()``, ``summary()``. With a
 cluster job it submits it through :mod:`elasticps.cluster`.
+
+``elasticps.publish_result(doc)`` makes a script's own document the job's result (the launcher
+copies it into ``WORKDIR/summary.json``); without it the trainers publish the last pass's metrics
+(``elasticps/trainer/result.py``).
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import math
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from elasticps.config import Config, current
 from elasticps.errors import ConfigError
+from elasticps.store import open_store
+from elasticps.store.keys import publish_result as put_result
+from elasticps.store.keys import read_master_address
 from elasticps.trainer.events import Event
 from elasticps.trainer.step_worker import LoopStats
 from elasticps.trainer.trainer import Trainer
@@ -46,8 +54,6 @@ class TrainerHandle:
         self.stats = stats
 
     def status_url(self) -> str | None:
-        from elasticps.store.keys import read_master_address
-
         store = self.trainer.store
         address = read_master_address(store) if store is not None else None
         return address.status_url if address else None
@@ -136,8 +142,9 @@ def dist_train(
 ) -> TrainerHandle | LocalJobHandle | Any:
     """Train (inside a job) or start the job (outside one); see the module docstring.
 
-    ``test_reader`` (inside a job): a held-out dataset evaluated at every pass end; its AUC and
-    log loss arrive in ``EndPass.metrics`` as ``test_auc`` and ``test_logloss``."""
+    ``test_reader`` (inside a job): a held-out dataset evaluated at every pass end; its metrics
+    (by label kind) arrive in ``EndPass.metrics`` as ``test_auc``, ``test_logloss``..., and the
+    last pass's become the job's result unless the script publishes its own."""
     config = config or current()
     if config.role == "trainer" and config.store is not None:
         if trainer.params is None:
@@ -151,3 +158,39 @@ def dist_train(
     from elasticps.cluster.submit import submit
 
     return submit(job)
+
+
+def _json_ready(value: Any, where: str) -> Any:
+    """``value`` with NaN and infinities as null (JSON has none); other non-JSON values are a
+    ConfigError naming where they are."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"result key {key!r} at {where} is not a string")
+            out[key] = _json_ready(item, f"{where}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [_json_ready(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    if hasattr(value, "item") and callable(value.item):  # a numpy or torch scalar
+        return _json_ready(value.item(), where)
+    raise ConfigError(f"result value at {where} is a {type(value).__name__}, not a JSON value")
+
+
+def publish_result(doc: Mapping[str, Any], *, config: Config | None = None) -> None:
+    """Make ``doc`` (a JSON-like mapping) the job's result: ``elasticps run`` copies it into
+    ``WORKDIR/summary.json`` when the job ends. It replaces any result published before (the
+    trainers' automatic one included) and is never replaced by the automatic one. Call it from
+    one trainer, e.g. the one :meth:`Trainer.request_save_model` chose. NaN becomes null."""
+    config = config or current()
+    if config.store is None:
+        raise ConfigError("publish_result runs inside a job (PADDLE_STORE is not set)")
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"a job result is a mapping, not {type(doc).__name__}")
+    ready = _json_ready(doc, "result")
+    with open_store(config.store, config.job_name) as store:
+        put_result(store, ready)

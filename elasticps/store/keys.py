@@ -22,7 +22,9 @@ mistaken for a real one::
                                      trainer's lease; a DELETE means the trainer died
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
                                      timers}, refreshed every few seconds
-    job/result                       the job's result document (any JSON object), written once
+    job/result                       the job's result document (any JSON object): a script's
+                                     own (put), else the first finished trainer's metrics (only
+                                     if absent: compare-and-set on a missing key)
     job/once/<name>/lock|done        run_once (store/once.py): owner name | the step's result
     launcher/desired_trainers        decimal integer: trainers the local launcher should run
 """
@@ -291,6 +293,16 @@ def read_progress(store: Store) -> dict[str, TrainerProgress]:
 def publish_result(store: Store, doc: Mapping[str, Any]) -> None:
     """Write the job's result document (the launcher copies it into ``summary.json``)."""
     store.put(JOB_RESULT, _encode(doc))
+
+
+def publish_result_if_absent(store: Store, doc: Mapping[str, Any]) -> bool:
+    """Write the job's result document only if there is none yet; False if there was one.
+
+    The trainers' automatic result uses this, so it never replaces a script's own
+    (:func:`publish_result` always writes) and only the first trainer to finish writes it.
+    """
+    written, _ = store.compare_and_set(JOB_RESULT, _encode(doc), 0)
+    return written
 
 
 def read_result(store: Store) -> dict[str, Any] | None:

@@ -4,18 +4,28 @@
 ``elasticps data``). The master turns its chunks into tasks (``chunks_per_task`` chunks each);
 a trainer reads the chunks of the tasks it is given, in the batch numbering of
 :func:`elasticps.trainer.task_batches.task_batches` (so a recomputed batch has the same ``seq``).
+
+Evaluation and export read a dataset whole and in order instead (:func:`read_whole`), from a
+reader, a URL, or any iterable of batches; the dataset's declared schema (its manifest's
+``schema``) says the label kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from elasticps.data.batch import Batch, TensorBatch
+from elasticps.data.dataset import open_dataset
 from elasticps.data.features import FeatureConfig
+from elasticps.data.manifest import read_manifest
+from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import master_pb2
 from elasticps.trainer.task_batches import TaskBatch, data_chunk_batches, task_batches
+
+EVAL_BATCH_SIZE = 4096  # a URL evaluated or exported without a reader: no gradients, big batches
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,32 @@ def cloud(dataset_url: str, batch_size: int = 512, *, chunks_per_task: int = 1,
     """The seed's ``reader.cloud(...)``: train on ``dataset_url`` through the master's tasks."""
     return DatasetReader(dataset_url, batch_size, chunks_per_task, features or FeatureConfig(),
                          shuffle_seed)
+
+
+def dataset_schema(url: str) -> Schema | None:
+    """The declared schema of the dataset at ``url``, None where its manifest has none."""
+    schema = getattr(read_manifest(url), "schema", None)
+    return schema if isinstance(schema, Schema) else None
+
+
+def label_kind_of(url: str) -> str:
+    """The label kind of the dataset at ``url`` (binary for datasets without a schema)."""
+    schema = dataset_schema(url)
+    return schema.label_kind if schema is not None else "binary"
+
+
+def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
+    """``(batches, dataset URL or None)`` of a reader, a URL, or an iterable of batches (numpy
+    ``Batch`` or ``TensorBatch``), read whole and in order."""
+    if isinstance(data, DatasetReader | str):
+        reader = data if isinstance(data, DatasetReader) else cloud(data, EVAL_BATCH_SIZE)
+        dataset = open_dataset(reader.dataset_url)
+        return dataset.iter_batches(reader.batch_size, features=reader.features), dataset.url
+    if isinstance(data, Batch | TensorBatch):
+        data = [data]
+    if not isinstance(data, Iterable):
+        raise ConfigError(f"{data!r} is not a reader, a dataset URL or an iterable of batches")
+    return (b.source if isinstance(b, TensorBatch) else b for b in data), None
 
 
 def as_dataset_reader(reader: Any) -> DatasetReader:

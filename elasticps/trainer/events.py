@@ -41,10 +41,13 @@ class EndIteration:
 
 @dataclass(frozen=True)
 class EndPass:
-    """Pass ``pass_id`` is over. ``metrics``: ``auc``, ``logloss``, ``cost`` and ``samples`` over
-    what this trainer trained in the pass (predictions made while training); with a
-    ``test_reader`` also ``test_auc``, ``test_logloss`` and ``test_samples`` of the parameters at
-    the pass end on the held-out set, and ``test_eval_s`` (seconds the evaluation took)."""
+    """Pass ``pass_id`` is over. ``metrics``: ``cost`` and ``samples`` over what this trainer
+    trained in the pass (predictions made while training), plus the label kind's metrics:
+    ``auc``, ``logloss`` (binary; multi_label: macro AUC), ``rmse``, ``mae`` (float),
+    ``accuracy``, ``cross_entropy``, ``perplexity`` (class); see trainer/metrics.py. With a
+    ``test_reader`` also the same metrics of the parameters at the pass end on the held-out set
+    as ``test_<name>`` (``test_auc``...), ``test_samples``, and ``test_eval_s`` (seconds the
+    evaluation took)."""
 
     pass_id: int
     metrics: dict[str, float] = field(default_factory=dict)

@@ -7,9 +7,21 @@ Layout of an export directory::
                         "sparse/T/rows" float32 [n, dim]
     manifest.json       {"format": "elasticps.model/1", "weights": "model.safetensors",
                          "dense": {name: shape}, "sparse": {T: {"dim", "count", "ids", "rows"}},
-                         "modules": {module path: T}, "meta": {...whatever the exporter adds}}
+                         "modules": {module path: T},
+                         "layers": {module path: {"table": T, "dim": d, "kind": "embedding",
+                                                  "columns": "c" | ["c1", ...] | null}
+                                              | {"table": T, "dim": d, "kind": "bag",
+                                                 "column": "c", "mode": "sum" | "mean",
+                                                 "weighted": bool}},
+                         "schema": {...the training dataset's declared schema} | null,
+                         "meta": {...whatever the exporter adds}}
 
-An id missing from a table's export was never touched by training; scorers use a zero row.
+``layers`` is what a scorer needs to rebuild each sparse lookup without elasticps: the table,
+and the batch column(s) the layer reads (a string: ``[B, dim]``; a list of k: ``[B, k, dim]``)
+or, for a bag, its column and reduction (sum or mean of the rows of the row's values, times
+their weights when ``weighted``; an empty bag gives zeros). ``schema`` says how those columns
+were made from raw data (hashing, normalisation). An id missing from a table's export was never
+touched by training; scorers use a zero row.
 Files are written to a temporary name, fsynced and renamed; the manifest goes last, so a
 manifest that exists always describes complete weights.
 """
@@ -40,10 +52,13 @@ def export_model(
     directory: str | os.PathLike[str],
     dense: Mapping[str, np.ndarray],
     sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    modules: Mapping[str, str],
+    layers: Mapping[str, Mapping[str, Any]],
     meta: Mapping[str, Any] | None = None,
+    *,
+    schema: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write an export of ``dense`` values and ``sparse`` (ids, rows) tables into ``directory``."""
+    """Write an export of ``dense`` values and ``sparse`` (ids, rows) tables into ``directory``;
+    ``layers`` maps each sparse layer's module path to its record (see the module docstring)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
@@ -66,7 +81,9 @@ def export_model(
         "weights": WEIGHTS,
         "dense": {name: list(np.shape(value)) for name, value in dense.items()},
         "sparse": sparse_meta,
-        "modules": dict(modules),
+        "modules": {path: str(layer["table"]) for path, layer in layers.items()},
+        "layers": {path: dict(layer) for path, layer in layers.items()},
+        "schema": None if schema is None else dict(schema),
         "meta": dict(meta or {}),
     }
     tmp = out / (MANIFEST + ".tmp")

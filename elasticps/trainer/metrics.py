@@ -1,4 +1,21 @@
-"""Pass metrics: AUC and log loss (the data layer's exact ones) over what a trainer saw."""
+"""Pass metrics by label kind, over what a trainer trained (or evaluated) in a pass.
+
+============  =========================================================================
+label kind    metrics (besides ``cost``, the mean loss, and ``samples``)
+============  =========================================================================
+binary        ``auc`` (exact, the data layer's), ``logloss`` (several binary labels: pooled
+              over every entry)
+float         ``rmse``, ``mae`` (over every label entry)
+multi_label   ``auc``: macro AUC over the classes that have both labels in the data seen;
+              ``logloss``: mean binary cross-entropy over every (row, class)
+class         ``accuracy`` (top-1), ``cross_entropy`` (mean -log p of the label, nats),
+              ``perplexity`` = exp(cross_entropy)
+============  =========================================================================
+
+Each accumulator takes the model's output and the labels of a batch as tensors and keeps only
+what its metrics need: sums for the streaming metrics, and, for AUC, the scores of the most
+recent ``cap`` rows (AUC needs them all; a pass of a few million rows fits).
+"""
 
 from __future__ import annotations
 
@@ -6,44 +23,178 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
-from elasticps.data.auc import auc, log_loss
-from elasticps.errors import DataError
+from elasticps.data.auc import auc
+from elasticps.errors import ConfigError, DataError
+
+LOGLOSS_EPS = 1e-7  # probabilities are clipped to [eps, 1 - eps], as data.auc.log_loss does
 
 
 def _safe(metric: Callable[[np.ndarray, np.ndarray], float], labels: np.ndarray,
-          probs: np.ndarray) -> float:
+          scores: np.ndarray) -> float:
     try:
-        return float(metric(labels, probs))
+        return float(metric(labels, scores))
     except DataError:  # NaN predictions (a diverged model): report NaN, do not crash training
         return math.nan
 
 
 class MetricAccumulator:
-    """Collects predictions of one pass (capped, keeping the most recent) for AUC/log loss."""
+    """The part every kind shares: rows seen and the loss (``cost``) averaged over them."""
 
-    def __init__(self, cap: int = 2_000_000) -> None:
-        self.cap = cap
-        self._labels: list[np.ndarray] = []
-        self._probs: list[np.ndarray] = []
-        self._count = 0
+    def __init__(self) -> None:
         self.samples = 0
         self.loss_sum = 0.0
 
-    def add(self, labels: np.ndarray, probs: np.ndarray, loss: float) -> None:
-        self._labels.append(np.asarray(labels, dtype=np.float32).reshape(-1))
-        self._probs.append(np.asarray(probs, dtype=np.float32).reshape(-1))
-        self._count += self._labels[-1].size
-        self.samples += self._labels[-1].size
-        self.loss_sum += loss * self._labels[-1].size
-        while self._count - self._labels[0].size >= self.cap:
-            self._count -= self._labels.pop(0).size
-            self._probs.pop(0)
+    def add(self, output: torch.Tensor, label: torch.Tensor, loss: float) -> None:
+        rows = int(label.shape[0])
+        self.samples += rows
+        self.loss_sum += loss * rows
+        if rows:
+            self._add(output.detach(), label.detach())
+
+    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _metrics(self) -> dict[str, float]:
+        raise NotImplementedError
 
     def result(self) -> dict[str, float]:
-        if not self._labels:
+        if not self.samples:
             return {"samples": 0.0}
-        labels = np.concatenate(self._labels)
-        probs = np.concatenate(self._probs)
-        return {"auc": _safe(auc, labels, probs), "logloss": _safe(log_loss, labels, probs),
-                "cost": self.loss_sum / max(self.samples, 1), "samples": float(self.samples)}
+        return {**self._metrics(), "cost": self.loss_sum / self.samples,
+                "samples": float(self.samples)}
+
+
+class _Scores:
+    """The most recent ``cap`` rows of (labels, scores), for AUC."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._labels: list[np.ndarray] = []
+        self._scores: list[np.ndarray] = []
+        self._rows = 0
+
+    def add(self, labels: np.ndarray, scores: np.ndarray) -> None:
+        self._labels.append(labels)
+        self._scores.append(scores)
+        self._rows += labels.shape[0]
+        while self._rows - self._labels[0].shape[0] >= self.cap:
+            self._rows -= self._labels.pop(0).shape[0]
+            self._scores.pop(0)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate(self._labels), np.concatenate(self._scores)
+
+
+def _probs(output: torch.Tensor, label: torch.Tensor, kind: str) -> np.ndarray:
+    if output.numel() != label.numel():
+        raise ConfigError(f"a {kind} label needs one logit per label entry: the model gave "
+                          f"{tuple(output.shape)} for labels {tuple(label.shape)}")
+    return torch.sigmoid(output.reshape(label.shape).float()).numpy().copy()
+
+
+def _logloss_sum(labels: np.ndarray, probs: np.ndarray) -> float:
+    p = np.clip(probs.astype(np.float64), LOGLOSS_EPS, 1.0 - LOGLOSS_EPS)
+    return float(-np.sum(np.where(labels == 1, np.log(p), np.log1p(-p))))
+
+
+class BinaryMetrics(MetricAccumulator):
+    """``auc`` over the most recent ``cap`` rows, ``logloss`` over all of them."""
+
+    def __init__(self, cap: int = 2_000_000) -> None:
+        super().__init__()
+        self._scores = _Scores(cap)
+        self._logloss = 0.0
+        self._entries = 0
+
+    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+        labels = label.numpy().reshape(-1).astype(np.float32, copy=True)
+        probs = _probs(output, label, "binary").reshape(-1)
+        self._scores.add(labels, probs)
+        self._logloss += _logloss_sum(labels, probs)
+        self._entries += labels.size
+
+    def _metrics(self) -> dict[str, float]:
+        labels, probs = self._scores.arrays()
+        return {"auc": _safe(auc, labels, probs),
+                "logloss": self._logloss / self._entries if self._entries else math.nan}
+
+
+class MultiLabelMetrics(BinaryMetrics):
+    """Macro ``auc`` over the classes with both labels present; ``logloss`` over every entry."""
+
+    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+        labels = label.numpy().reshape(label.shape[0], -1).astype(np.float32, copy=True)
+        probs = _probs(output, label, "multi_label").reshape(labels.shape)
+        self._scores.add(labels, probs)
+        self._logloss += _logloss_sum(labels, probs)
+        self._entries += labels.size
+
+    def _metrics(self) -> dict[str, float]:
+        labels, probs = self._scores.arrays()
+        aucs = []
+        for c in range(labels.shape[1]):
+            positives = int(labels[:, c].sum())
+            if 0 < positives < labels.shape[0]:
+                aucs.append(_safe(auc, labels[:, c], probs[:, c]))
+        return {"auc": float(np.mean(aucs)) if aucs else math.nan,
+                "logloss": self._logloss / self._entries if self._entries else math.nan}
+
+
+class RegressionMetrics(MetricAccumulator):
+    """``rmse`` and ``mae`` over every label entry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._squared = self._absolute = 0.0
+        self._entries = 0
+
+    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+        if output.numel() != label.numel():
+            raise ConfigError(f"a float label needs one prediction per label entry: the model "
+                              f"gave {tuple(output.shape)} for labels {tuple(label.shape)}")
+        error = output.reshape(label.shape).double() - label.double()
+        self._squared += float(error.square().sum())
+        self._absolute += float(error.abs().sum())
+        self._entries += label.numel()
+
+    def _metrics(self) -> dict[str, float]:
+        return {"rmse": math.sqrt(self._squared / self._entries),
+                "mae": self._absolute / self._entries}
+
+
+class ClassMetrics(MetricAccumulator):
+    """``accuracy``, ``cross_entropy`` and ``perplexity`` of a [B, classes] output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._correct = 0
+        self._nll = 0.0
+
+    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+        target = label.reshape(-1).long()
+        if output.dim() != 2 or output.shape[0] != target.shape[0]:
+            raise ConfigError(f"a class label needs [B, classes] logits: the model gave "
+                              f"{tuple(output.shape)} for {target.shape[0]} rows")
+        log_probs = torch.log_softmax(output.double(), dim=1)
+        self._nll -= float(log_probs.gather(1, target.unsqueeze(1)).sum())
+        self._correct += int((output.argmax(dim=1) == target).sum())
+
+    def _metrics(self) -> dict[str, float]:
+        cross_entropy = self._nll / self.samples
+        return {"accuracy": self._correct / self.samples, "cross_entropy": cross_entropy,
+                "perplexity": math.exp(cross_entropy) if cross_entropy < 700 else math.inf}
+
+
+def metrics_for(kind: str, cap: int = 2_000_000) -> MetricAccumulator:
+    """A fresh accumulator for labels of ``kind`` (binary, float, multi_label, class)."""
+    if kind == "binary":
+        return BinaryMetrics(cap)
+    if kind == "multi_label":
+        return MultiLabelMetrics(cap)
+    if kind == "float":
+        return RegressionMetrics()
+    if kind == "class":
+        return ClassMetrics()
+    raise ConfigError(f"label kind {kind!r} is not binary, float, multi_label or class")

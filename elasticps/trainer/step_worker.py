@@ -16,7 +16,6 @@ from typing import Any
 
 from elasticps.proto import common_pb2, master_pb2
 from elasticps.trainer.events import BeginPass, EndIteration, EndPass, Event
-from elasticps.trainer.metrics import MetricAccumulator
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.task_batches import TaskBatch, batch_length
 from elasticps.trainer.task_loop import TaskEnd, TaskWorker
@@ -54,13 +53,13 @@ class StepWorker(TaskWorker):
         self.evaluate = evaluate  # test-set metrics at each pass end (``test_*`` in EndPass)
         self.publish_every = publish_every
         self.stats = LoopStats()
-        self._metrics = MetricAccumulator()
+        self._metrics = runner.objective.metrics()
         self._batch_in_pass = 0
         self._started = self._last_publish = time.monotonic()
 
     def begin_pass(self, pass_id: int) -> None:
         self.stats.pass_id = pass_id
-        self._metrics, self._batch_in_pass = MetricAccumulator(), 0
+        self._metrics, self._batch_in_pass = self.runner.objective.metrics(), 0
         self.handler(BeginPass(pass_id))
 
     def train(self, item: TaskBatch, next_batch: Any | None) -> None:
@@ -68,7 +67,7 @@ class StepWorker(TaskWorker):
                                   trainer=self.trainer_name)
         result = self.runner.run(item.batch, ref, next_batch)
         size = batch_length(item.batch)
-        self._metrics.add(result.labels, result.probs, result.loss)
+        self._metrics.add(result.output, result.label, result.loss)
         self._count(size, result.loss)
         self.handler(EndIteration(self.stats.pass_id, self._batch_in_pass, result.loss,
                                   {"samples": float(size)}, item.task_id, item.seq))

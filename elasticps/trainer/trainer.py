@@ -2,23 +2,33 @@
 
 ::
 
-    model = CtrDnn(lambda table, dim: elasticps.nn.SparseEmbedding(table, 0, dim))
-    trainer = elasticps.Trainer(model, torch.nn.BCEWithLogitsLoss(),
-                                optimizer=elasticps.optim.Adam(lr=1e-3))
-    elasticps.dist_train(trainer=trainer, reader=reader, num_passes=2)
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = elasticps.nn.SparseEmbedding("features", 1_000_003, 8,
+                                                    columns=["country", "device"])
+            self.out = torch.nn.Linear(2 * 8 + 3, 1)
 
-Every trainable parameter of the model is a dense table, every
-:class:`~elasticps.trainer.sparse.SparseEmbedding` a sparse table; the optimizer spec runs on
-the pservers. The model's forward returns logits of a binary label (metrics use their sigmoid).
+        def forward(self, batch):                      # an elasticps.data.TensorBatch
+            return self.out(torch.cat([batch.dense, self.emb(batch).flatten(1)], 1))
+
+    trainer = elasticps.Trainer(Model(), optimizer=elasticps.optim.Adam(lr=1e-3))
+    elasticps.dist_train(trainer=trainer, reader=elasticps.reader.cloud(url), num_passes=2)
+    metrics = trainer.evaluate(elasticps.reader.cloud(test_url))
+
+Every trainable parameter of the model is a dense table, every sparse layer
+(:mod:`elasticps.nn`) reads a sparse table; the optimizer spec runs on the pservers. The loss
+and the metrics follow the dataset's label kind (objective.py, metrics.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,26 +36,49 @@ import numpy as np
 import torch
 
 from elasticps.config import Config, current
+from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
 from elasticps.trainer.api import ParameterClient, TaskSource
+from elasticps.trainer.dataset_reader import (
+    DatasetReader,
+    as_dataset_reader,
+    dataset_schema,
+    read_whole,
+)
 from elasticps.trainer.dense import DenseSync
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
-from elasticps.trainer.metrics import MetricAccumulator
+from elasticps.trainer.feed import Feed, call_model
+from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
-from elasticps.trainer.sparse import SparseEmbedding
-from elasticps.trainer.step import Feed, SparseIds, StepRunner, ctr_feed
+from elasticps.trainer.result import default_result
+from elasticps.trainer.sparse import SparseLayer
+from elasticps.trainer.sparse_rows import SparseTables
+from elasticps.trainer.step import StepRunner
 from elasticps.trainer.step_worker import LoopStats, StepWorker
 from elasticps.trainer.task_loop import TaskLoop
 
 log = logging.getLogger(__name__)
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+IDS_BATCH_SIZE = 65536  # batches read by export() to collect the training data's ids
+
+_REMOVED = {
+    "sparse_ids": "Trainer(sparse_ids=...) is gone: each sparse layer derives the ids it looks up "
+                  "from the batch (elasticps.nn.SparseEmbedding(..., columns=[...])), so the "
+                  "prefetched rows always match; see docs/trainer.md",
+}
 
 
 class Trainer:
-    """Owns the model, the loss, the optimizer spec and, once connected, the job's clients."""
+    """Owns the model, the loss, the optimizer spec and, once connected, the job's clients.
+
+    ``loss_fn`` (default: by the dataset's label kind) is called ``loss_fn(output, label)``,
+    or ``loss_fn(output, label, weight=w)`` if it has a ``weight`` parameter. ``feed`` maps a
+    :class:`~elasticps.data.batch.TensorBatch` to the model's arguments (default:
+    ``model(batch)``; see feed.py). ``label_kind`` (binary, float, multi_label, class) overrides
+    the one the dataset's schema declares.
+    """
 
     def __init__(
         self,
@@ -53,32 +86,33 @@ class Trainer:
         loss_fn: LossFn | None = None,
         optimizer: OptimizerSpec | None = None,
         *,
+        feed: Feed | None = None,
+        label_kind: str | None = None,
         dense_sync_every: int = 1,
         prefetch: bool = True,
-        feed: Feed = ctr_feed,
-        sparse_ids: SparseIds | None = None,
         progress_every: int = 20,
+        **removed: Any,
     ) -> None:
+        for name in removed:
+            if name in _REMOVED:
+                raise ConfigError(_REMOVED[name])
+            raise TypeError(f"Trainer() got an unexpected keyword argument {name!r}")
         if optimizer is not None and not isinstance(optimizer, OptimizerSpec):
             raise ConfigError(
                 f"optimizer={optimizer!r} must be an elasticps.optim spec (SGD, Momentum, "
                 "Adagrad, Adam): the optimizer runs on the pservers")
+        if label_kind is not None and label_kind not in LABEL_KINDS:
+            raise ConfigError(f"label_kind={label_kind!r} is not one of {', '.join(LABEL_KINDS)}")
         self.model = model
-        self.loss_fn: LossFn = loss_fn or torch.nn.BCEWithLogitsLoss()
+        self.loss_fn = loss_fn
         self.optimizer = optimizer or Adam()
         self.prefetch = prefetch
         self.feed = feed
-        self.sparse_ids = sparse_ids
+        self.label_kind = label_kind
         self.progress_every = progress_every
         self.dense = DenseSync(model, dense_sync_every)
-        self.sparse: dict[str, SparseEmbedding] = {}
-        for module in model.modules():
-            if isinstance(module, SparseEmbedding):
-                seen = self.sparse.setdefault(module.table_name, module)
-                if (seen.dim, seen.num_embeddings) != (module.dim, module.num_embeddings):
-                    raise ConfigError(f"sparse table {module.table_name!r} is used with two "
-                                      "different shapes")
-        clash = set(self.sparse) & set(self.dense.names)
+        self.tables = SparseTables(model)
+        clash = set(self.tables) & set(self.dense.names)
         if clash:
             raise ConfigError(f"table name(s) {sorted(clash)} are both sparse and dense")
         self.config: Config | None = None
@@ -89,12 +123,19 @@ class Trainer:
         self.store: Any = None
         self.stats: LoopStats | None = None
         self.stop = threading.Event()
+        self._trained_on: DatasetReader | None = None  # the last dataset train() read
+        self._objective: Objective | None = None  # resolved by train() from the dataset
+
+    @property
+    def sparse(self) -> dict[str, SparseLayer]:
+        """Each sparse table and the layer that declares it."""
+        return {table: self.tables.first(table) for table in self.tables}
 
     # -- wiring -------------------------------------------------------------------------------
 
     def table_specs(self) -> list[pserver_pb2.TableSpec]:
         specs = self.dense.table_specs(self.optimizer)
-        specs += [layer.table_spec(self.optimizer) for layer in self.sparse.values()]
+        specs += [self.tables.first(t).table_spec(self.optimizer) for t in self.tables]
         return specs
 
     def attach(self, params: ParameterClient, master: TaskSource | None, name: str) -> None:
@@ -103,6 +144,7 @@ class Trainer:
         params.declare_tables(self.table_specs())
         params.initialize(self.dense.values())
         self.dense.load(params.pull_dense(self.dense.names))
+        self.tables.bind(params)
 
     def connect(self, config: Config | None = None) -> None:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
@@ -127,20 +169,35 @@ class Trainer:
         self.attach(params, master, name)
 
     def close(self) -> None:
+        """Leave the job: the layers are unbound, the clients closed."""
+        self.tables.bind(None)
         closers, self._closers = self._closers, []
         for close in closers:
             try:
                 close()
             except Exception as exc:  # closing must not hide the error that ended training
                 log.warning("Trainer %s: error while closing: %s", self.name, exc)
+        self.params = None
+        self.master = None
 
     # -- training -----------------------------------------------------------------------------
 
-    def runner(self) -> StepRunner:
+    def objective(self, dataset_url: str | None = None) -> Objective:
+        """The loss and metrics for the dataset at ``dataset_url`` (the trainer's
+        ``label_kind`` wins; then the dataset's schema; then the training data's kind)."""
+        kind = self.label_kind
+        if kind is None and dataset_url is not None:
+            schema = dataset_schema(dataset_url)
+            kind = schema.label_kind if schema is not None else None
+        if kind is None and self._objective is not None:
+            return self._objective
+        return Objective(kind or "binary", self.loss_fn)
+
+    def runner(self, objective: Objective | None = None) -> StepRunner:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
-        return StepRunner(self.model, self.loss_fn, self.params, self.dense,
-                          prefetch=self.prefetch, feed=self.feed, sparse_ids=self.sparse_ids)
+        return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
+                          prefetch=self.prefetch, feed=self.feed, tables=self.tables)
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,
@@ -148,26 +205,26 @@ class Trainer:
         """Train ``num_passes`` passes over the reader's dataset, as tasks from the master.
 
         With ``test_reader`` (a dataset reader or URL, read whole and in order, never trained
-        on) every ``EndPass`` also carries ``test_auc``, ``test_logloss`` and ``test_samples``
-        of the parameters at the pass end; it costs one forward pass over the test set.
+        on) every ``EndPass`` also carries the ``test_*`` metrics of the parameters at the pass
+        end (``test_auc``... by label kind); it costs one forward pass over the test set. At the
+        end the last pass's metrics become the job's result unless there is one already
+        (result.py).
         """
         from elasticps.store.keys import TrainerProgress, publish_progress
-        from elasticps.trainer.dataset_reader import as_dataset_reader
 
         if num_passes < 1:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")
         if self.master is None:
             raise ConfigError("the trainer is not connected to a master (call connect() first)")
         source = as_dataset_reader(reader)
+        objective = self.objective(source.dataset_url)
+        self._objective, self._trained_on = objective, source
         evaluate = None
         if test_reader is not None:
             test = as_dataset_reader(test_reader)
 
             def evaluate() -> dict[str, float]:
-                from elasticps.data import open_dataset
-
-                return self.evaluate(open_dataset(test.dataset_url).iter_batches(
-                    test.batch_size, features=test.features))
+                return self.evaluate(test)
         self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes)
         store = self.store
 
@@ -181,7 +238,7 @@ class Trainer:
             except Exception as exc:  # progress is cosmetic; the store may be briefly down
                 log.debug("Trainer %s could not publish progress: %s", self.name, exc)
 
-        runner = self.runner()
+        runner = self.runner(objective)
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
                                 on_progress=on_progress, evaluate=evaluate)
@@ -192,7 +249,24 @@ class Trainer:
             runner.close()
         log.info("Trainer %s finished training: %d samples in %d batches, %.1fs.", self.name,
                  self.stats.samples, self.stats.batches, self.stats.train_s)
+        if not self.stop.is_set():
+            self._offer_result(num_passes, objective.kind)
         return self.stats
+
+    def _offer_result(self, passes: int, kind: str) -> None:
+        """The last pass's metrics as the job's result, unless one exists (result.py)."""
+        from elasticps.store.keys import publish_result_if_absent
+
+        if self.store is None or self.stats is None:
+            return
+        doc = default_result(self.stats.pass_metrics, passes=passes, label_kind=kind,
+                             trainer=self.name)
+        try:
+            if publish_result_if_absent(self.store, doc):
+                log.info("Trainer %s published the job's result (the last pass's metrics).",
+                         self.name)
+        except Exception as exc:  # the result is a report; training itself succeeded
+            log.warning("Trainer %s could not publish the job's result: %s", self.name, exc)
 
     # -- after training -----------------------------------------------------------------------
 
@@ -202,47 +276,85 @@ class Trainer:
             raise ConfigError("the trainer is not connected to a master")
         return self.master.request_save_model(block_seconds)
 
-    def pull_dense(self) -> dict[str, np.ndarray]:
+    def _client(self) -> ParameterClient:
         if self.params is None:
-            raise ConfigError("the trainer is not connected to a job")
-        values = self.params.pull_dense(self.dense.names)
+            raise ConfigError("the trainer is not connected to a job (connect() first; "
+                              "close() leaves it)")
+        return self.params
+
+    def pull_dense(self) -> dict[str, np.ndarray]:
+        values = self._client().pull_dense(self.dense.names)
         self.dense.load(values)
         return {name: p.detach().numpy().copy() for name, p in self.dense.params.items()}
 
     def pull_rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sorted unique ``ids`` of ``table`` and their current rows."""
-        if self.params is None:
-            raise ConfigError("the trainer is not connected to a job")
-        if table not in self.sparse:
-            raise ConfigError(f"no sparse table {table!r}; tables: {sorted(self.sparse)}")
-        uniq, _ = self.sparse[table].unique_ids(np.asarray(ids))
-        rows = np.empty((uniq.size, self.sparse[table].dim), dtype=np.float32)
+        client = self._client()
+        if table not in self.tables.layers:
+            raise ConfigError(f"no sparse table {table!r}; tables: {sorted(self.tables)}")
+        layer = self.tables.first(table)
+        uniq, _ = layer.unique_ids(np.asarray(ids))
+        rows = np.empty((uniq.size, layer.dim), dtype=np.float32)
         step = 1 << 18  # bounded messages for big tables
         for start in range(0, uniq.size, step):
-            rows[start:start + step] = self.params.pull_sparse(table, uniq[start:start + step])
+            rows[start:start + step] = client.pull_sparse(table, uniq[start:start + step])
         return uniq, rows
 
-    def evaluate(self, batches: Iterable[Any]) -> dict[str, float]:
-        """AUC and log loss of the current parameters on ``batches`` (no gradients pushed)."""
+    def evaluate(self, data: Any) -> dict[str, float]:
+        """Metrics of the current parameters on ``data`` (no gradients pushed): a reader
+        (``elasticps.reader.cloud(url)``), a dataset URL, or an iterable of batches. Works
+        during and after training, until :meth:`close`."""
+        client = self._client()
+        batches, url = read_whole(data)
+        objective = self.objective(url)
         self.pull_dense()
-        metrics = MetricAccumulator(cap=1 << 62)
+        metrics = objective.metrics(cap=1 << 62)
         self.model.eval()
         try:
             with torch.no_grad():
                 for batch in batches:
-                    inputs, labels = self.feed(batch)
-                    logits = self.model(*inputs).reshape(-1)
-                    loss = float(self.loss_fn(logits, labels))
-                    metrics.add(labels.numpy(), torch.sigmoid(logits).numpy(), loss)
+                    self.tables.install(self.tables.pull(client, batch), batch,
+                                        requires_grad=False)
+                    try:
+                        tensors = batch.to_torch()
+                        label = objective.target(tensors.label)
+                        output = objective.fit_output(
+                            call_model(self.model, self.feed, tensors), label)
+                        loss = float(objective.loss(output, label, tensors.weight))
+                    finally:
+                        self.tables.clear()
+                    metrics.add(output, label, loss)
         finally:
             self.model.train()
         return metrics.result()
 
-    def export(self, directory: str | os.PathLike[str], ids: Mapping[str, np.ndarray],
+    def table_ids(self, data: Any) -> dict[str, np.ndarray]:
+        """Per sparse table, every id its layers read in ``data`` (reader, URL or batches)."""
+        batches, _ = read_whole(data)
+        return self.tables.ids_in(batches)
+
+    def export(self, directory: str | os.PathLike[str],
+               ids: Mapping[str, np.ndarray] | Any = None,
                meta: Mapping[str, Any] | None = None) -> Path:
-        """Export dense values and the rows of ``ids`` per sparse table (see export.py)."""
+        """Export dense values, the rows of ``ids`` per sparse table, and what each sparse layer
+        reads (see export.py). ``ids``: a mapping ``{table: ids}``, or data (reader, URL,
+        batches) whose ids the layers read; default: the data :meth:`train` read."""
+        if ids is None:
+            if self._trained_on is None:
+                raise ConfigError("export() without ids needs a trained model (or pass ids)")
+            # Only ids are read: big batches, fewer slices.
+            ids = dataclasses.replace(self._trained_on, batch_size=max(
+                self._trained_on.batch_size, IDS_BATCH_SIZE), shuffle_seed=None)
+        if not isinstance(ids, Mapping):
+            ids = self.table_ids(ids)
+        missing = sorted(set(self.tables) - set(ids))
+        if missing:
+            raise ConfigError(f"no ids to export for sparse table(s) {missing}: their layers "
+                              "read no columns; pass ids={table: ids}")
         dense = self.pull_dense()
         sparse = {table: self.pull_rows(table, table_ids) for table, table_ids in ids.items()}
-        modules = {name: m.table_name for name, m in self.model.named_modules()
-                   if isinstance(m, SparseEmbedding)}
-        return export_model(directory, dense, sparse, modules, meta)
+        layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
+        url = self._trained_on.dataset_url if self._trained_on is not None else None
+        schema: Schema | None = dataset_schema(url) if url is not None else None
+        return export_model(directory, dense, sparse, layers, meta,
+                            schema=None if schema is None else schema.to_dict())

@@ -1,23 +1,28 @@
 """CTR models of the demo, in plain PyTorch.
 
-The sparse lookup is injected (``make_embedding(table, dim) -> nn.Module``), so the same
-classes train with ``elasticps.nn.SparseEmbedding`` (rows on the pservers) and score with a
-plain lookup built from an exported model (``score.py``), without importing elasticps.
+The sparse lookup is injected (``make_embedding(table, dim, columns) -> nn.Module``), so the
+same classes train with ``elasticps.nn.SparseEmbedding`` (rows on the pservers) and score with
+a plain lookup built from an exported model (``score.py``), without importing elasticps.
 
-Inputs: ``dense`` float32 [B, 13], ``sparse`` int64 [B, 26] hashed ids; output: logits [B].
+Input: a batch in the Criteo layout (``batch.dense`` float32 [B, 13]; ``batch.ids`` one int64
+[B] id column per slot, ``C1`` .. ``C26``), which the embedding reads itself: given the 26
+columns it returns [B, 26, dim]. Output: logits [B].
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 NUM_DENSE = 13
 NUM_SLOTS = 26
+SLOTS = tuple(f"C{i}" for i in range(1, NUM_SLOTS + 1))  # the batch's id columns
 
-MakeEmbedding = Callable[[str, int], nn.Module]
+# (table, dim, columns) -> a module that, called with a batch, looks up those columns: [B, k, dim]
+MakeEmbedding = Callable[[str, int, Sequence[str]], nn.Module]
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
@@ -36,12 +41,12 @@ class CtrDnn(nn.Module):
     def __init__(self, make_embedding: MakeEmbedding, *, embedding_dim: int = 10,
                  hidden: Sequence[int] = (400, 400, 400), table: str = "embedding") -> None:
         super().__init__()
-        self.embedding = make_embedding(table, embedding_dim)
+        self.embedding = make_embedding(table, embedding_dim, SLOTS)
         self.mlp = mlp([NUM_DENSE + NUM_SLOTS * embedding_dim, *hidden, 1])
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        emb = self.embedding(sparse).flatten(1)
-        return self.mlp(torch.cat([dense, emb], dim=1)).squeeze(1)
+    def forward(self, batch: Any) -> torch.Tensor:
+        emb = self.embedding(batch).flatten(1)
+        return self.mlp(torch.cat([batch.dense, emb], dim=1)).squeeze(1)
 
 
 class WideDeep(nn.Module):
@@ -52,12 +57,12 @@ class WideDeep(nn.Module):
                  hidden: Sequence[int] = (400, 400, 400), table: str = "embedding") -> None:
         super().__init__()
         self.deep = CtrDnn(make_embedding, embedding_dim=embedding_dim, hidden=hidden, table=table)
-        self.wide_sparse = make_embedding("wide", 1)
+        self.wide_sparse = make_embedding("wide", 1, SLOTS)
         self.wide_dense = nn.Linear(NUM_DENSE, 1)
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        wide = self.wide_sparse(sparse).sum(dim=(1, 2)) + self.wide_dense(dense).squeeze(1)
-        return wide + self.deep(dense, sparse)
+    def forward(self, batch: Any) -> torch.Tensor:
+        wide = self.wide_sparse(batch).sum(dim=(1, 2)) + self.wide_dense(batch.dense).squeeze(1)
+        return wide + self.deep(batch)
 
 
 class DeepFM(nn.Module):
@@ -68,14 +73,15 @@ class DeepFM(nn.Module):
     def __init__(self, make_embedding: MakeEmbedding, *, embedding_dim: int = 10,
                  hidden: Sequence[int] = (400, 400, 400), table: str = "embedding") -> None:
         super().__init__()
-        self.embedding = make_embedding(table, embedding_dim)
-        self.first_order = make_embedding("wide", 1)
+        self.embedding = make_embedding(table, embedding_dim, SLOTS)
+        self.first_order = make_embedding("wide", 1, SLOTS)
         self.dense_linear = nn.Linear(NUM_DENSE, 1)
         self.mlp = mlp([NUM_DENSE + NUM_SLOTS * embedding_dim, *hidden, 1])
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        emb = self.embedding(sparse)  # [B, 26, dim]
-        first = self.first_order(sparse).sum(dim=(1, 2)) + self.dense_linear(dense).squeeze(1)
+    def forward(self, batch: Any) -> torch.Tensor:
+        dense = batch.dense
+        emb = self.embedding(batch)  # [B, 26, dim]
+        first = self.first_order(batch).sum(dim=(1, 2)) + self.dense_linear(dense).squeeze(1)
         fm = 0.5 * (emb.sum(dim=1).pow(2) - emb.pow(2).sum(dim=1)).sum(dim=1)
         deep = self.mlp(torch.cat([dense, emb.flatten(1)], dim=1)).squeeze(1)
         return first + fm + deep

@@ -19,13 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import elasticps as eps
 from elasticps.data import FeatureConfig, open_dataset
-from elasticps.data.criteo_layout import SPARSE_COLUMNS
-from elasticps.store.keys import publish_result
 from elasticps.store.once import run_once
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -92,9 +89,11 @@ def make_optimizer(args: argparse.Namespace) -> eps.optim.OptimizerSpec:
 def make_model(args: argparse.Namespace) -> torch.nn.Module:
     torch.manual_seed(args.seed)
     hidden = tuple(int(h) for h in args.hidden.split(","))
-    return build(args.model, lambda table, dim: eps.nn.SparseEmbedding(
-        table, args.id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed)),
-        embedding_dim=args.embedding_dim, hidden=hidden)
+    # Each embedding reads its own columns (the 26 slots) from the batch, so the trainer knows
+    # which rows to pull before the forward pass.
+    return build(args.model, lambda table, dim, columns: eps.nn.SparseEmbedding(
+        table, args.id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed),
+        columns=columns), embedding_dim=args.embedding_dim, hidden=hidden)
 
 
 def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -> str:
@@ -119,20 +118,14 @@ def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -
     return run_once(trainer.store, "synthetic-data", generate, owner=trainer.name).decode()
 
 
-def training_ids(url: str, features: FeatureConfig) -> np.ndarray:
-    """Every id the training data holds: the rows training touched."""
-    ids = [np.unique(batch.stack_ids(SPARSE_COLUMNS)) for batch in open_dataset(url).iter_batches(
-        65536, features=features)]
-    return np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
-
-
 def dump_initial(trainer: eps.Trainer, url: str, features: FeatureConfig, path: str) -> None:
     from safetensors.numpy import save_file
 
     tensors = dict(trainer.pull_dense())
-    for table in trainer.sparse:
-        ids, rows = trainer.pull_rows(table, training_ids(url, features))
-        tensors[f"sparse/{table}/ids"], tensors[f"sparse/{table}/rows"] = ids, rows
+    ids = trainer.table_ids(eps.reader.cloud(url, batch_size=65536, features=features))
+    for table, table_ids in ids.items():
+        tensors[f"sparse/{table}/ids"], tensors[f"sparse/{table}/rows"] = trainer.pull_rows(
+            table, table_ids)
     save_file(tensors, path)
 
 
@@ -143,9 +136,9 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: F
     from score import load_model, score
 
     hidden = [int(h) for h in args.hidden.split(",")]
-    ids = training_ids(url, features)
     model_dir = workdir / "model"
-    trainer.export(model_dir, {table: ids for table in trainer.sparse}, meta={
+    # Without ids, the export holds the rows of every id the training data holds.
+    trainer.export(model_dir, meta={
         "model": args.model, "embedding_dim": args.embedding_dim, "hidden": hidden,
         "features": {"id_space": features.id_space, "dense_norm": features.dense_norm},
         "dataset": url, "passes": args.passes})
@@ -159,7 +152,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: F
               "model": args.model, "model_dir": str(model_dir), "test_rows": int(labels.size),
               "train_rows": dataset.num_rows, "train_wall_s": round(wall, 3),
               "trainer": trainer.name}
-    publish_result(trainer.store, result)
+    eps.publish_result(result)
     best = f"{test.best_auc:.4f}" if test.best_auc is not None else "unknown"
     print(f"test auc {result['auc']:.4f} (best achievable {best}); model in {model_dir}",
           flush=True)
@@ -170,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = eps.init()
-    trainer = eps.Trainer(make_model(args), torch.nn.BCEWithLogitsLoss(),
-                          optimizer=make_optimizer(args), dense_sync_every=args.dense_sync_every,
+    # The loss follows the data's label kind: binary clicks -> BCE with logits.
+    trainer = eps.Trainer(make_model(args), optimizer=make_optimizer(args),
+                          dense_sync_every=args.dense_sync_every,
                           prefetch=not args.no_prefetch)
     if config.role != "trainer":  # outside a job: start one running this script
         job = eps.Job(trainers=args.trainers, pservers=args.pservers, local=True,

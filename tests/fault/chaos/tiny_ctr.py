@@ -14,14 +14,17 @@ DIM = 4
 BATCH_SIZE = 128
 
 
+SLOTS = [f"C{i}" for i in range(1, 27)]  # the Criteo layout's 26 id columns
+
+
 class Tiny(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.embedding = eps.nn.SparseEmbedding("embedding", ID_SPACE, DIM)
+        self.embedding = eps.nn.SparseEmbedding("embedding", ID_SPACE, DIM, columns=SLOTS)
         self.out = torch.nn.Linear(13 + 26 * DIM, 1)
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.cat([dense, self.embedding(sparse).flatten(1)], 1)).squeeze(1)
+    def forward(self, batch) -> torch.Tensor:  # an elasticps.data.TensorBatch
+        return self.out(torch.cat([batch.dense, self.embedding(batch).flatten(1)], 1)).squeeze(1)
 
 
 def main() -> None:
@@ -31,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     eps.init()
     torch.manual_seed(1)
-    trainer = eps.Trainer(Tiny(), torch.nn.BCEWithLogitsLoss(), optimizer=eps.optim.Adam(lr=1e-2))
+    trainer = eps.Trainer(Tiny(), optimizer=eps.optim.Adam(lr=1e-2))  # loss: by the label kind
     reader = eps.reader.cloud(args.data, batch_size=BATCH_SIZE,
                               features=FeatureConfig(id_space=ID_SPACE))
     try:

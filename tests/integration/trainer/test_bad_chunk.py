@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from elasticps.data import open_dataset
+from elasticps.data.batch import TensorBatch
+from elasticps.data.criteo_layout import SPARSE_COLUMNS
 from elasticps.data.synth import synth_ctr
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
@@ -37,11 +39,11 @@ ROWS, PER_CHUNK = 600, 100  # six chunks, one file each, one task each
 class TinyCtr(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.embedding = SparseEmbedding("emb", 0, 2)
+        self.embedding = SparseEmbedding("emb", 0, 2, columns=SPARSE_COLUMNS)
         self.out = torch.nn.Linear(13 + 26 * 2, 1)
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.cat([dense, self.embedding(sparse).flatten(1)], 1)).squeeze(1)
+    def forward(self, batch: TensorBatch) -> torch.Tensor:
+        return self.out(torch.cat([batch.dense, self.embedding(batch).flatten(1)], 1)).squeeze(1)
 
 
 @pytest.fixture

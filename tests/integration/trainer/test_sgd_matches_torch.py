@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file
 
 from elasticps.data import FeatureConfig, open_dataset
-from elasticps.data.criteo_layout import SPARSE_COLUMNS
+from elasticps.data.batch import TensorBatch
 from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "examples/ctr"))
@@ -23,14 +23,17 @@ ROWS, BATCH, LR, HIDDEN, ID_SPACE = 3000, 100, 0.05, (16, 8), 1_000_001
 
 
 class CompactEmbedding(torch.nn.Module):
-    """A local embedding over the few ids the data holds (sorted ``ids``, rows as a Parameter)."""
+    """A local embedding over the few ids the data holds (sorted ``ids``, rows as a Parameter),
+    reading the batch's slot columns as the model's SparseEmbedding does."""
 
     def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
         super().__init__()
         self.ids = torch.from_numpy(ids)
         self.weight = torch.nn.Parameter(torch.from_numpy(rows.copy()))
+        self.columns: tuple[str, ...] = ()
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, batch: TensorBatch) -> torch.Tensor:
+        ids = torch.stack([batch.ids[c] for c in self.columns], dim=1)
         return self.weight[torch.searchsorted(self.ids, ids)]
 
 
@@ -51,7 +54,11 @@ def test_distributed_sgd_matches_local_pytorch(tmp_path: Path) -> None:
     start = load_file(str(initial))
     tables = {t: CompactEmbedding(start[f"sparse/{t}/ids"], start[f"sparse/{t}/rows"])
               for t in ("embedding", "wide")}
-    model = build("wide_deep", lambda table, dim: tables[table], embedding_dim=10, hidden=HIDDEN)
+    def make_embedding(table: str, dim: int, columns: tuple[str, ...]) -> torch.nn.Module:
+        tables[table].columns = tuple(columns)
+        return tables[table]
+
+    model = build("wide_deep", make_embedding, embedding_dim=10, hidden=HIDDEN)
     dense_names = [n for n in start if not n.startswith("sparse/")]
     with torch.no_grad():
         params = dict(model.named_parameters())
@@ -64,10 +71,8 @@ def test_distributed_sgd_matches_local_pytorch(tmp_path: Path) -> None:
     for _ in range(2):
         for batch in dataset.iter_batches(BATCH, features=FeatureConfig(id_space=ID_SPACE,
                                                                         dense_norm="log-missing")):
-            dense, label = torch.from_numpy(batch.dense), torch.from_numpy(batch.label)
-            sparse = torch.from_numpy(batch.stack_ids(SPARSE_COLUMNS))
             optimizer.zero_grad()
-            loss_fn(model(dense, sparse), label).backward()
+            loss_fn(model(batch.to_torch()), torch.from_numpy(batch.label)).backward()
             optimizer.step()
 
     final = load_file(str(workdir / "model" / "model.safetensors"))
