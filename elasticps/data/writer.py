@@ -4,7 +4,12 @@ Row groups are the chunks the master hands out, so each one holds exactly ``rows
 (the last may hold fewer). A new ``part-NNNNN.parquet`` file starts every ``chunks_per_file``
 chunks, so large datasets are many files of bounded size. Memory stays bounded by one chunk.
 Data files are written first and the manifest last; on failure the files written so far are
-deleted, so a directory never holds a manifest that points at missing data.
+deleted, so a directory never holds a manifest that points at missing data. Used as a context
+manager, a clean exit commits (``close()`` unless it was called) and an exception aborts.
+
+Without a declared ``schema`` the writer writes format 1 (the Criteo layout: ``synth ctr``,
+``convert criteo``); with one, format 2, whose manifest carries the schema (``close(schema=...)``
+replaces it with the one conversion measured, dense statistics included).
 """
 
 from __future__ import annotations
@@ -19,7 +24,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from elasticps.data.criteo_layout import LABEL, schema_description
-from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
+from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.manifest import (
+    CRITEO_FORMAT_VERSION,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    ChunkRef,
+    Manifest,
+)
+from elasticps.data.schema import Schema
 from elasticps.errors import DataError
 from elasticps.version import __version__
 
@@ -42,12 +55,13 @@ class DatasetWriter:
     def __init__(
         self,
         out_url: str,
-        schema: pa.Schema,
+        arrow_schema: pa.Schema,
         *,
         rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
         chunks_per_file: int = DEFAULT_CHUNKS_PER_FILE,
         compression: str = DEFAULT_COMPRESSION,
         overwrite: bool = False,
+        schema: Schema | None = None,
     ) -> None:
         if rows_per_chunk < 1:
             raise DataError(f"rows_per_chunk={rows_per_chunk} must be >= 1")
@@ -56,7 +70,13 @@ class DatasetWriter:
         if compression not in COMPRESSIONS:
             raise DataError(f"compression={compression!r} is not one of {', '.join(COMPRESSIONS)}")
         self.out_url = out_url
-        self.schema = schema
+        self.schema = arrow_schema
+        self.declared = schema
+        # The column whose ones are counted as positives: a binary (first) label.
+        self._positive_column: str | None = LABEL
+        if schema is not None:
+            first = schema.labels[0]
+            self._positive_column = first.name if first.kind == "binary" else None
         self.rows_per_chunk = rows_per_chunk
         self.chunks_per_file = chunks_per_file
         self.compression = compression
@@ -72,7 +92,8 @@ class DatasetWriter:
         self.chunks: list[ChunkRef] = []
         self.num_rows = 0
         self.num_positive = 0
-        self.null_counts: dict[str, int] = {name: 0 for name in schema.names}
+        self.null_counts: dict[str, int] = {name: 0 for name in arrow_schema.names}
+        self.closed = False
 
     def _prepare_dir(self, overwrite: bool) -> None:
         self._created_root = not self.fs.exists(self.root)
@@ -125,7 +146,8 @@ class DatasetWriter:
         self.chunks.append(ChunkRef(self._part_name(), self._groups_in_file, chunk.num_rows))
         self._groups_in_file += 1
         self.num_rows += chunk.num_rows
-        self.num_positive += int(pc.sum(chunk.column(LABEL)).as_py() or 0)
+        if self._positive_column is not None:
+            self.num_positive += int(pc.sum(chunk.column(self._positive_column)).as_py() or 0)
         for name in self.schema.names:
             self.null_counts[name] += chunk.column(name).null_count
 
@@ -155,25 +177,41 @@ class DatasetWriter:
             self._file.close()
             self._file = None
 
-    def close(self, **fields: Any) -> Manifest:
-        """Write the last partial chunk and the manifest; ``fields`` fill the manifest."""
+    def close(self, *, schema: Schema | None = None, **fields: Any) -> Manifest:
+        """Write the last partial chunk and the manifest; ``fields`` fill the manifest, and
+        ``schema`` (format 2) replaces the declared schema, e.g. with measured statistics."""
+        if self.closed:
+            raise DataError(f"the dataset writer of {self.out_url} is already closed")
+        if schema is not None and self.declared is None:
+            raise DataError("a Criteo-layout (format 1) dataset has no declared schema to set")
         if self._pending_rows:
             self._flush(self._pending_rows)
         self._close_file()
+        if self.declared is None:
+            declared, columns = None, schema_description(with_p_true="p_true" in self.schema.names)
+        else:
+            declared = schema or self.declared
+            columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
+                       for f in self.schema]
         manifest = Manifest(
             num_rows=self.num_rows,
             num_positive=self.num_positive,
             chunks=tuple(self.chunks),
-            schema=tuple(schema_description(with_p_true="p_true" in self.schema.names)),
+            schema=declared or criteo_preset(),
+            columns=tuple(columns),
             null_counts=dict(self.null_counts),
             created_by=f"elasticps {__version__}",
+            format_version=CRITEO_FORMAT_VERSION if declared is None else FORMAT_VERSION,
             **fields,
         )
         write_manifest(self.fs, self.root, manifest)
+        self.closed = True
         return manifest
 
     def abort(self) -> None:
         """Delete what was written; the output directory is left as it was found."""
+        if self.closed:
+            return  # committed: a manifest points at these files now
         try:
             self._close_file()
         except Exception:  # cleanup must go on; the original error matters
@@ -195,6 +233,12 @@ class DatasetWriter:
     ) -> None:
         if exc_type is not None:
             self.abort()
+        elif not self.closed:
+            try:
+                self.close()
+            except BaseException:
+                self.abort()
+                raise
 
 
 def write_manifest(fs: Any, root: str, manifest: Manifest) -> None:
