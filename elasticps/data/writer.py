@@ -14,6 +14,7 @@ replaces it with the one conversion measured, dense statistics included).
 
 from __future__ import annotations
 
+import json
 import logging
 from types import TracebackType
 from typing import Any
@@ -93,6 +94,7 @@ class DatasetWriter:
         self.num_rows = 0
         self.num_positive = 0
         self.null_counts: dict[str, int] = {name: 0 for name in arrow_schema.names}
+        self.files: dict[str, str] = {}
         self.closed = False
 
     def _prepare_dir(self, overwrite: bool) -> None:
@@ -112,16 +114,26 @@ class DatasetWriter:
             )
         names = {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries}
         # The manifest goes first, so an interrupted overwrite never leaves a valid-looking dataset.
+        others: set[str] = set()  # the old dataset's other files (format 2), e.g. a vocabulary
         if MANIFEST_NAME in names:
+            others = self._other_files()
             self.fs.rm(_join(self.root, MANIFEST_NAME))
         for name in sorted(names):
-            if name.startswith("part-") and name.endswith(".parquet"):
+            if name in others or (name.startswith("part-") and name.endswith(".parquet")):
                 self.fs.rm(_join(self.root, name))
             elif self.fs.isdir(_join(self.root, name)) and self.fs.exists(
                 _join(_join(self.root, name), MANIFEST_NAME)
             ):
                 self.fs.rm(_join(self.root, name), recursive=True)  # an old split, e.g. test/
         log.info("Removed the old dataset in %s to overwrite it.", self.out_url)
+
+    def _other_files(self) -> set[str]:
+        try:
+            with self.fs.open(_join(self.root, MANIFEST_NAME), "rb") as handle:
+                files = json.loads(handle.read()).get("files") or {}
+            return {str(name) for name in files.values() if "/" not in str(name)}
+        except (OSError, ValueError, AttributeError):
+            return set()  # an unreadable old manifest: its data files still go
 
     def write(self, table: pa.Table) -> None:
         """Add rows; full chunks are written out at once."""
@@ -150,6 +162,19 @@ class DatasetWriter:
             self.num_positive += int(pc.sum(chunk.column(self._positive_column)).as_py() or 0)
         for name in self.schema.names:
             self.null_counts[name] += chunk.column(name).null_count
+
+    def write_file(self, role: str, name: str, data: bytes) -> None:
+        """Write another file of the dataset (e.g. a vocabulary), named in the manifest's
+        ``files`` under ``role``; deleted with the data files if the run fails."""
+        if self.declared is None:
+            raise DataError("a Criteo-layout (format 1) dataset has no other files")
+        if "/" in name or name == MANIFEST_NAME or name.startswith("part-"):
+            raise DataError(f"{name!r} is not a name for a file of the dataset")
+        path = _join(self.root, name)
+        self._written.append(path)
+        with self.fs.open(path, "wb") as out:
+            out.write(data)
+        self.files[role] = name
 
     def _part_name(self) -> str:
         return f"part-{self._file_index:05d}.parquet"
@@ -193,6 +218,8 @@ class DatasetWriter:
             declared = schema or self.declared
             columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
                        for f in self.schema]
+        if self.files:
+            fields = {"files": dict(self.files), **fields}
         manifest = Manifest(
             num_rows=self.num_rows,
             num_positive=self.num_positive,
