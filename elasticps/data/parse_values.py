@@ -85,6 +85,8 @@ def _none(n: int) -> np.ndarray:
 def integers(array: pa.Array, tokens: Sequence[str]) -> Values:
     """int64 values (``describe`` says ``'2.5' is not an integer``)."""
     n = len(array)
+    if pa.types.is_null(array.type):  # no value at all (e.g. a column of Nones)
+        return Values(np.zeros(n, np.int64), np.ones(n, bool), _none(n), lambda row: "")
     if pa.types.is_boolean(array.type):
         array = array.cast(pa.int8())
     if pa.types.is_integer(array.type):
@@ -150,6 +152,9 @@ def _from_floats(x: np.ndarray, missing: np.ndarray, describe: Describe) -> Valu
 
 def numbers(array: pa.Array, tokens: Sequence[str]) -> Values:
     """float64 values; NaN is missing, an infinity is bad."""
+    n = len(array)
+    if pa.types.is_null(array.type):
+        return Values(np.full(n, np.nan), np.ones(n, bool), _none(n), lambda row: "")
     if pa.types.is_boolean(array.type):
         array = array.cast(pa.int8())
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
@@ -181,6 +186,9 @@ def numbers(array: pa.Array, tokens: Sequence[str]) -> Values:
 
 def strings(array: pa.Array, tokens: Sequence[str]) -> Values:
     """string values (Arrow); integers of a typed source become their decimal text."""
+    if pa.types.is_null(array.type):
+        n = len(array)
+        return Values(pa.nulls(n, pa.string()), np.ones(n, bool), _none(n), lambda row: "")
     if is_text(array):
         stripped, missing = text(array, tokens)
         return Values(stripped.cast(pa.string()), missing, _none(len(array)), lambda row: "")
@@ -211,6 +219,9 @@ def lists(array: pa.Array, sep: str | None, tokens: Sequence[str], element: Elem
     tokens, nulls) are dropped; a row with a bad element is bad.
     """
     n = len(array)
+    if pa.types.is_null(array.type):
+        return Values(pa.nulls(n, pa.list_(element_type)), np.ones(n, bool), _none(n),
+                      lambda row: "")
     if is_list(array):
         missing = null_mask(array)
         source_text = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from elasticps.data import parse_values as pv
 from elasticps.data.schema import ColumnSpec, LabelSpec, Schema
@@ -78,7 +79,10 @@ def _plain(array: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _arrow(values: np.ndarray | pa.Array, missing: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """Values as the stored type, null where ``missing``."""
     if isinstance(values, pa.Array):
+        if missing.any():
+            values = pc.if_else(pa.array(missing), pa.scalar(None, values.type), values)
         return values.cast(kind)
     return pa.array(values, kind, mask=missing if missing.any() else None)
 

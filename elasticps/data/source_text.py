@@ -1,13 +1,13 @@
 """CSV and TSV inputs, streamed by pyarrow's CSV reader with every field read as text.
 
-Fields may be quoted (``"a, b"``; a doubled ``""`` is a quote inside one) but a quoted value may
-not span lines, so that every row's line number is known; the reader runs serially (4 MiB
-blocks) in a background thread one block ahead. The first line is the header unless
-``header=False``, in which case the file's columns are, in order, the schema's
-:meth:`~elasticps.data.schema.Schema.source_columns` (labels, weight, features). A UTF-8 byte
-order mark is ignored. A line with the wrong number of fields is a malformed row; a line whose
-every field is empty is a blank line, skipped and counted. Inputs may be compressed (``.gz``,
-``.bz2``, ``.xz``, ``.zst``).
+Fields may be quoted (``"a, b"``; a doubled ``""`` is a quote inside one; spaces around the
+quotes are allowed) but a quoted value may not span lines, so that every row's line number is
+known; the reader runs serially (4 MiB blocks) in a background thread one block ahead. The
+first line is the header unless ``header=False``, in which case the file's columns are, in
+order, the schema's :meth:`~elasticps.data.schema.Schema.source_columns` (labels, weight,
+features). A UTF-8 byte order mark is ignored. A line with the wrong number of fields is a
+malformed row; a line whose every field is empty is a blank line, skipped and counted. Inputs
+may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``).
 """
 
 from __future__ import annotations
@@ -113,9 +113,22 @@ class TextSource:
                 raise DataError(f"{self.name}: cannot read as delimited text: {exc}") from exc
 
 
+_SPACED_QUOTES = r'^\s+"(.*)"\s*$|^\s*"(.*)"\s+$'
+
+
+def _unquote_spaced(array: pa.Array) -> pa.Array:
+    """``  "FR" ``: a quoted value with spaces outside the quotes, which the CSV reader only
+    unquotes when the quote opens the field, loses its quotes too."""
+    spaced = pc.match_substring_regex(array, _SPACED_QUOTES)
+    if not pc.any(spaced).as_py():
+        return array
+    inner = pc.replace_substring_regex(pc.utf8_trim_whitespace(array), r'^"(.*)"$', r"\1")
+    return pc.if_else(spaced, pc.replace_substring(inner, '""', '"'), array)
+
+
 def _without_blank_lines(batch: pa.RecordBatch, columns: Sequence[str],
                          lines: np.ndarray) -> SourceBlock:
-    arrays = {name: batch.column(name) for name in columns}
+    arrays = {name: _unquote_spaced(batch.column(name)) for name in columns}
     blank = np.ones(batch.num_rows, dtype=bool)
     for array in arrays.values():
         length = pc.utf8_length(pc.utf8_trim_whitespace(array))
