@@ -291,3 +291,34 @@ def test_unreadable_inputs_are_data_errors(tmp_path: Path, schema_file: Path) ->
     pq.write_table(pa.table({"clicked": [1]}), src)
     with pytest.raises(DataError, match="not in the input"):
         check_columns(ParquetSource(str(src)), Schema.from_yaml(SCHEMA), False)
+
+
+def test_a_jsonl_line_that_is_not_an_object_is_a_malformed_row(tmp_path: Path,
+                                                                schema_file: Path) -> None:
+    good = {"clicked": 1, "age": 1, "visits": 1, "country": "US", "user": 7, "genres": "a",
+            "item": 3}
+    src = tmp_path / "data.jsonl"
+    src.write_text(json.dumps(good) + "\n{broken\n[1, 2]\n" + json.dumps(good) + "\n")
+    done = convert_cli("jsonl", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"))
+    assert done.returncode == 1
+    assert f"{src}:2: not JSON" in done.stderr
+    assert not (tmp_path / "ds").exists()
+    done = convert_cli("jsonl", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"), "--max-bad-rows", "2")
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(tmp_path / "ds")).manifest.source["first_bad_lines"] == [
+        f"{src}:2: not JSON: Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1)", f"{src}:3: a list, not a JSON object"]
+
+
+def test_missing_tokens_can_be_set_per_column(tmp_path: Path) -> None:
+    schema = tmp_path / "s.yaml"
+    schema.write_text("label: y\nmissing: ['']\ncolumns:\n"
+                      "  a: {kind: categorical, missing: ['-1', 'none']}\n  b: categorical\n")
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b\n1,-1,-1\n0,none,NA\n1,x,\n")
+    done = convert_cli("csv", str(src), "--schema", str(schema), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    assert stored(tmp_path / "ds")["a"] == [None, None, "x"]
+    assert stored(tmp_path / "ds")["b"] == ["-1", "NA", None]
