@@ -203,9 +203,9 @@ def _element_parser(spec: ColumnSpec, id_space: int) -> pv.ElementParser:
 
 
 def decide_dtypes(schema: Schema, columns: Mapping[str, pa.Array]) -> Schema:
-    """``schema`` with every undecided dtype decided from a first block of ``columns``:
-    dense -> float; categorical -> int when every present value is an integer (or a
-    passthrough id), else string. Declared dtypes stay."""
+    """``schema`` with every undecided dtype decided from a first block of ``columns`` (empty
+    when the input has no rows): dense -> float; categorical -> int when every present value is
+    an integer (or a passthrough id), else string. Declared dtypes stay."""
     for column in schema.columns:
         if column.dtype is not None:
             continue
@@ -213,6 +213,8 @@ def decide_dtypes(schema: Schema, columns: Mapping[str, pa.Array]) -> Schema:
             dtype = "float"
         elif column.ids == "passthrough":
             dtype = "int"
+        elif column.name not in columns:
+            dtype = "string"  # no rows at all: nothing to go by, text stays text
         else:
             dtype = _looks_integral(_plain(columns[column.name]), column, schema)
         schema = schema.replace_column(_with_dtype(column, dtype))

@@ -322,3 +322,13 @@ def test_missing_tokens_can_be_set_per_column(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert stored(tmp_path / "ds")["a"] == [None, None, "x"]
     assert stored(tmp_path / "ds")["b"] == ["-1", "NA", None]
+
+
+def test_a_file_with_only_a_header_makes_an_empty_dataset(tmp_path: Path,
+                                                           schema_file: Path) -> None:
+    src = write_csv(tmp_path / "data.csv", [])
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    ds = open_dataset(str(tmp_path / "ds"))
+    assert (ds.num_rows, ds.chunks, ds.schema.column("country").dtype) == (0, (), "string")
