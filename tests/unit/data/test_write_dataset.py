@@ -308,3 +308,35 @@ def test_an_overwrite_removes_the_old_datasets_other_files(tmp_path: Path) -> No
                   overwrite=True)
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["manifest.json",
                                                                     "part-00000.parquet"]
+
+
+DIGEST = """
+import hashlib, sys
+import numpy as np
+from elasticps.data import open_dataset, iter_batches
+ds = open_dataset(sys.argv[1])
+h = hashlib.sha256()
+for b in iter_batches(ds.url, ds.chunks[0], 7, start_record=3, shuffle_seed=11):
+    for a in (b.label, b.dense, *b.ids.values(), b.bags["g"].values, b.bags["g"].offsets):
+        h.update(np.ascontiguousarray(a).tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_any_schema_reads_the_same_in_another_process(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "ds"
+    write_dataset({"y": [1, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1], "x": np.arange(12.0),
+                   "s": [f"w{i % 5}" for i in range(12)], "k": list(range(-6, 6)),
+                   "g": [["a", "b"][: i % 3] for i in range(12)]}, str(out),
+                  {"label": "y", "columns": {"x": "dense", "s": "categorical",
+                                             "k": "categorical", "g": "multi_categorical"}})
+    digests = {
+        subprocess.run([sys.executable, "-c", DIGEST, str(out)], capture_output=True, text=True,
+                       check=True, timeout=120,
+                       env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+        for seed in ("1", "987")}
+    assert len(digests) == 1
