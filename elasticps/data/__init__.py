@@ -1,14 +1,17 @@
-"""Chunked CTR datasets: Parquet row groups as chunks, converters, readers, metrics.
+"""Chunked datasets: Parquet row groups as chunks, a declared schema, converters, readers.
 
-Public API (what other subsystems call)::
+Public API (what other subsystems and users call)::
 
-    from elasticps.data import open_dataset, iter_batches, FeatureConfig, ChunkRef, Batch
-    ds = open_dataset("/data/ctr")                 # any fsspec URL
-    for chunk in ds.manifest.chunks:               # ChunkRef(path, row_group, num_rows)
-        for batch in iter_batches(ds.url, chunk, 512, start_record=0,
-                                  features=FeatureConfig(id_space=1_000_001)):
-            tensors = batch.to_torch()               # Batch -> TensorBatch
+    from elasticps.data import open_dataset, iter_batches, write_dataset, Schema, Batch
+    write_dataset(df, "/data/mine", "schema.yaml")   # a DataFrame, Table or dict of arrays
+    ds = open_dataset("/data/mine")                  # any fsspec URL
+    ds.schema                                         # the declared Schema (labels, tables...)
+    for chunk in ds.manifest.chunks:                  # ChunkRef(path, row_group, num_rows)
+        for batch in iter_batches(ds.url, chunk, 512, start_record=0):
+            tensors = batch.to_torch()                # Batch -> TensorBatch
     auc(labels, scores); log_loss(labels, probs)
+
+Criteo-layout (format 1) datasets also take ``features=FeatureConfig(id_space, dense_norm)``.
 
 Names load on first use (``elasticps.data.manifest`` alone needs no pyarrow). Heavier pieces
 (converter, generator) are imported from their modules:
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from elasticps.data.auc import auc, log_loss
     from elasticps.data.batch import Bag, Batch, TensorBatch
+    from elasticps.data.convert import ConvertReport
+    from elasticps.data.criteo_preset import criteo_preset
     from elasticps.data.dataset import (
         Dataset,
         iter_batches,
@@ -31,6 +36,9 @@ if TYPE_CHECKING:
     )
     from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
     from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
+    from elasticps.data.schema import ColumnSpec, DenseStats, LabelSpec, Schema, TableDecl
+    from elasticps.data.write import write_dataset
+    from elasticps.data.writer import DatasetWriter
 
 # Loaded on first use, so that importing the light modules (the manifest, for the master)
 # does not load pyarrow.
@@ -41,6 +49,9 @@ _WHERE = {
     "open_dataset": "dataset", "read_chunk_table": "dataset",
     "FeatureConfig": "features", "hash_categorical": "features", "normalize_dense": "features",
     "ChunkRef": "manifest", "Manifest": "manifest", "read_manifest": "manifest",
+    "ConvertReport": "convert", "criteo_preset": "criteo_preset", "write_dataset": "write",
+    "ColumnSpec": "schema", "DenseStats": "schema", "LabelSpec": "schema", "Schema": "schema",
+    "TableDecl": "schema", "DatasetWriter": "writer",
 }
 
 
@@ -57,11 +68,19 @@ __all__ = [
     "Bag",
     "Batch",
     "ChunkRef",
+    "ColumnSpec",
+    "ConvertReport",
     "Dataset",
+    "DatasetWriter",
+    "DenseStats",
     "FeatureConfig",
+    "LabelSpec",
     "Manifest",
+    "Schema",
+    "TableDecl",
     "TensorBatch",
     "auc",
+    "criteo_preset",
     "hash_categorical",
     "iter_batches",
     "log_loss",
@@ -69,4 +88,5 @@ __all__ = [
     "open_dataset",
     "read_chunk_table",
     "read_manifest",
+    "write_dataset",
 ]

@@ -1,4 +1,4 @@
-"""``elasticps data convert|synth|inspect``: make and look at chunked CTR datasets."""
+"""``elasticps data convert|synth|inspect``: make and look at chunked datasets."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from elasticps.data.cli_convert import register as register_convert
 from elasticps.data.writer import (
     COMPRESSIONS,
     DEFAULT_CHUNKS_PER_FILE,
@@ -19,6 +20,12 @@ Examples:
       a synthetic CTR dataset whose best achievable AUC is in its manifest
   elasticps data convert criteo train.txt --out /data/criteo
       the Criteo Kaggle text release -> chunked Parquet
+  elasticps data convert csv data.csv --infer > schema.yaml
+      a schema guessed from the first rows, to review
+  elasticps data convert csv data.csv --schema schema.yaml --out /data/mine
+      your own table with its declared schema -> chunked Parquet
+  elasticps data convert text corpus.txt --ngram 3 --out /data/words
+      plain text -> N-gram rows for a word model, with vocab.txt
   elasticps data inspect /data/ctr
       rows, chunks, label rate, missing rates, best AUC
 """
@@ -38,8 +45,8 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="DIR",
+def _add_output_options(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--out", required=required, metavar="DIR",
                         help="output dataset directory (a local path or any fsspec URL)")
     parser.add_argument("--rows-per-chunk", type=_positive, default=DEFAULT_ROWS_PER_CHUNK,
                         metavar="N", help="rows per chunk (Parquet row group); the master hands "
@@ -57,8 +64,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     data = subparsers.add_parser(
-        "data", help="make and inspect chunked CTR datasets (Criteo, synthetic)",
-        description="Make chunked Parquet CTR datasets and look at them.",
+        "data", help="make and inspect chunked datasets (your tables, text, Criteo, synthetic)",
+        description="Make chunked Parquet datasets and look at them.",
         epilog=DATA_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
@@ -78,6 +85,7 @@ def register(subparsers: Any) -> None:
     criteo.add_argument("--max-bad-rows", type=_non_negative, default=0, metavar="K",
                         help="skip up to K malformed lines; one more fails the run (default 0)")
     criteo.set_defaults(func=run_convert_criteo)
+    register_convert(kinds, _add_output_options, _non_negative, _positive)
 
     synth = actions.add_parser("synth", help="generate a synthetic dataset")
     synth_kinds = synth.add_subparsers(dest="synth_kind", metavar="KIND", required=True)

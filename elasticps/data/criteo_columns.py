@@ -22,6 +22,7 @@ from elasticps.data.criteo_layout import (
     SPARSE_TYPE,
     arrow_schema,
 )
+from elasticps.data.parse_values import integers
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -39,7 +40,7 @@ class ParsedBlock:
 
     table: pa.Table
     bad_rows: np.ndarray  # int64 indices into the block, ascending
-    reasons: list[str]  # reasons for the first ``max_reasons`` bad rows
+    reasons: list[tuple[str, str]]  # (column, reason) of the first ``max_reasons`` bad rows
     blank_rows: np.ndarray  # indices of empty lines (every field missing); left out, not bad
 
 
@@ -80,23 +81,29 @@ def parse_hex_column(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def parse_int_column(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decimal strings -> (int32 values, missing mask, bad mask). Empty/null = missing."""
+    """Decimal strings -> (int32 values, missing mask, bad mask). Empty/null = missing.
+
+    Fast path: one Arrow cast of the whole column. Otherwise the tolerant parse every converter
+    shares (:func:`elasticps.data.parse_values.integers`: surrounding spaces, a ``+`` sign, and
+    integral floats such as ``260.0``, which dataframe tools write), then the int32 range.
+    """
     missing = _null_mask(arr)
     try:
-        # Fast path: the whole column parses.
         values = pc.fill_null(pc.cast(arr, DENSE_TYPE), 0).to_numpy(zero_copy_only=False)
         return values.astype(np.int32, copy=False), missing, np.zeros(len(arr), dtype=bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
-    # Slow path, only for blocks with a bad value: find which rows are bad.
-    well_formed = pc.fill_null(pc.match_substring_regex(arr, r"^-?[0-9]{1,18}$"), False)
-    well_formed_np = well_formed.to_numpy(zero_copy_only=False)
-    as_int64 = pc.cast(pc.if_else(well_formed, arr, pa.scalar(None, pa.string())), pa.int64())
-    wide = pc.fill_null(as_int64, 0).to_numpy(zero_copy_only=False)
-    in_range = (wide >= _INT32_MIN) & (wide <= _INT32_MAX)
-    bad = ~missing & ~(well_formed_np & in_range)
-    values = np.where(bad, 0, wide).astype(np.int32)
-    return values, missing, bad
+    text = arr.cast(pa.string())
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:  # bytes that are not UTF-8 (the reader does not check): rare
+        text = pa.array([None if v is None else v.decode("utf-8", "replace")
+                         for v in arr.cast(pa.binary()).to_pylist()], pa.string())
+    parsed = integers(text, ("",))
+    wide = np.asarray(parsed.values)
+    bad = parsed.bad | (~parsed.missing & ((wide < _INT32_MIN) | (wide > _INT32_MAX)))
+    values = np.where(bad | parsed.missing, 0, wide).astype(np.int32)
+    return values, parsed.missing, bad
 
 
 def _null_mask(arr: pa.Array) -> np.ndarray:
@@ -115,12 +122,12 @@ def parse_block(batch: pa.RecordBatch, max_reasons: int = 20) -> ParsedBlock:
     label, label_missing, label_bad = parse_int_column(batch.column(LABEL))
     label_bad |= ~label_missing & (label != 0) & (label != 1)
     all_missing &= label_missing
-    problems.append((LABEL, label_bad, "0 or 1"))
+    problems.append((LABEL, label_bad, "a label (0 or 1)"))
     columns: dict[str, pa.Array] = {}
     for name in DENSE_COLUMNS:
         values, missing, col_bad = parse_int_column(batch.column(name))
         all_missing &= missing
-        problems.append((name, col_bad, "an int32 integer"))
+        problems.append((name, col_bad, "an int32 integer"))  # integral floats pass
         columns[name] = pa.array(values, type=DENSE_TYPE, mask=missing)
     for name in SPARSE_COLUMNS:
         uvalues, missing, col_bad = parse_hex_column(batch.column(name))
@@ -153,13 +160,14 @@ def _reason(
     row: int,
     problems: list[tuple[str, np.ndarray, str]],
     label_absent: np.ndarray,
-) -> str:
+) -> tuple[str, str]:
+    """(column, reason) of a bad row."""
     if label_absent[row]:
-        return "the label is empty"
+        return LABEL, "the label is empty"
     for name, col_bad, expected in problems:
         if col_bad[row]:
             # As bytes: the reader skips UTF-8 validation, so the text may not be UTF-8.
             raw = pc.cast(batch.column(name).slice(row, 1), pa.binary())[0].as_py()
             text = raw.decode("utf-8", "backslashreplace")
-            return f"column {name} is {text!r}, expected {expected}"
-    return "unknown problem"
+            return name, f"{text!r} is not {expected}"
+    return "", "unknown problem"

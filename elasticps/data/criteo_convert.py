@@ -9,14 +9,17 @@ it names the columns (``label``, ``I1``.., ``C1``..; case does not matter, extra
 pyarrow's streaming CSV reader splits fields (no quoting, one thread so that line numbers are
 known); :mod:`elasticps.data.criteo_columns` turns the string columns into typed columns. A line is
 malformed when it has the wrong number of fields, an empty label or a label other than 0/1, an
-integer that is not a decimal int32, or a categorical that is not 8 hex digits. Malformed lines
-are skipped, counted and reported with ``input:line``; past ``max_bad_rows`` the conversion fails
-and deletes what it wrote. Empty lines are skipped and counted, not treated as malformed.
+integer that is not an int32 (surrounding spaces, a ``+`` sign and integral floats such as
+``260.0`` are accepted, as in every converter), or a categorical that is not 8 hex digits.
+Malformed lines are skipped, counted and reported as ``input:line:column: reason`` (``input:line:
+reason`` for a wrong field count); past ``max_bad_rows`` the conversion fails and deletes what it
+wrote. Empty lines are skipped and counted, not treated as malformed.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from contextlib import closing
@@ -125,10 +128,14 @@ def _read_first_line(url: str) -> str:
         return bytes(raw.readline(1 << 20)).decode("utf-8", "replace")
 
 
+_WHERE = re.compile(r"^(?P<path>.*):(?P<line>-?[0-9]+)(?::(?P<column>[A-Za-z0-9_]+))?$")
+
+
 def _line_key(where: str) -> tuple[str, int]:
-    """``"path:12"`` -> ``("path", 12)``, for sorting reports of several inputs."""
-    path, _, line = where.rpartition(":")
-    return path, int(line) if line.lstrip("-").isdigit() else -1
+    """``"path:12"`` or ``"path:12:I3"`` -> ``("path", 12)``, for sorting reports of several
+    inputs."""
+    match = _WHERE.match(where)
+    return (match["path"], int(match["line"])) if match else (where, -1)
 
 
 def _line_of(row: int, header_lines: int, skipped: list[int]) -> int:
@@ -184,9 +191,9 @@ class _Conversion:
             max_reasons=MAX_REPORTED,
         )
         unreported = len(parsed.bad_rows) - len(parsed.reasons)
-        for row, reason in zip(parsed.bad_rows, parsed.reasons, strict=False):
+        for row, (column, reason) in zip(parsed.bad_rows, parsed.reasons, strict=False):
             line = _line_of(first_row + int(row), header_lines, list(skipped))
-            self._bad(f"{url}:{line}", reason, extra=unreported)
+            self._bad(f"{url}:{line}:{column}", reason, extra=unreported)
             unreported = 0
         self.report.blank_lines += len(parsed.blank_rows)
         self._check_threshold()

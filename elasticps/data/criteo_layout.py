@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-LABEL = "label"
-DENSE_COLUMNS: tuple[str, ...] = tuple(f"I{i}" for i in range(1, NUM_DENSE + 1))
-SPARSE_COLUMNS: tuple[str, ...] = tuple(f"C{i}" for i in range(1, NUM_SPARSE + 1))
-FEATURE_COLUMNS: tuple[str, ...] = (LABEL, *DENSE_COLUMNS, *SPARSE_COLUMNS)
+from elasticps.data.criteo_preset import (
+    DENSE_COLUMNS,
+    FEATURE_COLUMNS,
+    LABEL,
+    NUM_DENSE,
+    NUM_SPARSE,
+    SPARSE_COLUMNS,
+)
+
+__all__ = [
+    "DENSE_COLUMNS", "DENSE_TYPE", "FEATURE_COLUMNS", "LABEL", "LABEL_TYPE", "NUM_DENSE",
+    "NUM_SPARSE", "P_TRUE", "SPARSE_COLUMNS", "SPARSE_TYPE", "arrow_schema",
+    "schema_description",
+]
+
 P_TRUE = "p_true"
 
 LABEL_TYPE = pa.int8()

@@ -1,7 +1,8 @@
 """Reading datasets: the manifest, one chunk's raw rows, and model-ready batches.
 
 ``iter_batches(url, chunk, batch_size, start_record=k)`` reads one row group, turns it into
-arrays once (hash + normalise, vectorised), and yields slices. Deterministic: the same chunk,
+arrays once as the dataset's schema declares (:mod:`elasticps.data.chunk_decode`: hash +
+normalise, vectorised), and yields slices. Deterministic: the same chunk,
 offset, batch size, feature config and shuffle seed always give the same batches, in any
 process. With ``shuffle_seed`` the chunk's rows are permuted by
 ``numpy.random.default_rng([shuffle_seed, crc32(chunk.path), chunk.row_group])`` first, and
@@ -25,9 +26,12 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from elasticps.data.batch import Batch
-from elasticps.data.criteo_layout import DENSE_COLUMNS, FEATURE_COLUMNS, LABEL, SPARSE_COLUMNS
-from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
+from elasticps.data.chunk_decode import decode_table
+from elasticps.data.criteo_layout import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
+from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.features import FeatureConfig
 from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
+from elasticps.data.schema import Schema
 from elasticps.errors import DataError
 
 DEFAULT_FEATURES = FeatureConfig()
@@ -76,12 +80,19 @@ def read_chunk_table(
             raise DataError(
                 f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}"
             )
+        if columns:
+            present = set(parquet.schema_arrow.names)
+            absent = [name for name in columns if name not in present]
+            if absent:
+                raise DataError(f"{url}: column(s) {', '.join(map(repr, absent))} of the "
+                                f"manifest are not in the file (it has {sorted(present)})")
         try:
             table = parquet.read_row_group(
                 chunk.row_group, columns=list(columns) if columns else None
             )
         except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"cannot read chunk {chunk.key} of {dataset_url}: {exc}") from exc
+            raise DataError(f"{url}: cannot read chunk {chunk.key} of {dataset_url}: "
+                            f"{exc}") from exc
     if table.num_rows != chunk.num_rows:
         raise DataError(
             f"chunk {chunk.key} of {dataset_url} holds {table.num_rows} rows but the manifest "
@@ -133,18 +144,44 @@ def chunk_permutation(chunk: ChunkRef, shuffle_seed: int) -> np.ndarray:
     return rng.permutation(chunk.num_rows)
 
 
+def reading_schema(manifest: Manifest, features: FeatureConfig | None = None) -> Schema:
+    """The schema a dataset's chunks are read with.
+
+    Format 1 (the Criteo layout) reads as the Criteo preset with ``features``' id space and
+    dense norm (default ``FeatureConfig()``). Format 2 reads as its manifest declares; a
+    ``FeatureConfig`` other than the default is refused there, since the schema already says
+    what it would (the default one is taken to mean "as declared").
+    """
+    if manifest.is_criteo_layout:
+        chosen = features or DEFAULT_FEATURES
+        return criteo_preset(chosen.id_space, chosen.dense_norm)
+    if features is not None and features != DEFAULT_FEATURES:
+        raise DataError(f"{features} applies to Criteo-layout (format 1) datasets only; a "
+                        "format-2 dataset declares its id spaces and norms in its schema")
+    return manifest.schema
+
+
+def read_columns(schema: Schema) -> tuple[str, ...]:
+    """The Parquet columns a reader needs: labels, weight, features."""
+    return schema.source_columns()
+
+
 def iter_batches(
     dataset_url: str,
     chunk: ChunkRef,
     batch_size: int,
     *,
     start_record: int = 0,
-    features: FeatureConfig = DEFAULT_FEATURES,
+    features: FeatureConfig | None = None,
     shuffle_seed: int | None = None,
+    schema: Schema | None = None,
 ) -> Iterator[Batch]:
     """Batches of one chunk from record ``start_record`` on; the last batch may be short.
 
-    Arguments are checked at the call; the chunk is read when the first batch is asked for.
+    ``schema`` is the schema to read with (:func:`reading_schema`); without it the dataset's
+    manifest is read (one small file) when the chunk is. ``features`` applies to
+    Criteo-layout datasets (see :func:`reading_schema`). Arguments are checked at the call;
+    the chunk is read when the first batch is asked for.
     """
     if batch_size < 1:
         raise DataError(f"batch_size={batch_size} must be >= 1")
@@ -152,7 +189,10 @@ def iter_batches(
         raise DataError(
             f"start_record={start_record} is outside chunk {chunk.key} of {chunk.num_rows} rows"
         )
-    return _chunk_batches(dataset_url, chunk, batch_size, start_record, features, shuffle_seed)
+    if schema is not None and features is not None:
+        raise DataError("pass either schema= or features=, not both")
+    return _chunk_batches(dataset_url, chunk, batch_size, start_record, features, shuffle_seed,
+                          schema)
 
 
 def _chunk_batches(
@@ -160,26 +200,21 @@ def _chunk_batches(
     chunk: ChunkRef,
     batch_size: int,
     start_record: int,
-    features: FeatureConfig,
+    features: FeatureConfig | None,
     shuffle_seed: int | None,
+    schema: Schema | None,
 ) -> Iterator[Batch]:
     if start_record == chunk.num_rows:
         return
-    raw = table_to_raw(read_chunk_table(dataset_url, chunk, FEATURE_COLUMNS))
-    rows: np.ndarray | slice = slice(start_record, None)
+    if schema is None:
+        schema = reading_schema(read_manifest(dataset_url), features)
+    table = read_chunk_table(dataset_url, chunk, read_columns(schema))
     if shuffle_seed is not None:
-        rows = chunk_permutation(chunk, shuffle_seed)[start_record:]
-    # Row-major results, so every batch slice is contiguous (torch.from_numpy, pinned copies).
-    dense = np.ascontiguousarray(
-        normalize_dense(raw.dense[rows], raw.dense_missing[rows], features.dense_norm)
-    )
-    # One id column per slot (column-major: each slot's ids are contiguous).
-    sparse = np.asfortranarray(
-        hash_categorical(raw.sparse[rows], raw.sparse_missing[rows], features.id_space)
-    )
-    ids = {name: sparse[:, j] for j, name in enumerate(SPARSE_COLUMNS)}
-    whole = Batch(label=raw.label[rows].astype(np.float32), dense=dense,
-                  dense_names=DENSE_COLUMNS, ids=ids)
+        table = table.take(chunk_permutation(chunk, shuffle_seed)[start_record:])
+    elif start_record:
+        table = table.slice(start_record)
+    where = f"{_resolve(dataset_url, chunk.path)} (chunk {chunk.key})"
+    whole = decode_table(table, schema, where)
     for begin in range(0, len(whole), batch_size):
         yield whole.slice(begin, min(begin + batch_size, len(whole)))
 
@@ -213,18 +248,24 @@ class Dataset:
     def read_chunk(self, chunk: ChunkRef, columns: Sequence[str] | None = None) -> pa.Table:
         return read_chunk_table(self.url, chunk, columns)
 
+    @property
+    def schema(self) -> Schema:
+        """The declared schema (format 1: the Criteo preset)."""
+        return self.manifest.schema
+
     def iter_batches(
         self,
         batch_size: int,
         *,
-        features: FeatureConfig = DEFAULT_FEATURES,
+        features: FeatureConfig | None = None,
         chunks: Iterable[ChunkRef] | None = None,
         shuffle_seed: int | None = None,
     ) -> Iterator[Batch]:
         """Batches over ``chunks`` (default: all, in manifest order); batches do not span chunks."""
+        schema = reading_schema(self.manifest, features)
         for chunk in self.chunks if chunks is None else chunks:
             yield from iter_batches(
-                self.url, chunk, batch_size, features=features, shuffle_seed=shuffle_seed
+                self.url, chunk, batch_size, shuffle_seed=shuffle_seed, schema=schema
             )
 
 

@@ -1,4 +1,7 @@
-"""Feature transforms: the stable categorical hash and the dense normalisations.
+"""Feature transforms of format-1 (Criteo layout) datasets: the per-slot hash and the dense
+normalisations that ``FeatureConfig`` selects. Readers apply them through the Criteo preset
+schema (:func:`elasticps.data.schema.criteo_preset`) and the general hash of
+:mod:`elasticps.data.hashing`, which equals this one for Criteo values.
 
 Categorical hash (never Python's ``hash()``, which is salted per process)::
 
@@ -33,20 +36,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elasticps.data.criteo_preset import CLIP_MAX, CLIP_MIN, DEFAULT_ID_SPACE, DENSE_NORMS
+from elasticps.data.hashing import splitmix64
 from elasticps.errors import ConfigError
 
-DENSE_NORMS = ("minmax", "log", "none", "log-missing")
-DEFAULT_ID_SPACE = 1_000_001  # the classic demo's sparse_feature_dim
+__all__ = [
+    "DEFAULT_ID_SPACE", "DENSE_MAX", "DENSE_MIN", "DENSE_NORMS", "MISSING_VALUE", "FeatureConfig",
+    "hash_categorical", "normalize_dense", "splitmix64",
+]
+
 MISSING_VALUE = 1 << 32
 
-DENSE_MIN = np.array([0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float32)
-DENSE_MAX = np.array(
-    [20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50], dtype=np.float32
-)
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
-_MUL2 = np.uint64(0x94D049BB133111EB)
+DENSE_MIN = np.array(CLIP_MIN, dtype=np.float32)
+DENSE_MAX = np.array(CLIP_MAX, dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -65,18 +67,6 @@ class FeatureConfig:
             raise ConfigError(
                 f"dense_norm={self.dense_norm!r} is not one of {', '.join(DENSE_NORMS)}"
             )
-
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """One splitmix64 step for every element of a uint64 array (wrapping arithmetic)."""
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN  # a new array; the rest works in place
-    with np.errstate(over="ignore"):
-        z ^= z >> np.uint64(30)
-        z *= _MUL1
-        z ^= z >> np.uint64(27)
-        z *= _MUL2
-        z ^= z >> np.uint64(31)
-    return z
 
 
 def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> np.ndarray:

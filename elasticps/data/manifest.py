@@ -1,23 +1,38 @@
 """The dataset manifest: a small JSON file that says what a dataset directory holds.
 
-A dataset directory holds Parquet files (``part-00000.parquet``, ...) and ``manifest.json``::
+A dataset directory holds Parquet files (``part-00000.parquet``, ...) and ``manifest.json``.
+Two formats are read:
+
+* ``"elasticps-dataset"``, format version 2: a dataset with a declared schema (written by
+  ``elasticps data convert csv|tsv|parquet|jsonl|text`` and ``write_dataset``)::
 
     {
-      "format": "elasticps-ctr", "format_version": 1,
-      "schema": [{"name": "label", "type": "int8", "nullable": false}, ...],
+      "format": "elasticps-dataset", "format_version": 2,
+      "schema": {"labels": [...], "weight": null, "missing": [...], "tables": {...},
+                 "columns": {"age": {"kind": "dense", "dtype": "float", "norm": "standard",
+                                     "stats": {"count": .., "mean": .., ...}, ...}, ...}},
+      "columns": [{"name": "clicked", "type": "int8", "nullable": false}, ...],
       "num_rows": 1000000, "num_positive": 254311,
       "chunks": [{"path": "part-00000.parquet", "row_group": 0, "num_rows": 65536}, ...],
-      "null_counts": {"I1": 453001, ...},
-      "best_auc": 0.8012, "best_logloss": 0.4431,     # synthetic data only, else null
-      "planted_model": {...},                          # synthetic data only, else null
-      "splits": {"test": "test"},                      # sibling datasets, relative paths
-      "source": {"kind": "criteo", ...},
-      "created_by": "elasticps 0.1.0"
+      "null_counts": {"age": 4211, ...},
+      "files": {"vocab": "vocab.txt"},                 # other files of the dataset, by role
+      "splits": {"test": "test"}, "source": {...}, "created_by": "elasticps 0.1.0",
+      "best_auc": null, "best_logloss": null, "planted_model": null
     }
+
+  ``schema`` is :meth:`elasticps.data.schema.Schema.to_dict`: every option explicit, with the
+  dense statistics measured at conversion; ``columns`` lists the Parquet columns.
+
+* ``"elasticps-ctr"``, format version 1: the Criteo layout (written by ``elasticps data synth
+  ctr`` and ``convert criteo``), whose ``schema`` is the list of Parquet columns. Its declared
+  schema is the built-in Criteo preset (:func:`elasticps.data.criteo_preset.criteo_preset`).
+
+Either way :attr:`Manifest.schema` is the declared :class:`~elasticps.data.schema.Schema` and
+:attr:`Manifest.columns` the Parquet columns. Another format or version is a :class:`DataError`.
 
 A chunk is one Parquet row group; the master hands chunks out as tasks. Writers write the data
 files first and the manifest last (atomically where the filesystem can rename), so a directory
-with a manifest is always complete.
+with a manifest is always complete. Reading a manifest loads neither numpy nor pyarrow.
 """
 
 from __future__ import annotations
@@ -29,10 +44,15 @@ from typing import Any
 
 import fsspec
 
-from elasticps.errors import DataError
+from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.schema import Schema
+from elasticps.errors import ConfigError, DataError
 
-FORMAT = "elasticps-ctr"
-FORMAT_VERSION = 1
+FORMAT = "elasticps-dataset"  # format 2: a declared schema
+FORMAT_VERSION = 2
+CRITEO_FORMAT = "elasticps-ctr"  # format 1: the Criteo layout, schema implied
+CRITEO_FORMAT_VERSION = 1
+FORMATS = {FORMAT: FORMAT_VERSION, CRITEO_FORMAT: CRITEO_FORMAT_VERSION}
 MANIFEST_NAME = "manifest.json"
 
 
@@ -71,12 +91,14 @@ class ChunkRef:
 
 @dataclass(frozen=True)
 class Manifest:
-    """What a dataset directory holds. ``label_rate`` is derived from ``num_positive``."""
+    """What a dataset directory holds. ``label_rate`` is derived from ``num_positive`` (the
+    rows whose first label is 1, for binary labels; 0 for other kinds)."""
 
     num_rows: int
     num_positive: int
     chunks: tuple[ChunkRef, ...]
-    schema: tuple[dict[str, Any], ...]
+    schema: Schema  # the declared schema (format 1: the Criteo preset)
+    columns: tuple[dict[str, Any], ...]  # the Parquet columns: {name, type, nullable}
     null_counts: dict[str, int] = field(default_factory=dict)
     best_auc: float | None = None
     best_logloss: float | None = None
@@ -84,7 +106,17 @@ class Manifest:
     splits: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
     created_by: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # other files by role (format 2)
     format_version: int = FORMAT_VERSION
+
+    @property
+    def format(self) -> str:
+        return CRITEO_FORMAT if self.format_version == CRITEO_FORMAT_VERSION else FORMAT
+
+    @property
+    def is_criteo_layout(self) -> bool:
+        """Format 1: read as the Criteo preset, with a ``FeatureConfig`` if one is given."""
+        return self.format_version == CRITEO_FORMAT_VERSION
 
     @property
     def label_rate(self) -> float:
@@ -92,16 +124,23 @@ class Manifest:
 
     @property
     def column_names(self) -> tuple[str, ...]:
-        return tuple(str(col["name"]) for col in self.schema)
+        return tuple(str(col["name"]) for col in self.columns)
 
     def to_json(self) -> str:
-        body: dict[str, Any] = {"format": FORMAT}
+        body: dict[str, Any] = {"format": self.format}
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
             if item.name == "chunks":
                 value = [chunk.to_dict() for chunk in value]
             elif item.name == "schema":
+                # Format 1 keeps its original shape: "schema" is the Parquet column list.
+                value = list(self.columns) if self.is_criteo_layout else value.to_dict()
+            elif item.name == "columns":
+                if self.is_criteo_layout:
+                    continue
                 value = list(value)
+            elif item.name == "files" and self.is_criteo_layout:
+                continue
             body[item.name] = value
         # One line per top-level field and per chunk: readable, and small for many chunks.
         lines = []
@@ -119,15 +158,16 @@ class Manifest:
             raw = json.loads(text)
         except ValueError as exc:
             raise DataError(f"{where} is not valid JSON: {exc}") from exc
-        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        if not isinstance(raw, dict) or raw.get("format") not in FORMATS:
             got = raw.get("format") if isinstance(raw, dict) else raw
-            raise DataError(f"{where} is not an {FORMAT} manifest (format is {got!r})")
+            raise DataError(f"{where} is not an elasticps dataset manifest (format is {got!r}; "
+                            f"this elasticps reads {' and '.join(sorted(FORMATS))})")
         version = raw.get("format_version")
-        if version != FORMAT_VERSION:
+        if version != FORMATS[raw["format"]]:
             raise DataError(
-                f"{where} has format_version {version!r}; this elasticps reads version "
-                f"{FORMAT_VERSION}"
-            )
+                f"{where} has format_version {version!r} of format {raw['format']!r}; this "
+                f"elasticps reads version {FORMATS[raw['format']]} of it (a newer elasticps "
+                "wrote it?)")
         raw_chunks = raw.get("chunks")
         if not isinstance(raw_chunks, list):
             raise DataError(f"{where}: 'chunks' must be a list, got {raw_chunks!r}")
@@ -140,25 +180,56 @@ class Manifest:
                 f"{where}: num_rows is {num_rows} but the chunks hold "
                 f"{sum(chunk.num_rows for chunk in chunks)} rows"
             )
-        schema = raw.get("schema")
-        if not isinstance(schema, list) or not all(
-            isinstance(col, dict) and "name" in col for col in schema
-        ):
-            raise DataError(f"{where}: 'schema' must be a list of {{name, type}} objects")
+        if version == CRITEO_FORMAT_VERSION:
+            schema, columns = criteo_preset(), _column_list(raw.get("schema"), "schema", where)
+        else:
+            schema = _declared_schema(raw.get("schema"), where)
+            columns = _column_list(raw.get("columns"), "columns", where)
         return cls(
             num_rows=num_rows,
             num_positive=_nonneg_int(raw, "num_positive", where),
             chunks=chunks,
-            schema=tuple(schema),
+            schema=schema,
+            columns=columns,
             null_counts={str(k): int(v) for k, v in (raw.get("null_counts") or {}).items()},
             best_auc=_opt_float(raw, "best_auc", where),
             best_logloss=_opt_float(raw, "best_logloss", where),
             planted_model=raw.get("planted_model"),
-            splits={str(k): str(v) for k, v in (raw.get("splits") or {}).items()},
+            splits=_str_map(raw, "splits", where),
             source=dict(raw.get("source") or {}),
             created_by=str(raw.get("created_by", "")),
-            format_version=FORMAT_VERSION,
+            files=_str_map(raw, "files", where),
+            format_version=version,
         )
+
+
+def _column_list(raw: Any, name: str, where: str) -> tuple[dict[str, Any], ...]:
+    if not isinstance(raw, list) or not all(isinstance(c, dict) and "name" in c for c in raw):
+        raise DataError(f"{where}: {name!r} must be a list of {{name, type}} objects")
+    return tuple(raw)
+
+
+def _declared_schema(raw: Any, where: str) -> Schema:
+    try:
+        schema = Schema.from_dict(raw, f"{where}: schema")
+    except ConfigError as exc:
+        raise DataError(str(exc)) from exc
+    for column in schema.columns:
+        if column.dtype is None:
+            raise DataError(f"{where}: schema: column {column.name!r} has no dtype (a "
+                            "converter always records it)")
+        if column.kind == "dense" and column.norm in ("standard", "minmax") and (
+                column.stats is None):
+            raise DataError(f"{where}: schema: dense column {column.name!r} normalises by "
+                            f"{column.norm} but has no stats")
+    return schema
+
+
+def _str_map(raw: dict[str, Any], name: str, where: str) -> dict[str, str]:
+    value = raw.get(name) or {}
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: {name!r} must be an object, got {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def read_manifest(url: str) -> Manifest:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,13 @@ DEFAULT_TABLE = "features"
 DEFAULT_DIM = 8
 DEFAULT_ID_SPACE = 1_000_003
 MAX_ID_SPACE = 2**63 - 1
+SALT_LIMIT = 1 << 31
+
+
+def default_salt(column: str) -> int:
+    """The hash salt of a categorical column that declares none: ``crc32(UTF-8 name)`` in 31
+    bits (see :mod:`elasticps.data.hashing`)."""
+    return zlib.crc32(column.encode("utf-8")) & (SALT_LIMIT - 1)
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,11 @@ class ColumnSpec:
     def is_categorical(self) -> bool:
         return self.kind != "dense"
 
+    @property
+    def hash_salt(self) -> int:
+        """The salt the hash uses: the declared one, else derived from the name."""
+        return default_salt(self.name) if self.salt is None else self.salt
+
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"kind": self.kind, "dtype": self.dtype}
         if self.kind == "dense":
@@ -217,6 +230,20 @@ class Schema:
         for name, table in self.tables.items():
             if table.name != name:
                 raise ConfigError(f"table {name!r} is declared under the name {table.name!r}")
+            self._check_salts(name)
+
+    def _check_salts(self, table: str) -> None:
+        """Columns of one table must hash with distinct salts, or equal values in two of them
+        would get the same id."""
+        salted: dict[int, str] = {}
+        for column in self.columns_of(table):
+            if column.ids != "hash":
+                continue
+            other = salted.setdefault(column.hash_salt, column.name)
+            if other != column.name:
+                raise ConfigError(
+                    f"columns {other!r} and {column.name!r} of table {table!r} hash with the "
+                    f"same salt {column.hash_salt}; give one of them another 'salt'")
 
     # -- views ------------------------------------------------------------------------------
 

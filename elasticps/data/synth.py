@@ -208,7 +208,7 @@ def synth_ctr(
     model = PlantedModel.draw(seed, signal=signal, num_crosses=num_crosses)
     model = model.with_bias(_calibrate_bias(model, gen, label_rate))
     options = {
-        "schema": arrow_schema(with_p_true=True),
+        "arrow_schema": arrow_schema(with_p_true=True),
         "rows_per_chunk": rows_per_chunk,
         "chunks_per_file": chunks_per_file,
         "compression": compression,

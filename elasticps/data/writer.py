@@ -4,11 +4,17 @@ Row groups are the chunks the master hands out, so each one holds exactly ``rows
 (the last may hold fewer). A new ``part-NNNNN.parquet`` file starts every ``chunks_per_file``
 chunks, so large datasets are many files of bounded size. Memory stays bounded by one chunk.
 Data files are written first and the manifest last; on failure the files written so far are
-deleted, so a directory never holds a manifest that points at missing data.
+deleted, so a directory never holds a manifest that points at missing data. Used as a context
+manager, a clean exit commits (``close()`` unless it was called) and an exception aborts.
+
+Without a declared ``schema`` the writer writes format 1 (the Criteo layout: ``synth ctr``,
+``convert criteo``); with one, format 2, whose manifest carries the schema (``close(schema=...)``
+replaces it with the one conversion measured, dense statistics included).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from types import TracebackType
 from typing import Any
@@ -19,7 +25,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from elasticps.data.criteo_layout import LABEL, schema_description
-from elasticps.data.manifest import MANIFEST_NAME, ChunkRef, Manifest
+from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.manifest import (
+    CRITEO_FORMAT_VERSION,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    ChunkRef,
+    Manifest,
+)
+from elasticps.data.schema import Schema
 from elasticps.errors import DataError
 from elasticps.version import __version__
 
@@ -42,12 +56,13 @@ class DatasetWriter:
     def __init__(
         self,
         out_url: str,
-        schema: pa.Schema,
+        arrow_schema: pa.Schema,
         *,
         rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
         chunks_per_file: int = DEFAULT_CHUNKS_PER_FILE,
         compression: str = DEFAULT_COMPRESSION,
         overwrite: bool = False,
+        schema: Schema | None = None,
     ) -> None:
         if rows_per_chunk < 1:
             raise DataError(f"rows_per_chunk={rows_per_chunk} must be >= 1")
@@ -56,7 +71,13 @@ class DatasetWriter:
         if compression not in COMPRESSIONS:
             raise DataError(f"compression={compression!r} is not one of {', '.join(COMPRESSIONS)}")
         self.out_url = out_url
-        self.schema = schema
+        self.schema = arrow_schema
+        self.declared = schema
+        # The column whose ones are counted as positives: a binary (first) label.
+        self._positive_column: str | None = LABEL
+        if schema is not None:
+            first = schema.labels[0]
+            self._positive_column = first.name if first.kind == "binary" else None
         self.rows_per_chunk = rows_per_chunk
         self.chunks_per_file = chunks_per_file
         self.compression = compression
@@ -72,7 +93,9 @@ class DatasetWriter:
         self.chunks: list[ChunkRef] = []
         self.num_rows = 0
         self.num_positive = 0
-        self.null_counts: dict[str, int] = {name: 0 for name in schema.names}
+        self.null_counts: dict[str, int] = {name: 0 for name in arrow_schema.names}
+        self.files: dict[str, str] = {}
+        self.closed = False
 
     def _prepare_dir(self, overwrite: bool) -> None:
         self._created_root = not self.fs.exists(self.root)
@@ -91,16 +114,26 @@ class DatasetWriter:
             )
         names = {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries}
         # The manifest goes first, so an interrupted overwrite never leaves a valid-looking dataset.
+        others: set[str] = set()  # the old dataset's other files (format 2), e.g. a vocabulary
         if MANIFEST_NAME in names:
+            others = self._other_files()
             self.fs.rm(_join(self.root, MANIFEST_NAME))
         for name in sorted(names):
-            if name.startswith("part-") and name.endswith(".parquet"):
+            if name in others or (name.startswith("part-") and name.endswith(".parquet")):
                 self.fs.rm(_join(self.root, name))
             elif self.fs.isdir(_join(self.root, name)) and self.fs.exists(
                 _join(_join(self.root, name), MANIFEST_NAME)
             ):
                 self.fs.rm(_join(self.root, name), recursive=True)  # an old split, e.g. test/
         log.info("Removed the old dataset in %s to overwrite it.", self.out_url)
+
+    def _other_files(self) -> set[str]:
+        try:
+            with self.fs.open(_join(self.root, MANIFEST_NAME), "rb") as handle:
+                files = json.loads(handle.read()).get("files") or {}
+            return {str(name) for name in files.values() if "/" not in str(name)}
+        except (OSError, ValueError, AttributeError):
+            return set()  # an unreadable old manifest: its data files still go
 
     def write(self, table: pa.Table) -> None:
         """Add rows; full chunks are written out at once."""
@@ -125,9 +158,23 @@ class DatasetWriter:
         self.chunks.append(ChunkRef(self._part_name(), self._groups_in_file, chunk.num_rows))
         self._groups_in_file += 1
         self.num_rows += chunk.num_rows
-        self.num_positive += int(pc.sum(chunk.column(LABEL)).as_py() or 0)
+        if self._positive_column is not None:
+            self.num_positive += int(pc.sum(chunk.column(self._positive_column)).as_py() or 0)
         for name in self.schema.names:
             self.null_counts[name] += chunk.column(name).null_count
+
+    def write_file(self, role: str, name: str, data: bytes) -> None:
+        """Write another file of the dataset (e.g. a vocabulary), named in the manifest's
+        ``files`` under ``role``; deleted with the data files if the run fails."""
+        if self.declared is None:
+            raise DataError("a Criteo-layout (format 1) dataset has no other files")
+        if "/" in name or name == MANIFEST_NAME or name.startswith("part-"):
+            raise DataError(f"{name!r} is not a name for a file of the dataset")
+        path = _join(self.root, name)
+        self._written.append(path)
+        with self.fs.open(path, "wb") as out:
+            out.write(data)
+        self.files[role] = name
 
     def _part_name(self) -> str:
         return f"part-{self._file_index:05d}.parquet"
@@ -155,25 +202,43 @@ class DatasetWriter:
             self._file.close()
             self._file = None
 
-    def close(self, **fields: Any) -> Manifest:
-        """Write the last partial chunk and the manifest; ``fields`` fill the manifest."""
+    def close(self, *, schema: Schema | None = None, **fields: Any) -> Manifest:
+        """Write the last partial chunk and the manifest; ``fields`` fill the manifest, and
+        ``schema`` (format 2) replaces the declared schema, e.g. with measured statistics."""
+        if self.closed:
+            raise DataError(f"the dataset writer of {self.out_url} is already closed")
+        if schema is not None and self.declared is None:
+            raise DataError("a Criteo-layout (format 1) dataset has no declared schema to set")
         if self._pending_rows:
             self._flush(self._pending_rows)
         self._close_file()
+        if self.declared is None:
+            declared, columns = None, schema_description(with_p_true="p_true" in self.schema.names)
+        else:
+            declared = schema or self.declared
+            columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
+                       for f in self.schema]
+        if self.files:
+            fields = {"files": dict(self.files), **fields}
         manifest = Manifest(
             num_rows=self.num_rows,
             num_positive=self.num_positive,
             chunks=tuple(self.chunks),
-            schema=tuple(schema_description(with_p_true="p_true" in self.schema.names)),
+            schema=declared or criteo_preset(),
+            columns=tuple(columns),
             null_counts=dict(self.null_counts),
             created_by=f"elasticps {__version__}",
+            format_version=CRITEO_FORMAT_VERSION if declared is None else FORMAT_VERSION,
             **fields,
         )
         write_manifest(self.fs, self.root, manifest)
+        self.closed = True
         return manifest
 
     def abort(self) -> None:
         """Delete what was written; the output directory is left as it was found."""
+        if self.closed:
+            return  # committed: a manifest points at these files now
         try:
             self._close_file()
         except Exception:  # cleanup must go on; the original error matters
@@ -195,6 +260,12 @@ class DatasetWriter:
     ) -> None:
         if exc_type is not None:
             self.abort()
+        elif not self.closed:
+            try:
+                self.close()
+            except BaseException:
+                self.abort()
+                raise
 
 
 def write_manifest(fs: Any, root: str, manifest: Manifest) -> None:

@@ -125,12 +125,15 @@ def test_malformed_lines_are_reported_with_line_numbers(
     assert report.rows == 14
     assert report.bad_rows == 6
     assert report.blank_lines == 1
-    numbers = [int(where.rsplit(":", 1)[1]) for where, _ in report.bad_lines]
+    # file:line:column for a bad value, file:line for a wrong number of fields
+    located = [where.removeprefix(f"{path}:").split(":") for where, _ in report.bad_lines]
+    numbers = [int(parts[0]) for parts in located]
     assert numbers == sorted(numbers)
-    got = {int(where.rsplit(":", 1)[1]): why for where, why in report.bad_lines}
+    got = {int(parts[0]): (parts[1] if len(parts) > 1 else "fields") + ": " + why
+           for parts, (_, why) in zip(located, report.bad_lines, strict=True)}
     assert sorted(got) == sorted(bad)
     for number, what in bad.items():
-        assert what in got[number], (number, got[number])
+        assert got[number].startswith(what), (number, got[number])
     assert "'x7'" in got[6]
     assert "'12345zzz'" in got[9]
     good = [row for i, row in enumerate(parse_file(tiny_tsv), start=1) if i not in bad]
@@ -182,7 +185,7 @@ def test_every_malformed_line_is_counted_beyond_those_listed(
     report = convert_criteo([str(path)], str(tmp_path / "ds"), max_bad_rows=40, progress=False)
     assert (report.rows, report.bad_rows) == (40, 40)
     assert len(report.bad_lines) == criteo.MAX_REPORTED
-    assert [where for where, _ in report.bad_lines][:2] == [f"{path}:2", f"{path}:4"]
+    assert [where for where, _ in report.bad_lines][:2] == [f"{path}:2:I3", f"{path}:4:I3"]
     with pytest.raises(MalformedInputError, match="40 malformed line"):
         convert_criteo([str(path)], str(tmp_path / "ds2"), max_bad_rows=39, progress=False)
 
@@ -195,8 +198,8 @@ def test_crlf_endings_and_non_utf8_bytes(tiny_tsv: Path, tmp_path: Path) -> None
     path = tmp_path / "dos.tsv"
     path.write_bytes(b"\r\n".join(lines) + b"\r\n")
     report = convert_criteo([str(path)], str(tmp_path / "ds"), max_bad_rows=1, progress=False)
-    reason = "column C1 is '\\\\xff\\\\xfe0000aa', expected 8 hex digits"
-    assert report.bad_lines == [(f"{path}:2", reason)]
+    reason = "'\\\\xff\\\\xfe0000aa' is not 8 hex digits"
+    assert report.bad_lines == [(f"{path}:2:C1", reason)]
     expected = parse_file(tiny_tsv)[:5]
     del expected[1]
     assert read_rows(str(tmp_path / "ds")) == expected

@@ -1,0 +1,141 @@
+"""``--infer``: a schema guessed from the first rows of an input, printed as YAML to review.
+
+The guess, per column, from up to ``SAMPLE_ROWS`` rows (the schema's default missing tokens
+apply):
+
+* every present value a number -> ``dense``;
+* a column named like a label (``label``, ``target``, ``y``, ``click``, ``clicked``...) -> the
+  label: ``binary`` when its values are 0/1, ``float`` when other numbers; without one, the
+  first 0/1 column is taken (and the YAML says so);
+* text with ``|`` or ``;`` in some values, or a list column -> ``multi_categorical`` with that
+  ``sep``;
+* other text -> ``categorical``.
+
+It writes nothing: the point is a file to read and fix, then convert with.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from elasticps.data import parse_values as pv
+from elasticps.data.schema import DEFAULT_MISSING
+from elasticps.data.sources import Source
+from elasticps.errors import DataError
+
+SAMPLE_ROWS = 10_000
+LABEL_NAMES = ("label", "labels", "target", "y", "class", "click", "clicked", "is_click",
+               "outcome", "response")
+SEPARATORS = ("|", ";")
+
+
+@dataclass(frozen=True)
+class Guess:
+    name: str
+    kind: str  # dense, categorical, multi_categorical, or "empty" (no value seen)
+    note: str
+    sep: str | None = None
+    zero_one: bool = False
+
+
+def infer_schema(source: Source, sample_rows: int = SAMPLE_ROWS) -> str:
+    """The guessed schema of ``source`` as YAML text (with comments)."""
+    names = source.column_names()
+    if not names:
+        raise DataError(f"{source.name}: no columns found to infer a schema from")
+    columns: dict[str, list[pa.Array]] = {name: [] for name in names}
+    rows = 0
+    for block in source.blocks(names):
+        for name in names:
+            columns[name].append(block.columns[name])
+        rows += block.num_rows
+        if rows >= sample_rows:
+            break
+    guesses = [_guess(name, _sample(parts, sample_rows), rows) for name, parts in
+               columns.items()]
+    return _yaml(source.name, min(rows, sample_rows), guesses)
+
+
+def _sample(parts: list[pa.Array], rows: int) -> pa.Array:
+    if not parts:
+        return pa.nulls(0, pa.string())
+    types = {part.type for part in parts}
+    if len(types) > 1:  # typed blocks that disagree (JSON): compare them as text
+        parts = [part.cast(pa.string()) if not pv.is_list(part) else part for part in parts]
+    return pa.concat_arrays(parts).slice(0, rows)
+
+
+def _guess(name: str, array: pa.Array, rows: int) -> Guess:
+    tokens = DEFAULT_MISSING
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pv.is_list(array):
+        return Guess(name, "multi_categorical", "lists of values")
+    numbers = pv.numbers(array, tokens)
+    present = ~numbers.missing
+    if not present.any():
+        return Guess(name, "empty", "no value in the sample: declare its kind")
+    missing_rate = f"{numbers.missing.mean():.1%} missing"
+    if not numbers.bad.any():
+        x = np.asarray(numbers.values)[present]
+        integral = bool(np.all(x == np.floor(x)))
+        zero_one = bool(np.all((x == 0) | (x == 1)))
+        what = "integers" if integral else "numbers"
+        return Guess(name, "dense", f"{what}, {missing_rate}", zero_one=zero_one)
+    stripped, text_missing = pv.text(array, tokens) if pv.is_text(array) else (
+        array.cast(pa.string()), pv.null_mask(array))
+    values = [v for v in stripped.filter(pa.array(~text_missing)).to_pylist() if v is not None]
+    for sep in SEPARATORS:
+        if any(sep in value for value in values):
+            return Guess(name, "multi_categorical", f"text with {sep!r} in it", sep=sep)
+    distinct = len(set(values))
+    return Guess(name, "categorical", f"text, {distinct} distinct, {missing_rate}")
+
+
+def _label(guesses: list[Guess]) -> tuple[Guess, str]:
+    for guess in guesses:
+        if guess.name.lower() in LABEL_NAMES and guess.kind == "dense":
+            return guess, "named like a label"
+    for guess in guesses:
+        if guess.zero_one:
+            return guess, "GUESSED: no column is named like a label; this is the first 0/1 one"
+    raise DataError("no column looks like a label (named label, target, y, click... or holding "
+                    "only 0 and 1); write the schema by hand: label: NAME")
+
+
+_RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
+
+
+def _key(name: str) -> str:
+    """A column name as a YAML scalar: plain where that reads back as the same string."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) and name.lower() not in _RESERVED:
+        return name
+    return json.dumps(name)  # a JSON string is a YAML string
+
+
+def _yaml(where: str, rows: int, guesses: list[Guess]) -> str:
+    label, why = _label(guesses)
+    lines = [f"# A schema guessed from the first {rows:,} rows of {where}: review it, then",
+             "# elasticps data convert ... --schema THIS_FILE --out DIR",
+             f"label: {_key(label.name)}" if label.zero_one else
+             f"label: {{name: {_key(label.name)}, kind: float}}",
+             f"# label: {why}",
+             "columns:"]
+    width = max(len(_key(g.name)) for g in guesses) + 2
+    for guess in guesses:
+        if guess is label:
+            continue
+        key = f"  {_key(guess.name)}:".ljust(width + 3)
+        if guess.kind == "multi_categorical" and guess.sep is not None:
+            value = f"{{kind: multi_categorical, sep: {json.dumps(guess.sep)}}}"
+        elif guess.kind == "empty":
+            value = "categorical"
+        else:
+            value = guess.kind
+        lines.append(f"{key} {value.ljust(44)} # {guess.note}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""CSV and TSV inputs, streamed by pyarrow's CSV reader with every field read as text.
+
+Fields may be quoted (``"a, b"``; a doubled ``""`` is a quote inside one; spaces around the
+quotes are allowed) but a quoted value may not span lines, so that every row's line number is
+known; the reader runs serially (4 MiB blocks) in a background thread one block ahead. The
+first line is the header unless ``header=False``, in which case the file's columns are, in
+order, the schema's :meth:`~elasticps.data.schema.Schema.source_columns` (labels, weight,
+features). A UTF-8 byte order mark is ignored. A line with the wrong number of fields is a
+malformed row; a line whose every field is empty is a blank line, skipped and counted. Inputs
+may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``).
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from elasticps.data.bad_rows import BadRow, BadRows
+from elasticps.data.prefetch import prefetch
+from elasticps.data.sources import BLOCK_SIZE, CountingFile, SourceBlock, read_first_line
+from elasticps.errors import DataError
+
+EXTRA_PREFIX = "_extra_field_"
+
+
+class TextSource:
+    """One CSV/TSV file (any fsspec URL)."""
+
+    def __init__(self, url: str, *, delimiter: str, header: bool,
+                 order: Sequence[str], bad: BadRows) -> None:
+        self.name = url
+        self.delimiter = delimiter
+        self.header = header
+        self.bad = bad
+        self._counting: CountingFile | None = None
+        first = read_first_line(url)
+        fields = next(csv.reader([first], delimiter=delimiter), [])
+        if header:
+            names = [name.strip() for name in fields]
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise DataError(f"{url}: the header names column(s) {duplicates} twice")
+            if "" in names:
+                raise DataError(f"{url}: the header has an empty column name (field "
+                                f"{names.index('') + 1})")
+            self._names = tuple(names)
+        else:
+            # Without a header the schema says the order; more fields than it names are
+            # extra columns (an error unless the converter is told to ignore them).
+            count = max(len(fields), 1)
+            names = list(order[:count])
+            names += [f"{EXTRA_PREFIX}{i + 1}" for i in range(len(names), count)]
+            self._names = tuple(names)
+
+    def column_names(self) -> tuple[str, ...]:
+        return self._names
+
+    @property
+    def bytes_read(self) -> int:
+        return self._counting.bytes_read if self._counting is not None else 0
+
+    def blocks(self, columns: Sequence[str]) -> Iterator[SourceBlock]:
+        skipped: list[int] = []  # physical lines the CSV reader skipped (wrong field count)
+        lock = threading.Lock()
+
+        def on_invalid_row(row: Any) -> str:
+            number = int(row.number) if row.number is not None else -1
+            with lock:
+                skipped.append(number)
+            self.bad.add(BadRow(self.name, number, None,
+                                f"expected {row.expected_columns} fields, found "
+                                f"{row.actual_columns}"))
+            return "skip"
+
+        header_lines = 1 if self.header else 0
+        read_options = pacsv.ReadOptions(
+            use_threads=False,  # line numbers are only known when reading serially
+            block_size=BLOCK_SIZE, column_names=list(self._names), skip_rows=header_lines)
+        parse_options = pacsv.ParseOptions(
+            delimiter=self.delimiter, quote_char='"', double_quote=True,
+            newlines_in_values=False, ignore_empty_lines=False,
+            invalid_row_handler=on_invalid_row)
+        convert_options = pacsv.ConvertOptions(
+            column_types={name: pa.string() for name in self._names},
+            include_columns=list(columns), strings_can_be_null=False,
+            quoted_strings_can_be_null=False, null_values=[], check_utf8=True)
+        delivered = 0
+        with fsspec.open(self.name, "rb", compression="infer") as raw:
+            self._counting = CountingFile(raw)
+            try:
+                reader = pacsv.open_csv(self._counting, read_options=read_options,
+                                        parse_options=parse_options,
+                                        convert_options=convert_options)
+                with closing(prefetch(reader, depth=2, name="elasticps-csv-reader")) as batches:
+                    for batch in batches:
+                        lines = np.arange(delivered, delivered + batch.num_rows,
+                                          dtype=np.int64) + header_lines + 1
+                        with lock:
+                            for line in sorted(skipped):  # ascending: each shifts later lines
+                                lines += lines >= line
+                        delivered += batch.num_rows
+                        yield _without_blank_lines(batch, columns, lines)
+            except pa.ArrowInvalid as exc:
+                raise DataError(f"{self.name}: cannot read as delimited text: {exc}") from exc
+
+
+_SPACED_QUOTES = r'^\s+"(.*)"\s*$|^\s*"(.*)"\s+$'
+
+
+def _unquote_spaced(array: pa.Array) -> pa.Array:
+    """``  "FR" ``: a quoted value with spaces outside the quotes, which the CSV reader only
+    unquotes when the quote opens the field, loses its quotes too."""
+    spaced = pc.match_substring_regex(array, _SPACED_QUOTES)
+    if not pc.any(spaced).as_py():
+        return array
+    inner = pc.replace_substring_regex(pc.utf8_trim_whitespace(array), r'^"(.*)"$', r"\1")
+    return pc.if_else(spaced, pc.replace_substring(inner, '""', '"'), array)
+
+
+def _without_blank_lines(batch: pa.RecordBatch, columns: Sequence[str],
+                         lines: np.ndarray) -> SourceBlock:
+    arrays = {name: _unquote_spaced(batch.column(name)) for name in columns}
+    blank = np.ones(batch.num_rows, dtype=bool)
+    for array in arrays.values():
+        length = pc.utf8_length(pc.utf8_trim_whitespace(array))
+        blank &= np.asarray(pc.equal(length, 0).to_numpy(zero_copy_only=False), dtype=bool)
+    if not arrays or not blank.any():
+        return SourceBlock(arrays, lines)
+    keep = pa.array(~blank)
+    return SourceBlock({name: array.filter(keep) for name, array in arrays.items()},
+                       lines[~blank], blank=int(blank.sum()))

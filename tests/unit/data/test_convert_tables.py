@@ -1,0 +1,334 @@
+"""elasticps data convert csv|tsv|parquet|jsonl: users' files as they are, real files, no mocks."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from elasticps.data import Schema, open_dataset
+from elasticps.data.bad_rows import BadRows
+from elasticps.data.convert import WriteOptions, check_columns, convert
+from elasticps.data.hashing import hash_keys, int_keys
+from elasticps.data.schema import default_salt
+from elasticps.data.source_parquet import ParquetSource
+from elasticps.data.source_text import TextSource
+from elasticps.errors import DataError, MalformedInputError
+
+SCHEMA = """
+label: clicked
+missing: ["", "NA", "?"]
+columns:
+  age: dense
+  visits: {kind: dense, dtype: int, norm: log}
+  country: categorical
+  user: {kind: categorical, dtype: int, table: users, dim: 4, id_space: 1000}
+  genres: {kind: multi_categorical, sep: "|"}
+  item: {kind: categorical, ids: passthrough, table: items, id_space: 50}
+"""
+HEADER = "clicked,age,visits,country,user,genres,item"
+# Every oddity users' files have: integral floats in int columns, spaces, quotes, missing
+# tokens (empty, NA, ?), several separators' worth of multi-values, a blank line.
+ROWS = [
+    '1,23.5,260.0,US,7,Drama|War,3',
+    '0, 31 ,"12", "FR" ,8.0,,0',
+    '1.0,NA,?,DE,7, Comedy | Drama ,49',
+    '',
+    '0,,0,"US",9,"War|",12',
+]
+EXPECTED = {
+    "clicked": [1, 0, 1, 0],
+    "age": [23.5, 31.0, None, None],
+    "visits": [260, 12, None, 0],
+    "country": ["US", "FR", "DE", "US"],
+    "user": [7, 8, 7, 9],
+    "genres": [["Drama", "War"], None, ["Comedy", "Drama"], ["War"]],
+    "item": [3, 0, 49, 12],
+}
+
+
+def convert_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "elasticps.cli", "data", "convert", *args,
+                           "--no-progress"] if "--infer" not in args else
+                          [sys.executable, "-m", "elasticps.cli", "data", "convert", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def stored(out: Path) -> dict[str, list[object]]:
+    table = pa.concat_tables(pq.read_table(p) for p in sorted(out.glob("part-*.parquet")))
+    return table.to_pydict()
+
+
+@pytest.fixture
+def schema_file(tmp_path: Path) -> Path:
+    path = tmp_path / "schema.yaml"
+    path.write_text(SCHEMA)
+    return path
+
+
+def write_csv(path: Path, rows: list[str], sep: str = ",", header: bool = True) -> Path:
+    lines = ([HEADER] if header else []) + rows
+    path.write_text("\n".join(line.replace(",", sep) if sep != "," else line
+                              for line in lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_csv_and_tsv_with_every_oddity_convert_and_read(
+        tmp_path: Path, schema_file: Path, sep: str) -> None:
+    kind = "csv" if sep == "," else "tsv"
+    rows = ROWS if sep == "," else [r.replace('"War|"', "War|") for r in ROWS]
+    src = write_csv(tmp_path / f"data.{kind}", rows, sep)
+    out = tmp_path / "ds"
+    done = convert_cli(kind, str(src), "--schema", str(schema_file), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "wrote 4 rows" in done.stdout
+    assert "1 blank line" in done.stdout
+    assert stored(out) == EXPECTED
+    ds = open_dataset(str(out))
+    schema = ds.schema
+    assert schema.column("country").dtype == "string"
+    assert schema.column("age").dtype == "float"
+    stats = schema.column("age").stats
+    assert stats is not None
+    assert (stats.count, stats.mean, stats.min, stats.max) == (2, 27.25, 23.5, 31.0)
+    assert math.isclose(stats.std, 3.75)
+    assert schema.column("country").salt == default_salt("country")  # pinned in the manifest
+    (batch,) = ds.iter_batches(10)
+    np.testing.assert_array_equal(batch.label, [1, 0, 1, 0])
+    np.testing.assert_allclose(batch.dense[:, 0], [-1.0, 1.0, 0.0, 0.0])  # standard; missing 0
+    np.testing.assert_allclose(batch.dense[:, 1], np.log1p([260, 12, 0, 0]), rtol=1e-6)
+    np.testing.assert_array_equal(batch.ids["item"], [3, 0, 49, 12])  # passthrough
+    user = hash_keys(int_keys(np.array([7, 8, 7, 9])), default_salt("user"), 1000)
+    np.testing.assert_array_equal(batch.ids["user"], user)
+    assert batch.ids["country"][0] == batch.ids["country"][3] != batch.ids["country"][1]
+    np.testing.assert_array_equal(batch.bags["genres"].offsets, [0, 2, 2, 4, 5])
+    values = batch.bags["genres"].values
+    # Drama, War | - | Comedy, Drama | War
+    assert values[0] == values[3] != values[1] == values[4] != values[2]
+
+
+def test_no_header_means_the_schemas_order(tmp_path: Path, schema_file: Path) -> None:
+    src = write_csv(tmp_path / "data.csv", ROWS, header=False)
+    out = tmp_path / "ds"
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out", str(out),
+                       "--no-header")
+    assert done.returncode == 0, done.stderr
+    assert stored(out) == EXPECTED
+
+
+def test_jsonl_with_mixed_types_lists_and_blank_lines(tmp_path: Path,
+                                                      schema_file: Path) -> None:
+    rows = [
+        {"clicked": 1, "age": 23.5, "visits": 260.0, "country": "US", "user": 7,
+         "genres": ["Drama", "War"], "item": 3},
+        {"clicked": 0, "age": " 31 ", "visits": "12", "country": " FR ", "user": "8.0",
+         "genres": None, "item": 0},
+        {"clicked": 1.0, "age": "NA", "country": "DE", "user": 7,
+         "genres": ["Comedy", " Drama "], "item": 49},  # no "visits": missing
+        {"clicked": 0, "age": None, "visits": 0, "country": "US", "user": 9, "genres": ["War"],
+         "item": 12},
+    ]
+    lines = [json.dumps(rows[0]), json.dumps(rows[1]), json.dumps(rows[2]), "  ",
+             json.dumps(rows[3])]
+    src = tmp_path / "data.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "ds"
+    done = convert_cli("jsonl", str(src), "--schema", str(schema_file), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stored(out) == EXPECTED
+
+
+def test_parquet_with_typed_and_list_columns(tmp_path: Path, schema_file: Path) -> None:
+    table = pa.table({
+        "clicked": pa.array([1, 0, 1, 0], pa.int64()),
+        "age": pa.array([23.5, 31.0, None, float("nan")]),
+        "visits": pa.array([260.0, 12.0, None, 0.0]),  # integral floats, as pandas writes
+        "country": pa.array(["US", "FR", "DE", "US"]).dictionary_encode(),
+        "user": pa.array([7, 8, 7, 9], pa.int32()),
+        "genres": pa.array([["Drama", "War"], None, ["Comedy", "Drama"], ["War", None]]),
+        "item": pa.array([3, 0, 49, 12], pa.uint8()),
+    })
+    src = tmp_path / "data.parquet"
+    pq.write_table(table, src)
+    out = tmp_path / "ds"
+    done = convert_cli("parquet", str(src), "--schema", str(schema_file), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stored(out) == EXPECTED
+
+
+# Each malformed class, and where it must be reported (line, column).
+MALFORMED = [
+    ("1,2.5,7.5,US,7,a,3", "visits", "'7.5' is not an integer"),
+    ("1,abc,1,US,7,a,3", "age", "'abc' is not a number"),
+    ("2,1,1,US,7,a,3", "clicked", "the label is 2, expected 0 or 1"),
+    (",1,1,US,7,a,3", "clicked", "the label is missing"),
+    ("1,1,1,US,7.25,a,3", "user", "'7.25' is not an integer"),
+    ("1,1,1,US,7,a,50", "item", "id 50 is outside its table's [0, 50)"),
+    ("1,1,1,US,7,a,", "item", "the id is missing"),
+    ("1,inf,1,US,7,a,3", "age", "'inf' is not a finite number"),
+    ("1,1,1,US,7,a", None, "expected 7 fields, found 6"),
+]
+
+
+@pytest.mark.parametrize(("row", "column", "reason"), MALFORMED)
+def test_each_malformed_class_is_reported_as_file_line_column_and_nothing_is_written(
+        tmp_path: Path, schema_file: Path, row: str, column: str | None, reason: str) -> None:
+    src = write_csv(tmp_path / "data.csv", [ROWS[0], ROWS[1], row, ROWS[2]])
+    out = tmp_path / "ds"
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out", str(out))
+    assert done.returncode == 1
+    where = f"{src}:4:{column}:" if column else f"{src}:4:"
+    assert f"{where} {reason}" in done.stderr, done.stderr
+    assert not out.exists()  # no manifest, no data files, no directory
+    # Within --max-bad-rows the row is skipped and the rest converts.
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out", str(out),
+                       "--max-bad-rows", "1")
+    assert done.returncode == 0, done.stderr
+    assert "1 malformed row" in done.stdout
+    source = open_dataset(str(out)).manifest.source
+    assert source["first_bad_lines"] == [f"{where} {reason}"]
+    assert stored(out)["clicked"] == [1, 0, 1]
+
+
+def test_a_failed_conversion_into_an_existing_empty_directory_leaves_it_empty(
+        tmp_path: Path, schema_file: Path) -> None:
+    src = write_csv(tmp_path / "data.csv", [ROWS[0]] * 100 + [MALFORMED[0][0]])
+    out = tmp_path / "ds"
+    out.mkdir()
+    schema = Schema.from_yaml(SCHEMA)
+    bad = BadRows(0)
+    sources = [TextSource(str(src), delimiter=",", header=True, order=(), bad=bad)]
+    with pytest.raises(MalformedInputError, match=r":102:visits: '7\.5' is not an integer"):
+        convert(sources, schema, str(out), options=WriteOptions(rows_per_chunk=10), bad=bad)
+    assert list(out.iterdir()) == []
+
+
+def test_columns_missing_from_the_file_or_the_schema_are_named(
+        tmp_path: Path, schema_file: Path) -> None:
+    src = tmp_path / "data.csv"
+    src.write_text(HEADER.replace(",item", ",other") + "\n" + ROWS[0] + "\n")
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "a"))
+    assert done.returncode == 1
+    assert "column(s) ['item'] are not in the input" in done.stderr
+    src.write_text(HEADER + ",note\n" + ROWS[0] + ",hello\n")
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "b"))
+    assert done.returncode == 1
+    assert "column(s) ['note'] are not in the schema" in done.stderr
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "b"), "--ignore-extra")
+    assert done.returncode == 0, done.stderr
+    assert "note" not in stored(tmp_path / "b")
+
+
+def test_infer_guesses_a_schema_that_converts_the_csv(tmp_path: Path) -> None:
+    src = write_csv(tmp_path / "data.csv", ROWS)
+    guessed = convert_cli("csv", str(src), "--infer")
+    assert guessed.returncode == 0, guessed.stderr
+    schema = Schema.from_yaml(guessed.stdout)
+    assert schema.labels[0].name == "clicked"
+    assert schema.label_kind == "binary"
+    kinds = {c.name: c.kind for c in schema.columns}
+    assert kinds == {"age": "dense", "visits": "dense", "country": "categorical",
+                     "user": "dense", "genres": "multi_categorical", "item": "dense"}
+    assert schema.column("genres").sep == "|"
+    assert not (tmp_path / "ds").exists()
+    path = tmp_path / "guess.yaml"
+    path.write_text(guessed.stdout)
+    done = convert_cli("csv", str(src), "--schema", str(path), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(tmp_path / "ds")).num_rows == 4
+
+
+def test_like_converts_a_test_split_with_the_training_sets_dtypes_and_stats(
+        tmp_path: Path, schema_file: Path) -> None:
+    train = write_csv(tmp_path / "train.csv", ROWS)
+    test = write_csv(tmp_path / "test.csv", ['1,100,1,US,7,x,3'])
+    assert convert_cli("csv", str(train), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "train")).returncode == 0
+    done = convert_cli("csv", str(test), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "test"), "--like", str(tmp_path / "train"))
+    assert done.returncode == 0, done.stderr
+    a, b = open_dataset(str(tmp_path / "train")).schema, open_dataset(str(tmp_path / "test")).schema
+    assert b.column("age").stats == a.column("age").stats
+    assert b.column("genres").dtype == a.column("genres").dtype == "string"
+    (batch,) = open_dataset(str(tmp_path / "test")).iter_batches(5)
+    assert batch.dense[0, 0] == pytest.approx((100 - 27.25) / 3.75)
+
+
+def test_criteo_text_with_integral_floats_and_spaces_converts(tmp_path: Path) -> None:
+    from elasticps.data.criteo_convert import convert_criteo
+
+    line = ["1", "260.0", " 3 ", "+4", *[""] * 10, "05db9164", *[""] * 25]
+    bad = ["0", "2.5", *[""] * 12, *[""] * 26]
+    src = tmp_path / "c.tsv"
+    src.write_text("\t".join(line) + "\n" + "\t".join(bad) + "\n")
+    report = convert_criteo([str(src)], str(tmp_path / "ds"), max_bad_rows=1, progress=False)
+    assert report.rows == 1
+    assert report.bad_lines == [(f"{src}:2:I1", "'2.5' is not an int32 integer")]
+    table = pq.read_table(tmp_path / "ds" / "part-00000.parquet")
+    assert table.column("I1").to_pylist() == [260]
+    assert table.column("I2").to_pylist() == [3]
+    assert table.column("I3").to_pylist() == [4]
+
+
+def test_unreadable_inputs_are_data_errors(tmp_path: Path, schema_file: Path) -> None:
+    src = tmp_path / "data.parquet"
+    src.write_bytes(b"not parquet at all")
+    done = convert_cli("parquet", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"))
+    assert done.returncode == 1
+    assert "cannot read as Parquet" in done.stderr
+    pq.write_table(pa.table({"clicked": [1]}), src)
+    with pytest.raises(DataError, match="not in the input"):
+        check_columns(ParquetSource(str(src)), Schema.from_yaml(SCHEMA), False)
+
+
+def test_a_jsonl_line_that_is_not_an_object_is_a_malformed_row(tmp_path: Path,
+                                                                schema_file: Path) -> None:
+    good = {"clicked": 1, "age": 1, "visits": 1, "country": "US", "user": 7, "genres": "a",
+            "item": 3}
+    src = tmp_path / "data.jsonl"
+    src.write_text(json.dumps(good) + "\n{broken\n[1, 2]\n" + json.dumps(good) + "\n")
+    done = convert_cli("jsonl", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"))
+    assert done.returncode == 1
+    assert f"{src}:2: not JSON" in done.stderr
+    assert not (tmp_path / "ds").exists()
+    done = convert_cli("jsonl", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"), "--max-bad-rows", "2")
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(tmp_path / "ds")).manifest.source["first_bad_lines"] == [
+        f"{src}:2: not JSON: Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1)", f"{src}:3: a list, not a JSON object"]
+
+
+def test_missing_tokens_can_be_set_per_column(tmp_path: Path) -> None:
+    schema = tmp_path / "s.yaml"
+    schema.write_text("label: y\nmissing: ['']\ncolumns:\n"
+                      "  a: {kind: categorical, missing: ['-1', 'none']}\n  b: categorical\n")
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b\n1,-1,-1\n0,none,NA\n1,x,\n")
+    done = convert_cli("csv", str(src), "--schema", str(schema), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    assert stored(tmp_path / "ds")["a"] == [None, None, "x"]
+    assert stored(tmp_path / "ds")["b"] == ["-1", "NA", None]
+
+
+def test_a_file_with_only_a_header_makes_an_empty_dataset(tmp_path: Path,
+                                                           schema_file: Path) -> None:
+    src = write_csv(tmp_path / "data.csv", [])
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out",
+                       str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    ds = open_dataset(str(tmp_path / "ds"))
+    assert (ds.num_rows, ds.chunks, ds.schema.column("country").dtype) == (0, (), "string")
