@@ -35,6 +35,7 @@ from elasticps.data.criteo_layout import FEATURE_COLUMNS, arrow_schema
 from elasticps.data.manifest import Manifest
 from elasticps.data.prefetch import prefetch
 from elasticps.data.progress import Progress
+from elasticps.data.sources import CountingFile, read_first_line
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
@@ -92,40 +93,6 @@ def sniff_layout(first_line: str, where: str) -> TextLayout:
     names = tuple(f"f{i}" for i in range(len(fields)))
     include = tuple(names[lowered.index(name.lower())] for name in FEATURE_COLUMNS)
     return TextLayout(delimiter, True, names, include)
-
-
-class _CountingFile:
-    """A read-only file wrapper that counts the bytes handed to pyarrow, for progress."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.bytes_read = 0
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        data: bytes = self.raw.read(size)
-        self.bytes_read += len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def writable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self.bytes_read
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def _read_first_line(url: str) -> str:
-    with fsspec.open(url, "rb", compression="infer") as raw:
-        return bytes(raw.readline(1 << 20)).decode("utf-8", "replace")
 
 
 _WHERE = re.compile(r"^(?P<path>.*):(?P<line>-?[0-9]+)(?::(?P<column>[A-Za-z0-9_]+))?$")
@@ -201,7 +168,7 @@ class _Conversion:
         self.report.rows += parsed.table.num_rows
 
     def convert_file(self, url: str) -> None:
-        layout = sniff_layout(_read_first_line(url), url)
+        layout = sniff_layout(read_first_line(url), url)
         header_lines = 1 if layout.header else 0
         skipped: list[int] = []  # physical line numbers of rows with a wrong field count
 
@@ -235,7 +202,7 @@ class _Conversion:
         )
         delivered = 0
         with fsspec.open(url, "rb", compression="infer") as raw:
-            counting = _CountingFile(raw)
+            counting = CountingFile(raw)
             try:
                 reader = pacsv.open_csv(
                     counting,
