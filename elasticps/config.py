@@ -99,6 +99,13 @@ def _parse_str(text: str) -> str:
     return text.strip()
 
 
+def _parse_log_format(text: str) -> str:
+    fmt = text.strip().lower() or "text"
+    if fmt not in ("text", "json"):
+        raise ValueError("is not one of text, json")
+    return fmt
+
+
 @dataclass(frozen=True)
 class EnvVar:
     """One row of the environment contract."""
@@ -158,6 +165,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
            "Port the master's HTTP status page binds (0 = any free port, published with "
            "the master's address)."),
+    EnvVar("PADDLE_METRICS_PORT", "metrics_port", _parse_int(0, 65535),
+           "Port every role serves Prometheus metrics on at /metrics (0 = any free port; each "
+           "process publishes its URL in the store)."),
+    EnvVar("PADDLE_LOG_FORMAT", "log_format", _parse_log_format,
+           "Log line format: text (naming job, role and node) or json (one object per line)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -193,6 +205,8 @@ class Config:
     lease_ttl: int = 5
     http_port: int = 0
     workdir: str | None = None
+    metrics_port: int = 0
+    log_format: str = "text"
 
     @property
     def pserver_count(self) -> int:

@@ -3,10 +3,13 @@
 # Safe to run again: every step checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# etcd for the tests and etcd:// jobs; iproute2 (`ip netns`) for the network-partition test.
+# etcd for the tests and etcd:// jobs; iproute2 (`ip netns`) for the network-partition test;
+# Debian's Chromium and its driver for the status page's browser test (Selenium drives them).
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo

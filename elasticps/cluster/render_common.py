@@ -14,7 +14,12 @@ Health contract for the role processes (see docs/cluster.md):
   is not killed.
 * The master serves its HTTP status page (``/api/status``, ``/``) on ``PADDLE_HTTP_PORT``
   (8080 in a cluster); ``elasticps status`` reads it through the API server's service proxy.
-* Trainers serve nothing; their liveness is their store lease.
+* Trainers serve no RPC; their liveness is their store lease.
+* Every role serves Prometheus metrics at ``:9090/metrics`` (``PADDLE_METRICS_PORT``; the
+  container port is named ``metrics``) and every pod carries the usual
+  ``prometheus.io/scrape|port|path`` annotations, so a Prometheus with a pod-role
+  ``kubernetes_sd_config`` finds every role; the master also serves the same text at
+  ``STATUS_URL/metrics``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from elasticps.cluster.spec import Job, RoleResources
 
 PORT = 7164
 HTTP_PORT = 8080
+METRICS_PORT = 9090  # every role's Prometheus /metrics (named "metrics", scrape-annotated)
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 TOKEN_KEY = "token"
@@ -41,7 +47,7 @@ COMMON_ENV = (
     "PADDLE_JOB_NAME", "PADDLE_ROLE", "PADDLE_STORE", "PADDLE_JOB_TOKEN", "PADDLE_HOST",
     "PADDLE_PORT", "PADDLE_NUM_PSERVERS", "PADDLE_PSERVERS", "PADDLE_TRAINER_COUNT",
     "PADDLE_NUM_GRADIENT_SERVERS", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE",
-    "PADDLE_USE_GPU", "PADDLE_LEASE_TTL",
+    "PADDLE_USE_GPU", "PADDLE_LEASE_TTL", "PADDLE_METRICS_PORT", "PADDLE_LOG_FORMAT",
 )
 ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": (*COMMON_ENV, "PADDLE_HTTP_PORT"),
@@ -60,7 +66,11 @@ OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
 _DEFAULT_VALUES = {
     "PADDLE_PORTS_NUM": "1", "PADDLE_PORTS_NUM_FOR_SPARSE": "0", "PADDLE_LEASE_TTL": "10",
     "PADDLE_CHECKPOINT_INTERVAL": "60", "PADDLE_CHECKPOINT_KEEP": "3",
+    "PADDLE_LOG_FORMAT": "text",
 }
+# The usual annotations a Prometheus scrape config keys on (kubernetes_sd pod role).
+SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+                      "prometheus.io/path": "/metrics"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,7 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         "PADDLE_NUM_GRADIENT_SERVERS": str(plan.trainers),
         "PADDLE_USE_GPU": "true" if plan.use_gpu else "false",
         "PADDLE_HTTP_PORT": str(HTTP_PORT),
+        "PADDLE_METRICS_PORT": str(METRICS_PORT),
         "PADDLE_CHECKPOINT_URL": (job.checkpoint_storage.location_in_pod(CHECKPOINT_MOUNT)
                                   if job.checkpoint_storage else CHECKPOINT_MOUNT),
         **_DEFAULT_VALUES,
@@ -189,12 +200,15 @@ def role_container(job: Job, role: str, env: list[dict[str, Any]]) -> dict[str, 
         "env": env,
         "resources": _resources(getattr(job.plan, role)),
     }
+    metrics = {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
     if role in ("master", "pserver"):
         ports = [{"name": "grpc", "containerPort": PORT, "protocol": "TCP"}]
         if role == "master":
             ports.append({"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"})
-        container["ports"] = ports
+        container["ports"] = [*ports, metrics]
         container.update(_server_probes())
+    else:
+        container["ports"] = [metrics]
     mounts = []
     if role in ("master", "trainer") and job.data_storage and job.data_storage.claim:
         mounts.append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
@@ -238,7 +252,8 @@ def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: lis
     volumes = _volumes(job, role)
     if volumes:
         spec["volumes"] = volumes
-    return {"metadata": {"labels": labels(job, role)}, "spec": spec}
+    return {"metadata": {"labels": labels(job, role), "annotations": dict(SCRAPE_ANNOTATIONS)},
+            "spec": spec}
 
 
 def common_objects(job: Job, token: str) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ _PYTHON = re.compile(r"^python[0-9.]*$")
 # the spec (or is unknown), so setting it there would be silently overridden or a typo.
 TUNABLE_ENV = frozenset({
     "PADDLE_USE_GPU", "PADDLE_CHECKPOINT_INTERVAL", "PADDLE_CHECKPOINT_KEEP",
-    "PADDLE_LEASE_TTL", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE",
+    "PADDLE_LEASE_TTL", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE", "PADDLE_LOG_FORMAT",
 })
 _KNOWN_ENV = frozenset(var.name for var in ENV_VARS)
 

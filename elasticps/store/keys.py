@@ -21,7 +21,15 @@ mistaken for a real one::
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
-                                     timers}, refreshed every few seconds
+                                     timers, samples_per_s, time, pass_metrics}, refreshed every
+                                     few seconds
+    job/events/<time_ns>-<tag>       JobEvent {time, kind, subject, message, source}: the job's
+                                     timeline (restarts, failovers, recoveries, scale steps...)
+    job/history                      the status page's document (JSON object with "series" and
+                                     "events" lists), written by the leading master so the page
+                                     outlives the job and a new leader continues its charts
+    metrics/<role>/<name>            MetricsEndpoint {role, name, url, pid, host}: where a
+                                     process serves Prometheus metrics, under its own lease
     job/result                       the job's result document (any JSON object): a script's
                                      own (put), else the first finished trainer's metrics (only
                                      if absent: compare-and-set on a missing key)
@@ -58,6 +66,9 @@ PROGRESS_PREFIX = "job/progress/"
 JOB_RESULT = "job/result"
 ONCE_PREFIX = "job/once/"
 DESIRED_TRAINERS = "launcher/desired_trainers"
+EVENTS_PREFIX = "job/events/"
+JOB_HISTORY = "job/history"
+METRICS_PREFIX = "metrics/"
 
 
 def master_candidate(node: str) -> str:
@@ -95,6 +106,10 @@ def trainer_of(key: str) -> str:
 
 def progress_key(trainer: str) -> str:
     return f"{PROGRESS_PREFIX}{trainer}"
+
+
+def metrics_key(role: str, name: str) -> str:
+    return f"{METRICS_PREFIX}{role}/{name}"
 
 
 def once_keys(name: str) -> tuple[str, str]:
@@ -238,7 +253,12 @@ class InitMarker:
 
 @dataclass(frozen=True)
 class TrainerProgress:
-    """What a trainer has done so far; the launcher's progress line sums these."""
+    """What a trainer has done so far; the launcher's progress line and the status page read it.
+
+    ``pass_metrics`` maps a pass id (as a string) to the metrics of that pass's ``EndPass``
+    (``cost``, ``auc``, ``test_auc``...); ``time`` is the wall-clock time of the record, so a
+    reader can tell how long ago the trainer was last seen.
+    """
 
     pass_id: int = 0
     samples: int = 0
@@ -247,11 +267,16 @@ class TrainerProgress:
     train_s: float = 0.0
     tasks: int = 0
     timers: Mapping[str, float] = field(default_factory=dict)  # seconds per step phase
+    samples_per_s: float = 0.0  # over the last publishing interval
+    time: float = 0.0  # unix seconds when published (0: an older record without it)
+    pass_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return _encode({"pass": self.pass_id, "samples": self.samples, "batches": self.batches,
                         "loss": self.loss, "train_s": self.train_s, "tasks": self.tasks,
-                        "timers": dict(self.timers)})
+                        "timers": dict(self.timers), "samples_per_s": self.samples_per_s,
+                        "time": self.time,
+                        "pass_metrics": {p: dict(m) for p, m in self.pass_metrics.items()}})
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> TrainerProgress:
@@ -265,7 +290,19 @@ class TrainerProgress:
         return cls(int(_number(doc, "pass", key)), int(_number(doc, "samples", key)),
                    int(_number(doc, "batches", key)), None if loss is None else float(loss),
                    float(_number(doc, "train_s", key)), int(_number(doc, "tasks", key)),
-                   {str(k): float(v) for k, v in timers.items()})
+                   {str(k): float(v) for k, v in timers.items()},
+                   _number(doc, "samples_per_s", key), _number(doc, "time", key),
+                   _pass_metrics(doc.get("pass_metrics") or {}, key))
+
+
+def _pass_metrics(value: Any, key: str) -> dict[str, dict[str, float]]:
+    """``{pass: {metric: number}}``; a null metric (NaN when published) is left out."""
+    if not isinstance(value, dict) or not all(isinstance(m, dict) for m in value.values()):
+        raise StoreValueError(f"store key {key!r}: field 'pass_metrics' must map passes to "
+                              "objects of metrics")
+    return {str(p): {str(k): float(v) for k, v in m.items()
+                     if isinstance(v, int | float) and not isinstance(v, bool)}
+            for p, m in value.items()}
 
 
 def _number(doc: Mapping[str, Any], name: str, key: str) -> float:
@@ -320,3 +357,120 @@ def decode_desired_trainers(raw: bytes) -> int:
         raise StoreValueError(f"store key {DESIRED_TRAINERS!r} holds {text[:40]!r}, not a "
                               "whole number of trainers")
     return int(text)
+
+
+# -- the job's timeline, its status page and its metrics endpoints ---------------------------
+
+EVENT_KINDS = ("failover", "restart", "recovery", "reconciled", "scale", "trainer",
+               "task_failed", "pass", "job")
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One entry of the job's timeline. ``kind`` is one of :data:`EVENT_KINDS`; ``subject``
+    names what it happened to (``pserver-0``, ``trainer-1``, ``task 7``...)."""
+
+    kind: str
+    subject: str
+    message: str
+    source: str = ""  # who recorded it (a master node, a pserver, the scale command)
+    time: float = field(default_factory=time.time)
+
+    def encode(self) -> bytes:
+        return _encode({"time": self.time, "kind": self.kind, "subject": self.subject,
+                        "message": self.message, "source": self.source})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> JobEvent:
+        doc = _object(raw, key)
+        kind = _field(doc, "kind", str, key)
+        if kind not in EVENT_KINDS:
+            raise StoreValueError(f"store key {key!r}: unknown event kind {kind!r}")
+        return cls(kind, _field(doc, "subject", str, key), _field(doc, "message", str, key),
+                   _field(doc, "source", str, key), _number(doc, "time", key))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"time": self.time, "kind": self.kind, "subject": self.subject,
+                "message": self.message, "source": self.source}
+
+
+def record_event(store: Store, event: JobEvent) -> None:
+    """Append ``event`` to the timeline (keys sort by time; a random tag keeps them apart)."""
+    stamp = int(event.time * 1e9)
+    store.put(f"{EVENTS_PREFIX}{stamp:020d}-{os.urandom(3).hex()}", event.encode())
+
+
+def read_events(store: Store, limit: int = 500) -> list[JobEvent]:
+    """The newest ``limit`` events, oldest first; malformed records are left out."""
+    out: list[JobEvent] = []
+    for kv in store.get_prefix(EVENTS_PREFIX)[-limit:]:
+        try:
+            out.append(JobEvent.decode(kv.value, kv.key))
+        except StoreValueError:
+            continue  # the timeline is informational: one bad record must not hide the others
+    return out
+
+
+def trim_events(store: Store, keep: int) -> int:
+    """Delete all but the newest ``keep`` events; returns how many were deleted."""
+    keys = [kv.key for kv in store.get_prefix(EVENTS_PREFIX)]
+    for key in keys[:-keep] if len(keys) > keep else []:
+        store.delete(key)
+    return max(0, len(keys) - keep)
+
+
+def encode_history(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, sort_keys=True, allow_nan=False).encode()
+
+
+def decode_history(raw: bytes, key: str = JOB_HISTORY) -> dict[str, Any]:
+    """The status page's saved document: an object with ``series`` and ``events`` lists."""
+    doc = _object(raw, key)
+    for name in ("series", "events"):
+        if not isinstance(doc.get(name), list):
+            raise StoreValueError(f"store key {key!r}: field {name!r} must be a list")
+    return doc
+
+
+def read_history(store: Store) -> dict[str, Any] | None:
+    kv = store.get(JOB_HISTORY)
+    return None if kv is None else decode_history(kv.value)
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where one process of the job serves its Prometheus metrics."""
+
+    role: str
+    name: str
+    url: str  # http://host:port/metrics
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+
+    @property
+    def key(self) -> str:
+        return metrics_key(self.role, self.name)
+
+    def encode(self) -> bytes:
+        return _encode({"role": self.role, "name": self.name, "url": self.url,
+                        "pid": self.pid, "host": self.host})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> MetricsEndpoint:
+        doc = _object(raw, key)
+        url = _field(doc, "url", str, key)
+        if not url.startswith(("http://", "https://")):
+            raise StoreValueError(f"store key {key!r}: field 'url' must be an http(s) URL")
+        return cls(_field(doc, "role", str, key), _field(doc, "name", str, key), url,
+                   _field(doc, "pid", int, key), _field(doc, "host", str, key))
+
+
+def read_metrics_endpoints(store: Store) -> list[MetricsEndpoint]:
+    """Every published metrics endpoint, by key order; malformed records are left out."""
+    out: list[MetricsEndpoint] = []
+    for kv in store.get_prefix(METRICS_PREFIX):
+        try:
+            out.append(MetricsEndpoint.decode(kv.value, kv.key))
+        except StoreValueError:
+            continue
+    return out

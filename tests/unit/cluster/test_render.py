@@ -314,3 +314,19 @@ VOLCANO_CRD_SHA256 = "789680b2c6197fc99057dd46a1a6e266f371279305f64d5e88df1ffd94
 def test_packaged_crd_is_the_upstream_copy() -> None:
     packaged = REPO / "elasticps/cluster/schemas/volcano-batch.volcano.sh_jobs.yaml"
     assert hashlib.sha256(packaged.read_bytes()).hexdigest() == VOLCANO_CRD_SHA256
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_role_names_its_metrics_port_and_carries_scrape_annotations(backend: str) -> None:
+    templates = workload_templates(rendered("small", backend))
+    assert sorted(templates) == ["master", "pserver", "trainer"]
+    for role, template in templates.items():
+        annotations = template["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true", role
+        assert annotations["prometheus.io/path"] == "/metrics", role
+        container = template["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["metrics"] == int(annotations["prometheus.io/port"]), role
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["PADDLE_METRICS_PORT"] == str(ports["metrics"]), role
+        assert env["PADDLE_LOG_FORMAT"] == "text", role
