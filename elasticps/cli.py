@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from elasticps.errors import ElasticPSError
 from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
 from elasticps.launch.parent_watch import exit_with_parent
+from elasticps.telemetry.logfmt import FORMATS
+from elasticps.telemetry.logfmt import configure as configure_logging
 from elasticps.version import __version__
 
 # Order is the order of `elasticps --help`.
@@ -25,7 +28,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.pserver.cli",    # pserver, checkpoint
     "elasticps.data.cli",       # data
     "elasticps.chaos.cli",      # chaos
-    "elasticps.cluster.cli",    # submit, status, logs, delete
+    "elasticps.cluster.cli",    # submit, delete
+    "elasticps.jobs_cli",       # status, logs, ui (local and cluster jobs)
     "elasticps.store.cli",      # store
     "elasticps.config_cli",     # env
 )
@@ -51,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"elasticps {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more log output (-vv for debug)")
+    parser.add_argument("--log-format", choices=FORMATS, default=None,
+                        help="log lines as text (naming job, role and node) or JSON lines "
+                             "(default: PADDLE_LOG_FORMAT, else text)")
     # Set by `elasticps run` on the roles it starts: they stop when the launcher dies
     # (elasticps/launch/parent_watch.py). Hidden: not for people.
     parser.add_argument(EXIT_WITH_PARENT, type=int, metavar="PID", help=argparse.SUPPRESS)
@@ -67,7 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt = args.log_format or os.environ.get("PADDLE_LOG_FORMAT", "").strip().lower() or "text"
+    if fmt not in FORMATS:
+        print(f"elasticps: error: PADDLE_LOG_FORMAT={fmt!r} is not one of {', '.join(FORMATS)}",
+              file=sys.stderr)
+        return 2
+    role = args.command if args.command in ("master", "pserver", "trainer") else (
+        "launcher" if args.command == "run" else os.environ.get("PADDLE_ROLE") or args.command)
+    configure_logging(level, fmt, job=os.environ.get("PADDLE_JOB_NAME"), role=role)
     launcher = args.exit_with_parent
     if launcher is not None and not exit_with_parent(launcher):
         print(f"elasticps: the launcher (pid {launcher}) that started this {args.command} has "

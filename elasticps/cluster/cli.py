@@ -1,4 +1,8 @@
-"""``elasticps submit | status | logs | delete``: run a job on Kubernetes or Volcano."""
+"""``elasticps submit | status | logs | delete``: run a job on Kubernetes or Volcano.
+
+``status`` and ``logs`` are registered by :mod:`elasticps.jobs_cli`, which sends them here for a
+cluster job and to :mod:`elasticps.launch.local_cli` for a local one.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ examples:
 """
 
 
-def _cluster_options(parser: argparse.ArgumentParser, *, namespace: bool = True) -> None:
+def cluster_options(parser: argparse.ArgumentParser, *, namespace: bool = True) -> None:
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the "
                              "in-cluster service account)")
@@ -48,38 +52,17 @@ def register(subparsers: Any) -> None:
                         "(built-in objects only)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the manifests as a YAML stream on stdout and create nothing")
-    _cluster_options(p, namespace=False)
+    cluster_options(p, namespace=False)
     p.add_argument("-n", "--namespace", default=None,
                    help="override the spec's namespace")
     p.set_defaults(func=run_submit)
-
-    p = subparsers.add_parser(
-        "status", help="show a cluster job's phase, pods per role and master status",
-        description="Show the job's phase, each role's pods with phase and restarts, and the "
-                    "master's /api/status page (read through the API server's service proxy).")
-    p.add_argument("job", metavar="JOB", help="the job_name")
-    p.add_argument("--json", action="store_true", help="print the status as JSON")
-    _cluster_options(p)
-    p.set_defaults(func=run_status)
-
-    p = subparsers.add_parser(
-        "logs", help="print the log of one pod of a cluster job",
-        description="Print the log of the INDEX-th pod of ROLE (trainer 0 by default).")
-    p.add_argument("job", metavar="JOB", help="the job_name")
-    p.add_argument("--role", default="trainer", choices=("master", "pserver", "trainer", "etcd"),
-                   help="which role's pod (default: trainer)")
-    p.add_argument("--index", type=int, default=0, help="which pod of that role (default: 0)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
-    _cluster_options(p)
-    p.set_defaults(func=run_logs)
 
     p = subparsers.add_parser(
         "delete", help="delete every object of a cluster job",
         description="Delete every object labelled elasticps.io/job=JOB (Volcano Job or "
                     "Deployment/StatefulSet/Job, Services, Secret, RBAC, etcd and its volumes).")
     p.add_argument("job", metavar="JOB", help="the job_name")
-    _cluster_options(p)
+    cluster_options(p)
     p.set_defaults(func=run_delete)
 
 

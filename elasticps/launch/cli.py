@@ -19,9 +19,12 @@ examples:
   elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py --rows 200000
   elasticps run --store etcd://127.0.0.1:2379 --workdir /tmp/ctr examples/ctr/train.py
 
-The launcher prints `status: http://HOST:PORT/` (the master's status page) early, then one
-progress line. A master or pserver that crashes is restarted; a trainer that fails fails the
-job, and the launcher exits non-zero with the tail of that trainer's log. Ctrl-C stops every
+The launcher prints `status: http://HOST:PORT/` (the master's status page) early, then a
+progress bar with ETA (on a terminal; plain lines every 10 s otherwise). While it runs and
+after it ended: `elasticps status --workdir DIR`, `elasticps logs --workdir DIR [ROLE] [-f]`,
+`elasticps ui DIR` (the finished job's page). A master or pserver that crashes is restarted;
+a trainer that fails fails the job, and the launcher exits non-zero with the tail of that
+trainer's log. Ctrl-C stops every
 child (SIGTERM, then SIGKILL after --grace seconds). On success WORKDIR/summary.json holds the
 result (auc, best_auc, samples_per_sec, wall_s, passes).
 """
@@ -52,6 +55,9 @@ def register(subparsers: Any) -> None:
                      help="extra master processes waiting in the election; one takes over "
                      "within PADDLE_LEASE_TTL when the leader dies (default 1; 0 = the "
                      "restarted master takes over)")
+    run.add_argument("--log-format", choices=("text", "json"), default=None,
+                     help="the roles' log lines: text (default) or json lines "
+                          "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
     run.add_argument("script", metavar="SCRIPT", help="the training script every trainer runs")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to SCRIPT")
@@ -71,7 +77,8 @@ def run_command(args: argparse.Namespace) -> int:
     opts = LaunchOptions(
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
-        grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters)
+        grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
+        log_format=args.log_format)
     return run_job(opts)
 
 

@@ -26,11 +26,12 @@ from typing import Any, TextIO
 
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
-from elasticps.launch.monitor import StatusMonitor
+from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
+from elasticps.launch.monitor import ReportStream, StatusMonitor
 from elasticps.launch.process import RoleSpec
-from elasticps.launch.scale import JOB_FILE
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
+from elasticps.telemetry.logfmt import set_context
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class LaunchOptions:
     # Extra master processes that block in the election: one takes over within the lease TTL
     # when the leader dies, instead of the launcher's restart (a fresh interpreter) doing it.
     standby_masters: int = 1
+    log_format: str | None = None  # the roles' log lines: text or json (PADDLE_LOG_FORMAT)
     python: str = sys.executable
 
 
@@ -78,6 +80,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         num_pservers=opts.pservers, trainer_count=opts.trainers,
         num_gradient_servers=opts.trainers, port=0, workdir=str(workdir),
         checkpoint_url=base_env.get("PADDLE_CHECKPOINT_URL") or str(workdir / "checkpoints"),
+        **({"log_format": opts.log_format} if opts.log_format else {}),
     )
     env = {**base_env, **config.to_env()}
     # Like torchrun: one machine shared by several processes must not run every process's
@@ -132,10 +135,12 @@ class Launch:
                                  base_env)
         self.trainer_env = {k: v for k, v in self.specs[-1].env.items()
                             if k not in ("PADDLE_TRAINER_ID",)}
-        self.supervisor = Supervisor(self.specs, grace=opts.grace,
-                                     max_restarts=opts.max_restarts, report=self.err)
-        self.scaler = TrainerScaler(self)
         self.monitor = StatusMonitor(self.store_url, self.job_name, out=self.out, err=self.err)
+        self.supervisor = Supervisor(self.specs, grace=opts.grace,
+                                     max_restarts=opts.max_restarts,
+                                     report=ReportStream(self.monitor))  # type: ignore[arg-type]
+        self.scaler = TrainerScaler(self)
+        set_context(job=self.job_name)
         self._wake = threading.Event()
         self.started = 0.0
 
@@ -150,6 +155,7 @@ class Launch:
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
         previous = self._install_signals()
         self.started = time.monotonic()
+        (self.workdir / STATUS_FILE).unlink(missing_ok=True)  # a previous job's, if any
         write_job_file(self.workdir, self.store_url, self.job_name)
         try:
             self.supervisor.start()
@@ -184,6 +190,7 @@ class Launch:
 
     def _finish(self, wall_s: float) -> int:
         state = self.supervisor.state
+        self._save_page(state, wall_s)
         if state is JobState.SUCCEEDED:
             summary = self._summary(wall_s)
             auc, best = summary.get("auc"), summary.get("best_auc")
@@ -208,6 +215,21 @@ class Launch:
             print(f"--- last lines of {proc.spec.log_path} ---\n{proc.log_tail()}",
                   file=self.err, flush=True)
         return 1
+
+    def _save_page(self, state: JobState, wall_s: float) -> None:
+        """``WORKDIR/status.json``, which ``elasticps ui|status`` read once the job is over."""
+        job = LocalJob(self.workdir, self.store_url, self.job_name)
+        restarts = {p.spec.name: p.restarts for p in self.supervisor.procs.values()
+                    if p.restarts}
+        try:
+            path = job.save_final(state.value, self.supervisor.failure,
+                                  {"wall_s": round(wall_s, 3), "restarts": restarts})
+        except (OSError, ValueError, ElasticPSError) as exc:
+            log.warning("Job %s: could not save its status page: %s", self.job_name, exc)
+            return
+        if path is not None:
+            print(f"elasticps run: the job's status page stays available: elasticps ui "
+                  f"{self.workdir}", file=self.err, flush=True)
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
         from elasticps.store import open_store
@@ -239,14 +261,6 @@ class Launch:
         tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, path)
         return summary
-
-
-def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:
-    """``WORKDIR/job.json``: how ``elasticps scale --workdir`` (and tools) find the job."""
-    path = workdir / JOB_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"store": store_url, "job_name": job_name}) + "\n")
-    os.replace(tmp, path)
 
 
 class TrainerScaler:

@@ -1,9 +1,12 @@
-"""The launcher's view of a running job: the status URL and one progress line.
+"""The launcher's view of a running job: the status URL and its progress.
 
 Runs in a background thread so a slow store or master never delays the supervisor. It reads
 the master's address from the store (``master/address``), prints ``status: http://HOST:PORT/``
-once on stdout, then renders ``pass, tasks done, samples/s, loss`` from the master's
-``/api/status`` and the trainers' ``job/progress/*`` keys.
+once on stdout, then shows ``pass, tasks done, samples/s, loss`` from the master's
+``/api/status`` and the trainers' ``job/progress/*`` keys, with the job's share done and ETA:
+a live progress bar on a terminal, a plain line every 10 s otherwise
+(:mod:`elasticps.launch.progress_view`). The launcher's own messages go through :meth:`say`,
+so they print above the bar instead of through it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 import urllib.request
 from typing import Any, TextIO
 
+from elasticps.launch.progress_view import PlainLines, RichBar, Snapshot
 from elasticps.store import open_store
 from elasticps.store.api import Store
 from elasticps.store.keys import TrainerProgress, read_master_address, read_progress
@@ -88,10 +92,13 @@ class StatusMonitor(threading.Thread):
         self.status_url: str | None = None
         self.url_ready = threading.Event()
         self._halt = threading.Event()
-        self._tty = bool(getattr(self.err, "isatty", lambda: False)())
-        self._last_line = ""
-        self._last_print = 0.0
+        tty = bool(getattr(self.err, "isatty", lambda: False)())
+        self.view: PlainLines | RichBar = RichBar(self.err) if tty else PlainLines(self.err)
         self._samples: list[tuple[float, float]] = []
+
+    def say(self, text: str) -> None:
+        """A message for the user (above the bar on a terminal)."""
+        self.view.say(text)
 
     def stop(self) -> None:
         self._halt.set()
@@ -108,8 +115,7 @@ class StatusMonitor(threading.Thread):
                     log.debug("Status monitor of job %s could not refresh: %s", self.job_name, exc)
                 self._halt.wait(self.interval)
         finally:
-            if self._tty and self._last_line:
-                print(file=self.err, flush=True)
+            self.view.close()
             if store is not None:
                 store.close()
 
@@ -131,10 +137,32 @@ class StatusMonitor(threading.Thread):
                       / (self._samples[-1][0] - self._samples[0][0]))
         if status is None and not progress:
             return  # nothing to show yet
-        line = render(status, progress, sps)
-        if self._tty:
-            print("\r\033[K" + line, end="", file=self.err, flush=True)
-        elif line != self._last_line and now - self._last_print >= 10.0:
-            print(line, file=self.err, flush=True)
-            self._last_print = now
-        self._last_line = line
+        self.view.show(snapshot(status, progress, sps), now)
+
+
+def snapshot(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
+             samples_per_sec: float | None) -> Snapshot:
+    """The line and the bar's share done and ETA (from the master's ``progress``)."""
+    line = render(status, progress, samples_per_sec)
+    shown = (status or {}).get("progress")
+    fraction = _num(shown, "fraction") if isinstance(shown, dict) else None
+    eta = _num(shown, "eta_s") if isinstance(shown, dict) else None
+    return Snapshot(line, fraction, eta)
+
+
+class ReportStream:
+    """A text stream whose lines go to :meth:`StatusMonitor.say` (the supervisor's reports)."""
+
+    def __init__(self, monitor: StatusMonitor) -> None:
+        self.monitor = monitor
+        self._buffer = ""
+
+    def write(self, text: str) -> int:
+        self._buffer += text
+        while "\n" in self._buffer:
+            line, self._buffer = self._buffer.split("\n", 1)
+            self.monitor.say(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass

@@ -16,6 +16,7 @@ from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.store import open_store
+from elasticps.telemetry.logfmt import set_node
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         dataset=args.dataset or config.data, chunks_per_task=args.chunks_per_task,
         num_passes=args.num_passes,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None
-        else config.num_pservers)
+        else config.num_pservers, metrics_port=config.metrics_port)
+    set_node(options.node)
     store = open_store(config.store, config.job_name)
     server = MasterServer(store, options)
 

@@ -1,11 +1,13 @@
-"""The master's HTTP status: ``/api/status`` (JSON) and a small human page at ``/``.
+"""The master's HTTP status: ``/api/status`` (JSON), ``/metrics`` (Prometheus text) and the
+status page at ``/`` (static files of :mod:`elasticps.telemetry.page` that draw themselves from
+``/api/status``).
 
 Served by the standard library's threading HTTP server in a daemon thread; it only reads.
+``elasticps ui`` serves a finished job's page with the same server.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import threading
@@ -13,52 +15,41 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from elasticps.telemetry.exporter import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from elasticps.telemetry.page import asset
+
 log = logging.getLogger(__name__)
 
 StatusFn = Callable[[], dict[str, Any]]
-
-
-def render_page(doc: dict[str, Any]) -> str:
-    """A plain HTML page of the status document (refreshes itself every 2 seconds)."""
-    esc = html.escape
-    rows = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(str(v))}</td></tr>"
-                   for k, v in doc.items() if k not in ("failed_tasks", "failure_log"))
-    failed = "".join(
-        f"<tr><td>{e['pass']}</td><td>{e['task']}</td><td>{esc(e['reason'])}</td></tr>"
-        for e in doc.get("failure_log", []))
-    failed_table = (f"<h2>Failed tasks</h2><table><tr><th>pass</th><th>task</th>"
-                    f"<th>reason</th></tr>{failed}</table>") if failed else ""
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        "<meta http-equiv='refresh' content='2'>"
-        f"<title>elasticps job {esc(str(doc.get('job')))}</title>"
-        "<style>body{font-family:sans-serif}th{text-align:left;padding-right:1em}</style>"
-        f"</head><body><h1>elasticps job {esc(str(doc.get('job')))}: "
-        f"{esc(str(doc.get('state')))}</h1><table>{rows}</table>{failed_table}"
-        "<p>JSON: <a href='/api/status'>/api/status</a></p></body></html>")
+MetricsFn = Callable[[], bytes]
 
 
 class StatusServer:
-    """Serves ``status_fn()`` over HTTP on ``host:port`` (0 = any free port)."""
+    """Serves ``status_fn()`` and the page over HTTP on ``host:port`` (0 = any free port);
+    ``metrics_fn`` (if given) at ``/metrics``."""
 
-    def __init__(self, status_fn: StatusFn, host: str, port: int) -> None:
-        fn = status_fn
+    def __init__(self, status_fn: StatusFn, host: str, port: int, *,
+                 metrics: MetricsFn | None = None) -> None:
+        fn, metrics_fn = status_fn, metrics
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/api/status":
-                    body = json.dumps(fn(), indent=1).encode()
+                    body = json.dumps(fn(), indent=1, allow_nan=False).encode()
                     kind = "application/json"
-                elif path in ("/", "/index.html"):
-                    body = render_page(fn()).encode()
-                    kind = "text/html; charset=utf-8"
+                elif path == "/metrics" and metrics_fn is not None:
+                    body, kind = metrics_fn(), METRICS_CONTENT_TYPE
                 else:
-                    self.send_error(404, f"no page {path}; try / or /api/status")
-                    return
+                    found = asset(path)
+                    if found is None:
+                        self.send_error(404, f"no page {path}; try /, /api/status or /metrics")
+                        return
+                    body, kind = found
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
                 self.end_headers()
                 self.wfile.write(body)
 

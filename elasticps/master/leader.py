@@ -50,6 +50,7 @@ from elasticps.errors import (
     StoreValueError,
 )
 from elasticps.lifecycle import Lifecycle
+from elasticps.master.observer import JobObserver
 from elasticps.master.options import MasterOptions, with_reconcile
 from elasticps.master.reconcile_loop import Reconciler, Shards
 from elasticps.master.service import ChunkLister, MasterState
@@ -122,7 +123,8 @@ class Leader(Lifecycle[LeaderState]):
 
     def __init__(self, store: Store, options: MasterOptions, chunk_lister: ChunkLister,
                  components: Components, *, poll_s: float = 0.2,
-                 campaign_s: float = 1.0) -> None:
+                 campaign_s: float = 1.0,
+                 observe_write: Callable[[float], None] | None = None) -> None:
         self.store = store
         self.options = with_reconcile(options)
         self.chunk_lister = chunk_lister
@@ -133,6 +135,8 @@ class Leader(Lifecycle[LeaderState]):
                          f"Master {self.options.node} of job {self.options.job}")
         # exit_code: 0 resigned, 1 deposed; set on reaching STOPPED
         self.master_state: MasterState | None = None  # the queue, from LOADING on
+        self.observer: JobObserver | None = None  # the status page's loop, from LOADING on
+        self._observe_write = observe_write  # seconds of each fenced write (metrics)
         self.grpc_port = 0
         self.http_port = 0
         self.serving = threading.Event()  # set while SERVING with the address published
@@ -196,6 +200,10 @@ class Leader(Lifecycle[LeaderState]):
             "lease-timer", functools.partial(self._expire_task_leases, state)))
         if opts.num_pservers > 0:
             stack.enter_context(self._reconciling(state))
+        self.observer = JobObserver(self.store, state, num_pservers=opts.num_pservers,
+                                    commit=self._commit, halt=self._halt,
+                                    interval=opts.observe_interval)
+        stack.enter_context(self._background("observer", self.observer.run))
         self.http_port = stack.enter_context(self.components.status(state))
         self.grpc_port = stack.enter_context(self.components.rpc(state))
         address = MasterAddress(f"{opts.host}:{self.grpc_port}", f"{opts.host}:{self.http_port}",
@@ -250,7 +258,10 @@ class Leader(Lifecycle[LeaderState]):
         return S.DEPOSED
 
     def _commit(self, ops: Sequence[Op]) -> None:
+        started = time.perf_counter()
         self.election.leader_txn(ops)
+        if self._observe_write is not None:
+            self._observe_write(time.perf_counter() - started)
 
     def _announce_candidacy(self) -> Lease | None:
         """``master/candidate/<node>`` under our own lease: who is in the election, leader or

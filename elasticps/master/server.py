@@ -13,26 +13,32 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import Histogram
 
 from elasticps.master.http_status import StatusServer
 from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
-from elasticps.master.service import ChunkLister, MasterServicer, MasterState, data_chunk_lister
+from elasticps.master.service import ChunkLister, MasterState, data_chunk_lister
+from elasticps.master.telemetry import MasterMetrics, TimedMasterServicer
 from elasticps.proto import master_pb2_grpc
 from elasticps.pserver.client import PServerClient
 from elasticps.rpc.health import add_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import Store
+from elasticps.telemetry.exporter import exposition
+from elasticps.telemetry.role import RoleTelemetry
 
-__all__ = ["MasterOptions", "MasterServer", "process_components", "serve_rpc", "serve_status"]
+__all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 
 
 @contextlib.contextmanager
-def serve_rpc(state: MasterState, options: MasterOptions) -> Iterator[int]:
+def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram) -> Iterator[int]:
     """The ``Master`` gRPC service (and grpc.health) on ``options.port``; yields the port."""
     server = make_server(options.token)
-    master_pb2_grpc.add_MasterServicer_to_server(MasterServicer(state), server)
+    master_pb2_grpc.add_MasterServicer_to_server(TimedMasterServicer(state, dispatch), server)
     set_serving(add_health(server), True)  # only the elected leader serves at all
     port = bind(server, options.host, options.port)
     server.start()
@@ -43,9 +49,13 @@ def serve_rpc(state: MasterState, options: MasterOptions) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def serve_status(state: MasterState, options: MasterOptions) -> Iterator[int]:
-    """The HTTP status page on ``options.http_port``; yields the port."""
-    http = StatusServer(state.status, options.host, options.http_port)
+def serve_status(state: MasterState, options: MasterOptions,
+                 document: Callable[[], dict[str, Any]] | None = None,
+                 metrics: Callable[[], bytes] | None = None) -> Iterator[int]:
+    """The HTTP status page on ``options.http_port`` (``/``, ``/api/status`` = ``document()``,
+    ``/metrics``); yields the port."""
+    http = StatusServer(document or state.status, options.host, options.http_port,
+                        metrics=metrics)
     http.start()
     try:
         yield http.port
@@ -53,17 +63,40 @@ def serve_status(state: MasterState, options: MasterOptions) -> Iterator[int]:
         http.stop()
 
 
-def process_components(store: Store, options: MasterOptions) -> Components:
-    return Components(
-        rpc=functools.partial(serve_rpc, options=options),
-        status=functools.partial(serve_status, options=options),
-        shards=functools.partial(PServerClient, store, options.token, options.num_pservers,
-                                 deadline=options.reconcile_timeout, name=options.node))
-
-
 class MasterServer(Leader):
-    """One master process. :meth:`run` blocks until stopped (0) or deposed (1)."""
+    """One master process. :meth:`run` blocks until stopped (0) or deposed (1).
+
+    Every master process, leader or standby, serves its Prometheus metrics on
+    ``options.metrics_port`` and publishes the URL at ``metrics/master/<node>``; the leader
+    also serves the same text at ``STATUS_URL/metrics``.
+    """
 
     def __init__(self, store: Store, options: MasterOptions,
                  chunk_lister: ChunkLister = data_chunk_lister) -> None:
-        super().__init__(store, options, chunk_lister, process_components(store, options))
+        self.telemetry = RoleTelemetry(options.job, "master", options.node)
+        self.metrics = MasterMetrics(self.telemetry.registry, self._document)
+        components = Components(
+            rpc=functools.partial(serve_rpc, options=options, dispatch=self.metrics.dispatch),
+            status=self._serve_status,
+            shards=functools.partial(PServerClient, store, options.token, options.num_pservers,
+                                     deadline=options.reconcile_timeout, name=options.node))
+        super().__init__(store, options, chunk_lister, components,
+                         observe_write=self.metrics.store_write.observe)
+
+    def _document(self) -> dict[str, Any] | None:
+        observer = self.observer
+        return None if observer is None or not self.serving.is_set() else observer.document()
+
+    def _serve_status(self, state: MasterState) -> contextlib.AbstractContextManager[int]:
+        assert self.observer is not None, "the observer starts before the status page"
+        registry = self.telemetry.registry
+        return serve_status(state, self.options, self.observer.document,
+                            lambda: exposition(registry))
+
+    def run(self) -> int:
+        self.telemetry.start(self.options.host, self.options.metrics_port)
+        try:
+            self.telemetry.publish(self.store, self.options.lease_ttl)
+            return super().run()
+        finally:
+            self.telemetry.close()

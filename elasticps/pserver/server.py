@@ -37,8 +37,11 @@ import contextlib
 import enum
 import functools
 import logging
+import os
 import signal
+import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import ClassVar, Protocol
@@ -51,10 +54,19 @@ from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState
+from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics, TimedServicer
 from elasticps.rpc import bind, make_server
 from elasticps.rpc.health import add_health, set_serving
 from elasticps.store import Compare, Lease, Put, Store, open_store
-from elasticps.store.keys import PSERVER_SLOT_PREFIX, PServerSlot, pserver_slot
+from elasticps.store.keys import (
+    PSERVER_SLOT_PREFIX,
+    JobEvent,
+    PServerSlot,
+    pserver_slot,
+    record_event,
+)
+from elasticps.telemetry.logfmt import set_node
+from elasticps.telemetry.role import RoleTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +161,11 @@ class PServerProcess(Lifecycle[PServerState]):
         self._saved_version = -1
         self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
         self._halt = threading.Event()  # ends the checkpoint loop
+        self.telemetry = RoleTelemetry(config.job_name, "pserver",
+                                       f"pserver-{socket.gethostname()}-{os.getpid()}")
+        self.checkpoint_clock = CheckpointClock()
+        self.metrics = PServerMetrics(self.telemetry.registry, lambda: self.shard,
+                                      self.checkpoint_clock)
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -164,6 +181,9 @@ class PServerProcess(Lifecycle[PServerState]):
         assert config.store is not None
         self._store = open_store(config.store, config.job_name)
         self._stack.callback(self._store.close)
+        self.telemetry.start(config.host, config.metrics_port)
+        self._stack.callback(self.telemetry.close)
+        self.telemetry.publish(self._store, config.lease_ttl)
         self._endpoint = self._make_endpoint(config)
         self._stack.callback(self._endpoint.stop, None)
         self._slot_value = PServerSlot(self._endpoint.address).encode()
@@ -186,6 +206,8 @@ class PServerProcess(Lifecycle[PServerState]):
                         .succeeded:
                     self.slot = slot
                     self.node = f"pserver {slot} of {self.num_shards} (job {self.config.job_name})"
+                    set_node(f"pserver-{slot}")
+                    self.telemetry.rename(f"pserver-{slot}")
                     log.info("%s claimed its slot at %s.", self.node, self._address)
                     return S.RESTORING
             if not self._warned_full:
@@ -208,8 +230,8 @@ class PServerProcess(Lifecycle[PServerState]):
         if checkpoints is not None:
             self._stack.enter_context(self._checkpointing(state, checkpoints))
             checkpoint_now = functools.partial(self._checkpoint_now, state, checkpoints)
-        servicer = ParameterServerServicer(
-            state, self.incarnation, lambda: self.last_checkpoint, checkpoint_now)
+        servicer = TimedServicer(state, self.incarnation, lambda: self.last_checkpoint,
+                                 checkpoint_now, rpc=self.metrics.rpc)
         self._endpoint.serve(servicer)
         self._stack.callback(self._endpoint.stop, 2.0)  # pushed last: the first thing undone
         log.info("%s is serving at %s (initialised: %s).", self.node, self._address,
@@ -285,6 +307,16 @@ class PServerProcess(Lifecycle[PServerState]):
         lease.keep_alive()
         return lease
 
+    def _record_restore(self, checkpoint_id: str, applied: int, took: float) -> None:
+        """The timeline's entry for a restored shard (a pserver came back)."""
+        try:
+            record_event(self.store, JobEvent(
+                "recovery", f"pserver-{self.slot}",
+                f"pserver {self.slot} restored checkpoint {checkpoint_id} ({applied} applied "
+                f"batches) in {took:.2f}s", f"pserver-{self.slot}"))
+        except StoreError as exc:
+            log.warning("%s could not record its restore in the timeline: %s", self.node, exc)
+
     def _revoke_lease(self) -> None:
         lease = self.lease
         if lease is None:
@@ -309,6 +341,7 @@ class PServerProcess(Lifecycle[PServerState]):
         if removed:
             log.warning("%s removed %d unfinished checkpoint file(s) of a crashed write.",
                         self.node, removed)
+        started = time.perf_counter()
         loaded = checkpoints.load_newest()
         if loaded is None:
             log.info("%s found no checkpoint under %s; it starts empty.", self.node,
@@ -317,8 +350,12 @@ class PServerProcess(Lifecycle[PServerState]):
             snap, manifest = loaded
             state.restore(snap, manifest.id)
             self.last_checkpoint = manifest.id
+            took = time.perf_counter() - started
+            self.checkpoint_clock.restore_s = took
+            self.checkpoint_clock.last_unix = manifest.created_unix
             log.info("%s restored checkpoint %s (%d applied batches).", self.node, manifest.id,
                      len(snap.applied))
+            self._record_restore(manifest.id, len(snap.applied), took)
         self._saved_version = state.version
         return checkpoints
 
@@ -357,11 +394,14 @@ class PServerProcess(Lifecycle[PServerState]):
             with state.lock:
                 if state.version == self._saved_version:
                     return self.last_checkpoint, state.applied.copy()
+            started = time.perf_counter()
             snap, version = state.snapshot()
             try:
                 manifest = checkpoints.save(snap)
             except (OSError, StoreError, ValueError) as exc:
                 raise CheckpointError(f"{self.node} could not write a checkpoint: {exc}") from exc
+            self.metrics.checkpoint.observe(time.perf_counter() - started)
+            self.checkpoint_clock.last_unix = time.time()
             self._saved_version = version
             self.last_checkpoint = manifest.id
             return manifest.id, snap.applied

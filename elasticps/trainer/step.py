@@ -89,6 +89,11 @@ class StepRunner:
         self._next_batch: object | None = None
         self._push: Future[None] | None = None
         self._step = 0
+        # This trainer's own batches whose updates the last step's parameters lacked: 1 for
+        # rows prefetched while the previous batch computed, plus the batches since the dense
+        # values were pulled (dense_sync_every > 1). Read by the metrics at scrape time.
+        self.staleness = 0
+        self.staleness_sum = 0
         # Seconds spent per phase of run(), summed (the benchmark's profile).
         self.timers: dict[str, float] = dict.fromkeys(
             ("pull_wait", "load_params", "forward", "backward", "collect_grads", "push_wait"), 0.0)
@@ -115,6 +120,9 @@ class StepRunner:
         step = self._step
         self._step += 1
         t0 = time.perf_counter()
+        prefetched = self._next is not None and self._next_batch is batch
+        self.staleness = int(prefetched) + step % self.dense.sync_every
+        self.staleness_sum += self.staleness
         if self._comm is None:
             fetched = self._pull(batch, step)
         else:

@@ -30,7 +30,9 @@ class LoopStats:
     loss_ewma: float | None = None
     pass_id: int = 0
     pass_metrics: list[dict[str, float]] = field(default_factory=list)
+    metrics_by_pass: dict[str, dict[str, float]] = field(default_factory=dict)  # pass -> EndPass's
     timers: dict[str, float] = field(default_factory=dict)  # where the step time went
+    samples_per_s: float = 0.0  # over the last publishing interval
 
 
 class StepWorker(TaskWorker):
@@ -56,6 +58,7 @@ class StepWorker(TaskWorker):
         self._metrics = runner.objective.metrics()
         self._batch_in_pass = 0
         self._started = self._last_publish = time.monotonic()
+        self._published_samples = 0
 
     def begin_pass(self, pass_id: int) -> None:
         self.stats.pass_id = pass_id
@@ -96,6 +99,8 @@ class StepWorker(TaskWorker):
             result.update({f"test_{k}": v for k, v in test.items() if k != "cost"})
             result["test_eval_s"] = time.monotonic() - started
         self.stats.pass_metrics.append(result)
+        self.stats.metrics_by_pass[str(pass_id)] = result
+        self._publish()  # the pass's metrics reach the status page now, not a batch later
         self.handler(EndPass(pass_id, result))
 
     def finish(self) -> LoopStats:
@@ -105,8 +110,12 @@ class StepWorker(TaskWorker):
         return self.stats
 
     def _publish(self) -> None:
-        self._last_publish = time.monotonic()
-        self.stats.train_s = self._last_publish - self._started
+        now = time.monotonic()
+        if now > self._last_publish:
+            self.stats.samples_per_s = ((self.stats.samples - self._published_samples)
+                                        / (now - self._last_publish))
+        self._last_publish, self._published_samples = now, self.stats.samples
+        self.stats.train_s = now - self._started
         self.on_progress(self.stats)
 
     def _count(self, size: int, loss: float) -> None:

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,7 @@ class Trainer:
         self.stop = threading.Event()
         self._trained_on: DatasetReader | None = None  # the last dataset train() read
         self._objective: Objective | None = None  # resolved by train() from the dataset
+        self._worker: StepWorker | None = None  # the training in progress (for the metrics)
 
     @property
     def sparse(self) -> dict[str, SparseLayer]:
@@ -166,7 +169,26 @@ class Trainer:
         self._closers.insert(0, master.close)
         master.register_trainer()
         log.info("Trainer %s joined job %s.", name, config.job_name)
+        self._start_telemetry(config, name, store)
         self.attach(params, master, name)
+
+    def _start_telemetry(self, config: Config, name: str, store: Any) -> None:
+        """Serve this trainer's metrics and publish where (``metrics/trainer/<name>``)."""
+        from elasticps.telemetry.logfmt import set_node
+        from elasticps.telemetry.role import RoleTelemetry
+        from elasticps.trainer.telemetry import register_trainer_metrics
+
+        set_node(name)
+        telemetry = RoleTelemetry(config.job_name, "trainer", name)
+        register_trainer_metrics(telemetry.registry, lambda: self._worker)
+        try:
+            telemetry.start(config.host, config.metrics_port)
+        except OSError as exc:  # a second trainer in one pod: the fixed port is taken
+            log.warning("Trainer %s cannot serve metrics on port %d (%s); it takes any free "
+                        "port.", name, config.metrics_port, exc)
+            telemetry.start(config.host, 0)
+        telemetry.publish(store, config.lease_ttl)
+        self._closers.insert(0, telemetry.close)
 
     def close(self) -> None:
         """Leave the job: the layers are unbound, the clients closed."""
@@ -234,7 +256,8 @@ class Trainer:
             try:
                 publish_progress(store, self.name, TrainerProgress(
                     stats.pass_id, stats.samples, stats.batches, stats.loss_ewma,
-                    stats.train_s, stats.tasks, stats.timers))
+                    stats.train_s, stats.tasks, stats.timers, stats.samples_per_s, time.time(),
+                    {p: _finite(m) for p, m in stats.metrics_by_pass.items()}))
             except Exception as exc:  # progress is cosmetic; the store may be briefly down
                 log.debug("Trainer %s could not publish progress: %s", self.name, exc)
 
@@ -242,6 +265,7 @@ class Trainer:
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
                                 on_progress=on_progress, evaluate=evaluate)
+            self._worker = worker
             TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
                      report_every=self.progress_every, stop=self.stop).run()
             self.stats = worker.finish()
@@ -358,3 +382,9 @@ class Trainer:
         schema: Schema | None = dataset_schema(url) if url is not None else None
         return export_model(directory, dense, sparse, layers, meta,
                             schema=None if schema is None else schema.to_dict())
+
+
+def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a pass's metrics that JSON can carry (NaN and Inf are left out)."""
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}

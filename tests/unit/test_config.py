@@ -35,6 +35,8 @@ GOOD = [
     ("PADDLE_LEASE_TTL", "3", "lease_ttl", 3),
     ("PADDLE_HTTP_PORT", "8080", "http_port", 8080),
     ("PADDLE_WORKDIR", "/tmp/ctr", "workdir", "/tmp/ctr"),
+    ("PADDLE_METRICS_PORT", "9090", "metrics_port", 9090),
+    ("PADDLE_LOG_FORMAT", "JSON", "log_format", "json"),
 ]
 
 # (variable, malformed value)
@@ -58,6 +60,8 @@ BAD = [
     ("PADDLE_CHECKPOINT_KEEP", "0"),
     ("PADDLE_LEASE_TTL", "0"),
     ("PADDLE_PSERVERS", "a b,c"),
+    ("PADDLE_METRICS_PORT", "65536"),
+    ("PADDLE_LOG_FORMAT", "xml"),
 ]
 
 

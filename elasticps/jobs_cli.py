@@ -1,0 +1,109 @@
+"""``elasticps status | logs | ui``: one shape for local and cluster jobs.
+
+``elasticps status JOB`` and ``elasticps logs JOB --role R --index I`` read a cluster job (its
+pods, through the Kubernetes API); with ``--workdir DIR`` (or run inside a job's work
+directory, which holds ``job.json``) they read a job started by ``elasticps run`` instead,
+and ``logs`` takes the role as its argument: ``elasticps logs --workdir DIR trainer-1 -f``.
+``elasticps ui DIR`` serves the status page of a local job, finished or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from elasticps.cluster import cli as cluster_cli
+from elasticps.errors import ConfigError
+from elasticps.launch import local_cli
+from elasticps.launch.scale import JOB_FILE
+
+STATUS_EPILOG = """\
+examples:
+  elasticps status --workdir /tmp/ctr        a job started by `elasticps run --workdir /tmp/ctr`
+  elasticps status ctr-1a2b3c -n team-ml     a cluster job
+"""
+
+LOGS_EPILOG = """\
+examples:
+  elasticps logs --workdir /tmp/ctr trainer-1 -f     follow trainer 1 of a local job
+  elasticps logs --workdir /tmp/ctr --role pserver --index 0 --tail 20
+  elasticps logs ctr-1a2b3c --role master            a cluster job's master pod
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "status", help="show a job's state, its processes per role and its progress",
+        description="Show a job's state, each role's processes (restarts included) and its "
+                    "progress: a local job (--workdir, or the current directory when it holds "
+                    "job.json) from its master or its saved page, a cluster job (JOB) from its "
+                    "pods and the master's /api/status.",
+        epilog=STATUS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", nargs="?", default=None, metavar="JOB",
+                   help="a cluster job's job_name (leave out for a local job)")
+    p.add_argument("--workdir", metavar="DIR", help="a local job's work directory")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    cluster_cli.cluster_options(p)
+    p.set_defaults(func=run_status)
+
+    p = subparsers.add_parser(
+        "logs", help="print the log of one process of a job",
+        description="Print the log of the INDEX-th process of ROLE (trainer 0 by default). "
+                    "A local job (--workdir) takes the role as its argument (trainer-1, "
+                    "master, pserver-0); a cluster job takes its JOB name.",
+        epilog=LOGS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", nargs="?", default=None, metavar="JOB|ROLE",
+                   help="a cluster job's name, or a local job's role (with --workdir)")
+    p.add_argument("--workdir", metavar="DIR", help="a local job's work directory")
+    p.add_argument("--role", default="trainer", choices=("master", "pserver", "trainer", "etcd"),
+                   help="which role (default: trainer)")
+    p.add_argument("--index", type=int, default=0, help="which process of that role "
+                                                        "(default: 0)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new lines (a local job: until it ends)")
+    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
+    cluster_cli.cluster_options(p)
+    p.set_defaults(func=run_logs)
+
+    p = subparsers.add_parser(
+        "ui", help="serve the status page of a local job, running or finished",
+        description="Serve the status page of the job started by `elasticps run --workdir "
+                    "WORKDIR`: live while its master runs, and the saved page (charts, "
+                    "tables, timeline) once the job is over.")
+    p.add_argument("workdir", metavar="WORKDIR", help="the job's work directory")
+    p.add_argument("--port", type=int, default=8080, help="port to serve on (default 8080; 0 "
+                                                         "= any free port)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only)")
+    p.set_defaults(func=local_cli.run_ui)
+
+
+def _local(args: argparse.Namespace, cluster_name: str | None) -> bool:
+    """A local job when --workdir is given, or no cluster job is named and the current
+    directory is a job's work directory."""
+    if args.workdir is not None:
+        return True
+    if cluster_name is None:
+        if (Path.cwd() / JOB_FILE).exists():
+            args.workdir = "."
+            return True
+        raise ConfigError("name the job: a cluster JOB, or --workdir DIR for a job started by "
+                          "`elasticps run`")
+    return False
+
+
+def run_status(args: argparse.Namespace) -> int:
+    if _local(args, args.job):
+        return local_cli.run_status(args)
+    return cluster_cli.run_status(args)
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    if args.workdir is None and args.target is not None and (Path.cwd() / JOB_FILE).exists() \
+            and local_cli.is_role(args.target):
+        args.workdir = "."
+    if _local(args, args.target):
+        return local_cli.run_logs(args)
+    args.job = args.target
+    return cluster_cli.run_logs(args)

@@ -1,0 +1,129 @@
+"""A job started by ``elasticps run``, found from its work directory: what ``elasticps status``,
+``logs`` and ``ui`` read.
+
+``WORKDIR/job.json`` (written by the launcher at start) names the store, the job and the
+launcher's pid. While the job runs its page's document comes from the leading master
+(``/api/status``); once it is over, from ``WORKDIR/status.json`` (written by the launcher at the
+end: the master's saved document plus how the launcher ended) or, failing that, from the
+document the master saved in the store (``job/history``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.launch.monitor import fetch_status
+from elasticps.launch.scale import JOB_FILE
+from elasticps.master.job_view import offline
+from elasticps.store import open_store
+from elasticps.store.keys import read_history, read_master_address
+
+STATUS_FILE = "status.json"
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    workdir: Path
+    store_url: str
+    job_name: str
+    launcher_pid: int | None = None
+
+    @classmethod
+    def find(cls, workdir: str | os.PathLike[str] | None) -> LocalJob:
+        """The job launched in ``workdir`` (default: the current directory)."""
+        root = Path(workdir or ".").resolve()
+        path = root / JOB_FILE
+        try:
+            doc = json.loads(path.read_text())
+            return cls(root, str(doc["store"]), str(doc["job_name"]),
+                       int(doc["launcher_pid"]) if doc.get("launcher_pid") else None)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{root} holds no readable {JOB_FILE} (is it the --workdir of a "
+                              f"job started with `elasticps run`?): {exc}") from exc
+
+    def launcher_alive(self) -> bool:
+        if self.launcher_pid is None:
+            return False
+        try:
+            os.kill(self.launcher_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not (self.workdir / STATUS_FILE).exists()
+
+    # -- the page's document ----------------------------------------------------------------
+
+    def live_document(self, timeout: float = 2.0) -> dict[str, Any] | None:
+        """The leading master's ``/api/status``, or None when no master serves."""
+        if not self.launcher_alive():
+            return None
+        try:
+            with open_store(self.store_url, self.job_name) as store:
+                address = read_master_address(store)
+        except ElasticPSError:
+            return None
+        if address is None:
+            return None
+        doc = fetch_status(address.http, timeout=timeout)
+        if doc is not None:
+            doc.setdefault("status_url", address.status_url)
+        return doc
+
+    def saved_document(self) -> dict[str, Any] | None:
+        """The finished job's document (marked not live), or None if nothing was saved."""
+        path = self.workdir / STATUS_FILE
+        doc: dict[str, Any] | None = None
+        if path.exists():
+            try:
+                loaded = json.loads(path.read_text())
+                doc = loaded if isinstance(loaded, dict) else None
+            except (OSError, ValueError):
+                doc = None
+        if doc is None:
+            doc = self._stored_document()
+        return None if doc is None else offline(doc, time.time())
+
+    def _stored_document(self) -> dict[str, Any] | None:
+        if self.store_url.startswith("file://") and not Path(self.store_url[7:]).exists():
+            return None
+        try:
+            with open_store(self.store_url, self.job_name) as store:
+                return read_history(store)
+        except ElasticPSError:
+            return None
+
+    def document(self) -> dict[str, Any] | None:
+        """Live while a master serves, else the saved one."""
+        return self.live_document() or self.saved_document()
+
+    def save_final(self, state: str, reason: str | None, extra: dict[str, Any]) -> Path | None:
+        """``WORKDIR/status.json``: the master's saved document and how the launcher ended."""
+        doc = self._stored_document()
+        if doc is None:
+            return None
+        doc["launcher"] = {"state": state, "reason": reason, **extra}
+        if state in ("failed", "interrupted") and doc.get("state") not in ("failed",):
+            doc["state"] = state
+            doc["done"] = True
+            doc["job_failed_reason"] = doc.get("job_failed_reason") or reason
+        path = self.workdir / STATUS_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:
+    """``WORKDIR/job.json``: how ``elasticps scale|status|logs|ui --workdir`` find the job."""
+    path = workdir / JOB_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"store": store_url, "job_name": job_name,
+                               "launcher_pid": os.getpid()}) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,114 @@
+"""The master's Prometheus metrics.
+
+Read at scrape time from the leader's queue (nothing to update on the request path):
+``elasticps_master_leader``, ``elasticps_master_tasks{state}``, ``elasticps_master_pass``,
+``elasticps_master_num_passes``, ``elasticps_master_pass_progress_ratio``,
+``elasticps_master_job_progress_ratio``, ``elasticps_master_records_total``,
+``elasticps_master_tasks_finished_total``, ``elasticps_master_task_failures_total``,
+``elasticps_master_recoveries_total`` (recovery dispatches), ``elasticps_master_reconciling``,
+``elasticps_master_live_trainers`` and ``elasticps_master_failovers_total`` (takeovers in the
+job's timeline). Observed as they happen: ``elasticps_master_dispatch_seconds`` (a GetTask
+answered, persistence included) and ``elasticps_master_store_write_seconds`` (every fenced
+write of the queue's state).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from elasticps.master.service import MasterServicer, MasterState
+from elasticps.proto import master_pb2
+from elasticps.telemetry.exporter import CallbackCollector
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0)
+
+
+class MasterMetrics:
+    """The master's histograms and its scrape-time collector over ``status()``."""
+
+    def __init__(self, registry: CollectorRegistry,
+                 status: Callable[[], dict[str, Any] | None]) -> None:
+        self.dispatch = Histogram(
+            "elasticps_master_dispatch_seconds", "Time to answer a GetTask, its persisted "
+            "change included", buckets=_LATENCY_BUCKETS, registry=registry)
+        self.store_write = Histogram(
+            "elasticps_master_store_write_seconds", "Time of one fenced store write of the "
+            "queue's state", buckets=_LATENCY_BUCKETS, registry=registry)
+        self._status = status
+        registry.register(CallbackCollector(self._collect))
+
+    def _collect(self) -> Iterable[Metric]:
+        doc = self._status() or {}
+        yield _gauge("leader", "1 while this master leads and serves",
+                     1.0 if doc.get("leader") and doc.get("state") else 0.0)
+        counts = doc.get("counts")
+        if isinstance(counts, dict):
+            tasks = GaugeMetricFamily("elasticps_master_tasks", "Tasks of the current pass by "
+                                      "state", labels=["state"])
+            for state in ("todo", "pending", "done", "failed"):
+                tasks.add_metric([state], float(counts.get(state, 0)))
+            yield tasks
+            num_tasks = float(doc.get("num_tasks") or 0)
+            done = float(counts.get("done", 0)) + float(counts.get("failed", 0))
+            yield _gauge("pass_progress_ratio", "Share of the current pass's tasks done or "
+                         "failed", done / num_tasks if num_tasks else 0.0)
+            progress = doc.get("progress") or {}
+            if isinstance(progress, dict) and "fraction" in progress:
+                yield _gauge("job_progress_ratio", "Share of the whole job (every pass) done",
+                             float(progress["fraction"]))
+        for name, help_text, key in (
+                ("pass", "The current pass (0-based)", "pass"),
+                ("num_passes", "Passes the job trains", "num_passes"),
+                ("reconciling", "1 while the pass waits for the pservers' accounting",
+                 "reconciling")):
+            value = doc.get(key)
+            if isinstance(value, bool | int | float):
+                yield _gauge(name, help_text, float(value))
+        yield _gauge("live_trainers", "Trainers the master sees alive",
+                     float(len(doc.get("live_trainers") or [])))
+        for name, help_text, key in (
+                ("records", "Records of finished tasks, every pass", "records_total"),
+                ("tasks_finished", "Tasks finished, every pass", "tasks_finished_total"),
+                ("task_failures", "Failed task attempts (lease expired, trainer lost, "
+                 "TaskFailed)", "failures_total"),
+                ("recoveries", "Recovery dispatches (batches some pserver shard missed)",
+                 "recoveries_total")):
+            value = doc.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                yield _counter(name, help_text, float(value))
+        events = doc.get("events") or []
+        yield _counter("failovers", "Times a master took over the job from another",
+                       float(sum(1 for e in events if isinstance(e, dict)
+                                 and e.get("kind") == "failover")))
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"elasticps_master_{name}", help_text, value=value)
+
+
+def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(f"elasticps_master_{name}", help_text, value=value)
+
+
+class TimedMasterServicer(MasterServicer):
+    """The Master servicer with GetTask's latency observed."""
+
+    def __init__(self, state: MasterState, dispatch: Histogram) -> None:
+        super().__init__(state)
+        self._dispatch = dispatch
+
+    def GetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.GetTaskRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.GetTaskResponse:
+        started = time.perf_counter()
+        try:
+            return super().GetTask(request, context)
+        finally:
+            self._dispatch.observe(time.perf_counter() - started)

@@ -1,0 +1,36 @@
+"""Read another process's metrics: fetch its ``/metrics`` and parse it with prometheus_client's
+own parser (the master reads the pservers' this way for its status page)."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def parse(text: str) -> Samples:
+    """Sample name (``elasticps_pserver_pushes_total``) -> [(labels, value)]."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    return out
+
+
+def scrape(url: str, timeout: float = 1.0) -> Samples | None:
+    """The samples at ``url``, or None when it does not answer in time or is not metrics."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            text = resp.read().decode("utf-8", errors="replace")
+        return parse(text)
+    except (OSError, ValueError):
+        return None
+
+
+def total(samples: Mapping[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
+    """The sum of every sample named ``name`` (over its labels), None if there is none."""
+    values = [value for _, value in samples.get(name, [])]
+    return sum(values) if values else None
