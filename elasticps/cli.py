@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from elasticps.errors import ElasticPSError
 from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
 from elasticps.launch.parent_watch import exit_with_parent
-from elasticps.telemetry.logfmt import FORMATS
+from elasticps.telemetry.logfmt import FORMATS, process_node
 from elasticps.telemetry.logfmt import configure as configure_logging
 from elasticps.version import __version__
 
@@ -81,7 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     role = args.command if args.command in ("master", "pserver", "trainer") else (
         "launcher" if args.command == "run" else os.environ.get("PADDLE_ROLE") or args.command)
-    configure_logging(level, fmt, job=os.environ.get("PADDLE_JOB_NAME"), role=role)
+    trainer_id = os.environ.get("PADDLE_TRAINER_ID", "")
+    node = process_node(role, int(trainer_id) if trainer_id.isdigit() else None) \
+        if role in ("master", "pserver", "trainer") else None
+    configure_logging(level, fmt, job=os.environ.get("PADDLE_JOB_NAME"), role=role, node=node)
     launcher = args.exit_with_parent
     if launcher is not None and not exit_with_parent(launcher):
         print(f"elasticps: the launcher (pid {launcher}) that started this {args.command} has "

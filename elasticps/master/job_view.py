@@ -24,6 +24,7 @@ from elasticps.store.keys import JobEvent, MetricsEndpoint, PServerSlot, Trainer
 
 MAX_POINTS = 720  # chart points kept; past that the series halves its resolution
 ETA_WINDOW_S = 120.0  # progress rate over this much recent history
+FRESH_S = 6.0  # a trainer's samples/s counts while its progress is younger than this
 MAX_SEEN = 5000  # failed-task keys remembered (so an old failure is not announced twice)
 _TRAINER_ID = re.compile(r"^(trainer-\d+)(?:-|$)")
 
@@ -65,21 +66,22 @@ class ViewMemory:
     series: tuple[dict[str, Any], ...] = ()
     stride: int = 1  # a point every `stride` ticks (doubles when the series halves)
     ticks: int = 0
-    last_samples: tuple[float, int] | None = None  # (time, samples_total) of the last tick
     incarnations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     failed_seen: frozenset[str] = frozenset()
     reconciled_seen: frozenset[str] = frozenset()
     live_trainers: frozenset[str] = frozenset()
+    # the last metrics scraped from each pserver shard, shown (greyed) once it is down
+    pserver_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     pass_id: int | None = None
     state: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"started": self.started, "stride": self.stride, "ticks": self.ticks,
-                "last_samples": list(self.last_samples) if self.last_samples else None,
                 "incarnations": {k: list(v) for k, v in self.incarnations.items()},
                 "failed_seen": sorted(self.failed_seen),
                 "reconciled_seen": sorted(self.reconciled_seen),
                 "live_trainers": sorted(self.live_trainers), "pass": self.pass_id,
+                "pserver_metrics": {k: dict(v) for k, v in self.pserver_metrics.items()},
                 "state": self.state}
 
     @classmethod
@@ -88,7 +90,6 @@ class ViewMemory:
         mem = doc.get("observer") if isinstance(doc.get("observer"), dict) else {}
         assert isinstance(mem, dict)
         series = tuple(p for p in doc.get("series") or [] if isinstance(p, dict))
-        last = mem.get("last_samples")
         incarnations = mem.get("incarnations") if isinstance(mem.get("incarnations"), dict) \
             else {}
         assert isinstance(incarnations, dict)
@@ -96,15 +97,21 @@ class ViewMemory:
             started=_float(mem.get("started")) or 0.0, series=series,
             stride=max(1, int(_float(mem.get("stride")) or 1)),
             ticks=int(_float(mem.get("ticks")) or 0),
-            last_samples=(float(last[0]), int(last[1])) if isinstance(last, list)
-            and len(last) == 2 else None,
             incarnations={str(k): tuple(str(x) for x in v) for k, v in incarnations.items()
                           if isinstance(v, list)},
             failed_seen=frozenset(str(x) for x in mem.get("failed_seen") or []),
             reconciled_seen=frozenset(str(x) for x in mem.get("reconciled_seen") or []),
             live_trainers=frozenset(str(x) for x in mem.get("live_trainers") or []),
+            pserver_metrics=_metrics_by_shard(mem.get("pserver_metrics")),
             pass_id=mem.get("pass") if isinstance(mem.get("pass"), int) else None,
             state=mem.get("state") if isinstance(mem.get("state"), str) else None)
+
+
+def _metrics_by_shard(value: Any) -> dict[str, dict[str, float]]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(shard): {str(k): float(v) for k, v in m.items() if _float(v) is not None}
+            for shard, m in value.items() if isinstance(m, dict)}
 
 
 def _float(value: Any) -> float | None:
@@ -129,11 +136,7 @@ def observe(memory: ViewMemory, sight: Sight) -> tuple[ViewMemory, list[JobEvent
     reconciled_seen, reconciled = _reconciliations(memory, status, sight)
     events += reconciled
     events += _pass_and_state(memory, status, sight)
-    samples_total = sum(p.samples for p in sight.progress.values())
-    rate = None
-    if memory.last_samples is not None and sight.now > memory.last_samples[0]:
-        rate = max(0.0, (samples_total - memory.last_samples[1])
-                   / (sight.now - memory.last_samples[0]))
+    rate = samples_rate(sight.progress, live, sight.now)
     series, stride = list(memory.series), memory.stride
     if memory.ticks % stride == 0 and status.get("pass") is not None:
         series.append(_point(sight, rate, live))
@@ -142,9 +145,12 @@ def observe(memory: ViewMemory, sight: Sight) -> tuple[ViewMemory, list[JobEvent
     pass_id = status.get("pass")
     return ViewMemory(
         started=memory.started or sight.now, series=tuple(series), stride=stride,
-        ticks=memory.ticks + 1, last_samples=(sight.now, samples_total),
+        ticks=memory.ticks + 1,
         incarnations=incarnations, failed_seen=failed_seen, reconciled_seen=reconciled_seen,
-        live_trainers=live, pass_id=pass_id if isinstance(pass_id, int) else memory.pass_id,
+        live_trainers=live, pserver_metrics={
+            **memory.pserver_metrics,
+            **{str(ps.shard): dict(ps.metrics) for ps in sight.pservers if ps.metrics}},
+        pass_id=pass_id if isinstance(pass_id, int) else memory.pass_id,
         state=str(status.get("state")) if status.get("state") else memory.state,
     ), events
 
@@ -252,10 +258,20 @@ def _pass_and_state(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
     return events
 
 
-def _point(sight: Sight, rate: float | None, live: frozenset[str]) -> dict[str, Any]:
+def samples_rate(progress: Mapping[str, TrainerProgress], live: frozenset[str],
+                 now: float) -> float:
+    """The job's samples/s: each live trainer's own rate over its last publishing interval,
+    while that is fresh (a trainer that stopped publishing, say blocked in a handler, adds 0).
+    Trainers publish every 2 s, so differencing their sample counts at another period would
+    alias; their own rates do not."""
+    return sum(p.samples_per_s for name, p in progress.items()
+               if name in live and now - p.time <= FRESH_S)
+
+
+def _point(sight: Sight, rate: float, live: frozenset[str]) -> dict[str, Any]:
     losses = [p.loss for n, p in sight.progress.items() if n in live and p.loss is not None]
     return {"t": round(sight.now, 3),
-            "samples_per_s": None if rate is None else round(rate, 3),
+            "samples_per_s": round(rate, 3),
             "loss": round(sum(losses) / len(losses), 6) if losses else None,
             "progress": round(job_fraction(sight.status), 6),
             "pass": sight.status.get("pass"), "trainers": len(live)}
@@ -336,11 +352,13 @@ def trainer_rows(status: Mapping[str, Any], progress: Mapping[str, TrainerProgre
     return sorted(rows, key=lambda r: _natural(r["name"]))
 
 
-def pserver_rows(pservers: Sequence[PServerSight], incarnations: Mapping[str, Sequence[str]]
-                 ) -> list[dict[str, Any]]:
+def pserver_rows(pservers: Sequence[PServerSight], incarnations: Mapping[str, Sequence[str]],
+                 last: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
+    """One row per shard: its process and its metrics (the last ones scraped while it is down
+    or was not scraped this time)."""
     rows = []
     for ps in sorted(pservers, key=lambda p: p.shard):
-        m = ps.metrics or {}
+        m = ps.metrics or last.get(str(ps.shard)) or {}
         rows.append({
             "shard": ps.shard, "name": f"pserver-{ps.shard}", "up": ps.slot is not None,
             "address": ps.slot.address if ps.slot else None,
@@ -369,6 +387,7 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
     fraction = job_fraction(status)
     series = list(memory.series)
     last = series[-1] if series else {}
+    losses = [p["loss"] for p in series if p.get("loss") is not None]
     num_tasks = status.get("num_tasks") or 0
     doc.update({
         "live": live,
@@ -381,11 +400,12 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
                      "elapsed_s": round(now - memory.started, 1) if memory.started else None},
         "samples_total": sum(p.samples for p in progress.values()),
         "samples_per_s": last.get("samples_per_s"),
-        "loss": last.get("loss"),
+        "loss": losses[-1] if losses else None,  # the last known (no trainer is left at the end)
         "series": series,
         "pass_metrics": pass_metrics(progress),
         "trainers": trainer_rows(status, progress, memory.incarnations, now),
-        "pservers": pserver_rows(sight.pservers if sight else (), memory.incarnations),
+        "pservers": pserver_rows(sight.pservers if sight else (), memory.incarnations,
+                                 memory.pserver_metrics),
         "metrics_urls": metrics_urls(sight.endpoints if sight else ()),
         "events": [e.as_dict() for e in events],
         "observer": memory.as_dict(),

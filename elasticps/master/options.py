@@ -27,7 +27,7 @@ class MasterOptions:
     num_pservers: int = 0
     reconcile_timeout: float = 30.0  # how long one round waits for a shard that is down
     metrics_port: int = 0  # Prometheus /metrics of this process (0 = any free port)
-    observe_interval: float = 2.0  # seconds between the status page's samples
+    observe_interval: float = 1.0  # seconds between the status page's samples
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")
 
 

@@ -37,9 +37,7 @@ import contextlib
 import enum
 import functools
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -65,7 +63,7 @@ from elasticps.store.keys import (
     pserver_slot,
     record_event,
 )
-from elasticps.telemetry.logfmt import set_node
+from elasticps.telemetry.logfmt import process_node, set_node
 from elasticps.telemetry.role import RoleTelemetry
 
 log = logging.getLogger(__name__)
@@ -161,8 +159,7 @@ class PServerProcess(Lifecycle[PServerState]):
         self._saved_version = -1
         self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
         self._halt = threading.Event()  # ends the checkpoint loop
-        self.telemetry = RoleTelemetry(config.job_name, "pserver",
-                                       f"pserver-{socket.gethostname()}-{os.getpid()}")
+        self.telemetry = RoleTelemetry(config.job_name, "pserver", process_node("pserver"))
         self.checkpoint_clock = CheckpointClock()
         self.metrics = PServerMetrics(self.telemetry.registry, lambda: self.shard,
                                       self.checkpoint_clock)

@@ -24,6 +24,13 @@ _context: dict[str, str] = {"job": "-", "role": "-",
                             "node": f"{socket.gethostname()}-{os.getpid()}"}
 
 
+def process_node(role: str, trainer_id: int | None = None) -> str:
+    """A role process's name before it knows a better one: ``master-<host>-<pid>``,
+    ``pserver-<host>-<pid>``; a trainer's is its name for good, ``trainer-<id>-<host>-<pid>``."""
+    index = f"{trainer_id}-" if role == "trainer" and trainer_id is not None else ""
+    return f"{role}-{index}{socket.gethostname()}-{os.getpid()}"
+
+
 def set_context(*, job: str | None = None, role: str | None = None,
                 node: str | None = None) -> None:
     for key, value in (("job", job), ("role", role), ("node", node)):
@@ -70,11 +77,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: int, fmt: str = "text", *, job: str | None = None,
-              role: str | None = None) -> None:
+              role: str | None = None, node: str | None = None) -> None:
     """Set up the root logger: one stderr handler in ``fmt`` (``text`` or ``json``)."""
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r} is not one of {', '.join(FORMATS)}")
-    set_context(job=job, role=role)
+    set_context(job=job, role=role, node=node)
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))

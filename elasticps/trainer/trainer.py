@@ -27,7 +27,6 @@ import dataclasses
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from elasticps.config import Config, current
 from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
+from elasticps.telemetry.logfmt import process_node
 from elasticps.trainer.api import ParameterClient, TaskSource
 from elasticps.trainer.dataset_reader import (
     DatasetReader,
@@ -159,7 +159,7 @@ class Trainer:
         if config.store is None:
             raise ConfigError("PADDLE_STORE is not set: this process is not part of a job")
         self.config = config
-        name = f"trainer-{config.trainer_id}-{socket.gethostname()}-{os.getpid()}"
+        name = process_node("trainer", config.trainer_id)
         store = open_store(config.store, config.job_name)
         self.store = store
         self._closers.append(store.close)

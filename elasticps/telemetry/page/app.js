@@ -69,6 +69,7 @@ function lineChart(svg, series, opts) {
   let xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (opts.markers) { const padX = (x1 - x0) * 0.06; x0 -= padX; x1 += padX; }
   if (opts.zero && y0 > 0) y0 = 0;
   const pad = (y1 - y0) * 0.08 || Math.abs(y1) * 0.1 || 1;
   y1 += pad; if (!(opts.zero && y0 === 0)) y0 -= pad;
@@ -269,6 +270,8 @@ async function refresh() {
     banner.hidden = false;
     banner.textContent = "The status server does not answer; the job may have ended. "
       + "A finished job's page: elasticps ui WORKDIR";
+    clearInterval(timer);  // ask again, less often
+    timer = setInterval(refresh, 10000);
     return;
   }
   render(doc);

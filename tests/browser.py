@@ -1,0 +1,82 @@
+"""Debian's Chromium in headless mode, driven by Selenium: the status page as a person sees it.
+
+The browser is the system's (``apt-get install chromium chromium-driver``, scripts/setup.sh);
+nothing is downloaded. Each session gets a fresh profile directory; :meth:`Browser.close` ends
+the driver and the browser it started (by pid if quitting fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--window-size=1400,2000")
+
+
+def find_chromium() -> tuple[str, str]:
+    browser = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        raise AssertionError("Chromium is not installed: apt-get install -y chromium "
+                             "chromium-driver (scripts/setup.sh does this)")
+    return browser, driver
+
+
+class Browser:
+    def __init__(self, profile: Path) -> None:
+        binary, driver = find_chromium()
+        options = webdriver.ChromeOptions()
+        options.binary_location = binary
+        for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+            options.add_argument(flag)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must fetch nothing
+        self.service = Service(driver)
+        self.driver = webdriver.Chrome(service=self.service, options=options)
+
+    def open_page(self, url: str, timeout: float = 30.0) -> None:
+        """Load ``url`` and wait until the page has drawn itself from /api/status. The console
+        log starts empty: the previous page is left first and its messages dropped."""
+        self.driver.get("about:blank")
+        self.driver.get_log("browser")  # reading the log empties it
+        self.driver.get(url)
+        WebDriverWait(self.driver, timeout).until(
+            lambda d: int(d.find_element(By.TAG_NAME, "body").get_attribute("data-rendered")
+                          or 0) >= 1)
+
+    def console_errors(self) -> list[dict[str, Any]]:
+        return [e for e in self.driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+    def chart_points(self, chart_id: str) -> int:
+        return int(self.driver.find_element(By.ID, chart_id).get_attribute("data-points") or 0)
+
+    def table_rows(self, table_id: str) -> list[list[str]]:
+        rows = self.driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")
+        return [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+
+    def text(self, element_id: str) -> str:
+        return str(self.driver.find_element(By.ID, element_id).text)
+
+    def screenshot(self, path: Path) -> Path:
+        self.driver.save_screenshot(str(path))
+        return path
+
+    def close(self) -> None:
+        process = getattr(self.service, "process", None)
+        try:
+            self.driver.quit()
+        finally:
+            if process is not None and process.poll() is None:  # quit failed: end what we began
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)

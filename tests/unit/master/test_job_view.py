@@ -1,0 +1,170 @@
+"""The status page's view, decided purely: timeline entries, charts, tables, ETA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from elasticps.master.job_view import (
+    MAX_POINTS,
+    PServerSight,
+    Sight,
+    ViewMemory,
+    document,
+    eta_seconds,
+    job_fraction,
+    observe,
+    pass_metrics,
+    samples_rate,
+    trainer_slot,
+)
+from elasticps.store.keys import PServerSlot, TrainerProgress
+
+
+def status(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"job": "j", "state": "running", "pass": 0, "num_passes": 2,
+                           "num_tasks": 10, "counts": {"todo": 6, "pending": 2, "done": 2,
+                                                       "failed": 0},
+                           "live_trainers": ["trainer-0-h-1", "trainer-1-h-2"],
+                           "failure_log": [], "accounting": [], "pending": {}}
+    doc.update(changes)
+    return doc
+
+
+def sight(now: float, *, progress: dict[str, TrainerProgress] | None = None,
+          pservers: list[PServerSight] | None = None, **changes: Any) -> Sight:
+    return Sight(now=now, node="master-a", status=status(**changes),
+                 progress=progress or {}, pservers=pservers or [])
+
+
+def kinds(events: list[Any]) -> list[tuple[str, str]]:
+    return [(e.kind, e.subject) for e in events]
+
+
+def test_trainers_joining_and_leaving_and_the_first_pass_are_announced_once() -> None:
+    memory, events = observe(ViewMemory(), sight(10.0))
+    assert sorted(kinds(events)) == [("pass", "pass 0"), ("trainer", "trainer-0"),
+                                     ("trainer", "trainer-1")]
+    memory, events = observe(memory, sight(11.0))
+    assert events == []
+    memory, events = observe(memory, sight(12.0, live_trainers=["trainer-0-h-1"]))
+    assert kinds(events) == [("trainer", "trainer-1")]
+    assert "left the job" in events[0].message
+
+
+def test_a_new_process_in_a_pserver_slot_or_a_trainer_index_is_a_restart() -> None:
+    slot = PServerSlot("127.0.0.1:1", pid=100, host="h")
+    progress = {"trainer-0-h-1": TrainerProgress(samples=5, time=9.0)}
+    memory, events = observe(ViewMemory(), sight(10.0, progress=progress,
+                                                 pservers=[PServerSight(0, slot)]))
+    assert not [e for e in events if e.kind == "restart"]
+    progress = {**progress, "trainer-0-h-7": TrainerProgress(samples=1, time=10.5)}
+    moved = PServerSlot("127.0.0.1:2", pid=200, host="h")
+    memory, events = observe(memory, sight(11.0, progress=progress,
+                                           pservers=[PServerSight(0, moved)]))
+    restarts = sorted((e.subject, e.message) for e in events if e.kind == "restart")
+    assert restarts == [
+        ("pserver-0", "pserver slot pserver-0 came back as pid 200 on h at 127.0.0.1:2 "
+                      "(restart 1)"),
+        ("trainer-0", "trainer trainer-0 came back as trainer-0-h-7 (restart 1)")]
+    memory, events = observe(memory, sight(12.0, progress=progress,
+                                           pservers=[PServerSight(0, None)]))
+    assert not [e for e in events if e.kind == "restart"]  # down is not a restart
+    assert memory.incarnations["pserver-0"] == ("pid 100 on h", "pid 200 on h")
+
+
+def test_failed_tasks_reconciliations_and_the_end_reach_the_timeline_once() -> None:
+    failure = {"pass": 0, "task": 3, "reason": "chunk 7 is truncated"}
+    short = {"pass": 0, "complete": False, "expected_batches": 40,
+             "missing_tasks": {"3": [1, 2]}}
+    whole = {"pass": 0, "complete": True, "expected_batches": 40, "missing_tasks": {}}
+    memory, events = observe(ViewMemory(), sight(1.0, failure_log=[failure],
+                                                 accounting=[short]))
+    found = {e.kind: e.message for e in events}
+    assert found["task_failed"] == "task 3 failed in pass 0: chunk 7 is truncated"
+    assert "miss 2 batch(es) of tasks 3" in found["recovery"]
+    memory, events = observe(memory, sight(2.0, failure_log=[failure], accounting=[whole]))
+    assert kinds(events) == [("reconciled", "pass 0")]
+    memory, events = observe(memory, sight(3.0, failure_log=[failure], accounting=[whole],
+                                           state="succeeded", **{"pass": 1}))
+    assert sorted(kinds(events)) == [("job", "j"), ("pass", "pass 1")]
+    memory, events = observe(memory, sight(4.0, failure_log=[failure], accounting=[whole],
+                                           state="succeeded", **{"pass": 1}))
+    assert events == []
+
+
+def test_samples_per_second_counts_fresh_live_trainers_only() -> None:
+    progress = {"a": TrainerProgress(samples_per_s=100.0, time=10.0),
+                "b": TrainerProgress(samples_per_s=50.0, time=2.0),  # blocked for 8 s
+                "gone": TrainerProgress(samples_per_s=70.0, time=10.0)}
+    assert samples_rate(progress, frozenset({"a", "b"}), 10.5) == 100.0
+
+
+def test_the_series_halves_its_resolution_instead_of_growing_without_bound() -> None:
+    memory = ViewMemory()
+    for tick in range(MAX_POINTS + 1):
+        memory, _ = observe(memory, sight(float(tick)))
+    assert len(memory.series) == (MAX_POINTS + 1 + 1) // 2
+    assert memory.stride == 2
+    before = len(memory.series)
+    memory, _ = observe(memory, sight(float(MAX_POINTS + 1)))  # odd tick: no point
+    memory, _ = observe(memory, sight(float(MAX_POINTS + 2)))
+    assert len(memory.series) == before + 1
+
+
+def test_progress_fraction_and_eta() -> None:
+    assert job_fraction(status()) == pytest.approx(2 / 20)
+    assert job_fraction(status(**{"pass": 1})) == pytest.approx(12 / 20)
+    assert job_fraction(status(state="succeeded")) == 1.0
+    assert job_fraction({"state": "waiting_for_dataset", "pass": None}) == 0.0
+    series = [{"t": 0.0, "progress": 0.0}, {"t": 10.0, "progress": 0.1},
+              {"t": 20.0, "progress": 0.2}]
+    assert eta_seconds(series, 0.2) == pytest.approx(80.0)
+    assert eta_seconds(series[:1], 0.0) is None
+    assert eta_seconds([{"t": 0.0, "progress": 0.5}, {"t": 5.0, "progress": 0.5}], 0.5) is None
+    assert eta_seconds(series, 1.0) == 0.0
+
+
+def test_pass_metrics_average_the_trainers_that_reported_each_pass() -> None:
+    progress = {"a": TrainerProgress(pass_metrics={"0": {"test_auc": 0.7, "cost": 0.5},
+                                                   "1": {"test_auc": 0.8}}),
+                "b": TrainerProgress(pass_metrics={"0": {"test_auc": 0.9, "cost": 0.3}})}
+    assert pass_metrics(progress) == [{"pass": 0, "cost": 0.4, "test_auc": 0.8},
+                                      {"pass": 1, "test_auc": 0.8}]
+
+
+def test_the_document_has_a_row_per_trainer_index_and_pserver_shard() -> None:
+    progress = {"trainer-0-h-1": TrainerProgress(samples=100, samples_per_s=9.0, time=5.0,
+                                                 loss=0.5),
+                "trainer-0-h-9": TrainerProgress(samples=40, samples_per_s=7.0, time=9.0,
+                                                 loss=0.4),
+                "trainer-1-h-2": TrainerProgress(samples=60, samples_per_s=8.0, time=9.5)}
+    live = ["trainer-0-h-9", "trainer-1-h-2"]
+    pservers = [PServerSight(1, None), PServerSight(0, PServerSlot("a:1", 5, "h"),
+                                                    {"rows": 10.0, "bytes": 400.0})]
+    memory, _ = observe(ViewMemory(), sight(10.0, progress=progress, pservers=pservers,
+                                            live_trainers=live, pending={"trainer-1-h-2": [4]}))
+    memory, _ = observe(memory, sight(11.0, progress=progress, live_trainers=live,
+                                      pservers=[PServerSight(0, None), PServerSight(1, None)]))
+    doc = document(status(live_trainers=live, pending={"trainer-1-h-2": [4]}), memory,
+                   sight(11.0, progress=progress, live_trainers=live,
+                         pservers=[PServerSight(0, None), PServerSight(1, None)]),
+                   events=[], now=11.0)
+    rows = {r["name"]: r for r in doc["trainers"]}
+    assert list(rows) == ["trainer-0", "trainer-1"]
+    assert rows["trainer-0"]["process"] == "trainer-0-h-9"
+    assert rows["trainer-0"]["samples"] == 140
+    assert rows["trainer-0"]["last_seen_s"] == 2.0
+    assert rows["trainer-1"]["tasks"] == [4]
+    assert [p["name"] for p in doc["pservers"]] == ["pserver-0", "pserver-1"]
+    assert doc["pservers"][0]["rows"] == 10  # the last scraped, while it is down
+    assert doc["pservers"][0]["up"] is False
+    assert doc["samples_total"] == 200
+    again = ViewMemory.from_document(doc)
+    assert again == memory  # the memory travels inside the document to the next leader
+
+
+def test_trainer_slot_of_a_process_name() -> None:
+    assert trainer_slot("trainer-12-host-a-99") == "trainer-12"
+    assert trainer_slot("worker") == "worker"
