@@ -37,12 +37,23 @@ def job_location(workdir: str | None, job: str | None, store: str | None) -> tup
 
 def set_desired_trainers(store_url: str, job_name: str, trainers: int) -> None:
     from elasticps.store import open_store
-    from elasticps.store.keys import DESIRED_TRAINERS, encode_desired_trainers
+    from elasticps.store.keys import (
+        DESIRED_TRAINERS,
+        JobEvent,
+        decode_desired_trainers,
+        encode_desired_trainers,
+        record_event,
+    )
 
     if not 0 <= trainers <= MAX_TRAINERS:
         raise ConfigError(f"--trainers={trainers} must be within [0, {MAX_TRAINERS}]")
     with open_store(store_url, job_name) as store:
+        kv = store.get(DESIRED_TRAINERS)
+        before = f" (was {decode_desired_trainers(kv.value)})" if kv is not None else ""
         store.put(DESIRED_TRAINERS, encode_desired_trainers(trainers))
+        # the status page's timeline; the joins and leaves that follow are the master's
+        record_event(store, JobEvent("scale", "trainers",
+                                     f"asked for {trainers} trainer(s){before}", "scale"))
 
 
 def register(subparsers: Any) -> None:

@@ -122,7 +122,7 @@ class JobObserver:
         self._record(found)
         events = [*(sight.events or events), *found][-EVENTS_SHOWN:]
         self._view = (memory, sight, events)
-        if memory.ticks % self.save_every == 1:
+        if (memory.ticks - 1) % self.save_every == 0:  # the first tick, then every save_every
             self.save()
         if memory.ticks % 150 == 0:
             trim_events(self.store, EVENTS_KEPT)

@@ -197,6 +197,11 @@ def test_status_url_serves_prometheus_text_and_lists_metrics_urls(job: RunningJo
     assert all(p["rows"] > 0 and p["up"] for p in doc["pservers"])
     kinds = {e["kind"] for e in doc["events"]}
     assert {"trainer", "pass", "reconciled"} <= kinds, doc["events"]
+    running = elasticps("status", "--workdir", str(job.workdir))
+    assert running.returncode == 0, running.stderr
+    assert running.stdout.splitlines()[0].endswith("): running"), running.stdout
+    assert f"status page: {job.status_url}" in running.stdout
+    assert "trainer  2 trainer(s), 2 running, 0 restart(s)" in running.stdout
 
 
 def test_the_running_jobs_page_in_a_real_browser(job: RunningJob, browser: Browser,

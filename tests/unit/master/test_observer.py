@@ -1,0 +1,94 @@
+"""The status page's loop over a real (embedded) store: a takeover is recorded as a failover
+and continues the saved charts; the saved document is what the next leader reads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elasticps.master.observer import JobObserver
+from elasticps.store import Store, open_store
+from elasticps.store.api import Op
+from elasticps.store.keys import (
+    JOB_HISTORY,
+    TrainerProgress,
+    encode_history,
+    publish_progress,
+    read_events,
+    read_history,
+)
+
+
+class FakeState:
+    """What the observer reads of the master: its node, its job, the queue's status."""
+
+    def __init__(self, node: str, **status: Any) -> None:
+        self.node, self.job = node, "j"
+        self.doc = {"job": "j", "master": node, "state": "running", "pass": 0, "num_passes": 1,
+                    "num_tasks": 4, "counts": {"todo": 2, "pending": 0, "done": 2, "failed": 0},
+                    "live_trainers": ["trainer-0-h-1"], "failure_log": [], "accounting": [],
+                    "pending": {}, **status}
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.doc)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    handle = open_store(f"file://{tmp_path}/s.db", "j")
+    yield handle
+    handle.close()
+
+
+def observer(store: Store, state: FakeState) -> JobObserver:
+    def commit(ops: Sequence[Op]) -> None:
+        store.txn([], list(ops))
+
+    return JobObserver(store, state, num_pservers=0, commit=commit,  # type: ignore[arg-type]
+                       halt=threading.Event(), interval=0.01, save_every=1)
+
+
+def test_a_new_leader_records_the_failover_and_continues_the_charts(store: Store) -> None:
+    publish_progress(store, "trainer-0-h-1", TrainerProgress(samples=10, time=1.0, loss=0.5))
+    first = observer(store, FakeState("master-a"))
+    first.resume()
+    first.tick()
+    first.tick()
+    saved = read_history(store)
+    assert saved is not None
+    assert saved["master"] == "master-a"
+    assert len(saved["series"]) == 2
+    second = observer(store, FakeState("master-b"))
+    second.resume()
+    failovers = [e for e in read_events(store) if e.kind == "failover"]
+    assert [e.message for e in failovers] == [
+        "master master-b took over from master-a (pass 1)"]
+    assert len(second.document()["series"]) == 2  # before its first tick: the saved charts
+    second.tick()
+    doc = second.document()
+    assert len(doc["series"]) == 3
+    assert [e["kind"] for e in doc["events"]].count("trainer") == 1  # not announced again
+    assert doc["trainers"][0]["name"] == "trainer-0"
+
+
+def test_no_failover_once_the_job_is_over(store: Store) -> None:
+    store.put(JOB_HISTORY, encode_history({"master": "master-a", "state": "succeeded",
+                                           "series": [], "events": []}))
+    observer(store, FakeState("master-b", state="succeeded")).resume()
+    assert read_events(store) == []
+
+
+def test_a_stopping_observer_takes_a_last_look_and_saves_it(store: Store) -> None:
+    state = FakeState("master-a")
+    loop = observer(store, state)
+    loop.halt.set()
+    state.doc.update(state="succeeded")
+    loop.run()
+    saved = read_history(store)
+    assert saved is not None
+    assert saved["state"] == "succeeded"
+    assert "the job succeeded" in [e["message"] for e in saved["events"]]
