@@ -212,8 +212,8 @@ def _failed_tasks(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
             continue
         seen.add(key)
         events.append(_event(sight, "task_failed", f"task {entry.get('task')}",
-                             f"task {entry.get('task')} failed in pass {entry.get('pass')}: "
-                             f"{entry.get('reason')}"))
+                             f"task {entry.get('task')} failed in {pass_name(entry.get('pass'))}"
+                             f": {entry.get('reason')}"))
     if len(seen) > MAX_SEEN:
         seen = set(sorted(seen)[-MAX_SEEN:])
     return frozenset(seen), events
@@ -230,16 +230,27 @@ def _reconciliations(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
         if key in seen:
             continue
         seen.add(key)
+        name = pass_name(acc.get("pass"))
         if acc.get("complete"):
-            events.append(_event(sight, "reconciled", f"pass {acc.get('pass')}",
-                                 f"pass {acc.get('pass')} reconciled: every pserver shard "
-                                 f"holds all {acc.get('expected_batches')} batches"))
+            events.append(_event(sight, "reconciled", name,
+                                 f"{name} reconciled: every pserver shard holds all "
+                                 f"{acc.get('expected_batches')} batches"))
         else:
-            events.append(_event(sight, "recovery", f"pass {acc.get('pass')}",
-                                 f"pass {acc.get('pass')}: pserver shards miss {lost} "
-                                 f"batch(es) of tasks {', '.join(sorted(missing))}; recovery "
-                                 "dispatches recompute them"))
+            events.append(_event(sight, "recovery", name,
+                                 f"{name}: pserver shards miss {lost} batch(es) of "
+                                 f"{_listing(missing)}; recovery dispatches recompute them"))
     return frozenset(seen), events
+
+
+def pass_name(pass_id: Any) -> str:
+    """How people count passes: ``pass 1`` is pass id 0."""
+    return f"pass {pass_id + 1}" if isinstance(pass_id, int) else "pass ?"
+
+
+def _listing(tasks: Mapping[str, Any], shown: int = 8) -> str:
+    ids = sorted(tasks, key=lambda t: int(t) if t.isdigit() else -1)
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return f"task{'s' if len(ids) > 1 else ''} {', '.join(ids[:shown])}{more}"
 
 
 def _pass_and_state(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
@@ -248,8 +259,8 @@ def _pass_and_state(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
     pass_id = status.get("pass")
     if isinstance(pass_id, int) and pass_id != memory.pass_id and (
             memory.pass_id is None or pass_id > memory.pass_id):
-        events.append(_event(sight, "pass", f"pass {pass_id}",
-                             f"pass {pass_id + 1} of {status.get('num_passes')} started"))
+        events.append(_event(sight, "pass", pass_name(pass_id),
+                             f"{pass_name(pass_id)} of {status.get('num_passes')} started"))
     state = status.get("state")
     if state in ("succeeded", "failed") and state != memory.state:
         reason = status.get("job_failed_reason")

@@ -44,7 +44,7 @@ def kinds(events: list[Any]) -> list[tuple[str, str]]:
 
 def test_trainers_joining_and_leaving_and_the_first_pass_are_announced_once() -> None:
     memory, events = observe(ViewMemory(), sight(10.0))
-    assert sorted(kinds(events)) == [("pass", "pass 0"), ("trainer", "trainer-0"),
+    assert sorted(kinds(events)) == [("pass", "pass 1"), ("trainer", "trainer-0"),
                                      ("trainer", "trainer-1")]
     memory, events = observe(memory, sight(11.0))
     assert events == []
@@ -82,13 +82,14 @@ def test_failed_tasks_reconciliations_and_the_end_reach_the_timeline_once() -> N
     memory, events = observe(ViewMemory(), sight(1.0, failure_log=[failure],
                                                  accounting=[short]))
     found = {e.kind: e.message for e in events}
-    assert found["task_failed"] == "task 3 failed in pass 0: chunk 7 is truncated"
-    assert "miss 2 batch(es) of tasks 3" in found["recovery"]
+    assert found["task_failed"] == "task 3 failed in pass 1: chunk 7 is truncated"
+    assert found["recovery"] == ("pass 1: pserver shards miss 2 batch(es) of task 3; recovery "
+                                 "dispatches recompute them")
     memory, events = observe(memory, sight(2.0, failure_log=[failure], accounting=[whole]))
-    assert kinds(events) == [("reconciled", "pass 0")]
+    assert kinds(events) == [("reconciled", "pass 1")]
     memory, events = observe(memory, sight(3.0, failure_log=[failure], accounting=[whole],
                                            state="succeeded", **{"pass": 1}))
-    assert sorted(kinds(events)) == [("job", "j"), ("pass", "pass 1")]
+    assert sorted(kinds(events)) == [("job", "j"), ("pass", "pass 2")]
     memory, events = observe(memory, sight(4.0, failure_log=[failure], accounting=[whole],
                                            state="succeeded", **{"pass": 1}))
     assert events == []
@@ -168,3 +169,12 @@ def test_the_document_has_a_row_per_trainer_index_and_pserver_shard() -> None:
 def test_trainer_slot_of_a_process_name() -> None:
     assert trainer_slot("trainer-12-host-a-99") == "trainer-12"
     assert trainer_slot("worker") == "worker"
+
+
+def test_a_long_list_of_tasks_is_shortened_in_numeric_order() -> None:
+    short = {"pass": 2, "complete": False, "expected_batches": 9,
+             "missing_tasks": {str(t): [0] for t in (10, 2, 1, 33, 4, 5, 6, 7, 8, 9)}}
+    _, events = observe(ViewMemory(), sight(1.0, accounting=[short]))
+    recovery = next(e for e in events if e.kind == "recovery")
+    assert recovery.message == ("pass 3: pserver shards miss 10 batch(es) of tasks 1, 2, 4, 5, "
+                                "6, 7, 8, 9 and 2 more; recovery dispatches recompute them")
