@@ -1,5 +1,9 @@
 """The status page's files: ``index.html``, ``app.js`` (draws everything, charts included, from
-``/api/status``; no library, nothing fetched from elsewhere) and ``style.css``."""
+``api/status``; no library, nothing fetched from elsewhere) and ``style.css``.
+
+Every URL in them is relative, so the page works wherever it is mounted: at ``/`` of the
+master or of ``elasticps ui``, and behind the Kubernetes API server's service proxy
+(``.../services/<job>-master:http/proxy/``)."""
 
 from __future__ import annotations
 

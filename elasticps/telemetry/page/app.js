@@ -239,10 +239,10 @@ function drawSummary(doc) {
   const footer = $("footer");
   while (footer.firstChild) footer.removeChild(footer.firstChild);
   footer.appendChild(document.createTextNode("JSON: "));
-  footer.appendChild(el("a", { href: "/api/status" }, "/api/status"));
+  footer.appendChild(el("a", { href: "api/status" }, "api/status"));
   if (doc.live) {
     footer.appendChild(document.createTextNode(" \u00b7 Prometheus: "));
-    footer.appendChild(el("a", { href: "/metrics" }, "/metrics"));
+    footer.appendChild(el("a", { href: "metrics" }, "metrics"));
   }
   const urls = doc.metrics_urls || {};
   const count = Object.values(urls).reduce((n, byName) => n + Object.keys(byName).length, 0);
@@ -260,7 +260,7 @@ function render(doc) {
 async function refresh() {
   let doc = null;
   try {
-    const response = await fetch("/api/status", { cache: "no-store" });
+    const response = await fetch("api/status", { cache: "no-store" });
     if (response.ok) doc = await response.json();
   } catch (err) {
     doc = null;

@@ -194,9 +194,11 @@ def test_status_page_and_address_are_published(store: Store, master: RunningMast
     assert doc["num_passes"] == 3
     assert doc["counts"] == {"todo": 4, "pending": 1, "done": 0, "failed": 0}
     assert doc["pending"] == {"a": [0]}
+    assert doc["state"] == "running"
     with urllib.request.urlopen(address.status_url, timeout=10) as reply:
         page = reply.read().decode()
-    assert "running" in page
-    assert "/api/status" in page
+    assert '<script src="static/app.js">' in page  # the page draws itself from api/status
+    with urllib.request.urlopen(address.status_url + "metrics", timeout=10) as reply:
+        assert b'elasticps_master_tasks{state="pending"} 1.0' in reply.read()
     client.close()
 
