@@ -95,6 +95,7 @@ class StatusMonitor(threading.Thread):
         tty = bool(getattr(self.err, "isatty", lambda: False)())
         self.view: PlainLines | RichBar = RichBar(self.err) if tty else PlainLines(self.err)
         self._samples: list[tuple[float, float]] = []
+        self._last_status: dict[str, Any] | None = None
 
     def say(self, text: str) -> None:
         """A message for the user (above the bar on a terminal)."""
@@ -127,6 +128,9 @@ class StatusMonitor(threading.Thread):
             print(f"status: {self.status_url}", file=self.out, flush=True)
             self.url_ready.set()
         status = fetch_status(http) if http else None
+        if status is None:  # between masters, or the job is ending: keep the last known
+            status = self._last_status
+        self._last_status = status
         progress = read_progress(store)
         now = time.monotonic()
         total = sum(p.samples for p in progress.values())

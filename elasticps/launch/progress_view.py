@@ -9,6 +9,7 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
+from rich.table import Column
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,15 @@ class RichBar:
                  ) -> None:
         self.console = Console(file=err, force_terminal=force_terminal, width=width,
                                highlight=False)
+        # The pass, the bar, the share and the ETA always show; the rest is cut to the width.
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30),
-            TaskProgressColumn(), TextColumn("ETA {task.fields[eta]}"),
-            TextColumn("{task.fields[info]}"), console=self.console, auto_refresh=False,
-            redirect_stdout=False, redirect_stderr=False)
+            TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=24), TaskProgressColumn(table_column=Column(no_wrap=True)),
+            TextColumn("ETA {task.fields[eta]}", table_column=Column(no_wrap=True)),
+            TextColumn("{task.fields[info]}",
+                       table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            console=self.console, auto_refresh=False, redirect_stdout=False,
+            redirect_stderr=False, expand=True)
         self._task: TaskID | None = None
         self._lock = threading.Lock()
 
