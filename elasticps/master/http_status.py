@@ -15,6 +15,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from elasticps.store.keys import json_safe
 from elasticps.telemetry.exporter import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from elasticps.telemetry.page import asset
 
@@ -36,7 +37,7 @@ class StatusServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/api/status":
-                    body = json.dumps(fn(), indent=1, allow_nan=False).encode()
+                    body = json.dumps(json_safe(fn()), indent=1, allow_nan=False).encode()
                     kind = "application/json"
                 elif path == "/metrics" and metrics_fn is not None:
                     body, kind = metrics_fn(), METRICS_CONTENT_TYPE

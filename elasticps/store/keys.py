@@ -40,6 +40,7 @@ mistaken for a real one::
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -419,8 +420,20 @@ def trim_events(store: Store, keep: int) -> int:
     return max(0, len(keys) - keep)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as null, at any depth (JSON has none: a diverged
+    loss must not make the status page unservable)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def encode_history(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, sort_keys=True, allow_nan=False).encode()
+    return json.dumps(json_safe(doc), sort_keys=True, allow_nan=False).encode()
 
 
 def decode_history(raw: bytes, key: str = JOB_HISTORY) -> dict[str, Any]:

@@ -110,7 +110,8 @@ def test_log_lines_name_job_role_and_node_as_text_or_json() -> None:
 
 
 def test_the_status_server_serves_the_page_its_assets_json_and_metrics() -> None:
-    server = StatusServer(lambda: {"job": "j", "state": "running"}, "127.0.0.1", 0,
+    server = StatusServer(lambda: {"job": "j", "state": "running", "loss": float("nan")},
+                          "127.0.0.1", 0,
                           metrics=lambda: b"# HELP x y\n# TYPE x gauge\nx 1.0\n")
     server.start()
     base = f"http://127.0.0.1:{server.port}"
@@ -124,7 +125,8 @@ def test_the_status_server_serves_the_page_its_assets_json_and_metrics() -> None
             assert status == 200
             assert len(body) > 1000
             assert b"//cdn" not in body
-        assert json.loads(fetch(base + "/api/status")[2]) == {"job": "j", "state": "running"}
+        assert json.loads(fetch(base + "/api/status")[2]) == {"job": "j", "state": "running",
+                                                              "loss": None}
         assert parsed(fetch(base + "/metrics")[2])["x"] == [("x", {}, 1.0)]
         assert fetch(base + "/static/../../etc/passwd")[0] == 404
     finally:
