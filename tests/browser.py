@@ -33,6 +33,30 @@ def find_chromium() -> tuple[str, str]:
     return browser, driver
 
 
+# Every vertex of every polyline and the centre of every circle of one <svg>, checked against
+# its viewBox.
+_DRAWN_POINTS = """
+const svg = document.getElementById(arguments[0]);
+const box = svg.viewBox.baseVal;
+const seen = new Set(), bad = [];
+const add = (x, y) => {
+  if (!Number.isFinite(x) || !Number.isFinite(y) || x < box.x || y < box.y
+      || x > box.x + box.width || y > box.y + box.height) { bad.push([String(x), String(y)]); }
+  else { seen.add(x.toFixed(1) + "," + y.toFixed(1)); }
+};
+for (const line of svg.querySelectorAll("polyline")) {
+  for (const pair of line.getAttribute("points").trim().split(/\\s+/)) {
+    const [x, y] = pair.split(",").map(Number);
+    add(x, y);
+  }
+}
+for (const dot of svg.querySelectorAll("circle")) {
+  add(Number(dot.getAttribute("cx")), Number(dot.getAttribute("cy")));
+}
+return {count: seen.size, bad: bad};
+"""
+
+
 class Browser:
     def __init__(self, profile: Path) -> None:
         binary, driver = find_chromium()
@@ -59,7 +83,12 @@ class Browser:
         return [e for e in self.driver.get_log("browser") if e.get("level") == "SEVERE"]
 
     def chart_points(self, chart_id: str) -> int:
-        return int(self.driver.find_element(By.ID, chart_id).get_attribute("data-points") or 0)
+        """The points the chart has drawn: distinct vertices of its lines and centres of its
+        markers, read from the SVG itself (not from what the page says it drew). A point
+        outside the chart's box or not a number fails the test."""
+        drawn = self.driver.execute_script(_DRAWN_POINTS, chart_id)
+        assert drawn["bad"] == [], (chart_id, drawn["bad"])
+        return int(drawn["count"])
 
     def table_rows(self, table_id: str) -> list[list[str]]:
         rows = self.driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")

@@ -224,6 +224,7 @@ def test_the_running_jobs_page_in_a_real_browser(job: RunningJob, browser: Brows
 def test_a_killed_pserver_shows_as_a_restart_and_a_recovery(job: RunningJob,
                                                            browser: Browser) -> None:
     before = job.status()["pservers"][1]
+    before_url = job.status()["metrics_urls"]["pserver"]["pserver-1"]
     os.kill(before["pid"], signal.SIGKILL)  # the launcher restarts it; it restores pass 0
 
     def restarted() -> dict[str, Any] | None:
@@ -237,6 +238,17 @@ def test_a_killed_pserver_shows_as_a_restart_and_a_recovery(job: RunningJob,
     doc = wait_for(restarted, 60, what="pserver 1's restart in the status page", interval=0.2)
     recovery = [e for e in doc["events"] if e["kind"] == "recovery"]
     assert "pserver 1 restored checkpoint" in recovery[-1]["message"]
+    # the new process timed its restore; the one that lived on timed its checkpoint of pass 0
+    def republished() -> dict[str, str] | None:
+        urls: dict[str, str] = job.status()["metrics_urls"]["pserver"]
+        return urls if urls.get("pserver-1") not in (None, before_url) else None
+
+    urls = wait_for(republished, 30, what="pserver 1's new metrics URL", interval=0.2)
+    restarted_fams = families(urls["pserver-1"])
+    assert value(restarted_fams["elasticps_pserver_restore_seconds"]) > 0
+    checkpoints = [s.value for s in families(urls["pserver-0"])[
+        "elasticps_pserver_checkpoint_seconds"].samples if s.name.endswith("_count")]
+    assert checkpoints[0] >= 1
     browser.open_page(job.status_url)
     assert browser.table_rows("pservers")[1][-1] == "1"  # restarts
     assert "came back as pid" in browser.text("events")
