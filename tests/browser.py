@@ -19,8 +19,10 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
+# --no-sandbox: CI runs as root; --disable-dev-shm-usage: a container's /dev/shm is often 64 MB,
+# too small for a renderer, which then crashes mid-test.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                  "--disable-quic", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--window-size=1400,2000")
 
 
