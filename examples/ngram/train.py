@@ -63,8 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     text.add_argument("--dim", type=int, default=32, help="word embedding width")
     text.add_argument("--rows-per-chunk", type=int, default=16_384,
                       help="rows per chunk (a task is a chunk)")
-    p.add_argument("--hidden", type=int, default=128, help="width of the tanh layer")
-    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--hidden", type=int, default=64, help="width of the tanh layer")
+    p.add_argument("--passes", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adagrad")
     p.add_argument("--lr", type=float, default=None,
