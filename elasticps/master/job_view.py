@@ -73,6 +73,7 @@ class ViewMemory:
     # the last metrics scraped from each pserver shard, shown (greyed) once it is down
     pserver_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     pass_id: int | None = None
+    failovers: int = 0  # takeovers so far (the timeline keeps only its newest entries)
     state: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -82,7 +83,7 @@ class ViewMemory:
                 "reconciled_seen": sorted(self.reconciled_seen),
                 "live_trainers": sorted(self.live_trainers), "pass": self.pass_id,
                 "pserver_metrics": {k: dict(v) for k, v in self.pserver_metrics.items()},
-                "state": self.state}
+                "state": self.state, "failovers": self.failovers}
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any]) -> ViewMemory:
@@ -104,7 +105,8 @@ class ViewMemory:
             live_trainers=frozenset(str(x) for x in mem.get("live_trainers") or []),
             pserver_metrics=_metrics_by_shard(mem.get("pserver_metrics")),
             pass_id=mem.get("pass") if isinstance(mem.get("pass"), int) else None,
-            state=mem.get("state") if isinstance(mem.get("state"), str) else None)
+            state=mem.get("state") if isinstance(mem.get("state"), str) else None,
+            failovers=int(_float(mem.get("failovers")) or 0))
 
 
 def _metrics_by_shard(value: Any) -> dict[str, dict[str, float]]:
@@ -152,6 +154,7 @@ def observe(memory: ViewMemory, sight: Sight) -> tuple[ViewMemory, list[JobEvent
             **{str(ps.shard): dict(ps.metrics) for ps in sight.pservers if ps.metrics}},
         pass_id=pass_id if isinstance(pass_id, int) else memory.pass_id,
         state=str(status.get("state")) if status.get("state") else memory.state,
+        failovers=memory.failovers,
     ), events
 
 
@@ -418,6 +421,7 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
         "pservers": pserver_rows(sight.pservers if sight else (), memory.incarnations,
                                  memory.pserver_metrics),
         "metrics_urls": metrics_urls(sight.endpoints if sight else ()),
+        "failovers_total": memory.failovers,
         "events": [e.as_dict() for e in events],
         "observer": memory.as_dict(),
     })

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from elasticps.errors import ElasticPSError, StoreValueError
@@ -110,6 +111,7 @@ class JobObserver:
         previous = saved.get("master")
         if previous and previous != self.state.node and saved.get("state") not in (
                 "succeeded", "failed"):
+            self._view = (replace(memory, failovers=memory.failovers + 1), *self._view[1:])
             self._record([JobEvent(
                 "failover", "master",
                 f"master {self.state.node} took over from {previous} (pass "

@@ -6,10 +6,10 @@ Read at scrape time from the leader's queue (nothing to update on the request pa
 ``elasticps_master_job_progress_ratio``, ``elasticps_master_records_total``,
 ``elasticps_master_tasks_finished_total``, ``elasticps_master_task_failures_total``,
 ``elasticps_master_recoveries_total`` (recovery dispatches), ``elasticps_master_reconciling``,
-``elasticps_master_live_trainers`` and ``elasticps_master_failovers_total`` (takeovers in the
-job's timeline). Observed as they happen: ``elasticps_master_dispatch_seconds`` (a GetTask
-answered, persistence included) and ``elasticps_master_store_write_seconds`` (every fenced
-write of the queue's state).
+``elasticps_master_live_trainers`` and ``elasticps_master_failovers_total`` (takeovers, counted
+by the status page's view and carried from leader to leader). Observed as they happen:
+``elasticps_master_dispatch_seconds`` (a GetTask answered, persistence included) and
+``elasticps_master_store_write_seconds`` (every fenced write of the queue's state).
 """
 
 from __future__ import annotations
@@ -79,14 +79,12 @@ class MasterMetrics:
                 ("task_failures", "Failed task attempts (lease expired, trainer lost, "
                  "TaskFailed)", "failures_total"),
                 ("recoveries", "Recovery dispatches (batches some pserver shard missed)",
-                 "recoveries_total")):
+                 "recoveries_total"),
+                ("failovers", "Times a master took over the job from another",
+                 "failovers_total")):
             value = doc.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 yield _counter(name, help_text, float(value))
-        events = doc.get("events") or []
-        yield _counter("failovers", "Times a master took over the job from another",
-                       float(sum(1 for e in events if isinstance(e, dict)
-                                 and e.get("kind") == "failover")))
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:

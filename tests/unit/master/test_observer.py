@@ -9,18 +9,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-from elasticps.master.observer import JobObserver
+from elasticps.master.observer import EVENTS_SHOWN, JobObserver
+from elasticps.master.telemetry import MasterMetrics
 from elasticps.store import Store, open_store
 from elasticps.store.api import Op
 from elasticps.store.keys import (
     JOB_HISTORY,
+    JobEvent,
     TrainerProgress,
     encode_history,
     publish_progress,
     read_events,
     read_history,
+    record_event,
 )
+from elasticps.telemetry.role import RoleTelemetry
 
 
 class FakeState:
@@ -73,6 +79,29 @@ def test_a_new_leader_records_the_failover_and_continues_the_charts(store: Store
     assert len(doc["series"]) == 3
     assert [e["kind"] for e in doc["events"]].count("trainer") == 1  # not announced again
     assert doc["trainers"][0]["name"] == "trainer-0"
+    assert doc["failovers_total"] == 1
+
+
+def test_failovers_are_counted_past_the_timeline_the_page_shows(store: Store) -> None:
+    """The counter is the view's, carried from leader to leader: the failover events may have
+    left the newest EVENTS_SHOWN entries long ago, and a Prometheus counter must not drop."""
+    for node in ("master-a", "master-b"):
+        loop = observer(store, FakeState(node))
+        loop.resume()
+        loop.tick()  # saves (save_every=1)
+    for i in range(EVENTS_SHOWN + 1):
+        record_event(store, JobEvent("pass", "job", f"filler {i}", "test"))
+    third = observer(store, FakeState("master-c"))
+    third.resume()
+    third.tick()
+    shown = [e["message"] for e in third.document()["events"] if e["kind"] == "failover"]
+    assert shown == ["master master-c took over from master-b (pass 1)"]  # a->b scrolled off
+    telemetry = RoleTelemetry("j", "master", "master-c")
+    MasterMetrics(telemetry.registry, third.document)
+    families = {f.name: f for f in text_string_to_metric_families(
+        generate_latest(telemetry.registry).decode())}
+    assert [(s.name, s.value) for s in families["elasticps_master_failovers"].samples] == [
+        ("elasticps_master_failovers_total", 2.0)]
 
 
 def test_no_failover_once_the_job_is_over(store: Store) -> None:

@@ -141,7 +141,7 @@ def test_master_metrics_are_read_from_the_status_document() -> None:
                            "records_total": 900, "tasks_finished_total": 13,
                            "failures_total": 2, "recoveries_total": 1, "reconciling": False,
                            "live_trainers": ["a", "b"], "progress": {"fraction": 0.4},
-                           "events": [{"kind": "failover"}, {"kind": "restart"}]}
+                           "failovers_total": 1}
     metrics = MasterMetrics(telemetry.registry, lambda: doc)
     metrics.dispatch.observe(0.002)
     metrics.store_write.observe(0.001)
