@@ -23,6 +23,12 @@ from typing import Any
 from elasticps.errors import ConfigError
 
 ROLES = ("master", "pserver", "trainer")
+# Upper bounds of a job (the job spec checks the same ones): a typo of a few zeros should be
+# refused with a message, not become a million processes or a lease that never expires.
+MAX_TRAINERS = 10_000
+MAX_PSERVERS = 1_000
+MAX_LEASE_TTL = 600
+MAX_CHECKPOINT_KEEP = 1_000
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -71,6 +77,17 @@ def _parse_csv(text: str) -> tuple[str, ...]:
     return items
 
 
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]{0,31}$")
+
+
+def _parse_schemes(text: str) -> tuple[str, ...]:
+    schemes = tuple(item.lower() for item in _parse_csv(text))
+    for scheme in schemes:
+        if not _SCHEME.match(scheme):
+            raise ValueError(f"entry {scheme!r} is not a URL scheme (e.g. file, s3, gs)")
+    return schemes
+
+
 def _parse_role(text: str) -> str:
     role = text.strip().lower()
     if role not in ROLES:
@@ -108,6 +125,7 @@ class EnvVar:
     parse: Callable[[str], Any]
     doc: str
     seed: bool = False  # named by the seed discussions; has a PADDLE_INIT_ alias
+    secret: bool = False  # never printed (`elasticps env --check` masks it)
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -115,11 +133,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_PSERVERS", "pservers", _parse_csv,
            "Comma-separated pserver hosts (informational: pservers are found through the store).",
            seed=True),
-    EnvVar("PADDLE_TRAINER_ID", "trainer_id", _parse_int(0),
+    EnvVar("PADDLE_TRAINER_ID", "trainer_id", _parse_int(0, 10 * MAX_TRAINERS),
            "This trainer's index, 0-based.", seed=True),
-    EnvVar("PADDLE_TRAINER_COUNT", "trainer_count", _parse_int(1),
+    EnvVar("PADDLE_TRAINER_COUNT", "trainer_count", _parse_int(1, MAX_TRAINERS),
            "Number of trainers the job starts with.", seed=True),
-    EnvVar("PADDLE_NUM_GRADIENT_SERVERS", "num_gradient_servers", _parse_int(1),
+    EnvVar("PADDLE_NUM_GRADIENT_SERVERS", "num_gradient_servers", _parse_int(1, MAX_TRAINERS),
            "Number of processes pushing gradients (the trainers), as in Paddle v1.", seed=True),
     EnvVar("PADDLE_PORTS_NUM_FOR_SPARSE", "ports_num_for_sparse", _parse_int(0),
            "Extra ports per pserver for sparse traffic (accepted for compatibility; one gRPC "
@@ -138,8 +156,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Job name (DNS-1123 label); every store key lives under /elasticps/<job>/."),
     EnvVar("PADDLE_ROLE", "role", _parse_role, "Role of this process: master, pserver or trainer."),
     EnvVar("PADDLE_JOB_TOKEN", "token", _parse_str,
-           "Per-job RPC token; every call must carry it."),
-    EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1),
+           "Per-job RPC token; every call must carry it.", secret=True),
+    EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1, MAX_PSERVERS),
            "Number of pserver slots N (job config, fixed for the job's life)."),
     EnvVar("PADDLE_HOST", "host", _parse_str,
            "Address this process advertises to its peers (pod IP in a cluster)."),
@@ -149,15 +167,31 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "fsspec URL where pservers write checkpoints."),
     EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1),
            "Seconds between pserver checkpoints."),
-    EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1),
+    EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1, MAX_CHECKPOINT_KEEP),
            "Checkpoints kept per pserver slot."),
-    EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1),
+    EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1, MAX_LEASE_TTL),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
            "Directory the local launcher gave the job (logs, generated data, exported model)."),
     EnvVar("PADDLE_HTTP_PORT", "http_port", _parse_int(0, 65535),
            "Port the master's HTTP status page binds (0 = any free port, published with "
            "the master's address)."),
+    EnvVar("PADDLE_HTTP_HOST", "http_host", _parse_str,
+           "Address the master's status page binds: loopback by default; any other address "
+           "serves it over TLS and requires the job token."),
+    EnvVar("PADDLE_TLS_DIR", "tls_dir", _parse_str,
+           "Directory with this process's TLS identity: ca.crt (the job's CA), tls.crt, "
+           "tls.key. Required unless PADDLE_INSECURE is true."),
+    EnvVar("PADDLE_INSECURE", "insecure", _parse_bool,
+           "Run without TLS (the token travels in clear; clients cannot verify servers)."),
+    EnvVar("PADDLE_HEALTH_PORT", "health_port", _parse_int(0, 65535),
+           "Plaintext port serving only grpc.health.v1, for kubelet probes (0 = none: health "
+           "is served on PADDLE_PORT only)."),
+    EnvVar("PADDLE_MAX_MESSAGE_MB", "max_message_mb", _parse_int(1, 2047),
+           "Largest request a pserver accepts, in MiB: size it to the largest push or dense "
+           "initialisation of a shard (the master accepts at most 4 MiB)."),
+    EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
+           "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -193,6 +227,12 @@ class Config:
     lease_ttl: int = 5
     http_port: int = 0
     workdir: str | None = None
+    http_host: str = "127.0.0.1"
+    tls_dir: str | None = None
+    insecure: bool = False
+    health_port: int = 0
+    max_message_mb: int = 256
+    data_schemes: tuple[str, ...] = ("file",)
 
     @property
     def pserver_count(self) -> int:

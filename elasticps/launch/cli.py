@@ -52,6 +52,9 @@ def register(subparsers: Any) -> None:
                      help="extra master processes waiting in the election; one takes over "
                      "within PADDLE_LEASE_TTL when the leader dies (default 1; 0 = the "
                      "restarted master takes over)")
+    run.add_argument("--insecure", action="store_true",
+                     help="run without TLS: no job CA, plaintext gRPC, the job token in clear "
+                     "(a warning is printed; by default every gRPC port requires mutual TLS)")
     run.add_argument("script", metavar="SCRIPT", help="the training script every trainer runs")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to SCRIPT")
@@ -71,7 +74,8 @@ def run_command(args: argparse.Namespace) -> int:
     opts = LaunchOptions(
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
-        grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters)
+        grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
+        insecure=args.insecure)
     return run_job(opts)
 
 

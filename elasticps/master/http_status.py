@@ -1,6 +1,8 @@
 """The master's HTTP status: ``/api/status`` (JSON) and a small human page at ``/``.
 
 Served by the standard library's threading HTTP server in a daemon thread; it only reads.
+Who may read it, and over what, is a :class:`~elasticps.master.status_access.StatusAccess`:
+open on loopback, token (and TLS) anywhere else.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from elasticps.master.status_access import OPEN, StatusAccess
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +43,21 @@ def render_page(doc: dict[str, Any]) -> str:
 
 
 class StatusServer:
-    """Serves ``status_fn()`` over HTTP on ``host:port`` (0 = any free port)."""
+    """Serves ``status_fn()`` over HTTP on ``host:port`` (0 = any free port), to whoever
+    ``access`` admits (over TLS when it has a context)."""
 
-    def __init__(self, status_fn: StatusFn, host: str, port: int) -> None:
+    def __init__(self, status_fn: StatusFn, host: str, port: int,
+                 access: StatusAccess = OPEN) -> None:
         fn = status_fn
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10.0  # seconds a client may take to send its request
+
             def do_GET(self) -> None:
+                if not access.allows(self.headers):
+                    self.send_error(401, "the status page requires the job token "
+                                    "(header X-Elasticps-Token)")
+                    return
                 path = self.path.split("?", 1)[0]
                 if path == "/api/status":
                     body = json.dumps(fn(), indent=1).encode()
@@ -67,6 +79,12 @@ class StatusServer:
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
+        self.scheme = access.scheme
+        if access.ssl_context is not None:
+            # The handshake runs in the request's thread (on its first read), so a client that
+            # stalls it holds that thread for at most Handler.timeout, never the accept loop.
+            self.httpd.socket = access.ssl_context.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="status-http",
                                         daemon=True)

@@ -19,11 +19,15 @@ from elasticps.master.http_status import StatusServer
 from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
 from elasticps.master.service import ChunkLister, MasterServicer, MasterState, data_chunk_lister
+from elasticps.master.status_access import status_access
 from elasticps.proto import master_pb2_grpc
 from elasticps.pserver.client import PServerClient
-from elasticps.rpc.health import add_health, set_serving
+from elasticps.rpc.health import add_health, serve_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import Store
+
+# The master's requests are small (names, ids, a dataset URL, a bounded failure reason).
+MASTER_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
 
 __all__ = ["MasterOptions", "MasterServer", "process_components", "serve_rpc", "serve_status"]
 
@@ -31,21 +35,27 @@ __all__ = ["MasterOptions", "MasterServer", "process_components", "serve_rpc", "
 @contextlib.contextmanager
 def serve_rpc(state: MasterState, options: MasterOptions) -> Iterator[int]:
     """The ``Master`` gRPC service (and grpc.health) on ``options.port``; yields the port."""
-    server = make_server(options.token)
+    server = make_server(options.credentials, max_receive_bytes=MASTER_MAX_RECEIVE_BYTES)
     master_pb2_grpc.add_MasterServicer_to_server(MasterServicer(state), server)
-    set_serving(add_health(server), True)  # only the elected leader serves at all
-    port = bind(server, options.host, options.port)
+    health = add_health(server)
+    set_serving(health, True)  # only the elected leader serves at all
+    port = bind(server, options.host, options.port, options.credentials)
     server.start()
+    probes = (None if options.health_port is None
+              else serve_health(health, options.host, options.health_port)[0])
     try:
         yield port
     finally:
+        if probes is not None:
+            probes.stop(grace=None)
         server.stop(grace=0.5)
 
 
 @contextlib.contextmanager
 def serve_status(state: MasterState, options: MasterOptions) -> Iterator[int]:
-    """The HTTP status page on ``options.http_port``; yields the port."""
-    http = StatusServer(state.status, options.host, options.http_port)
+    """The HTTP status page on ``options.http_host:http_port``; yields the port."""
+    http = StatusServer(state.status, options.http_host, options.http_port,
+                        status_access(options.http_host, options.credentials))
     http.start()
     try:
         yield http.port
@@ -57,7 +67,7 @@ def process_components(store: Store, options: MasterOptions) -> Components:
     return Components(
         rpc=functools.partial(serve_rpc, options=options),
         status=functools.partial(serve_status, options=options),
-        shards=functools.partial(PServerClient, store, options.token, options.num_pservers,
+        shards=functools.partial(PServerClient, store, options.credentials, options.num_pservers,
                                  deadline=options.reconcile_timeout, name=options.node))
 
 

@@ -3,12 +3,19 @@
 The overall service ``""`` reports NOT_SERVING until the role says it is ready (the master holds
 the election lock; a pserver has claimed its slot and restored). Health calls are the one thing
 the token interceptor lets through: the kubelet sends no token, and the answer reveals nothing.
+
+The kubelet's gRPC probes speak plaintext, so a role whose port requires mutual TLS also serves
+this one service on a separate plaintext port (``PADDLE_HEALTH_PORT``): :func:`serve_health`.
 """
 
 from __future__ import annotations
 
+from concurrent import futures
+
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from elasticps.errors import ConfigError
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 
@@ -25,3 +32,21 @@ def set_serving(servicer: health.HealthServicer, serving: bool) -> None:
     status = (health_pb2.HealthCheckResponse.SERVING if serving
               else health_pb2.HealthCheckResponse.NOT_SERVING)
     servicer.set("", status)
+
+
+def serve_health(servicer: health.HealthServicer, host: str,
+                 port: int) -> tuple[grpc.Server, int]:
+    """A started plaintext server on ``host:port`` (0 = any free port) with nothing but
+    ``servicer``: no token, no TLS, and requests of at most 1 KiB (a health check is a few
+    bytes). Returns it and its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"),
+                         options=(("grpc.max_receive_message_length", 1024),
+                                  ("grpc.max_concurrent_streams", 4),
+                                  ("grpc.so_reuseport", 0)),
+                         maximum_concurrent_rpcs=8)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise ConfigError(f"cannot bind the health port {host}:{port} (PADDLE_HEALTH_PORT)")
+    server.start()
+    return server, bound

@@ -179,6 +179,18 @@ class _PollingWatch(QueueWatch):
         return True
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only (0600) if it does not exist; SQLite
+    gives its -wal and -shm files the database file's mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create the embedded store {path}: {exc}") from exc
+    os.close(fd)
+
+
 class EmbeddedStore(Store):
     """SQLite in WAL mode, shared by the processes of one machine. See the module docstring."""
 
@@ -198,6 +210,7 @@ class EmbeddedStore(Store):
         self._leases: list[ThreadedLease] = []
         self._watches: list[QueueWatch] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
         self._conn = self._connect()
         with self._lock:
             self._enable_wal()

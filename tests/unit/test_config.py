@@ -35,6 +35,12 @@ GOOD = [
     ("PADDLE_LEASE_TTL", "3", "lease_ttl", 3),
     ("PADDLE_HTTP_PORT", "8080", "http_port", 8080),
     ("PADDLE_WORKDIR", "/tmp/ctr", "workdir", "/tmp/ctr"),
+    ("PADDLE_HTTP_HOST", "0.0.0.0", "http_host", "0.0.0.0"),
+    ("PADDLE_TLS_DIR", "/etc/elasticps/tls", "tls_dir", "/etc/elasticps/tls"),
+    ("PADDLE_INSECURE", "yes", "insecure", True),
+    ("PADDLE_HEALTH_PORT", "7165", "health_port", 7165),
+    ("PADDLE_MAX_MESSAGE_MB", "64", "max_message_mb", 64),
+    ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
 ]
 
 # (variable, malformed value)
@@ -58,6 +64,15 @@ BAD = [
     ("PADDLE_CHECKPOINT_KEEP", "0"),
     ("PADDLE_LEASE_TTL", "0"),
     ("PADDLE_PSERVERS", "a b,c"),
+    ("PADDLE_TRAINER_COUNT", "10001"),
+    ("PADDLE_NUM_PSERVERS", "1001"),
+    ("PADDLE_LEASE_TTL", "601"),
+    ("PADDLE_CHECKPOINT_KEEP", "1000000"),
+    ("PADDLE_INSECURE", "maybe"),
+    ("PADDLE_HEALTH_PORT", "70000"),
+    ("PADDLE_MAX_MESSAGE_MB", "0"),
+    ("PADDLE_MAX_MESSAGE_MB", "4096"),
+    ("PADDLE_DATA_SCHEMES", "file,http://x"),
 ]
 
 
