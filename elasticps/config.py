@@ -14,6 +14,7 @@ the README's table is generated from the same rows by ``elasticps env``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -34,8 +35,11 @@ _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
+        text = text.strip()
+        if len(text) > 40:  # int() of a huge digit string is slow; no bound needs 40 digits
+            raise ValueError("is not an integer of at most 40 digits")
         try:
-            value = int(text.strip(), 10)
+            value = int(text, 10)
         except ValueError:
             raise ValueError("is not an integer") from None
         if value < minimum:
@@ -47,7 +51,7 @@ def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]
     return parse
 
 
-def _parse_float(minimum: float) -> Callable[[str], float]:
+def _parse_float(minimum: float, maximum: float = math.inf) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
             value = float(text.strip())
@@ -55,6 +59,8 @@ def _parse_float(minimum: float) -> Callable[[str], float]:
             raise ValueError("is not a number") from None
         if not value >= minimum:  # also rejects NaN
             raise ValueError(f"must be >= {minimum}")
+        if value > maximum:
+            raise ValueError(f"must be <= {maximum:g}")
         return value
 
     return parse
@@ -165,7 +171,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Dataset URL (a directory made by `elasticps data`)."),
     EnvVar("PADDLE_CHECKPOINT_URL", "checkpoint_url", _parse_str,
            "fsspec URL where pservers write checkpoints."),
-    EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1),
+    EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1, 86_400),
            "Seconds between pserver checkpoints."),
     EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1, MAX_CHECKPOINT_KEEP),
            "Checkpoints kept per pserver slot."),

@@ -14,8 +14,9 @@ A role certificate names its job and role twice, for the two checkers that read 
   never resolved, only compared.
 * a URI ``elasticps://<job>/<role>`` (:func:`role_uri`), for people and logs.
 
-Its subject common name is the job's store user (:func:`store_user`): a job's etcd, rendered
-with client-certificate auth, maps the CN to a user whose role may touch only the job's prefix.
+Its subject common name is the job's store user (:func:`elasticps.identity.store_user`): a
+job's etcd, rendered with client-certificate auth, maps the CN to a user whose role may touch
+only the job's prefix.
 
 Keys are ECDSA P-256: generating the whole set takes milliseconds and handshakes stay cheap.
 """
@@ -31,6 +32,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from elasticps.identity import store_user
 
 ROLE_DOMAIN = "elasticps.invalid"
 SERVER_ROLES = ("master", "pserver")
@@ -48,11 +51,6 @@ def role_dns_name(job: str, role: str) -> str:
 
 def role_uri(job: str, role: str) -> str:
     return f"elasticps://{job}/{role}"
-
-
-def store_user(job: str) -> str:
-    """The etcd user (certificate CN) of a job's processes."""
-    return f"elasticps-{job}"
 
 
 @dataclass(frozen=True)
