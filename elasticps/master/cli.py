@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     options = MasterOptions(
         job=config.job_name, credentials=credentials_from_config(config), host=config.host,
         port=args.port, http_port=args.http_port, http_host=config.http_host,
-        health_port=config.health_port or None, lease_ttl=config.lease_ttl, policy=policy,
+        health_port=config.health_port or None, data_schemes=config.data_schemes,
+        lease_ttl=config.lease_ttl, policy=policy,
         dataset=args.dataset or config.data, chunks_per_task=args.chunks_per_task,
         num_passes=args.num_passes,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None

@@ -20,6 +20,7 @@ class MasterOptions:
     http_port: int = 0
     http_host: str = "127.0.0.1"  # loopback: open page; elsewhere: token + TLS (status_access)
     health_port: int | None = None  # a plaintext grpc.health port for kubelet probes
+    data_schemes: tuple[str, ...] = ("file",)  # URL schemes SetDataset may name
     lease_ttl: int = 5  # election lease: bounds the takeover time
     policy: QueuePolicy = field(default_factory=QueuePolicy)
     dataset: str | None = None  # set this dataset at start (else the first SetDataset does)

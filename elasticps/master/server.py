@@ -75,5 +75,7 @@ class MasterServer(Leader):
     """One master process. :meth:`run` blocks until stopped (0) or deposed (1)."""
 
     def __init__(self, store: Store, options: MasterOptions,
-                 chunk_lister: ChunkLister = data_chunk_lister) -> None:
+                 chunk_lister: ChunkLister | None = None) -> None:
+        if chunk_lister is None:  # the real data layer, limited to the job's URL schemes
+            chunk_lister = functools.partial(data_chunk_lister, schemes=options.data_schemes)
         super().__init__(store, options, chunk_lister, process_components(store, options))
