@@ -41,8 +41,9 @@ def resolve(dataset_url: str, path: str) -> str:
 def schemes_of(url: str) -> list[str]:
     """The URL schemes ``url`` uses (fsspec chains like ``simplecache::s3://b/k`` use two);
     a plain path is ``file``."""
-    return [part.split("://", 1)[0].lower() if "://" in part else "file"
-            for part in url.split("::")]
+    *chain, last = url.split("::")
+    outer = [part.split("://", 1)[0].lower() for part in chain]  # bare protocol names
+    return [*outer, last.split("://", 1)[0].lower() if "://" in last else "file"]
 
 
 def check_scheme(url: str, allowed: Iterable[str]) -> str:
