@@ -57,5 +57,5 @@ def test_identities_on_disk_are_private_and_hold_no_ca_key(tmp_path: Path) -> No
 
 
 def test_a_missing_identity_names_the_variable_and_the_way_out(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="ca.crt, tls.crt and tls.key.*--insecure"):
+    with pytest.raises(ConfigError, match=r"ca\.crt, tls\.crt and tls\.key.*--insecure"):
         TlsIdentity.load(tmp_path)
