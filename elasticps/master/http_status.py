@@ -79,7 +79,6 @@ class StatusServer:
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
-        self.scheme = access.scheme
         if access.ssl_context is not None:
             # The handshake runs in the request's thread (on its first read), so a client that
             # stalls it holds that thread for at most Handler.timeout, never the accept loop.

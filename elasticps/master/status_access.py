@@ -47,10 +47,6 @@ class StatusAccess:
     token: str | None = field(default=None, repr=False)
     ssl_context: ssl.SSLContext | None = None
 
-    @property
-    def scheme(self) -> str:
-        return "https" if self.ssl_context is not None else "http"
-
     def allows(self, headers: HeaderLookup) -> bool:
         """Whether a request with these headers may read the page."""
         if self.token is None:
