@@ -1,11 +1,12 @@
 """The standard ``grpc.health.v1`` service, for Kubernetes readiness probes.
 
 The overall service ``""`` reports NOT_SERVING until the role says it is ready (the master holds
-the election lock; a pserver has claimed its slot and restored). Health calls are the one thing
-the token interceptor lets through: the kubelet sends no token, and the answer reveals nothing.
+the election lock; a pserver has claimed its slot and restored). On the role's main port it is
+an RPC like any other (mutual TLS and the job token).
 
-The kubelet's gRPC probes speak plaintext, so a role whose port requires mutual TLS also serves
-this one service on a separate plaintext port (``PADDLE_HEALTH_PORT``): :func:`serve_health`.
+The kubelet's gRPC probes speak plaintext and carry no token, so a role also serves this one
+service, and nothing else, on a separate plaintext port (``PADDLE_HEALTH_PORT``) whose requests
+are limited to 1 KiB: :func:`serve_health`. The answer reveals nothing but readiness.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from elasticps.errors import ConfigError
-
-HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 
 
 def add_health(server: grpc.Server) -> health.HealthServicer:

@@ -27,7 +27,6 @@ import grpc
 
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.rpc.credentials import JobCredentials
-from elasticps.rpc.health import HEALTH_METHOD_PREFIX
 from elasticps.rpc.status import status_for
 
 log = logging.getLogger(__name__)
@@ -77,7 +76,9 @@ def _deny(message: str) -> grpc.RpcMethodHandler:
 
 class TokenInterceptor(grpc.ServerInterceptor):
     """Refuses every call whose ``x-elasticps-token`` metadata is not the job token, before its
-    request is read. Only the standard health service is exempt (see :mod:`.health`)."""
+    request is read. The health service is no exception: a tokenless call to it would be read
+    in full (up to the receive limit) before its handler ran. Probes, which carry no token, go
+    to the separate health-only port with its 1 KiB limit (:func:`.health.serve_health`)."""
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
@@ -89,8 +90,6 @@ class TokenInterceptor(grpc.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        if handler_call_details.method.startswith(HEALTH_METHOD_PREFIX):
-            return continuation(handler_call_details)
         sent = None
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_METADATA_KEY:

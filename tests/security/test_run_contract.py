@@ -16,7 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from elasticps.errors import UnavailableError
+from elasticps.errors import UnauthenticatedError, UnavailableError
 from elasticps.rpc import call
 from elasticps.rpc.tls import TlsIdentity, peer_options, write_job_identities
 from elasticps.store import open_store
@@ -51,9 +51,12 @@ def _addresses(workdir: Path) -> tuple[str, str]:
         store.close()
 
 
-def _health(channel: grpc.Channel) -> int:
-    return int(call(health_pb2_grpc.HealthStub(channel).Check,
-                    health_pb2.HealthCheckRequest(service=""), timeout=5).status)
+def _call_without_token(channel: grpc.Channel) -> None:
+    """A health check without the job token: UNAUTHENTICATED from a server that accepted the
+    connection (the token is checked only after the TLS handshake), UNAVAILABLE from one that
+    refused it."""
+    call(health_pb2_grpc.HealthStub(channel).Check, health_pb2.HealthCheckRequest(service=""),
+         timeout=5)
 
 
 @pytest.fixture
@@ -73,17 +76,18 @@ def test_default_job_ports_refuse_plaintext_and_speak_tls_to_the_job_only(
     workdir, _ = running_job
     for role, address in zip(("master", "pserver"), _addresses(workdir), strict=True):
         with grpc.insecure_channel(address) as plain, pytest.raises(UnavailableError):
-            _health(plain)  # plaintext: the TLS port refuses it
+            _call_without_token(plain)  # plaintext: the TLS port refuses it
         job_cert = TlsIdentity.load(workdir / "tls" / "trainer")
         with grpc.secure_channel(address, job_cert.channel_credentials(),
-                                 options=peer_options(JOB, role)) as tls:
-            assert _health(tls) == health_pb2.HealthCheckResponse.SERVING
+                                 options=peer_options(JOB, role)) as tls, \
+                pytest.raises(UnauthenticatedError):
+            _call_without_token(tls)  # the job's certificate gets through TLS to the token check
         # a certificate for the same job name from another CA is refused
         stranger = TlsIdentity.load(write_job_identities(tmp_path / "x", JOB)["trainer"])
         with grpc.secure_channel(address, stranger.channel_credentials(),
                                  options=peer_options(JOB, role)) as other, \
                 pytest.raises(UnavailableError):
-            _health(other)
+            _call_without_token(other)
 
 
 def test_secrets_on_disk_are_the_owners_only(
@@ -106,8 +110,8 @@ def test_insecure_is_explicit_and_warns(tmp_path: Path) -> None:
     launcher = _launch(workdir, "--insecure")
     try:
         master, _ = _addresses(workdir)
-        with grpc.insecure_channel(master) as plain:
-            assert _health(plain) == health_pb2.HealthCheckResponse.SERVING
+        with grpc.insecure_channel(master) as plain, pytest.raises(UnauthenticatedError):
+            _call_without_token(plain)  # plaintext accepted: refused only for the token
         assert not (workdir / "tls").exists()
     finally:
         os.kill(launcher.pid, signal.SIGTERM)

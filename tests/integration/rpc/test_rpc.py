@@ -296,7 +296,8 @@ def test_unavailable_raised_after_retry_window() -> None:
 
 def test_health_is_open_to_probes_and_reports_readiness() -> None:
     """The kubelet speaks plaintext and sends no token: it probes the separate health port,
-    which serves grpc.health and nothing else. The main port needs mutual TLS even for health."""
+    which serves grpc.health and nothing else. On the main port health is an RPC like the
+    others: mutual TLS and the token (a tokenless call there would be read before refused)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from elasticps.rpc.health import add_health, serve_health, set_serving
@@ -317,11 +318,15 @@ def test_health_is_open_to_probes_and_reports_readiness() -> None:
             with pytest.raises(RemoteError, match="UNIMPLEMENTED"):
                 call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)))
         with tls_channel_without_token(f"127.0.0.1:{port}") as channel:
-            check = health_pb2_grpc.HealthStub(channel).Check
-            assert call(check, health_pb2.HealthCheckRequest(service="")).status == \
-                health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(UnauthenticatedError):
+                call(health_pb2_grpc.HealthStub(channel).Check,
+                     health_pb2.HealthCheckRequest(service=""))
             with pytest.raises(UnauthenticatedError):
                 call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)))
+        with client_channel(f"127.0.0.1:{port}") as channel:
+            assert call(health_pb2_grpc.HealthStub(channel).Check,
+                        health_pb2.HealthCheckRequest(service="")).status == \
+                health_pb2.HealthCheckResponse.SERVING
         with grpc.insecure_channel(f"127.0.0.1:{port}") as plain, \
                 pytest.raises(UnavailableError):
             call(health_pb2_grpc.HealthStub(plain).Check,
