@@ -15,6 +15,9 @@ three 400-unit ReLU layers) with Adam, and count samples per second of training:
   with as many torch threads as the elasticps trainer gets (``--threads``).
 
 Each side runs ``--repeat`` times; the medians are reported, with ratio = elasticps / torch.
+With ``--tls-cost`` each repeat also runs elasticps with ``--insecure`` (no TLS), alternating
+which goes first, and reports the TLS / plaintext ratio of the medians: the cost of mutual TLS
+on the same machine, in the same minutes.
 """
 
 from __future__ import annotations
@@ -90,10 +93,12 @@ def torch_run(data: str, args: argparse.Namespace) -> float:
     return samples / (time.perf_counter() - start)
 
 
-def elasticps_run(data: str, workdir: Path, args: argparse.Namespace) -> dict[str, object]:
+def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
+                  insecure: bool = False) -> dict[str, object]:
     """The summary of one ``elasticps run`` (1 trainer, 1 pserver) over the same data."""
     argv = [sys.executable, "-m", "elasticps", "run", "--trainers", "1", "--pservers", "1",
-            "--workdir", str(workdir), str(REPO / "examples/ctr/train.py"), "--data", data,
+            "--workdir", str(workdir), *(["--insecure"] if insecure else []),
+            str(REPO / "examples/ctr/train.py"), "--data", data,
             "--passes", "1", "--batch-size", str(args.batch_size), "--lr", str(args.lr),
             "--hidden", ",".join(map(str, args.hidden)), "--id-space", str(args.id_space),
             "--seed", str(args.seed)]
@@ -127,6 +132,9 @@ def main() -> int:
     parser.add_argument("--no-prefetch", action="store_true",
                         help="elasticps without communication overlap")
     parser.add_argument("--quick", action="store_true", help="20k rows, one repeat")
+    parser.add_argument("--tls-cost", action="store_true",
+                        help="also run elasticps with --insecure each repeat and report the "
+                             "TLS / plaintext ratio")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     if args.quick:
@@ -137,14 +145,21 @@ def main() -> int:
         if data is None:
             data = str(Path(tmp) / "data")
             synth_ctr(data, args.rows, args.seed, test_rows=1000, progress=False)
-        torch_sps, eps_sps, timers = [], [], []
+        torch_sps, eps_sps, plain_sps, timers = [], [], [], []
         for i in range(args.repeat):
             torch_sps.append(torch_run(data, args))
+            if args.tls_cost and i % 2:  # alternate the order: drift hits both alike
+                plain_sps.append(float(elasticps_run(  # type: ignore[arg-type]
+                    data, Path(tmp) / f"plain-{i}", args, insecure=True)["samples_per_sec"]))
             summary = elasticps_run(data, Path(tmp) / f"run-{i}", args)
             eps_sps.append(float(summary["samples_per_sec"]))  # type: ignore[arg-type]
             timers.append(next(iter(summary["trainer_timers"].values())))  # type: ignore[union-attr]
+            if args.tls_cost and not i % 2:
+                plain_sps.append(float(elasticps_run(  # type: ignore[arg-type]
+                    data, Path(tmp) / f"plain-{i}", args, insecure=True)["samples_per_sec"]))
+            plain = f", plaintext {plain_sps[-1]:,.0f}" if plain_sps else ""
             print(f"run {i}: torch {torch_sps[-1]:,.0f} samples/s, elasticps "
-                  f"{eps_sps[-1]:,.0f} samples/s", flush=True)
+                  f"{eps_sps[-1]:,.0f} samples/s{plain}", flush=True)
     t, e = statistics.median(torch_sps), statistics.median(eps_sps)
     profile = {key: statistics.median(float(run[key]) for run in timers) for key in timers[0]}
     result = {"elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
@@ -160,6 +175,12 @@ def main() -> int:
     total = sum(profile.values()) or 1.0
     print("elasticps trainer step profile: " + ", ".join(
         f"{k} {100 * v / total:.0f}%" for k, v in profile.items()))
+    if plain_sps:
+        p = statistics.median(plain_sps)
+        result.update(plaintext_sps=round(p, 1), plaintext_runs=[round(x, 1) for x in plain_sps],
+                      tls_over_plaintext=round(e / p, 3))
+        print(f"elasticps with mutual TLS {e:,.0f} samples/s, with --insecure {p:,.0f} "
+              f"samples/s: TLS / plaintext {e / p:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0

@@ -38,6 +38,8 @@ from elasticps.master.snapshot import (
     task_key,
 )
 from elasticps.master.task_queue import QueuePolicy, TaskQueue
+from elasticps.rpc.credentials import JobCredentials
+from elasticps.rpc.tls import TlsIdentity, write_job_identities
 from elasticps.store import open_store
 from elasticps.store.api import Op, Put
 from elasticps.store.election import Election
@@ -63,7 +65,10 @@ def baseline_state_machine(num_tasks: int, seconds: float) -> float:
 def round_trips(url: str, trainers: int, seconds: float, num_chunks: int) -> dict[str, Any]:
     job = f"bench-{uuid.uuid4().hex[:8]}"
     store = open_store(url, job)
-    options = MasterOptions(job=job, token=TOKEN, lease_ttl=5, dataset="synthetic://",
+    identities = write_job_identities(Path(tempfile.mkdtemp(prefix="bench-tls-")), job)
+    options = MasterOptions(job=job, credentials=JobCredentials(
+                                job, TOKEN, TlsIdentity.load(identities["master"])),
+                            lease_ttl=5, dataset="synthetic://",
                             chunks_per_task=1, num_passes=1000,
                             policy=QueuePolicy(task_lease=60.0))
     server = MasterServer(store, options, lambda _url: chunks_of(num_chunks))
@@ -75,7 +80,8 @@ def round_trips(url: str, trainers: int, seconds: float, num_chunks: int) -> dic
     stop = threading.Event()
 
     def loop(i: int) -> None:
-        client = MasterClient(store, TOKEN, f"trainer-{i}")
+        client = MasterClient(store, JobCredentials(
+            job, TOKEN, TlsIdentity.load(identities["trainer"])), f"trainer-{i}")
         pass_id = 0
         while not stop.is_set():
             t0 = time.perf_counter()

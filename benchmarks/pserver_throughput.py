@@ -1,7 +1,9 @@
 """Pserver throughput: sparse pull/push rows/s, dense push/pull MB/s, memory per row.
 
 Runs one real pserver process (``elasticps pserver`` on loopback, embedded store) and the same
-shard code in-process, so the difference is the cost of gRPC + encoding. Prints medians.
+shard code in-process, so the difference is the cost of gRPC + encoding; the gRPC figures are
+taken twice, with mutual TLS (the default) and plaintext (``--insecure``), so their ratio is the
+cost of TLS. Prints medians.
 
     python benchmarks/pserver_throughput.py [--quick] [--json FILE]
 """
@@ -29,6 +31,8 @@ sys.path.insert(0, str(REPO))
 from elasticps.proto import common_pb2, pserver_pb2  # noqa: E402
 from elasticps.pserver.client import PServerClient  # noqa: E402
 from elasticps.pserver.shard import BatchKey, ShardState  # noqa: E402
+from elasticps.rpc.credentials import JobCredentials  # noqa: E402
+from elasticps.rpc.tls import TlsIdentity, write_job_identities  # noqa: E402
 from elasticps.store import open_store  # noqa: E402
 
 OPT = pserver_pb2.OptimizerSpec
@@ -81,17 +85,25 @@ def bench_in_process(args: argparse.Namespace, batches: list[np.ndarray]) -> dic
     return _figures(args, pull, push, dpull, dpush)
 
 
-def bench_grpc(args: argparse.Namespace, batches: list[np.ndarray], tmp: Path) -> dict[str, float]:
-    job = "bench"
-    store_url = f"file://{tmp}/job.db"
+def bench_grpc(args: argparse.Namespace, batches: list[np.ndarray], tmp: Path,
+               tls: bool) -> dict[str, float]:
+    job = "bench-tls" if tls else "bench-plain"
+    store_url = f"file://{tmp}/{job}.db"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_STORE": store_url,
            "PADDLE_JOB_NAME": job, "PADDLE_JOB_TOKEN": TOKEN, "PADDLE_NUM_PSERVERS": "1",
            "PADDLE_HOST": "127.0.0.1", "PADDLE_PORT": "0"}
+    credentials = JobCredentials(job, TOKEN)
+    if tls:
+        identities = write_job_identities(tmp / job, job)
+        env["PADDLE_TLS_DIR"] = str(identities["pserver"])
+        credentials = JobCredentials(job, TOKEN, TlsIdentity.load(identities["trainer"]))
+    else:
+        env["PADDLE_INSECURE"] = "true"
     proc = subprocess.Popen([sys.executable, "-m", "elasticps", "pserver"], env=env,
                             start_new_session=True)
     store = open_store(store_url, job)
     try:
-        with PServerClient(store, TOKEN, 1, deadline=60) as client:
+        with PServerClient(store, credentials, 1, deadline=60) as client:
             client.declare_tables(_specs(args.id_space, args.dense_floats))
             client.initialize({})
             grads = np.random.default_rng(1).normal(size=(args.batch, DIM)).astype(np.float32)
@@ -151,14 +163,18 @@ def main() -> int:
 
     in_process = bench_in_process(args, batches)
     with tempfile.TemporaryDirectory() as tmp:
-        grpc_figures = bench_grpc(args, batches, Path(tmp))
+        grpc_figures = bench_grpc(args, batches, Path(tmp), tls=True)
+        plain_figures = bench_grpc(args, batches, Path(tmp), tls=False)
     memory = bench_memory(args.memory_rows)
     print(f"pserver throughput, dim {DIM}, {args.batch} ids per call, Adam, medians of "
           f"{args.reps} calls; dense {args.dense_floats * 4 / 1e6:.0f} MB")
-    print(f"{'figure':<26} {'in-process':>14} {'gRPC':>14} {'gRPC/in-proc':>13}")
+    print(f"{'figure':<26} {'in-process':>14} {'gRPC+TLS':>14} {'gRPC plain':>14} "
+          f"{'TLS/plain':>10} {'gRPC/in-proc':>13}")
     for key in in_process:
         ratio = grpc_figures[key] / in_process[key]
-        print(f"{key:<26} {in_process[key]:>14,.0f} {grpc_figures[key]:>14,.0f} {ratio:>13.2f}")
+        print(f"{key:<26} {in_process[key]:>14,.0f} {grpc_figures[key]:>14,.0f} "
+              f"{plain_figures[key]:>14,.0f} {grpc_figures[key] / plain_figures[key]:>10.2f} "
+              f"{ratio:>13.2f}")
     print(f"memory per row ({memory['rows']:,} rows), ideal {memory['ideal_bytes_per_row']} B "
           "(dim x 4 B x (1 + 2 Adam slots)):")
     for label in ("fixed_id_space", "unbounded_id_space"):
@@ -167,7 +183,8 @@ def main() -> int:
               f"(live {m['live_bytes_per_row']:.1f} B, index {m['index_bytes_per_row']:.1f} B)")
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"in_process": in_process, "grpc": grpc_figures, "memory": memory,
+            {"in_process": in_process, "grpc": grpc_figures, "grpc_plaintext": plain_figures,
+             "memory": memory,
              "config": {k: v for k, v in vars(args).items() if k != "json"}}, indent=2))
     return 0
 

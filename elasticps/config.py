@@ -14,6 +14,7 @@ the README's table is generated from the same rows by ``elasticps env``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -23,13 +24,22 @@ from typing import Any
 from elasticps.errors import ConfigError
 
 ROLES = ("master", "pserver", "trainer")
+# Upper bounds of a job (the job spec checks the same ones): a typo of a few zeros should be
+# refused with a message, not become a million processes or a lease that never expires.
+MAX_TRAINERS = 10_000
+MAX_PSERVERS = 1_000
+MAX_LEASE_TTL = 600
+MAX_CHECKPOINT_KEEP = 1_000
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
+        text = text.strip()
+        if len(text) > 40:  # int() of a huge digit string is slow; no bound needs 40 digits
+            raise ValueError("is not an integer of at most 40 digits")
         try:
-            value = int(text.strip(), 10)
+            value = int(text, 10)
         except ValueError:
             raise ValueError("is not an integer") from None
         if value < minimum:
@@ -41,7 +51,7 @@ def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]
     return parse
 
 
-def _parse_float(minimum: float) -> Callable[[str], float]:
+def _parse_float(minimum: float, maximum: float = math.inf) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
             value = float(text.strip())
@@ -49,6 +59,8 @@ def _parse_float(minimum: float) -> Callable[[str], float]:
             raise ValueError("is not a number") from None
         if not value >= minimum:  # also rejects NaN
             raise ValueError(f"must be >= {minimum}")
+        if value > maximum:
+            raise ValueError(f"must be <= {maximum:g}")
         return value
 
     return parse
@@ -69,6 +81,17 @@ def _parse_csv(text: str) -> tuple[str, ...]:
         if any(ch.isspace() for ch in item):
             raise ValueError(f"entry {item!r} contains whitespace")
     return items
+
+
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]{0,31}$")
+
+
+def _parse_schemes(text: str) -> tuple[str, ...]:
+    schemes = tuple(item.lower() for item in _parse_csv(text))
+    for scheme in schemes:
+        if not _SCHEME.match(scheme):
+            raise ValueError(f"entry {scheme!r} is not a URL scheme (e.g. file, s3, gs)")
+    return schemes
 
 
 def _parse_role(text: str) -> str:
@@ -115,6 +138,7 @@ class EnvVar:
     parse: Callable[[str], Any]
     doc: str
     seed: bool = False  # named by the seed discussions; has a PADDLE_INIT_ alias
+    secret: bool = False  # never printed (`elasticps env --check` masks it)
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -122,11 +146,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_PSERVERS", "pservers", _parse_csv,
            "Comma-separated pserver hosts (informational: pservers are found through the store).",
            seed=True),
-    EnvVar("PADDLE_TRAINER_ID", "trainer_id", _parse_int(0),
+    EnvVar("PADDLE_TRAINER_ID", "trainer_id", _parse_int(0, 10 * MAX_TRAINERS),
            "This trainer's index, 0-based.", seed=True),
-    EnvVar("PADDLE_TRAINER_COUNT", "trainer_count", _parse_int(1),
+    EnvVar("PADDLE_TRAINER_COUNT", "trainer_count", _parse_int(1, MAX_TRAINERS),
            "Number of trainers the job starts with.", seed=True),
-    EnvVar("PADDLE_NUM_GRADIENT_SERVERS", "num_gradient_servers", _parse_int(1),
+    EnvVar("PADDLE_NUM_GRADIENT_SERVERS", "num_gradient_servers", _parse_int(1, MAX_TRAINERS),
            "Number of processes pushing gradients (the trainers), as in Paddle v1.", seed=True),
     EnvVar("PADDLE_PORTS_NUM_FOR_SPARSE", "ports_num_for_sparse", _parse_int(0),
            "Extra ports per pserver for sparse traffic (accepted for compatibility; one gRPC "
@@ -145,8 +169,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Job name (DNS-1123 label); every store key lives under /elasticps/<job>/."),
     EnvVar("PADDLE_ROLE", "role", _parse_role, "Role of this process: master, pserver or trainer."),
     EnvVar("PADDLE_JOB_TOKEN", "token", _parse_str,
-           "Per-job RPC token; every call must carry it."),
-    EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1),
+           "Per-job RPC token; every call must carry it.", secret=True),
+    EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1, MAX_PSERVERS),
            "Number of pserver slots N (job config, fixed for the job's life)."),
     EnvVar("PADDLE_HOST", "host", _parse_str,
            "Address this process advertises to its peers (pod IP in a cluster)."),
@@ -154,11 +178,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Dataset URL (a directory made by `elasticps data`)."),
     EnvVar("PADDLE_CHECKPOINT_URL", "checkpoint_url", _parse_str,
            "fsspec URL where pservers write checkpoints."),
-    EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1),
+    EnvVar("PADDLE_CHECKPOINT_INTERVAL", "checkpoint_interval", _parse_float(0.1, 86_400),
            "Seconds between pserver checkpoints."),
-    EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1),
+    EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1, MAX_CHECKPOINT_KEEP),
            "Checkpoints kept per pserver slot."),
-    EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1),
+    EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1, MAX_LEASE_TTL),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
            "Directory the local launcher gave the job (logs, generated data, exported model)."),
@@ -170,6 +194,22 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "process publishes its URL in the store)."),
     EnvVar("PADDLE_LOG_FORMAT", "log_format", _parse_log_format,
            "Log line format: text (naming job, role and node) or json (one object per line)."),
+    EnvVar("PADDLE_HTTP_HOST", "http_host", _parse_str,
+           "Address the master's status page binds: loopback by default; any other address "
+           "serves it over TLS and requires the job token."),
+    EnvVar("PADDLE_TLS_DIR", "tls_dir", _parse_str,
+           "Directory with this process's TLS identity: ca.crt (the job's CA), tls.crt, "
+           "tls.key. Required unless PADDLE_INSECURE is true."),
+    EnvVar("PADDLE_INSECURE", "insecure", _parse_bool,
+           "Run without TLS (the token travels in clear; clients cannot verify servers)."),
+    EnvVar("PADDLE_HEALTH_PORT", "health_port", _parse_int(0, 65535),
+           "Plaintext port serving only grpc.health.v1, for kubelet probes (0 = none: health "
+           "is served on PADDLE_PORT only)."),
+    EnvVar("PADDLE_MAX_MESSAGE_MB", "max_message_mb", _parse_int(1, 2047),
+           "Largest request a pserver accepts, in MiB: size it to the largest push or dense "
+           "initialisation of a shard (the master accepts at most 4 MiB)."),
+    EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
+           "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -207,6 +247,12 @@ class Config:
     workdir: str | None = None
     metrics_port: int = 0
     log_format: str = "text"
+    http_host: str = "127.0.0.1"
+    tls_dir: str | None = None
+    insecure: bool = False
+    health_port: int = 0
+    max_message_mb: int = 256
+    data_schemes: tuple[str, ...] = ("file",)
 
     @property
     def pserver_count(self) -> int:

@@ -20,11 +20,17 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def mask(value: str) -> str:
+    """How a secret value is shown: whether it is set and how long, never its characters."""
+    return f"<set, {len(value)} characters, not shown>" if value else "<empty>"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.check:
         config = load_config()
+        secret = {var.name for var in ENV_VARS if var.secret}
         for key, value in sorted(config.to_env().items()):
-            print(f"{key}={value}")
+            print(f"{key}={mask(value) if key in secret else value}")
         return 0
     defaults = Config()
     print(f"{'variable':<30} {'default':<12} meaning")

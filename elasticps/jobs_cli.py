@@ -75,7 +75,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=int, default=8080, help="port to serve on (default 8080; 0 "
                                                          "= any free port)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1: this machine only)")
+                   help="loopback address to bind (default 127.0.0.1; the page asks no token, so "
+                        "it is never served beyond this machine)")
     p.set_defaults(func=local_cli.run_ui)
 
 

@@ -24,9 +24,15 @@ def free_port() -> int:
 
 
 class EtcdServer:
-    """One etcd member on loopback. ``restart()`` keeps the data dir and the ports."""
+    """One etcd member on loopback. ``restart()`` keeps the data dir and the ports.
 
-    def __init__(self, data_dir: str | None = None) -> None:
+    With ``tls_dir`` (a directory holding ``ca.crt``, ``server.crt``, ``server.key``) it serves
+    clients over TLS only and requires a client certificate from that CA
+    (``--client-cert-auth``), as a job's own etcd does in a cluster; health is then polled on a
+    plaintext metrics port.
+    """
+
+    def __init__(self, data_dir: str | None = None, tls_dir: Path | None = None) -> None:
         self.binary = shutil.which("etcd")
         if self.binary is None:
             raise RuntimeError("etcd is not installed (apt-get install -y etcd-server)")
@@ -34,6 +40,8 @@ class EtcdServer:
         self.base_dir = Path(data_dir or tempfile.mkdtemp(prefix="elasticps-etcd-"))
         self.client_port = free_port()
         self.peer_port = free_port()
+        self.metrics_port = free_port()
+        self.tls_dir = tls_dir
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,8 +53,13 @@ class EtcdServer:
         return f"etcd://{self.endpoint}"
 
     def start(self, timeout: float = 30.0) -> None:
-        client = f"http://127.0.0.1:{self.client_port}"
+        scheme = "http" if self.tls_dir is None else "https"
+        client = f"{scheme}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls = [] if self.tls_dir is None else [
+            "--client-cert-auth", "--trusted-ca-file", str(self.tls_dir / "ca.crt"),
+            "--cert-file", str(self.tls_dir / "server.crt"),
+            "--key-file", str(self.tls_dir / "server.key")]
         log = open(self.base_dir / "etcd.log", "ab")  # noqa: SIM115 - lives as long as etcd
         self.proc = subprocess.Popen(
             [
@@ -60,6 +73,8 @@ class EtcdServer:
                 "--initial-cluster", f"test={peer}",
                 "--heartbeat-interval", "50",
                 "--election-timeout", "500",
+                "--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}",
+                *tls,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -69,7 +84,7 @@ class EtcdServer:
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.client_port}/health"
+        url = f"http://127.0.0.1:{self.metrics_port}/health"
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.base_dir}")

@@ -1,6 +1,6 @@
 """A job observer that runs where the job's network is (e.g. inside a network namespace).
 
-Run as ``python -m tests.job_observer --store URL --job NAME --token T --pservers N
+Run as ``python -m tests.job_observer --store URL --job NAME --token T --tls-dir DIR --pservers N
 --checkpoints DIR``; it reads one command per line on stdin and answers one JSON line on stdout:
 
 - ``health``: ``{"ok": true}`` once the store answers;
@@ -35,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
     from elasticps.launch.monitor import fetch_status
     from elasticps.master.snapshot import decode_task, task_key
     from elasticps.pserver.client import PServerClient
+    from elasticps.rpc.credentials import JobCredentials
+    from elasticps.rpc.tls import TlsIdentity
     from elasticps.store import Store, open_store
     from elasticps.store.keys import read_master_address, read_progress
 
@@ -66,7 +68,9 @@ def _serve(args: argparse.Namespace) -> int:
             return {name: json.loads(p.encode()) for name, p in read_progress(the_store()).items()}
         if words == ["pservers"]:
             if pservers is None:
-                pservers = PServerClient(the_store(), args.token, args.pservers, deadline=5.0,
+                credentials = JobCredentials(args.job, args.token,
+                                             TlsIdentity.load(args.tls_dir))
+                pservers = PServerClient(the_store(), credentials, args.pservers, deadline=5.0,
                                          call_timeout=5.0, name="observer")
             return pservers.stats()
         if words == ["accounting"]:
@@ -145,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--token", required=True)
+    parser.add_argument("--tls-dir", required=True, help="a TLS identity of the job")
     parser.add_argument("--pservers", type=int, required=True)
     parser.add_argument("--checkpoints", required=True)
     return _serve(parser.parse_args(argv))

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from elasticps.config import user_namespace
+from elasticps.errors import ConfigError
 
 if TYPE_CHECKING:
     from elasticps.cluster.kube_client import KubeClient
@@ -23,8 +24,11 @@ BACKENDS = ("volcano", "kubernetes")
 
 SUBMIT_EPILOG = """\
 examples:
-  elasticps submit examples/ctr/job.yaml --dry-run | kubectl apply -f -
-      print the manifests (Volcano Job, token Secret, RBAC, etcd) instead of creating them
+  elasticps submit examples/ctr/job.yaml --dry-run > job-manifests.yaml
+      print the manifests (Volcano Job, RBAC, NetworkPolicies, etcd) instead of creating them;
+      the job's Secret (token, CA, certificates) is never printed, only a note in its place
+  elasticps submit examples/ctr/job.yaml --secret-only && kubectl apply -f job-manifests.yaml
+      create just the Secret, then apply the printed manifests yourself
   elasticps submit examples/ctr/job.yaml --backend kubernetes
       create the job with plain Deployment / StatefulSet / Indexed Job objects
 """
@@ -51,7 +55,14 @@ def register(subparsers: Any) -> None:
                    help="volcano (gang-scheduled Volcano Job, the default) or kubernetes "
                         "(built-in objects only)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the manifests as a YAML stream on stdout and create nothing")
+                   help="print the manifests as a YAML stream on stdout and create nothing; "
+                        "the job's Secret is replaced by a note (secrets are never printed)")
+    p.add_argument("--secret-only", action="store_true",
+                   help="create only the job's Secret (a fresh token, CA and certificates), "
+                        "for manifests printed by --dry-run and applied with kubectl")
+    p.add_argument("--insecure", action="store_true",
+                   help="no TLS on gRPC, the status page or the job's etcd (the spec's "
+                        "'insecure: true'); a warning is printed")
     cluster_options(p, namespace=False)
     p.add_argument("-n", "--namespace", default=None,
                    help="override the spec's namespace")
@@ -79,10 +90,24 @@ def run_submit(args: argparse.Namespace) -> int:
     job = Job.from_yaml(args.spec)
     if args.namespace is not None:
         job = dataclasses.replace(job, namespace=args.namespace)
+    if args.insecure:
+        job = dataclasses.replace(job, insecure=True)
+    if args.dry_run and args.secret_only:
+        raise ConfigError("--dry-run and --secret-only exclude each other")
+    if args.secret_only:
+        from elasticps.cluster.submit import submit_secret
+
+        name = submit_secret(job, client=_client(args))
+        print(f"created Secret {name} in namespace {job.plan.namespace} (its values are not "
+              "shown); now apply the manifests of `elasticps submit --dry-run`")
+        return 0
     client = None if args.dry_run else _client(args)
-    handle = submit(job, args.backend, dry_run=args.dry_run, client=client)
+    handle = submit(job, args.backend, dry_run=args.dry_run, client=client,
+                    spec_path=args.spec)
     if args.dry_run:
         sys.stdout.write(handle.yaml())
+        print(f"elasticps submit --dry-run: the Secret of job {job.job_name} is not printed; "
+              f"create it with `elasticps submit {args.spec} --secret-only`.", file=sys.stderr)
         return 0
     print(f"submitted job {job.job_name} to namespace {job.plan.namespace} ({args.backend}, "
           f"{len(handle.manifests)} objects)")

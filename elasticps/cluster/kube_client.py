@@ -71,6 +71,7 @@ KINDS: dict[tuple[str, str], Kind] = {
 VOLCANO_JOB = KINDS[("batch.volcano.sh/v1alpha1", "Job")]
 BATCH_JOB = KINDS[("batch/v1", "Job")]
 POD = KINDS[("v1", "Pod")]
+SECRET = KINDS[("v1", "Secret")]
 
 
 class KubeAPIError(ClusterError):
@@ -282,14 +283,17 @@ class KubeClient:
         if pending:
             yield pending.decode("utf-8", errors="replace")
 
-    def proxy_get(self, namespace: str, service: str, port: str, path: str) -> bytes:
-        """GET ``path`` from a Service's named port through the API server's service proxy."""
+    def proxy_get(self, namespace: str, service: str, port: str, path: str, *,
+                  scheme: str = "http", headers: dict[str, str] | None = None) -> bytes:
+        """GET ``path`` from a Service's named port through the API server's service proxy
+        (``scheme`` https: the API server speaks TLS to the pod), with extra ``headers``."""
         action = f"fetch {path} from service {service}:{port} in namespace {namespace!r}"
+        target = f"{service}:{port}" if scheme == "http" else f"{scheme}:{service}:{port}"
         # The path goes in the `path` query parameter: the client would percent-encode a '/'
         # in the URL path, which the API server does not route.
         response: Any = self._call(action, lambda: k8s.CoreV1Api(self.api_client)
                               .connect_get_namespaced_service_proxy(
-                                  f"{service}:{port}", namespace, path=path,
+                                  target, namespace, path=path, _headers=headers or None,
                                   _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
         return bytes(response.data)
 

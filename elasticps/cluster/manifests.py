@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import yaml
 
 from elasticps.cluster import render_kubernetes, render_volcano
+from elasticps.cluster.job_secrets import JobSecrets, new_token
+from elasticps.cluster.render_common import Names, etcd_hosts
 from elasticps.cluster.spec import Job
 from elasticps.errors import ConfigError
 
 BACKENDS = ("volcano", "kubernetes")
+__all__ = ["BACKENDS", "job_secrets", "new_token", "render", "to_yaml"]
 
 
-def new_token() -> str:
-    """A fresh per-job RPC token (256 bits, URL-safe)."""
-    return secrets.token_urlsafe(32)
+def job_secrets(job: Job) -> JobSecrets:
+    """Fresh secrets for ``job``: a token, and unless insecure a CA and its certificates."""
+    return JobSecrets.generate(job, etcd_hosts(job))
 
 
-def render(job: Job, backend: str = "volcano", *, token: str | None = None) -> list[dict[str, Any]]:
-    """Every object of ``job`` for ``backend``, in creation order. Pure when ``token`` is given."""
+def render(job: Job, backend: str = "volcano", *,
+           secrets: JobSecrets | None = None) -> list[dict[str, Any]]:
+    """Every object of ``job`` for ``backend``, in creation order. Pure: without ``secrets``
+    the job's Secret holds placeholders (what a dry run shows)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
-    token = new_token() if token is None else token
+    if secrets is None:
+        secrets = JobSecrets.placeholder(job, etcd_hosts(job))
     if backend == "volcano":
-        return render_volcano.render(job, token=token)
-    return render_kubernetes.render(job, token=token)
+        return render_volcano.render(job, secrets=secrets)
+    return render_kubernetes.render(job, secrets=secrets)
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -39,3 +44,30 @@ class _NoAliasDumper(yaml.SafeDumper):
 def to_yaml(objects: list[dict[str, Any]]) -> str:
     return yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False,
                          default_flow_style=False, explicit_start=True)
+
+
+def secret_note(job: Job, spec_path: str = "JOB.yaml") -> str:
+    """What a dry run prints in place of the job's Secret (YAML comment lines)."""
+    name = Names.of(job).secret
+    lines = [
+        f"Secret {name} (namespace {job.plan.namespace}) is not printed: it holds the job "
+        "token" + ("" if job.insecure else ", the job's CA certificate and a certificate and "
+                   "key per role") + ".",
+        "`elasticps submit` makes it (fresh for every job) and sends it only to the API server.",
+        "To apply these manifests yourself, first create it with",
+        f"    elasticps submit {spec_path} --secret-only",
+        "(pods wait for it; nothing else refers to its values).",
+    ]
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def dry_run_yaml(job: Job, objects: list[dict[str, Any]], spec_path: str = "JOB.yaml") -> str:
+    """The manifests as a YAML stream with the job's Secret replaced by :func:`secret_note`
+    (comment lines, so the stream holds no empty document)."""
+    parts = []
+    for obj in objects:
+        if obj.get("kind") == "Secret":
+            parts.append(secret_note(job, spec_path))
+        else:
+            parts.append(to_yaml([obj]))
+    return "".join(parts)

@@ -27,9 +27,10 @@ def parse_cpu(value: object) -> int:
         text = value.strip()
     else:
         raise ValueError(f"must be a number of cores or a quantity like '500m', got {value!r}")
-    match = _CPU.match(text)
+    match = _CPU.match(text) if len(text) <= 32 else None
     if match is None:
-        raise ValueError(f"{value!r} is not a CPU quantity (use cores like 2 or 0.5, or '500m')")
+        raise ValueError(f"{value!r:.40} is not a CPU quantity (use cores like 2 or 0.5, "
+                         "or '500m')")
     number = Decimal(match["num"])
     millis = number if match["milli"] else number * 1000
     if millis != millis.to_integral_value():
@@ -54,10 +55,10 @@ def parse_memory(value: object) -> int:
         text = value.strip()
     else:
         raise ValueError(f"must be a quantity like '4Gi' or '512Mi', got {value!r}")
-    match = _MEMORY.match(text)
+    match = _MEMORY.match(text) if len(text) <= 32 else None
     if match is None:
         raise ValueError(
-            f"{value!r} is not a memory quantity (use a number with an optional suffix "
+            f"{value!r:.40} is not a memory quantity (use a number with an optional suffix "
             "Ki, Mi, Gi, Ti or k, M, G, T, e.g. '4Gi')"
         )
     suffix = match["suffix"] or ""

@@ -1,25 +1,31 @@
 """Pieces both renderers share: names, labels, the env contract per role, containers, probes,
-and the objects every job gets (ServiceAccount, Role, RoleBinding, token Secret, master
+and the objects every job gets (ServiceAccount, Role, RoleBinding, the job's Secret, master
 Service). Pure functions of a :class:`~elasticps.cluster.spec.Job`; no I/O.
 
 Health contract for the role processes (see docs/cluster.md):
 
-* master and pserver listen for gRPC on ``PADDLE_PORT`` (7164 in a cluster) and register the
-  standard ``grpc.health.v1.Health`` service; the overall service ``""`` reports SERVING only
-  when the role can serve (master: holds the election lock; pserver: claimed its slot and
-  restored its checkpoint). The token interceptor must let ``/grpc.health.v1.Health/`` calls
-  through, since the kubelet sends no job token.
-* Readiness probes that health service; startup and liveness probes only check that the
+* master and pserver listen for gRPC on ``PADDLE_PORT`` (7164 in a cluster), mutual TLS only
+  (unless the job is insecure), and register the standard ``grpc.health.v1.Health`` service;
+  the overall service ``""`` reports SERVING only when the role can serve (master: holds the
+  election lock; pserver: claimed its slot and restored its checkpoint).
+* The kubelet's gRPC probes speak plaintext and send no token, so each also serves that one
+  health service, and nothing else, in plaintext on ``PADDLE_HEALTH_PORT`` (7165).
+* Readiness probes that health port; startup and liveness probes only check that the gRPC
   port accepts connections, so a standby master or a pserver still loading its checkpoint
   is not killed.
-* The master serves its HTTP status page (``/api/status``, ``/``) on ``PADDLE_HTTP_PORT``
-  (8080 in a cluster); ``elasticps status`` reads it through the API server's service proxy.
+* The master serves its status page (``/api/status``, ``/``) on ``PADDLE_HTTP_PORT`` (8080 in a
+  cluster) over HTTPS with its certificate, to requests carrying the job token;
+  ``elasticps status`` reads it through the API server's service proxy.
 * Trainers serve no RPC; their liveness is their store lease.
 * Every role serves Prometheus metrics at ``:9090/metrics`` (``PADDLE_METRICS_PORT``; the
   container port is named ``metrics``) and every pod carries the usual
   ``prometheus.io/scrape|port|path`` annotations, so a Prometheus with a pod-role
-  ``kubernetes_sd_config`` finds every role; the master also serves the same text at
-  ``STATUS_URL/metrics``.
+  ``kubernetes_sd_config`` finds every role. The metrics port is plain HTTP without a token
+  (counts and timings, no secrets), as Prometheus scrapes it; the master also serves the same
+  text at ``STATUS_URL/metrics``, behind the token.
+
+Each role's pods mount their own three items of the job's Secret (CA certificate, role
+certificate, key) read-only at ``/etc/elasticps/tls`` (``PADDLE_TLS_DIR``).
 """
 
 from __future__ import annotations
@@ -27,14 +33,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.spec import Job, RoleResources
+from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE
 
 PORT = 7164
 HTTP_PORT = 8080
 METRICS_PORT = 9090  # every role's Prometheus /metrics (named "metrics", scrape-annotated)
+HEALTH_PORT = 7165
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
-TOKEN_KEY = "token"
+TLS_MOUNT = "/etc/elasticps/tls"
+SECRET_FILE_MODE = 0o400
 ROLES = ("master", "pserver", "trainer")
 
 LABEL_JOB = "elasticps.io/job"
@@ -48,25 +58,30 @@ COMMON_ENV = (
     "PADDLE_PORT", "PADDLE_NUM_PSERVERS", "PADDLE_PSERVERS", "PADDLE_TRAINER_COUNT",
     "PADDLE_NUM_GRADIENT_SERVERS", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE",
     "PADDLE_USE_GPU", "PADDLE_LEASE_TTL", "PADDLE_METRICS_PORT", "PADDLE_LOG_FORMAT",
+    "PADDLE_INSECURE",
 )
 ROLE_ENV: dict[str, tuple[str, ...]] = {
-    "master": (*COMMON_ENV, "PADDLE_HTTP_PORT"),
+    "master": (*COMMON_ENV, "PADDLE_HTTP_PORT", "PADDLE_HTTP_HOST", "PADDLE_HEALTH_PORT",
+               "PADDLE_DATA_SCHEMES"),
     "pserver": (*COMMON_ENV, "PADDLE_CHECKPOINT_URL", "PADDLE_CHECKPOINT_INTERVAL",
-                "PADDLE_CHECKPOINT_KEEP"),
-    "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID"),
+                "PADDLE_CHECKPOINT_KEEP", "PADDLE_HEALTH_PORT", "PADDLE_MAX_MESSAGE_MB"),
+    "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES"),
 }
 # Read by no role in a real job, so never rendered: the local launcher's work directory (a
 # cluster job's scripts take their paths from `data:`/`checkpoint:`).
 NOT_RENDERED_ENV = ("PADDLE_WORKDIR",)
-# Set only when the spec has a `data:` location.
+# PADDLE_DATA is set only when the spec has a `data:` location; PADDLE_TLS_DIR unless the job
+# is insecure.
 OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
-    "master": ("PADDLE_DATA",), "pserver": (), "trainer": ("PADDLE_DATA",),
+    "master": ("PADDLE_DATA", "PADDLE_TLS_DIR"), "pserver": ("PADDLE_TLS_DIR",),
+    "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR"),
 }
 # Defaults written explicitly so a pod's environment documents itself.
 _DEFAULT_VALUES = {
     "PADDLE_PORTS_NUM": "1", "PADDLE_PORTS_NUM_FOR_SPARSE": "0", "PADDLE_LEASE_TTL": "10",
     "PADDLE_CHECKPOINT_INTERVAL": "60", "PADDLE_CHECKPOINT_KEEP": "3",
     "PADDLE_LOG_FORMAT": "text",
+    "PADDLE_MAX_MESSAGE_MB": "256",
 }
 # The usual annotations a Prometheus scrape config keys on (kubernetes_sd pod role).
 SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
@@ -82,7 +97,8 @@ class Names:
     pserver: str
     trainer: str
     etcd: str
-    token_secret: str
+    etcd_setup: str
+    secret: str
     service_account: str
 
     @classmethod
@@ -92,7 +108,8 @@ class Names:
     @classmethod
     def of_name(cls, n: str) -> Names:
         return cls(job=n, master=f"{n}-master", pserver=f"{n}-pserver", trainer=f"{n}-trainer",
-                   etcd=f"{n}-etcd", token_secret=f"{n}-token", service_account=f"{n}-runner")
+                   etcd=f"{n}-etcd", etcd_setup=f"{n}-etcd-setup", secret=f"{n}-secrets",
+                   service_account=f"{n}-runner")
 
 
 def namespace(job: Job) -> str:
@@ -114,17 +131,33 @@ def metadata(job: Job, name: str, role: str | None = None) -> dict[str, Any]:
     return {"name": name, "namespace": namespace(job), "labels": labels(job, role)}
 
 
-def etcd_hosts(job: Job) -> list[str]:
+def etcd_hosts(job: Job) -> tuple[str, ...]:
+    """DNS names of the job's own etcd members (none when it uses an existing etcd)."""
+    if not job.etcd_spec.deploy:
+        return ()
     names = Names.of(job)
-    return [f"{names.etcd}-{i}.{names.etcd}.{namespace(job)}.svc"
-            for i in range(job.etcd_spec.replicas)]
+    return tuple(f"{names.etcd}-{i}.{names.etcd}.{namespace(job)}.svc"
+                 for i in range(job.etcd_spec.replicas))
 
 
 def store_url(job: Job) -> str:
-    """PADDLE_STORE: the job's own etcd members, or the endpoints the spec gives."""
+    """PADDLE_STORE: the job's own etcd members (over TLS with the role's certificate, unless
+    the job is insecure), or the endpoints the spec gives."""
     if not job.etcd_spec.deploy:
         return job.etcd_spec.store_url_for_endpoints
-    return "etcd://" + ",".join(f"{host}:2379" for host in etcd_hosts(job))
+    url = "etcd://" + ",".join(f"{host}:2379" for host in etcd_hosts(job))
+    return url if job.insecure else f"{url}?tls={TLS_MOUNT}"
+
+
+def data_schemes(job: Job) -> str:
+    """PADDLE_DATA_SCHEMES: local files, plus the scheme of the spec's data URL if it has one."""
+    schemes = ["file"]
+    data = job.data_storage
+    if data is not None and data.url and "://" in data.url:
+        scheme = data.url.split("://", 1)[0].lower()
+        if scheme not in schemes:
+            schemes.append(scheme)
+    return ",".join(schemes)
 
 
 def role_env(job: Job, role: str, *, pserver_hosts: list[str],
@@ -148,21 +181,27 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         "PADDLE_USE_GPU": "true" if plan.use_gpu else "false",
         "PADDLE_HTTP_PORT": str(HTTP_PORT),
         "PADDLE_METRICS_PORT": str(METRICS_PORT),
+        "PADDLE_HTTP_HOST": "0.0.0.0",  # the API server's proxy comes in on the pod's address
+        "PADDLE_HEALTH_PORT": str(HEALTH_PORT),
+        "PADDLE_INSECURE": "true" if job.insecure else "false",
+        "PADDLE_DATA_SCHEMES": data_schemes(job),
         "PADDLE_CHECKPOINT_URL": (job.checkpoint_storage.location_in_pod(CHECKPOINT_MOUNT)
                                   if job.checkpoint_storage else CHECKPOINT_MOUNT),
         **_DEFAULT_VALUES,
     }
     if job.data_storage is not None:
         values["PADDLE_DATA"] = job.data_storage.location_in_pod(DATA_MOUNT)
+    if not job.insecure:
+        values["PADDLE_TLS_DIR"] = TLS_MOUNT
     for key, value in job.env.items():  # the spec checked that only tunable PADDLE_* appear
         values[key] = value
-    wanted = [*ROLE_ENV[role], *OPTIONAL_ROLE_ENV[role]]
+    wanted = [*ROLE_ENV[role], *(k for k in OPTIONAL_ROLE_ENV[role] if k in values)]
     user_keys = [key for key in job.env if key not in wanted]
     env: list[dict[str, Any]] = []
     for key in [*wanted, *user_keys]:
         if key == "PADDLE_JOB_TOKEN":
             env.append({"name": key, "valueFrom": {"secretKeyRef": {
-                "name": names.token_secret, "key": TOKEN_KEY}}})
+                "name": names.secret, "key": TOKEN_KEY}}})
         elif key == "PADDLE_HOST":
             env.append({"name": key, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         elif key == "PADDLE_TRAINER_ID":
@@ -184,7 +223,8 @@ def _server_probes() -> dict[str, Any]:
                          "failureThreshold": 60},
         "livenessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 10,
                           "failureThreshold": 3},
-        "readinessProbe": {"grpc": {"port": PORT}, "periodSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {"grpc": {"port": HEALTH_PORT}, "periodSeconds": 5,
+                           "failureThreshold": 3},
     }
 
 
@@ -202,7 +242,8 @@ def role_container(job: Job, role: str, env: list[dict[str, Any]]) -> dict[str, 
     }
     metrics = {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
     if role in ("master", "pserver"):
-        ports = [{"name": "grpc", "containerPort": PORT, "protocol": "TCP"}]
+        ports = [{"name": "grpc", "containerPort": PORT, "protocol": "TCP"},
+                 {"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"}]
         if role == "master":
             ports.append({"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"})
         container["ports"] = [*ports, metrics]
@@ -214,13 +255,25 @@ def role_container(job: Job, role: str, env: list[dict[str, Any]]) -> dict[str, 
         mounts.append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
     if role == "pserver" and (job.checkpoint_storage is None or job.checkpoint_storage.claim):
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
+    if not job.insecure:
+        mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
     if mounts:
         container["volumeMounts"] = mounts
     return container
 
 
+def secret_volume(job: Job, items: dict[str, str], name: str = "tls") -> dict[str, Any]:
+    """A volume of some items of the job's Secret (key -> file name), owner-read-only."""
+    return {"name": name, "secret": {
+        "secretName": Names.of(job).secret, "defaultMode": SECRET_FILE_MODE,
+        "items": [{"key": key, "path": path} for key, path in items.items()]}}
+
+
 def _volumes(job: Job, role: str) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = []
+    if not job.insecure:  # only this role's own key: a trainer cannot pose as a pserver
+        volumes.append(secret_volume(job, {CA_KEY: CA_FILE, f"{role}.crt": CERT_FILE,
+                                           f"{role}.key": KEY_FILE}))
     data = job.data_storage
     if role in ("master", "trainer") and data is not None and data.claim:
         volumes.append({"name": "data", "persistentVolumeClaim": {
@@ -256,8 +309,14 @@ def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: lis
             "spec": spec}
 
 
-def common_objects(job: Job, token: str) -> list[dict[str, Any]]:
-    """ServiceAccount, Role, RoleBinding, token Secret and master Service, in creation order."""
+def secret_object(job: Job, secrets: JobSecrets) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata(job, Names.of(job).secret),
+            "type": "Opaque", "stringData": dict(secrets.values)}
+
+
+def common_objects(job: Job, secrets: JobSecrets) -> list[dict[str, Any]]:
+    """ServiceAccount, Role, RoleBinding, the job's Secret and master Service, in creation
+    order."""
     names = Names.of(job)
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -274,8 +333,7 @@ def common_objects(job: Job, token: str) -> list[dict[str, Any]]:
                      "name": names.service_account},
          "subjects": [{"kind": "ServiceAccount", "name": names.service_account,
                        "namespace": namespace(job)}]},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": metadata(job, names.token_secret),
-         "type": "Opaque", "stringData": {TOKEN_KEY: token}},
+        secret_object(job, secrets),
         {"apiVersion": "v1", "kind": "Service", "metadata": metadata(job, names.master, "master"),
          "spec": {"selector": selector(job, "master"), "ports": [
              {"name": "grpc", "port": PORT, "targetPort": "grpc", "protocol": "TCP"},

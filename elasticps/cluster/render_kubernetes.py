@@ -1,8 +1,9 @@
 """Plain Kubernetes: the job as built-in objects, no scheduler plugins needed.
 
-Objects, in creation order: ServiceAccount, Role, RoleBinding, token Secret, master Service,
-etcd Service + NetworkPolicy + StatefulSet (when the job deploys its own), pserver headless
-Service, master Deployment, pserver StatefulSet, trainer Job.
+Objects, in creation order: ServiceAccount, Role, RoleBinding, the job's Secret, master Service,
+etcd Service + NetworkPolicy + StatefulSet + setup Job (when the job deploys its own), master and
+pserver NetworkPolicies, pserver headless Service, master Deployment, pserver StatefulSet,
+trainer Job.
 
 * master: a Deployment of one replica. The election lock in the store makes a second master
   (during a rolling update) a harmless standby; the Service only routes to the ready leader.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from elasticps.cluster.job_secrets import JobSecrets
 from elasticps.cluster.render_common import (
     PORT,
     Names,
@@ -29,6 +31,7 @@ from elasticps.cluster.render_common import (
     selector,
 )
 from elasticps.cluster.render_etcd import etcd_objects
+from elasticps.cluster.render_network import network_policies
 from elasticps.cluster.spec import Job
 
 TRAINER_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -41,7 +44,7 @@ def pserver_hosts(job: Job) -> list[str]:
             for i in range(job.plan.pservers)]
 
 
-def render(job: Job, *, token: str) -> list[dict[str, Any]]:
+def render(job: Job, *, secrets: JobSecrets) -> list[dict[str, Any]]:
     """Every object of the job, in the order they must be created."""
     names = Names.of(job)
     plan = job.plan
@@ -81,5 +84,5 @@ def render(job: Job, *, token: str) -> list[dict[str, Any]]:
                  "podReplacementPolicy": "Failed",
                  "template": template("trainer", "Never")},
     }
-    return [*common_objects(job, token), *etcd_objects(job), pserver_service, master, pservers,
-            trainers]
+    return [*common_objects(job, secrets), *etcd_objects(job), *network_policies(job),
+            pserver_service, master, pservers, trainers]

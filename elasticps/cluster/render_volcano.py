@@ -13,15 +13,18 @@
   Discovery itself goes through the store; the trainer index comes from the
   ``volcano.sh/task-index`` annotation.
 
-The token Secret, RBAC, the master Service and the job's etcd are plain objects next to it.
+The job's Secret, RBAC, the master Service, the NetworkPolicies and the job's etcd are plain
+objects next to it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from elasticps.cluster.job_secrets import JobSecrets
 from elasticps.cluster.render_common import Names, common_objects, metadata, pod_template
 from elasticps.cluster.render_etcd import etcd_objects
+from elasticps.cluster.render_network import network_policies
 from elasticps.cluster.spec import Job
 
 TRAINER_INDEX_PATH = "metadata.annotations['volcano.sh/task-index']"
@@ -70,6 +73,7 @@ def volcano_job(job: Job) -> dict[str, Any]:
     }
 
 
-def render(job: Job, *, token: str) -> list[dict[str, Any]]:
+def render(job: Job, *, secrets: JobSecrets) -> list[dict[str, Any]]:
     """Every object of the job, in the order they must be created."""
-    return [*common_objects(job, token), *etcd_objects(job), volcano_job(job)]
+    return [*common_objects(job, secrets), *etcd_objects(job), *network_policies(job),
+            volcano_job(job)]

@@ -32,7 +32,13 @@ from typing import Any
 import yaml
 
 from elasticps.cluster.quantity import format_cpu, format_memory, parse_cpu, parse_memory
-from elasticps.config import ENV_VARS, load_config, user_namespace
+from elasticps.config import (
+    ENV_VARS,
+    MAX_PSERVERS,
+    MAX_TRAINERS,
+    load_config,
+    user_namespace,
+)
 from elasticps.errors import ConfigError
 from elasticps.version import __version__
 
@@ -55,11 +61,22 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})$")
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
+# Upper bounds: a value past them is a typo (or an attempt to exhaust a shared cluster), and
+# is refused naming the field. Counts share elasticps.config's bounds.
+MAX_GPUS_PER_POD = 64
+MAX_CPU_MILLIS_PER_POD = 1024 * 1000  # 1024 cores
+MAX_MEMORY_PER_POD = 16 * 2**40  # 16Ti
+MAX_ETCD_STORAGE = 2**40  # 1Ti per member
+MAX_ENV_ENTRIES = 256
+MAX_ENV_VALUE = 32 * 1024
+MAX_ENTRY_POINT = 4096
+
 # PADDLE_* variables a job's `env:` may set; every other one is filled in by the renderer from
 # the spec (or is unknown), so setting it there would be silently overridden or a typo.
 TUNABLE_ENV = frozenset({
     "PADDLE_USE_GPU", "PADDLE_CHECKPOINT_INTERVAL", "PADDLE_CHECKPOINT_KEEP",
     "PADDLE_LEASE_TTL", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE", "PADDLE_LOG_FORMAT",
+    "PADDLE_MAX_MESSAGE_MB", "PADDLE_DATA_SCHEMES",
 })
 _KNOWN_ENV = frozenset(var.name for var in ENV_VARS)
 
@@ -72,26 +89,34 @@ def _fail(name: str, reason: str) -> ConfigError:
     return ConfigError(f"job spec field '{name}': {reason}")
 
 
-def _count(name: str, value: object, minimum: int) -> int:
+def _count(name: str, value: object, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, f"must be a whole number, got {value!r}")
+        raise _fail(name, f"must be a whole number, got {value!r:.80}")
     if value < minimum:
         raise _fail(name, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise _fail(name, f"must be <= {maximum}, got {value}")
     return value
 
 
-def _cpu(name: str, value: object) -> int:
+def _cpu(name: str, value: object, maximum: int = MAX_CPU_MILLIS_PER_POD) -> int:
     try:
-        return parse_cpu(value)
+        millis = parse_cpu(value)
     except ValueError as exc:
         raise _fail(name, str(exc)) from exc
+    if millis > maximum:
+        raise _fail(name, f"{value!r:.40} is more than {format_cpu(maximum)} cores")
+    return millis
 
 
-def _memory(name: str, value: object) -> int:
+def _memory(name: str, value: object, maximum: int = MAX_MEMORY_PER_POD) -> int:
     try:
-        return parse_memory(value)
+        nbytes = parse_memory(value)
     except ValueError as exc:
         raise _fail(name, str(exc)) from exc
+    if nbytes > maximum:
+        raise _fail(name, f"{value!r:.40} is more than {format_memory(maximum)}")
+    return nbytes
 
 
 def _dns_label(name: str, value: object, max_len: int = 63) -> str:
@@ -203,7 +228,7 @@ class EtcdSpec:
             match = _HOST_PORT.match(endpoint)
             if match is None or not 1 <= int(match["port"]) <= 65535:
                 raise _fail("etcd.endpoints", f"{endpoint!r} is not host:port")
-        replicas = _count("etcd.replicas", value.get("replicas", 1), 1)
+        replicas = _count("etcd.replicas", value.get("replicas", 1), 1, 7)
         if replicas % 2 == 0 or replicas > 7:
             raise _fail("etcd.replicas", f"must be 1, 3, 5 or 7 (an odd quorum), got {replicas}")
         image = value.get("image", DEFAULT_ETCD_IMAGE)
@@ -211,7 +236,7 @@ class EtcdSpec:
             raise _fail("etcd.image", f"{image!r} is not an image reference")
         storage = value.get("storage", "1Gi")
         if storage is not None:
-            storage = format_memory(_memory("etcd.storage", storage))
+            storage = format_memory(_memory("etcd.storage", storage, MAX_ETCD_STORAGE))
         return cls(deploy=deploy, endpoints=endpoints, replicas=replicas, image=image,
                    storage=storage)
 
@@ -283,6 +308,9 @@ class Job:
     etcd: EtcdSpec | Mapping[str, Any] | None = None
     queue: str = "default"
     local: bool = False
+    # No TLS anywhere (gRPC, the status page, the job's etcd): only for a cluster network you
+    # trust; every role warns at start. `elasticps submit --insecure` sets it.
+    insecure: bool = False
     plan: JobPlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -295,6 +323,8 @@ class Job:
         _dns_label("queue", self.queue)
         if not isinstance(self.local, bool):
             raise _fail("local", f"must be true or false, got {self.local!r}")
+        if not isinstance(self.insecure, bool):
+            raise _fail("insecure", f"must be true or false, got {self.insecure!r}")
         set_(self, "data", None if self.data is None else Storage.parse("data", self.data))
         set_(self, "checkpoint",
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
@@ -306,27 +336,30 @@ class Job:
         # A local job re-runs the script that called dist_train: it needs no entry point.
         command = () if self.local and not self.entry_point \
             else _trainer_command(self.entry_point)
-        num_gpus = _count("num_gpus", self.num_gpus, 0)
+        num_gpus = _count("num_gpus", self.num_gpus, 0, MAX_GPUS_PER_POD * MAX_TRAINERS)
         if self.num_cpus is not None:  # checked even when per-trainer values override it
-            _cpu("num_cpus", self.num_cpus)
+            _cpu("num_cpus", self.num_cpus, MAX_CPU_MILLIS_PER_POD * MAX_TRAINERS)
         if self.memory is not None:
-            _memory("memory", self.memory)
+            _memory("memory", self.memory, MAX_MEMORY_PER_POD * MAX_TRAINERS)
         default_trainers = num_gpus if num_gpus > 0 else 1
         trainers = _count("trainers", default_trainers if self.trainers is None
-                          else self.trainers, 1)
+                          else self.trainers, 1, MAX_TRAINERS)
         if self.trainer_gpu is not None:
-            trainer_gpu = _count("trainer_gpu", self.trainer_gpu, 0)
+            trainer_gpu = _count("trainer_gpu", self.trainer_gpu, 0, MAX_GPUS_PER_POD)
         elif num_gpus % trainers:
             raise _fail("num_gpus", f"{num_gpus} GPUs do not divide evenly among {trainers} "
                                     "trainers; set trainer_gpu")
         else:
             trainer_gpu = num_gpus // trainers
+            if trainer_gpu > MAX_GPUS_PER_POD:
+                raise _fail("num_gpus", f"{num_gpus} GPUs among {trainers} trainers is more "
+                                        f"than {MAX_GPUS_PER_POD} per trainer")
         trainer_cpu = self._trainer_cpu(trainers)
         trainer_mem = self._trainer_mem(trainers)
         min_trainers = _count("min_trainers", 1 if self.min_trainers is None
-                              else self.min_trainers, 1)
+                              else self.min_trainers, 1, MAX_TRAINERS)
         max_trainers = _count("max_trainers", trainers if self.max_trainers is None
-                              else self.max_trainers, 1)
+                              else self.max_trainers, 1, MAX_TRAINERS)
         if min_trainers > max_trainers:
             raise _fail("min_trainers", f"{min_trainers} is more than max_trainers={max_trainers}")
         if min_trainers > trainers:
@@ -334,7 +367,7 @@ class Job:
         if trainers > max_trainers:
             raise _fail("max_trainers", f"{max_trainers} is less than trainers={trainers}")
         pservers = _count("pservers", max(1, math.ceil(trainers / 2)) if self.pservers is None
-                          else self.pservers, 1)
+                          else self.pservers, 1, MAX_PSERVERS)
         use_gpu = self._use_gpu(trainer_gpu)
         return JobPlan(
             namespace=namespace, trainers=trainers, min_trainers=min_trainers,
@@ -353,7 +386,10 @@ class Job:
             return _cpu("trainer_cpu", self.trainer_cpu)
         if self.num_cpus is None:
             return DEFAULT_TRAINER_CPU
-        num_cpus = _cpu("num_cpus", self.num_cpus)
+        num_cpus = _cpu("num_cpus", self.num_cpus, MAX_CPU_MILLIS_PER_POD * MAX_TRAINERS)
+        if num_cpus // trainers > MAX_CPU_MILLIS_PER_POD:
+            raise _fail("num_cpus", f"{format_cpu(num_cpus)} CPUs among {trainers} trainers is "
+                                    f"more than {format_cpu(MAX_CPU_MILLIS_PER_POD)} each")
         if num_cpus // trainers < 10:
             raise _fail("num_cpus", f"{format_cpu(num_cpus)} CPUs among {trainers} trainers "
                                     "leaves less than 10m each; raise num_cpus or set trainer_cpu")
@@ -365,8 +401,11 @@ class Job:
             return _memory("trainer_mem", self.trainer_mem)
         if self.memory is None:
             return DEFAULT_TRAINER_MEM
-        memory = _memory("memory", self.memory)
+        memory = _memory("memory", self.memory, MAX_MEMORY_PER_POD * MAX_TRAINERS)
         share = (memory // trainers) // 2**20 * 2**20
+        if share > MAX_MEMORY_PER_POD:
+            raise _fail("memory", f"{format_memory(memory)} among {trainers} trainers is more "
+                                  f"than {format_memory(MAX_MEMORY_PER_POD)} each")
         if share < 64 * 2**20:
             raise _fail("memory", f"{format_memory(memory)} among {trainers} trainers "
                                   "leaves less than 64Mi each; raise memory or set trainer_mem")
@@ -469,15 +508,19 @@ def warn_environment(job: Job, environ: Mapping[str, str]) -> bool:
 
 def _check_env(env: object) -> dict[str, str]:
     if not isinstance(env, Mapping):
-        raise _fail("env", f"must be a mapping of NAME: value, got {env!r}")
+        raise _fail("env", f"must be a mapping of NAME: value, got {env!r:.80}")
+    if len(env) > MAX_ENV_ENTRIES:
+        raise _fail("env", f"has {len(env)} entries, more than {MAX_ENV_ENTRIES}")
     checked: dict[str, str] = {}
     for key, value in env.items():
         name = f"env.{key}"
         if not isinstance(key, str) or not _ENV_NAME.match(key):
             raise _fail(name, "is not a valid environment variable name")
         if value is None or isinstance(value, Mapping | list):
-            raise _fail(name, f"must be a string, number or boolean, got {value!r}")
+            raise _fail(name, f"must be a string, number or boolean, got {value!r:.80}")
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if len(text) > MAX_ENV_VALUE:
+            raise _fail(name, f"is longer than {MAX_ENV_VALUE} characters")
         if key.startswith("PADDLE_") and key not in TUNABLE_ENV:
             reason = ("is set by elasticps from the job spec" if key in _KNOWN_ENV
                       else "is not a variable elasticps reads")
@@ -494,6 +537,10 @@ def _check_env(env: object) -> dict[str, str]:
 
 def _trainer_command(entry_point: object) -> tuple[str, ...]:
     """``python train.py --x 1`` -> ``("train.py", "--x", "1")``: what `elasticps trainer` runs."""
+    if isinstance(entry_point, str | list | tuple) and sum(
+            len(t) if isinstance(t, str) else 0 for t in
+            ([entry_point] if isinstance(entry_point, str) else entry_point)) > MAX_ENTRY_POINT:
+        raise _fail("entry_point", f"is longer than {MAX_ENTRY_POINT} characters")
     if isinstance(entry_point, str):
         try:
             tokens = shlex.split(entry_point)

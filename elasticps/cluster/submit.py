@@ -9,6 +9,8 @@ object carries the label ``elasticps.io/job=<name>``, which is how ``status``, `
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
@@ -17,20 +19,23 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.kube_client import (
     BATCH_JOB,
     KINDS,
     POD,
+    SECRET,
     VOLCANO_JOB,
     KubeAPIError,
     KubeClient,
     kind_of,
 )
-from elasticps.cluster.manifests import render, to_yaml
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE, ROLES, Names
+from elasticps.cluster.manifests import dry_run_yaml, job_secrets, render
+from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE, ROLES, Names, secret_object
 from elasticps.cluster.spec import Job, warn_environment
 from elasticps.cluster.validate import check_manifests
 from elasticps.errors import ClusterError, ConfigError
+from elasticps.master.status_access import TOKEN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -120,20 +125,27 @@ class SubmittedJob:
     backend: str
     client: KubeClient | None = None
     manifests: list[dict[str, Any]] = field(default_factory=list)
+    job: Job | None = None
+    spec_path: str = "JOB.yaml"
 
     @property
     def dry_run(self) -> bool:
         return self.client is None
 
     def yaml(self) -> str:
-        return to_yaml(self.manifests)
+        """The manifests as a YAML stream; the job's Secret is never in it, only a note on how
+        it is made (a dry run's Secret holds placeholders anyway)."""
+        assert self.job is not None
+        return dry_run_yaml(self.job, self.manifests, self.spec_path)
 
     def status_url(self) -> str:
         """The master's status page through the API server's service proxy. Open it with
-        ``kubectl proxy`` running (a dry run assumes that, on its default port)."""
+        ``kubectl proxy`` running (a dry run assumes that, on its default port); it needs the
+        job token in the ``X-Elasticps-Token`` header (``elasticps status`` sends it)."""
         host = KUBECTL_PROXY if self.client is None else self.client.host
+        scheme = "" if self.job is not None and self.job.insecure else "https:"
         return (f"{host}/api/v1/namespaces/{self.namespace}/services/"
-                f"{Names.of_name(self.name).master}:http/proxy/")
+                f"{scheme}{Names.of_name(self.name).master}:http/proxy/")
 
     def _client(self) -> KubeClient:
         if self.client is None:
@@ -166,21 +178,27 @@ class SubmittedJob:
 
 
 def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
-           client: KubeClient | None = None, token: str | None = None,
-           check: bool = True, environ: Mapping[str, str] | None = None) -> SubmittedJob:
+           client: KubeClient | None = None, secrets: JobSecrets | None = None,
+           check: bool = True, environ: Mapping[str, str] | None = None,
+           spec_path: str = "JOB.yaml") -> SubmittedJob:
     """Render, validate and (unless ``dry_run``) create the job's objects.
 
-    ``token`` defaults to a fresh random one; ``environ`` (default ``os.environ``) is where
-    the submitter's ``PADDLE_USE_GPU`` is checked against the GPUs asked (a warning).
+    ``secrets`` default to fresh ones (a token, a CA, certificates); a dry run renders
+    placeholders instead, so its manifests can never carry a secret. ``environ`` (default
+    ``os.environ``) is where the submitter's ``PADDLE_USE_GPU`` is checked against the GPUs
+    asked (a warning).
     """
-    if job.local:
-        raise ConfigError("job spec field 'local': the job is local; run it with "
-                          "`elasticps run` or dist_train, not on a cluster")
+    _check_cluster_job(job)
     warn_environment(job, os.environ if environ is None else environ)
-    objects = render(job, backend, token=token)
+    if dry_run:
+        secrets = None
+    elif secrets is None:
+        secrets = job_secrets(job)
+    objects = render(job, backend, secrets=secrets)
     if check:
         check_manifests(objects)
-    handle = SubmittedJob(job.job_name, job.plan.namespace, backend, None, objects)
+    handle = SubmittedJob(job.job_name, job.plan.namespace, backend, None, objects, job,
+                          spec_path)
     if dry_run:
         return handle
     handle.client = client if client is not None else KubeClient.from_kubeconfig()
@@ -188,6 +206,29 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
     logger.info("Submitted job %s to namespace %s (%s, %d objects); status page: %s",
                 job.job_name, job.plan.namespace, backend, len(objects), handle.status_url())
     return handle
+
+
+def _check_cluster_job(job: Job) -> None:
+    if job.local:
+        raise ConfigError("job spec field 'local': the job is local; run it with "
+                          "`elasticps run` or dist_train, not on a cluster")
+    if job.insecure:
+        logger.warning("Job %s is submitted with insecure: true: no TLS on gRPC, the status "
+                       "page or the job's etcd, and the token crosses the network in clear.",
+                       job.job_name)
+
+
+def submit_secret(job: Job, *, client: KubeClient | None = None,
+                  secrets: JobSecrets | None = None) -> str:
+    """Create only the job's Secret (fresh secrets unless given), for manifests applied with
+    ``kubectl`` from a dry run. Returns the Secret's name; its values are never shown."""
+    _check_cluster_job(job)
+    client = client if client is not None else KubeClient.from_kubeconfig()
+    secret = secret_object(job, secrets if secrets is not None else job_secrets(job))
+    _create_all(client, job, [secret])
+    logger.info("Created Secret %s of job %s in namespace %s.", secret["metadata"]["name"],
+                job.job_name, job.plan.namespace)
+    return str(secret["metadata"]["name"])
 
 
 def _create_all(client: KubeClient, job: Job, objects: list[dict[str, Any]]) -> None:
@@ -276,13 +317,30 @@ def job_status(client: KubeClient, name: str, namespace: str) -> JobStatus:
     master_error: str | None = None
     if any(p.role == "master" and p.ready for p in pods):
         try:
-            body = client.proxy_get(namespace, Names.of_name(name).master, "http", "/api/status")
+            token, tls = _status_credentials(client, name, namespace)
+            body = client.proxy_get(namespace, Names.of_name(name).master, "http", "/api/status",
+                                    scheme="https" if tls else "http",
+                                    headers={TOKEN_HEADER: token})
             master = json.loads(body)
         except (ClusterError, ValueError) as exc:
             master_error = str(exc)
     else:
         master_error = "no master pod is ready yet"
     return JobStatus(name, namespace, backend, phase, tuple(pods), master, master_error)
+
+
+def _status_credentials(client: KubeClient, name: str, namespace: str) -> tuple[str, bool]:
+    """The job token (from the job's Secret, which the submitting user may read) and whether
+    the job uses TLS; the status page refuses requests without the token."""
+    secret = client.get(SECRET, namespace, Names.of_name(name).secret)
+    data = (secret or {}).get("data") or {}
+    if TOKEN_KEY not in data:
+        raise ClusterError(f"job {name}'s Secret {Names.of_name(name).secret} has no token")
+    try:
+        token = base64.b64decode(data[TOKEN_KEY], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ClusterError(f"job {name}'s Secret holds a token that is not base64") from exc
+    return token, CA_KEY in data
 
 
 def pod_logs(client: KubeClient, name: str, namespace: str, *, role: str = "trainer",
@@ -324,4 +382,4 @@ def delete_job(client: KubeClient, name: str, namespace: str) -> list[str]:
 
 
 __all__ = ["JobStatus", "PodInfo", "SubmittedJob", "delete_job", "job_status",
-           "pod_logs", "submit"]
+           "pod_logs", "submit", "submit_secret"]

@@ -30,6 +30,7 @@ from elasticps.data.chunk_decode import decode_table
 from elasticps.data.criteo_layout import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.data.criteo_preset import criteo_preset
 from elasticps.data.features import FeatureConfig
+from elasticps.data.locations import resolve
 from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
 from elasticps.data.schema import Schema
 from elasticps.errors import DataError
@@ -48,10 +49,7 @@ class RawColumns:
     sparse_missing: np.ndarray  # bool[n, 26]
 
 
-def _resolve(dataset_url: str, path: str) -> str:
-    if "://" in path or path.startswith("/"):
-        return path
-    return dataset_url.rstrip("/") + "/" + path
+_resolve = resolve  # a chunk's or split's URL: always inside the dataset (data/locations.py)
 
 
 def _open_parquet(url: str, stack: ExitStack) -> pq.ParquetFile:

@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
 from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.locations import check_relative
 from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError, DataError
 
@@ -54,11 +56,13 @@ CRITEO_FORMAT = "elasticps-ctr"  # format 1: the Criteo layout, schema implied
 CRITEO_FORMAT_VERSION = 1
 FORMATS = {FORMAT: FORMAT_VERSION, CRITEO_FORMAT: CRITEO_FORMAT_VERSION}
 MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 256 << 20  # a million chunks is ~70 MB of JSON
 
 
 @dataclass(frozen=True)
 class ChunkRef:
-    """One chunk: row group ``row_group`` of ``path`` (relative to the dataset dir, or a URL)."""
+    """One chunk: row group ``row_group`` of ``path``, a relative path inside the dataset
+    directory (never absolute, never a URL: see :mod:`elasticps.data.locations`)."""
 
     path: str
     row_group: int
@@ -79,11 +83,11 @@ class ChunkRef:
         path = raw.get("path")
         row_group = raw.get("row_group")
         num_rows = raw.get("num_rows")
-        if not isinstance(path, str) or not path:
-            raise DataError(f"{where}: 'path' must be a non-empty string, got {path!r}")
+        path = check_relative(path, f"{where}: 'path'")
         for name, value in (("row_group", row_group), ("num_rows", num_rows)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise DataError(f"{where}: {name!r} must be an integer >= 0, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**40:
+                raise DataError(f"{where}: {name!r} must be an integer in [0, 2^40), got "
+                                f"{value!r:.40}")
         assert isinstance(row_group, int)
         assert isinstance(num_rows, int)
         return cls(path=path, row_group=row_group, num_rows=num_rows)
@@ -154,23 +158,27 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = MANIFEST_NAME) -> Manifest:
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise DataError(f"{where} is larger than {MAX_MANIFEST_BYTES >> 20} MiB")
         try:
             raw = json.loads(text)
-        except ValueError as exc:
-            raise DataError(f"{where} is not valid JSON: {exc}") from exc
-        if not isinstance(raw, dict) or raw.get("format") not in FORMATS:
+        except (ValueError, RecursionError) as exc:
+            raise DataError(f"{where} is not valid JSON: {exc!s:.200}") from exc
+        if not isinstance(raw, dict) or not isinstance(raw.get("format"), str) or \
+                raw["format"] not in FORMATS:
             got = raw.get("format") if isinstance(raw, dict) else raw
-            raise DataError(f"{where} is not an elasticps dataset manifest (format is {got!r}; "
-                            f"this elasticps reads {' and '.join(sorted(FORMATS))})")
+            raise DataError(f"{where} is not an elasticps dataset manifest (format is "
+                            f"{got!r:.80}; this elasticps reads "
+                            f"{' and '.join(sorted(FORMATS))})")
         version = raw.get("format_version")
         if version != FORMATS[raw["format"]]:
             raise DataError(
-                f"{where} has format_version {version!r} of format {raw['format']!r}; this "
+                f"{where} has format_version {version!r:.40} of format {raw['format']!r}; this "
                 f"elasticps reads version {FORMATS[raw['format']]} of it (a newer elasticps "
                 "wrote it?)")
         raw_chunks = raw.get("chunks")
         if not isinstance(raw_chunks, list):
-            raise DataError(f"{where}: 'chunks' must be a list, got {raw_chunks!r}")
+            raise DataError(f"{where}: 'chunks' must be a list, got {raw_chunks!r:.80}")
         chunks = tuple(
             ChunkRef.from_dict(item, f"{where} chunks[{i}]") for i, item in enumerate(raw_chunks)
         )
@@ -191,14 +199,14 @@ class Manifest:
             chunks=chunks,
             schema=schema,
             columns=columns,
-            null_counts={str(k): int(v) for k, v in (raw.get("null_counts") or {}).items()},
+            null_counts=_count_map(raw, "null_counts", where),
             best_auc=_opt_float(raw, "best_auc", where),
             best_logloss=_opt_float(raw, "best_logloss", where),
-            planted_model=raw.get("planted_model"),
-            splits=_str_map(raw, "splits", where),
-            source=dict(raw.get("source") or {}),
-            created_by=str(raw.get("created_by", "")),
-            files=_str_map(raw, "files", where),
+            planted_model=_opt_object(raw, "planted_model", where),
+            splits=_path_map(raw, "splits", where),
+            source=_opt_object(raw, "source", where) or {},
+            created_by=str(raw.get("created_by", ""))[:256],
+            files=_path_map(raw, "files", where),
             format_version=version,
         )
 
@@ -225,11 +233,27 @@ def _declared_schema(raw: Any, where: str) -> Schema:
     return schema
 
 
-def _str_map(raw: dict[str, Any], name: str, where: str) -> dict[str, str]:
+def _path_map(raw: dict[str, Any], name: str, where: str) -> dict[str, str]:
+    """A map of names to relative paths inside the dataset (splits, other files)."""
     value = raw.get(name) or {}
     if not isinstance(value, dict):
-        raise DataError(f"{where}: {name!r} must be an object, got {value!r}")
-    return {str(k): str(v) for k, v in value.items()}
+        raise DataError(f"{where}: {name!r} must be an object, got {value!r:.80}")
+    return {str(k): check_relative(v, f"{where}: {name}[{k!r:.40}]") for k, v in value.items()}
+
+
+def _count_map(raw: dict[str, Any], name: str, where: str) -> dict[str, int]:
+    value = raw.get(name) or {}
+    if not isinstance(value, dict) or not all(
+            type(v) is int and v >= 0 for v in value.values()):
+        raise DataError(f"{where}: {name!r} must map names to counts")
+    return {str(k): v for k, v in value.items()}
+
+
+def _opt_object(raw: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
+    value = raw.get(name)
+    if value is not None and not isinstance(value, dict):
+        raise DataError(f"{where}: {name!r} must be an object or null, got {value!r:.80}")
+    return value
 
 
 def read_manifest(url: str) -> Manifest:
@@ -241,21 +265,21 @@ def read_manifest(url: str) -> Manifest:
     manifest_url = url.rstrip("/") + "/" + MANIFEST_NAME
     try:
         with fsspec.open(manifest_url, "rb") as handle:
-            text = handle.read()
+            text = handle.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError as exc:
         raise DataError(
             f"{url!r} is not a dataset: it has no {MANIFEST_NAME} (make one with "
             "`elasticps data convert` or `elasticps data synth`)"
         ) from exc
-    except OSError as exc:
-        raise DataError(f"cannot read {manifest_url}: {exc}") from exc
+    except (OSError, ValueError, ImportError) as exc:  # ValueError: an unknown protocol
+        raise DataError(f"cannot read {manifest_url}: {exc!s:.200}") from exc
     return Manifest.from_json(text, where=manifest_url)
 
 
 def _nonneg_int(raw: dict[str, Any], name: str, where: str) -> int:
     value = raw.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise DataError(f"{where}: {name!r} must be an integer >= 0, got {value!r}")
+        raise DataError(f"{where}: {name!r} must be an integer >= 0, got {value!r:.40}")
     return value
 
 
@@ -263,6 +287,8 @@ def _opt_float(raw: dict[str, Any], name: str, where: str) -> float | None:
     value = raw.get(name)
     if value is None:
         return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise DataError(f"{where}: {name!r} must be a number or null, got {value!r}")
+    if not isinstance(value, int | float) or isinstance(value, bool) or (
+            isinstance(value, int) and abs(value) > 2**63) or not math.isfinite(value):
+        raise DataError(f"{where}: {name!r} must be a finite number or null, got "
+                        f"{value!r:.40}")
     return float(value)

@@ -58,6 +58,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="the roles' log lines: text (default) or json lines "
                           "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
+    run.add_argument("--insecure", action="store_true",
+                     help="run without TLS: no job CA, plaintext gRPC, the job token in clear "
+                     "(a warning is printed; by default every gRPC port requires mutual TLS)")
     run.add_argument("script", metavar="SCRIPT", help="the training script every trainer runs")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="arguments passed to SCRIPT")
@@ -78,7 +81,7 @@ def run_command(args: argparse.Namespace) -> int:
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
-        log_format=args.log_format)
+        log_format=args.log_format, insecure=args.insecure)
     return run_job(opts)
 
 

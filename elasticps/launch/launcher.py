@@ -1,11 +1,13 @@
 """``elasticps run``: one job on this machine, the way torchrun runs one on a node.
 
 It creates the embedded store ``file://WORKDIR/store.db`` (unless ``--store etcd://...``), a
-fresh job token, and starts ``elasticps master`` (plus ``--standby-masters`` hot standbys that
-wait in the election), M x ``elasticps pserver`` and N x
-``elasticps trainer SCRIPT ARGS`` as child processes. Every server binds its own port
-(``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports around. Logs go to
-``WORKDIR/logs/<role>[-<i>].log``. At the end it writes ``WORKDIR/summary.json``.
+fresh job token, a fresh job CA with one certificate per role (``WORKDIR/tls/<role>/``: 0600
+files in 0700 directories; the CA key is never written; none with ``--insecure``), and starts
+``elasticps master`` (plus ``--standby-masters`` hot standbys that wait in the election),
+M x ``elasticps pserver`` and N x ``elasticps trainer SCRIPT ARGS`` as child processes. Every
+server binds its own port (``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports
+around. Logs go to ``WORKDIR/logs/<role>[-<i>].log``. At the end it writes
+``WORKDIR/summary.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
 from elasticps.launch.monitor import ReportStream, StatusMonitor
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.supervisor import JobState, Supervisor
+from elasticps.rpc.credentials import INSECURE_WARNING
+from elasticps.rpc.tls import write_job_identities
 from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 from elasticps.telemetry.logfmt import set_context
 
@@ -52,6 +56,8 @@ class LaunchOptions:
     standby_masters: int = 1
     log_format: str | None = None  # the roles' log lines: text or json (PADDLE_LOG_FORMAT)
     python: str = sys.executable
+    # No TLS: every role is told PADDLE_INSECURE=true and warns; the token travels in clear.
+    insecure: bool = False
 
 
 def default_job_name(script: str) -> str:
@@ -81,8 +87,15 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         num_gradient_servers=opts.trainers, port=0, workdir=str(workdir),
         checkpoint_url=base_env.get("PADDLE_CHECKPOINT_URL") or str(workdir / "checkpoints"),
         **({"log_format": opts.log_format} if opts.log_format else {}),
+        insecure=opts.insecure,
     )
     env = {**base_env, **config.to_env()}
+    env.pop("PADDLE_TLS_DIR", None)  # each role gets its own identity below
+
+    def role_env(role: str) -> dict[str, str]:
+        tls = {} if opts.insecure else {"PADDLE_TLS_DIR": str(tls_dir(workdir, role))}
+        return {**env, **tls, "PADDLE_ROLE": role}
+
     # Like torchrun: one machine shared by several processes must not run every process's
     # OpenMP pool at full width (spin-waiting threads on busy cores slow torch down 5-10x).
     threads = str(max(1, (os.cpu_count() or 1) // (opts.trainers + opts.pservers)))
@@ -90,15 +103,20 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
     logs = workdir / "logs"
     cli = (opts.python, "-m", "elasticps", "-v")  # INFO logs into the role log files
     # Every master process campaigns; the first to win leads, the others are hot standbys.
-    specs = [RoleSpec("master", i, (*cli, "master"), {**env, "PADDLE_ROLE": "master"},
+    specs = [RoleSpec("master", i, (*cli, "master"), role_env("master"),
                       logs / ("master.log" if i == 0 else f"master-{i}.log"), restart=True)
              for i in range(1 + opts.standby_masters)]
     for i in range(opts.pservers):
-        specs.append(RoleSpec("pserver", i, (*cli, "pserver"), {**env, "PADDLE_ROLE": "pserver"},
+        specs.append(RoleSpec("pserver", i, (*cli, "pserver"), role_env("pserver"),
                               logs / f"pserver-{i}.log", restart=True))
     for i in range(opts.trainers):
-        specs.append(trainer_spec(opts, workdir, {**env, **trainer_env}, i))
+        specs.append(trainer_spec(opts, workdir, {**role_env("trainer"), **trainer_env}, i))
     return specs
+
+
+def tls_dir(workdir: Path, role: str) -> Path:
+    """Where ``elasticps run`` keeps ``role``'s TLS identity."""
+    return workdir / "tls" / role
 
 
 def trainer_spec(opts: LaunchOptions, workdir: Path, env: dict[str, str], index: int) -> RoleSpec:
@@ -153,6 +171,11 @@ class Launch:
         (self.workdir / "logs").mkdir(exist_ok=True)
         print(f"elasticps run: job {self.job_name}, store {self.store_url}, "
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
+        if self.opts.insecure:
+            print(f"elasticps run: WARNING: job {self.job_name} {INSECURE_WARNING}.",
+                  file=self.err, flush=True)
+        else:
+            write_job_identities(self.workdir / "tls", self.job_name)
         previous = self._install_signals()
         self.started = time.monotonic()
         (self.workdir / STATUS_FILE).unlink(missing_ok=True)  # a previous job's, if any

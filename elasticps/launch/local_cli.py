@@ -20,6 +20,7 @@ from elasticps.errors import ConfigError
 from elasticps.launch.local_job import LocalJob
 from elasticps.launch.progress_view import format_eta
 from elasticps.master.http_status import StatusServer
+from elasticps.master.status_access import is_loopback
 
 ROLES = ("master", "pserver", "trainer")
 _ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?$")
@@ -149,6 +150,11 @@ def run_logs(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def run_ui(args: argparse.Namespace) -> int:
     """Serve the job's page (live while it runs, saved once it is over) until Ctrl-C."""
+    if not is_loopback(args.host):
+        # A finished job's page has no token to demand: it stays on this machine.
+        raise ConfigError(f"--host={args.host!r}: `elasticps ui` serves on a loopback address "
+                          "only (the page shows the job's whole state and asks no token); to "
+                          "view it from elsewhere, forward the port (ssh -L 8080:127.0.0.1:8080)")
     job = LocalJob.find(args.workdir)
     if job.document() is None:
         raise ConfigError(f"job {job.job_name} in {job.workdir} has no status page saved yet")

@@ -15,6 +15,7 @@ from elasticps.errors import ConfigError, InvalidArgumentError
 from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
 from elasticps.master.task_queue import QueuePolicy
+from elasticps.rpc.credentials import credentials_from_config
 from elasticps.store import open_store
 from elasticps.telemetry.logfmt import set_node
 
@@ -26,14 +27,15 @@ and persists every change in the store before answering. Start two for a hot sta
 second blocks in the election and takes over (resuming from the store) when the first dies.
 The leader publishes its gRPC and status addresses at master/address in the store.
 
-Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN, PADDLE_HOST, PADDLE_LEASE_TTL and
-PADDLE_DATA from the environment (see `elasticps env`). Exits 0 on SIGTERM (after resigning
+Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN, PADDLE_TLS_DIR (or PADDLE_INSECURE),
+PADDLE_HOST, PADDLE_HTTP_HOST, PADDLE_LEASE_TTL and PADDLE_DATA from the environment (see
+`elasticps env`). Exits 0 on SIGTERM (after resigning
 the lead) and 1 when it loses the lead, so a supervisor restarts it as a standby.
 """
 
 EPILOG = """\
 example:
-  PADDLE_STORE=file:///tmp/job.db PADDLE_JOB_TOKEN=secret \\
+  PADDLE_STORE=file:///tmp/job.db PADDLE_JOB_TOKEN=secret PADDLE_TLS_DIR=/tmp/job/tls/master \\
     elasticps master --dataset /data/criteo --chunks-per-task 2 --num-passes 3 --http-port 8080
   curl http://127.0.0.1:8080/api/status
 """
@@ -98,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
     except InvalidArgumentError as exc:
         raise ConfigError(str(exc)) from exc
     options = MasterOptions(
-        job=config.job_name, token=config.token, host=config.host, port=args.port,
-        http_port=args.http_port, lease_ttl=config.lease_ttl, policy=policy,
+        job=config.job_name, credentials=credentials_from_config(config), host=config.host,
+        port=args.port, http_port=args.http_port, http_host=config.http_host,
+        health_port=config.health_port or None, data_schemes=config.data_schemes,
+        lease_ttl=config.lease_ttl, policy=policy,
         dataset=args.dataset or config.data, chunks_per_task=args.chunks_per_task,
         num_passes=args.num_passes,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None

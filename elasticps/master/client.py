@@ -26,6 +26,7 @@ from elasticps.errors import LeaseExpiredError, StoreUnavailableError, Unavailab
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.channel import call, make_channel
+from elasticps.rpc.credentials import JobCredentials
 from elasticps.store.api import Lease, Store
 from elasticps.store.keys import TrainerRegistration, read_master_address, trainer_key
 
@@ -42,11 +43,11 @@ MASTER_RETRY = RetryPolicy(deadline=300.0, initial_backoff=0.05, max_backoff=1.0
 class MasterClient:
     """Calls the job's master on behalf of trainer ``trainer_name``; thread-safe."""
 
-    def __init__(self, store: Store, token: str, trainer_name: str, *,
+    def __init__(self, store: Store, credentials: JobCredentials, trainer_name: str, *,
                  retry_for: float = 300.0, rpc_timeout: float = 10.0,
                  lease_ttl: int = 5) -> None:
         self.store = store
-        self.token = token
+        self.credentials = credentials
         self.trainer = trainer_name
         self.retry = MASTER_RETRY.within(retry_for)
         self.rpc_timeout = rpc_timeout
@@ -68,7 +69,7 @@ class MasterClient:
             if address != self._address or self._stub is None:
                 if self._channel is not None:
                     self._channel.close()
-                self._channel = make_channel(address, self.token)
+                self._channel = make_channel(address, self.credentials, "master")
                 self._stub = master_pb2_grpc.MasterStub(self._channel)
                 if self._address is not None:
                     log.info("Trainer %s follows the master to %s.", self.trainer, address)

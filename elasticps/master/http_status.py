@@ -4,6 +4,8 @@ status page at ``/`` (static files of :mod:`elasticps.telemetry.page` that draw 
 
 Served by the standard library's threading HTTP server in a daemon thread; it only reads.
 ``elasticps ui`` serves a finished job's page with the same server.
+Who may read it, and over what, is a :class:`~elasticps.master.status_access.StatusAccess`:
+open on loopback, token (and TLS) anywhere else.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from elasticps.master.status_access import OPEN, StatusAccess
 from elasticps.store.keys import json_safe
 from elasticps.telemetry.exporter import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from elasticps.telemetry.page import asset
@@ -26,15 +29,22 @@ MetricsFn = Callable[[], bytes]
 
 
 class StatusServer:
-    """Serves ``status_fn()`` and the page over HTTP on ``host:port`` (0 = any free port);
-    ``metrics_fn`` (if given) at ``/metrics``."""
+    """Serves ``status_fn()`` and the page over HTTP on ``host:port`` (0 = any free port),
+    ``metrics`` (if given) at ``/metrics``, to whoever ``access`` admits (over TLS when it
+    has a context)."""
 
     def __init__(self, status_fn: StatusFn, host: str, port: int, *,
-                 metrics: MetricsFn | None = None) -> None:
+                 metrics: MetricsFn | None = None, access: StatusAccess = OPEN) -> None:
         fn, metrics_fn = status_fn, metrics
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10.0  # seconds a client may take to send its request
+
             def do_GET(self) -> None:
+                if not access.allows(self.headers):
+                    self.send_error(401, "the status page requires the job token "
+                                    "(header X-Elasticps-Token)")
+                    return
                 path = self.path.split("?", 1)[0]
                 if path == "/api/status":
                     body = json.dumps(json_safe(fn()), indent=1, allow_nan=False).encode()
@@ -59,6 +69,11 @@ class StatusServer:
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
+        if access.ssl_context is not None:
+            # The handshake runs in the request's thread (on its first read), so a client that
+            # stalls it holds that thread for at most Handler.timeout, never the accept loop.
+            self.httpd.socket = access.ssl_context.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="status-http",
                                         daemon=True)

@@ -55,6 +55,7 @@ from elasticps.master.options import MasterOptions, with_reconcile
 from elasticps.master.reconcile_loop import Reconciler, Shards
 from elasticps.master.service import ChunkLister, MasterState
 from elasticps.master.snapshot import QueueSnapshot
+from elasticps.master.status_access import published_status
 from elasticps.store.api import EventType, Lease, Op, Put, Store
 from elasticps.store.election import Election
 from elasticps.store.keys import (
@@ -206,8 +207,9 @@ class Leader(Lifecycle[LeaderState]):
         stack.enter_context(self._background("observer", self.observer.run))
         self.http_port = stack.enter_context(self.components.status(state))
         self.grpc_port = stack.enter_context(self.components.rpc(state))
-        address = MasterAddress(f"{opts.host}:{self.grpc_port}", f"{opts.host}:{self.http_port}",
-                                opts.node)
+        http_host, scheme = published_status(opts.http_host, opts.host, opts.credentials)
+        address = MasterAddress(f"{opts.host}:{self.grpc_port}", f"{http_host}:{self.http_port}",
+                                opts.node, http_scheme=scheme)
         # Under the election lease: the address vanishes with the leader.
         self.election.leader_txn([Put(MASTER_ADDRESS, address.encode(), self.election.lease.id)])
         self.serving.set()

@@ -1,4 +1,4 @@
-"""What one master process is told: job, token, ports, queue policy, dataset, pservers."""
+"""What one master process is told: job, credentials, ports, queue policy, dataset, pservers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ import socket
 from dataclasses import dataclass, field
 
 from elasticps.master.task_queue import QueuePolicy
+from elasticps.rpc.credentials import JobCredentials
 
 
 @dataclass(frozen=True)
 class MasterOptions:
     job: str
-    token: str
+    credentials: JobCredentials  # the job token and (unless insecure) the master's TLS identity
     host: str = "127.0.0.1"
     port: int = 0  # gRPC port; 0 = any free port, published through the store
     http_port: int = 0
+    http_host: str = "127.0.0.1"  # loopback: open page; elsewhere: token + TLS (status_access)
+    health_port: int | None = None  # a plaintext grpc.health port for kubelet probes
+    data_schemes: tuple[str, ...] = ("file",)  # URL schemes SetDataset may name
     lease_ttl: int = 5  # election lease: bounds the takeover time
     policy: QueuePolicy = field(default_factory=QueuePolicy)
     dataset: str | None = None  # set this dataset at start (else the first SetDataset does)

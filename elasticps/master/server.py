@@ -22,14 +22,18 @@ from elasticps.master.http_status import StatusServer
 from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
 from elasticps.master.service import ChunkLister, MasterState, data_chunk_lister
+from elasticps.master.status_access import status_access
 from elasticps.master.telemetry import MasterMetrics, TimedMasterServicer
 from elasticps.proto import master_pb2_grpc
 from elasticps.pserver.client import PServerClient
-from elasticps.rpc.health import add_health, set_serving
+from elasticps.rpc.health import add_health, serve_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import Store
 from elasticps.telemetry.exporter import exposition
 from elasticps.telemetry.role import RoleTelemetry
+
+# The master's requests are small (names, ids, a dataset URL, a bounded failure reason).
+MASTER_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
 
 __all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 
@@ -37,14 +41,19 @@ __all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 @contextlib.contextmanager
 def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram) -> Iterator[int]:
     """The ``Master`` gRPC service (and grpc.health) on ``options.port``; yields the port."""
-    server = make_server(options.token)
+    server = make_server(options.credentials, max_receive_bytes=MASTER_MAX_RECEIVE_BYTES)
     master_pb2_grpc.add_MasterServicer_to_server(TimedMasterServicer(state, dispatch), server)
-    set_serving(add_health(server), True)  # only the elected leader serves at all
-    port = bind(server, options.host, options.port)
+    health = add_health(server)
+    set_serving(health, True)  # only the elected leader serves at all
+    port = bind(server, options.host, options.port, options.credentials)
     server.start()
+    probes = (None if options.health_port is None
+              else serve_health(health, options.host, options.health_port)[0])
     try:
         yield port
     finally:
+        if probes is not None:
+            probes.stop(grace=None)
         server.stop(grace=0.5)
 
 
@@ -52,10 +61,11 @@ def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram) -
 def serve_status(state: MasterState, options: MasterOptions,
                  document: Callable[[], dict[str, Any]] | None = None,
                  metrics: Callable[[], bytes] | None = None) -> Iterator[int]:
-    """The HTTP status page on ``options.http_port`` (``/``, ``/api/status`` = ``document()``,
-    ``/metrics``); yields the port."""
-    http = StatusServer(document or state.status, options.host, options.http_port,
-                        metrics=metrics)
+    """The HTTP status page on ``options.http_host:http_port`` (``/``, ``/api/status`` =
+    ``document()``, ``/metrics``); yields the port."""
+    http = StatusServer(document or state.status, options.http_host, options.http_port,
+                        metrics=metrics,
+                        access=status_access(options.http_host, options.credentials))
     http.start()
     try:
         yield http.port
@@ -72,14 +82,17 @@ class MasterServer(Leader):
     """
 
     def __init__(self, store: Store, options: MasterOptions,
-                 chunk_lister: ChunkLister = data_chunk_lister) -> None:
+                 chunk_lister: ChunkLister | None = None) -> None:
+        if chunk_lister is None:  # the real data layer, limited to the job's URL schemes
+            chunk_lister = functools.partial(data_chunk_lister, schemes=options.data_schemes)
         self.telemetry = RoleTelemetry(options.job, "master", options.node)
         self.metrics = MasterMetrics(self.telemetry.registry, self._document)
         components = Components(
             rpc=functools.partial(serve_rpc, options=options, dispatch=self.metrics.dispatch),
             status=self._serve_status,
-            shards=functools.partial(PServerClient, store, options.token, options.num_pservers,
-                                     deadline=options.reconcile_timeout, name=options.node))
+            shards=functools.partial(PServerClient, store, options.credentials,
+                                     options.num_pservers, deadline=options.reconcile_timeout,
+                                     name=options.node))
         super().__init__(store, options, chunk_lister, components,
                          observe_write=self.metrics.store_write.observe)
 

@@ -20,9 +20,11 @@ from typing import Any
 
 import grpc
 
+from elasticps.data.locations import check_scheme
 from elasticps.data.manifest import ChunkRef, read_manifest
 from elasticps.errors import (
     FailedPreconditionError,
+    InvalidArgumentError,
     NotLeaderError,
     StoreUnavailableError,
 )
@@ -31,6 +33,7 @@ from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot
 from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
+from elasticps.rpc.fields import check_name, clip_text
 from elasticps.rpc.server import rpc_handler
 
 log = logging.getLogger(__name__)
@@ -38,15 +41,19 @@ log = logging.getLogger(__name__)
 # The master's one view of the data: a dataset URL -> its chunks (a manifest read, no data).
 ChunkLister = Callable[[str], Sequence[ChunkRef]]
 THROUGHPUT_WINDOW_S = 30.0
+MAX_URL = 4096
 # A store outage is waited out briefly, lock held (no answer goes out unpersisted); past the
 # deadline the master gives up the lead and a standby, or its restart, resumes from the store.
 PERSIST_RETRY = RetryPolicy(deadline=5.0, initial_backoff=0.05, max_backoff=1.0,
                             retryable=(StoreUnavailableError,))
 
 
-def data_chunk_lister(url: str) -> Sequence[ChunkRef]:
-    """The chunks of the dataset at ``url``, from its manifest."""
-    return read_manifest(url).chunks
+def data_chunk_lister(url: str, schemes: Sequence[str] = ("file",)) -> Sequence[ChunkRef]:
+    """The chunks of the dataset at ``url``, from its manifest; ``url`` (sent by a trainer)
+    must use one of the job's allowed ``schemes`` (PADDLE_DATA_SCHEMES)."""
+    if len(url) > MAX_URL:
+        raise InvalidArgumentError(f"a dataset URL of {len(url)} characters is too long")
+    return read_manifest(check_scheme(url, schemes)).chunks
 
 
 class MasterState:
@@ -298,7 +305,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         state = self.state
         with state.lock:
             queue = state.check_serving()
-            result, delta = queue.get_task(request.trainer, request.pass_id, state.clock())
+            result, delta = queue.get_task(check_name(request.trainer, "trainer"),
+                                           request.pass_id, state.clock())
             state.persist(delta)
             response = master_pb2.GetTaskResponse(
                 outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
@@ -315,7 +323,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         state = self.state
         with state.lock:
             queue = state.check_serving()
-            reply, delta = queue.report_progress(request.trainer, request.task_id,
+            reply, delta = queue.report_progress(check_name(request.trainer, "trainer"),
+                                                 request.task_id,
                                                  request.epoch, request.records_done,
                                                  state.clock())
             state.persist(delta)
@@ -329,7 +338,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         state = self.state
         with state.lock:
             queue = state.check_serving()
-            reply, delta = queue.task_finished(request.trainer, request.task_id, request.epoch,
+            reply, delta = queue.task_finished(check_name(request.trainer, "trainer"),
+                                               request.task_id, request.epoch,
                                                request.records, state.clock(),
                                                batches=request.batches)
             state.persist(delta)
@@ -344,12 +354,14 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         state = self.state
         with state.lock:
             queue = state.check_serving()
-            reply, delta = queue.task_failed(request.trainer, request.task_id, request.epoch,
-                                             request.reason, state.clock())
+            reason = clip_text(request.reason)
+            reply, delta = queue.task_failed(check_name(request.trainer, "trainer"),
+                                             request.task_id, request.epoch, reason,
+                                             state.clock())
             state.persist(delta)
             if reply.accepted and not delta.empty:
                 log.warning("Master %s of job %s: trainer %s failed task %d: %s.", state.node,
-                            state.job, request.trainer, request.task_id, request.reason)
+                            state.job, request.trainer, request.task_id, reason)
             return master_pb2.TaskFailedResponse(accepted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
@@ -359,7 +371,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         state = self.state
         with state.lock:
             queue = state.check_serving()
-            reply, delta = queue.request_save_model(request.trainer, request.block_seconds,
+            reply, delta = queue.request_save_model(check_name(request.trainer, "trainer"),
+                                                    request.block_seconds,
                                                     state.clock())
             state.persist(delta)
             return master_pb2.RequestSaveModelResponse(granted=reply.accepted,

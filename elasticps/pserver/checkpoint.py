@@ -16,62 +16,36 @@ Layout under the checkpoint URL::
 
 A load takes manifests from the store and from the directory, newest first, and returns the
 first whose data file has the manifest's size and sha256, logging each one it skips — so a
-truncated or bit-flipped newest checkpoint falls back to the previous one.
+truncated or bit-flipped newest checkpoint falls back to the previous one. Manifests are read
+strictly (:mod:`.checkpoint_manifest`): file names come from the checkpoint id, never from the
+manifest, and every path is checked to lie in the shard directory before it is read or deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import fsspec
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.checkpoint_manifest import Manifest, data_name, manifest_name
 from elasticps.pserver.shard import ShardSnapshot
 from elasticps.store.api import Store
 from elasticps.store.keys import checkpoint_key, checkpoint_prefix
+
+__all__ = ["BeforePublish", "Manifest", "ShardCheckpoints", "shard_dir_name"]
 
 log = logging.getLogger(__name__)
 
 # Called with the temp path of a checkpoint's data file once it is written and fsynced, just
 # before its rename: the point where a crash leaves a torn write. Tests inject faults here.
 BeforePublish = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a checkpoint holds and how to check it; published in the store as JSON."""
-
-    id: str
-    shard: int
-    num_shards: int
-    data: str  # file name of the data, next to the manifest
-    size: int
-    sha256: str
-    created_unix: float
-    format: str = fmt.FORMAT
-    version: int = fmt.VERSION
-    tables: list[dict[str, Any]] = field(default_factory=list)  # name, kind, rows, bytes
-    applied_batches: int = 0
-    directory: str = ""  # the shard directory's URL (informational)
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> Manifest:
-        try:
-            data = json.loads(raw)
-            return cls(**data)
-        except (ValueError, TypeError) as exc:
-            raise CheckpointError(f"malformed checkpoint manifest: {exc}") from exc
 
 
 def shard_dir_name(shard: int, num_shards: int) -> str:
@@ -141,22 +115,22 @@ class ShardCheckpoints:
         """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
         with self._lock:
             checkpoint_id = self._next_id()
-            data_name = f"ckpt-{checkpoint_id}.safetensors"
+            data_file = data_name(checkpoint_id)
             tensors = fmt.snapshot_tensors(snap)
             metadata = fmt.snapshot_metadata(snap, checkpoint_id)
             size, digest = self._write_atomically(
-                data_name, lambda out: fmt.write_stream(out, tensors, metadata),
+                data_file, lambda out: fmt.write_stream(out, tensors, metadata),
                 before_rename=self.before_publish,
             )
             manifest = Manifest(
-                id=checkpoint_id, shard=self.shard, num_shards=self.num_shards, data=data_name,
+                id=checkpoint_id, shard=self.shard, num_shards=self.num_shards, data=data_file,
                 size=size, sha256=digest, created_unix=metadata["created_unix"],
                 tables=_table_summary(snap), applied_batches=len(snap.applied),
                 directory=f"{self.url}/{shard_dir_name(self.shard, self.num_shards)}",
             )
             body = manifest.to_json()
             self._write_atomically(
-                f"ckpt-{checkpoint_id}.json", lambda out: _write_bytes(out, body)
+                manifest_name(checkpoint_id), lambda out: _write_bytes(out, body)
             )
             if self.store is not None:
                 self.store.put(checkpoint_key(self.shard, checkpoint_id), body)
@@ -169,8 +143,8 @@ class ShardCheckpoints:
         self, name: str, write: Callable[[Any], tuple[int, str]],
         before_rename: BeforePublish | None = None,
     ) -> tuple[int, str]:
-        final = f"{self.dir}/{name}"
-        temp = f"{self.dir}/.tmp-{name}.{os.getpid()}"
+        final = self._path(name)
+        temp = self._path(f".tmp-{name}.{os.getpid()}")
         with self.fs.open(temp, "wb") as out:
             result = write(out)
             out.flush()
@@ -194,11 +168,17 @@ class ShardCheckpoints:
         for old in self.manifests()[self.keep:]:
             if self.store is not None:
                 self.store.delete(checkpoint_key(self.shard, old.id))
-            for name in (f"ckpt-{old.id}.json", old.data):
-                path = f"{self.dir}/{name}"
+            for name in (manifest_name(old.id), data_name(old.id)):
+                path = self._path(name)
                 if self.fs.exists(path):
                     self.fs.rm(path)
             log.info("%s deleted old checkpoint %s (keeping %d).", self.node, old.id, self.keep)
+
+    def _path(self, name: str) -> str:
+        """``name`` in the shard directory; a name that could lead anywhere else is refused."""
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise CheckpointError(f"{self.node}: {name!r:.80} is not a file name in {self.dir}")
+        return f"{self.dir}/{name}"
 
     def remove_temp_files(self) -> int:
         """Delete leftovers of writes that crashed before their rename."""
@@ -213,8 +193,12 @@ class ShardCheckpoints:
 
     def read_verified(self, manifest: Manifest) -> bytes:
         """The data file's bytes if its size and sha256 match the manifest."""
-        path = f"{self.dir}/{manifest.data}"
+        path = self._path(data_name(manifest.id))
         try:
+            on_disk = self.fs.size(path)
+            if on_disk != manifest.size:  # checked before reading: never read a huge file
+                raise CheckpointError(f"checkpoint {manifest.id}: {path} has {on_disk} bytes, "
+                                      f"the manifest says {manifest.size} (truncated?)")
             data = self.fs.cat_file(path)
         except (OSError, FileNotFoundError) as exc:
             raise CheckpointError(f"checkpoint {manifest.id}: cannot read {path}: {exc}") from exc

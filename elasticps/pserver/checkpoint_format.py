@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 import time
 from collections.abc import Iterator
@@ -124,14 +125,47 @@ def _chunks(
             yield contiguous.reshape(-1).view(np.uint8).data
 
 
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own bound on the JSON header
+MAX_DIMS = 8
+
+
+def _check_header(header: object, size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, tensor entries) of a parsed header, every field type-checked."""
+    if not isinstance(header, dict):
+        raise ValueError(f"the header is a {type(header).__name__}, not an object")
+    meta = header.pop("__metadata__", None)
+    if not isinstance(meta, dict) or not isinstance(meta.get("elasticps"), str):
+        raise ValueError("the header has no __metadata__.elasticps string")
+    metadata = json.loads(meta["elasticps"])
+    if not isinstance(metadata, dict):
+        raise ValueError("__metadata__.elasticps is not a JSON object")
+    for name, entry in header.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"tensor {name!r:.80} is described by a {type(entry).__name__}")
+        offsets, shape = entry.get("data_offsets"), entry.get("shape")
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(type(o) is int for o in offsets)):
+            raise ValueError(f"tensor {name!r:.80} has data_offsets {offsets!r:.80}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(type(d) is int and 0 <= d <= size for d in shape)):
+            raise ValueError(f"tensor {name!r:.80} has shape {shape!r:.80}")
+        if entry.get("dtype") not in _FROM_CODE:
+            raise ValueError(f"tensor {name!r:.80} has dtype {entry.get('dtype')!r:.20}")
+    return metadata, header
+
+
 def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(metadata, tensors) of a checkpoint file; CheckpointError if it is not one."""
+    """(metadata, tensors) of a checkpoint file; CheckpointError if it is not one.
+
+    Everything read from the file is checked before it is used: the header is an object of
+    tensor entries with integer offsets inside the file, a shape of at most 8 non-negative
+    dimensions whose element count matches the byte range, and a known dtype.
+    """
     try:
         (header_len,) = struct.unpack_from("<Q", data, 0)
-        if header_len > len(data) - 8:
+        if header_len > min(len(data) - 8, MAX_HEADER_BYTES):
             raise ValueError(f"header length {header_len} exceeds the file ({len(data)} bytes)")
-        header = json.loads(data[8 : 8 + header_len])
-        metadata = json.loads(header.pop("__metadata__")["elasticps"])
+        metadata, header = _check_header(json.loads(data[8 : 8 + header_len]), len(data))
         base = 8 + header_len
         tensors: dict[str, np.ndarray] = {}
         for name, entry in header.items():
@@ -140,21 +174,54 @@ def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor {name} lies outside the file")
             dtype = _FROM_CODE[entry["dtype"]]
             count = (stop - start) // dtype.itemsize
+            if count * dtype.itemsize != stop - start or count != math.prod(entry["shape"]):
+                raise ValueError(f"tensor {name} has {stop - start} bytes for shape "
+                                 f"{entry['shape']}")
             tensors[name] = np.frombuffer(
                 data, dtype=dtype, count=count, offset=base + start
             ).reshape(entry["shape"])
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
-        raise CheckpointError(f"not an elasticps checkpoint file: {exc}") from exc
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError,
+            UnicodeDecodeError) as exc:
+        raise CheckpointError(f"not an elasticps checkpoint file: {exc!s:.200}") from exc
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
         raise CheckpointError(
-            f"checkpoint format {metadata.get('format')!r} version {metadata.get('version')!r} "
-            f"is not {FORMAT!r} version {VERSION}"
+            f"checkpoint format {metadata.get('format')!r:.60} version "
+            f"{metadata.get('version')!r:.20} is not {FORMAT!r} version {VERSION}"
         )
     return metadata, tensors
 
 
+def _check_metadata(metadata: dict[str, Any]) -> None:
+    kinds: dict[str, type | tuple[type, ...]] = {
+        "shard": int, "num_shards": int, "initialized": bool, "tables": list,
+        "dense_steps": dict, "counters": dict}
+    for name, kind in kinds.items():
+        value = metadata.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise CheckpointError(f"checkpoint metadata field {name!r} is {value!r:.60}")
+    if not all(isinstance(t, dict) for t in metadata["tables"]):
+        raise CheckpointError("checkpoint metadata 'tables' is not a list of objects")
+    for name in ("dense_steps", "counters"):
+        if not all(type(v) is int for v in metadata[name].values()):
+            raise CheckpointError(f"checkpoint metadata {name!r} holds a non-integer")
+
+
 def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> ShardSnapshot:
-    """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable)."""
+    """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable).
+
+    The metadata's fields and the arrays' ranks are checked first; anything inconsistent is a
+    CheckpointError, so a bad checkpoint is skipped rather than crashing the pserver.
+    """
+    _check_metadata(metadata)
+    for name, want in (("applied.tasks", 2), ("applied.extra", 2), ("applied.counts", 2)):
+        array = tensors.get(name)
+        if array is None and name == "applied.counts":
+            continue
+        if array is None or array.ndim != want or array.shape[1] != 3 or array.dtype != np.int64:
+            raise CheckpointError(f"checkpoint tensor {name} is not int64 [k, 3]")
+    for name, array in tensors.items():
+        if name.startswith("sparse.") and name.endswith(".ids") and array.ndim != 1:
+            raise CheckpointError(f"checkpoint tensor {name} is not one-dimensional")
     try:
         specs = [json_format.ParseDict(t, pserver_pb2.TableSpec()) for t in metadata["tables"]]
         dense: dict[str, DenseState] = {}
@@ -180,5 +247,6 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
             applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},
         )
-    except (KeyError, ValueError, json_format.ParseError) as exc:
-        raise CheckpointError(f"checkpoint content is inconsistent: {exc!r}") from exc
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, OverflowError,
+            json_format.ParseError) as exc:
+        raise CheckpointError(f"checkpoint content is inconsistent: {exc!r:.200}") from exc

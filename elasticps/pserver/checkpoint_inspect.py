@@ -11,7 +11,7 @@ import fsspec
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver import checkpoint_format as fmt
-from elasticps.pserver.checkpoint import Manifest
+from elasticps.pserver.checkpoint_manifest import Manifest, data_name
 
 
 def _manifest_paths(fs: Any, path: str) -> list[str]:
@@ -31,7 +31,7 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
     report: dict[str, Any] = {"manifest": manifest_path}
     manifest = Manifest.from_json(fs.cat_file(manifest_path))
     directory = manifest_path.rsplit("/", 1)[0]
-    data_path = f"{directory}/{manifest.data}"
+    data_path = f"{directory}/{data_name(manifest.id)}"  # never a path the manifest names
     report.update(id=manifest.id, shard=manifest.shard, num_shards=manifest.num_shards,
                   data=data_path, size=manifest.size, sha256=manifest.sha256,
                   created=datetime.datetime.fromtimestamp(manifest.created_unix,
@@ -46,10 +46,15 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
     if not report["checksum_ok"]:
         report["problem"] = f"{len(data)} bytes with sha256 {digest}: truncated or corrupt"
         return report
-    metadata, tensors = fmt.parse(bytes(data))
+    try:
+        metadata, tensors = fmt.parse(bytes(data))
+        snap = fmt.to_snapshot(metadata, tensors)
+    except CheckpointError as exc:
+        report.update(checksum_ok=False, problem=f"checksum holds but the content does not: "
+                                                 f"{exc}")
+        return report
     report.update(format=metadata["format"], version=metadata["version"],
                   initialized=metadata["initialized"], counters=metadata["counters"])
-    snap = fmt.to_snapshot(metadata, tensors)
     report["applied_batches"] = len(snap.applied)
     report["applied_tasks"] = len(list(snap.applied.tasks()))
     tables = []
@@ -76,7 +81,15 @@ def inspect_url(url: str) -> list[dict[str, Any]]:
     paths = _manifest_paths(fs, path)
     if not paths:
         raise CheckpointError(f"no checkpoint manifest (ckpt-*.json) found at {url}")
-    return [inspect_checkpoint(p, fs) for p in paths]
+    reports = []
+    for manifest_path in paths:
+        try:
+            reports.append(inspect_checkpoint(manifest_path, fs))
+        except CheckpointError as exc:  # one bad manifest is reported, not fatal
+            reports.append({"manifest": manifest_path, "id": "?", "shard": "?",
+                            "num_shards": "?", "created": "?", "data": "?", "size": 0,
+                            "sha256": "?", "checksum_ok": False, "problem": str(exc)})
+    return reports
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -44,7 +44,14 @@ from elasticps.errors import (
 )
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
 from elasticps.retry import RetryPolicy
-from elasticps.rpc import call, decode_tensor, encode_sparse, encode_tensor, make_channel
+from elasticps.rpc import (
+    JobCredentials,
+    call,
+    decode_tensor,
+    encode_sparse,
+    encode_tensor,
+    make_channel,
+)
 from elasticps.store import Compare, Put, Store
 from elasticps.store.keys import (
     PSERVER_INIT_DONE,
@@ -82,7 +89,7 @@ class PServerClient:
     def __init__(
         self,
         store: Store,
-        token: str,
+        credentials: JobCredentials,
         num_shards: int,
         *,
         deadline: float = 600.0,
@@ -92,7 +99,7 @@ class PServerClient:
     ) -> None:
         if num_shards < 1:
             raise InvalidArgumentError(f"num_shards={num_shards} must be >= 1")
-        self.store, self.token, self.num_shards = store, token, num_shards
+        self.store, self.credentials, self.num_shards = store, credentials, num_shards
         self.deadline, self.call_timeout = deadline, call_timeout
         self.retry = PSERVER_RETRY.within(deadline)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
@@ -162,7 +169,7 @@ class PServerClient:
                     )
                 self._cond.wait(min(remaining, 1.0))
             if shard.stub is None:
-                shard.channel = make_channel(shard.address, self.token)
+                shard.channel = make_channel(shard.address, self.credentials, "pserver")
                 shard.stub = pserver_pb2_grpc.ParameterServerStub(shard.channel)
                 shard.needs_declare = bool(self._specs)
             return shard.stub

@@ -44,6 +44,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import ClassVar, Protocol
 
+import grpc
+
 from elasticps.config import Config
 from elasticps.errors import CheckpointError, ConfigError, LeaseExpiredError, StoreError
 from elasticps.lifecycle import Lifecycle
@@ -53,8 +55,8 @@ from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState
 from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics, TimedServicer
-from elasticps.rpc import bind, make_server
-from elasticps.rpc.health import add_health, set_serving
+from elasticps.rpc import bind, credentials_from_config, make_server
+from elasticps.rpc.health import add_health, serve_health, set_serving
 from elasticps.store import Compare, Lease, Put, Store, open_store
 from elasticps.store.keys import (
     PSERVER_SLOT_PREFIX,
@@ -109,19 +111,29 @@ class Endpoint(Protocol):
 
 
 class GrpcEndpoint:
-    """:class:`Endpoint` over a real gRPC server checking the job token."""
+    """:class:`Endpoint` over a real gRPC server: mutual TLS (unless the job is insecure), the
+    job token, and requests of at most ``PADDLE_MAX_MESSAGE_MB``."""
 
     def __init__(self, config: Config) -> None:
-        self._server = make_server(config.token)
-        port = bind(self._server, config.host, config.port)
+        credentials = credentials_from_config(config)
+        self._server = make_server(credentials, max_receive_bytes=config.max_message_mb << 20)
+        port = bind(self._server, config.host, config.port, credentials)
         self.address = f"{config.host}:{port}"
+        self._health_port = config.health_port
+        self._host = config.host
+        self._probes: grpc.Server | None = None
 
     def serve(self, servicer: ParameterServerServicer) -> None:
         pserver_pb2_grpc.add_ParameterServerServicer_to_server(servicer, self._server)
-        set_serving(add_health(self._server), True)  # slot claimed and restored: ready
+        health = add_health(self._server)
+        set_serving(health, True)  # slot claimed and restored: ready
         self._server.start()
+        if self._health_port:
+            self._probes = serve_health(health, self._host, self._health_port)[0]
 
     def stop(self, grace: float | None) -> None:
+        if self._probes is not None:
+            self._probes.stop(None)
         self._server.stop(grace).wait()
 
 

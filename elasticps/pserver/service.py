@@ -16,6 +16,9 @@ from elasticps.proto import pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
+from elasticps.rpc.fields import check_name
+
+MAX_TABLES = 10_000
 
 
 def _unique_names(names: Iterable[str], what: str) -> None:
@@ -65,6 +68,11 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def DeclareTables(  # noqa: N802 (gRPC method names)
         self, request: pserver_pb2.DeclareTablesRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.DeclareTablesResponse:
+        if len(request.tables) > MAX_TABLES:
+            raise InvalidArgumentError(f"{len(request.tables)} tables declared at once; at "
+                                       f"most {MAX_TABLES}")
+        for spec in request.tables:
+            check_name(spec.name, "table name")
         self.state.declare(request.tables)
         return pserver_pb2.DeclareTablesResponse(
             initialized=self.state.initialized, shard=self.state.shard,

@@ -1,5 +1,11 @@
-"""Client side of RPC: channels that carry the job token, and :func:`call` with a deadline per
-attempt and, optionally, a :class:`~elasticps.retry.RetryPolicy`.
+"""Client side of RPC: channels that verify the server and carry the job token, and
+:func:`call` with a deadline per attempt and, optionally, a :class:`~elasticps.retry.RetryPolicy`.
+
+A channel to a server of role R (master or pserver) trusts only the job's CA and requires the
+server's certificate to name R of this job (:func:`~elasticps.rpc.tls.peer_options`). gRPC
+checks both during the TLS handshake, before the first request (and the token in its headers)
+is sent, so an address forged in the store reaches an impostor that learns nothing; the call
+fails UNAVAILABLE and the handshake error is in the message.
 
 Invoke stubs only through :func:`call`, so every failure is translated to the elasticps
 exception tree in one place.
@@ -14,8 +20,10 @@ import grpc
 
 from elasticps.errors import UnavailableError
 from elasticps.retry import RetryPolicy
+from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.server import CHANNEL_OPTIONS, TOKEN_METADATA_KEY
 from elasticps.rpc.status import raise_for_rpc_error
+from elasticps.rpc.tls import peer_options
 
 Response = TypeVar("Response")
 
@@ -39,10 +47,16 @@ class _TokenAuth(grpc.UnaryUnaryClientInterceptor):
         return continuation(details, request)
 
 
-def make_channel(address: str, token: str) -> grpc.Channel:
-    """An insecure channel to ``host:port`` that sends ``token`` with every call."""
-    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-    return grpc.intercept_channel(channel, _TokenAuth(token))
+def make_channel(address: str, credentials: JobCredentials, role: str) -> grpc.Channel:
+    """A channel to ``host:port``, where ``role`` of the job must serve, that sends the job
+    token with every call. TLS (verifying the CA and the role) unless the job is insecure."""
+    if credentials.tls is None:
+        channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    else:
+        channel = grpc.secure_channel(address, credentials.tls.channel_credentials(),
+                                      options=(*CHANNEL_OPTIONS,
+                                               *peer_options(credentials.job, role)))
+    return grpc.intercept_channel(channel, _TokenAuth(credentials.token))
 
 
 def call(

@@ -36,6 +36,7 @@ _FROM_WIRE: dict[WireDType, np.dtype] = {wire: dtype for dtype, wire in _TO_WIRE
 _FROM_WIRE[common_pb2.BFLOAT16] = np.dtype("<u2")
 
 MAX_ELEMENTS = 1 << 34  # a sanity bound on declared shapes; message-size limits bind first
+MAX_DIMS = 32  # numpy's own limit is 64; no tensor of ours has more than a few
 
 
 def wire_dtype(dtype: np.dtype | type) -> WireDType:
@@ -98,12 +99,18 @@ def decode_tensor(
             f"{name} has dtype {common_pb2.DType.Name(tensor.dtype)}, "
             f"expected {common_pb2.DType.Name(wire_dtype(dtype))}",
         )
+    if len(tensor.shape) > MAX_DIMS:
+        raise InvalidArgumentError(f"{name} has {len(tensor.shape)} dimensions; at most "
+                                   f"{MAX_DIMS}")
     dims = tuple(int(d) for d in tensor.shape)
     if any(d < 0 for d in dims):
         raise InvalidArgumentError(f"{name} has a negative dimension in {dims}")
+    # The product of the non-zero dimensions is bounded too: a zero beside huge dimensions
+    # makes the count 0, and numpy refuses such a shape with a ValueError of its own.
+    if any(d > MAX_ELEMENTS for d in dims) or math.prod(d for d in dims if d) > MAX_ELEMENTS:
+        raise InvalidArgumentError(f"{name} has dimensions {dims}: more than {MAX_ELEMENTS} "
+                                   "elements")
     count = math.prod(dims)
-    if count > MAX_ELEMENTS:
-        raise InvalidArgumentError(f"{name} declares {count} elements, too many")
     if len(tensor.data) != count * wire_np.itemsize:
         raise InvalidArgumentError(
             f"{name} carries {len(tensor.data)} bytes but shape {dims} of "

@@ -1,8 +1,17 @@
-"""gRPC server helpers: raised message limits, keepalive, the job-token check, error mapping.
+"""gRPC server helpers: TLS, receive limits, keepalive, the job-token check, error mapping.
 
-Every server elasticps runs is made by :func:`make_server`, so every call on every service
-passes :class:`TokenInterceptor` before any handler runs: a call without the job token, or with
-a wrong one, is answered UNAUTHENTICATED and touches nothing.
+Every server elasticps runs is made by :func:`make_server` and bound by :func:`bind`, so on
+every call on every service:
+
+1. the TLS handshake (unless the job is insecure) has already required a client certificate
+   from the job's CA: a peer without one never gets to send a request;
+2. :class:`TokenInterceptor` checks the job token from the call's headers **before the request
+   message is read**: a refused call is answered UNAUTHENTICATED by a handler that never asks
+   for the message, so its body stays in the peer's send buffer (HTTP/2 flow control holds it
+   to one stream window), not in our memory;
+3. at most ``max_concurrent_rpcs`` calls run at once (more are refused before they are read),
+   at most :data:`MAX_STREAMS_PER_CONNECTION` per connection, and no message larger than the
+   server's receive limit is accepted.
 """
 
 from __future__ import annotations
@@ -10,20 +19,22 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
 
 from elasticps.errors import ConfigError, ElasticPSError
-from elasticps.rpc.health import HEALTH_METHOD_PREFIX
+from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.status import status_for
 
 log = logging.getLogger(__name__)
 
 TOKEN_METADATA_KEY = "x-elasticps-token"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MAX_STREAMS_PER_CONNECTION = 32  # a trainer keeps a few calls in flight per server
+MAX_TOKEN_BYTES = 1024  # a longer header is refused without comparing it
 
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -37,25 +48,37 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 )
-SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
-    *CHANNEL_OPTIONS,
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-    ("grpc.so_reuseport", 0),  # a second server must not silently share a port
-)
+
+
+def server_options(max_receive_bytes: int) -> tuple[tuple[str, Any], ...]:
+    return (
+        *[(k, v) for k, v in CHANNEL_OPTIONS if k != "grpc.max_receive_message_length"],
+        ("grpc.max_receive_message_length", max_receive_bytes),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ("grpc.so_reuseport", 0),  # a second server must not silently share a port
+    )
 
 
 def _deny(message: str) -> grpc.RpcMethodHandler:
-    def abort(request: Any, context: grpc.ServicerContext) -> None:
+    """A handler that answers UNAUTHENTICATED without reading the request.
+
+    It is registered as request-streaming whatever the method is: gRPC reads a unary request
+    in full before calling its handler, but a streaming one only when the handler iterates it,
+    which this one never does. (Unary and streaming calls look the same on the wire.)
+    """
+
+    def abort(requests: Iterator[Any], context: grpc.ServicerContext) -> None:
         context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    return grpc.unary_unary_rpc_method_handler(abort)
+    return grpc.stream_unary_rpc_method_handler(abort)
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses every call whose ``x-elasticps-token`` metadata is not the job token.
-
-    Only the standard health service is exempt (see :mod:`elasticps.rpc.health`).
-    """
+    """Refuses every call whose ``x-elasticps-token`` metadata is not the job token, before its
+    request is read. The health service is no exception: a tokenless call to it would be read
+    in full (up to the receive limit) before its handler ran. Probes, which carry no token, go
+    to the separate health-only port with its 1 KiB limit (:func:`.health.serve_health`)."""
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
@@ -67,8 +90,6 @@ class TokenInterceptor(grpc.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        if handler_call_details.method.startswith(HEALTH_METHOD_PREFIX):
-            return continuation(handler_call_details)
         sent = None
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_METADATA_KEY:
@@ -76,30 +97,41 @@ class TokenInterceptor(grpc.ServerInterceptor):
                 break
         if sent is None:
             return self._missing
-        if not hmac.compare_digest(sent, self._token):
+        if len(sent) > MAX_TOKEN_BYTES or not hmac.compare_digest(sent, self._token):
             return self._wrong
         return continuation(handler_call_details)
 
 
-def make_server(token: str, *, max_workers: int = 16) -> grpc.Server:
-    """A gRPC server that checks ``token`` on every call. Add servicers, then :func:`bind`."""
-    if not token:
+def make_server(credentials: JobCredentials, *, max_workers: int = 16,
+                max_receive_bytes: int = MAX_MESSAGE_BYTES) -> grpc.Server:
+    """A gRPC server that checks the job token on every call. Add servicers, then :func:`bind`
+    (which adds TLS unless ``credentials`` are insecure).
+
+    Memory a peer can make it hold: requests are read only by a worker running an
+    authenticated call, so at most ``max_workers x max_receive_bytes`` of request bodies.
+    """
+    if not credentials.token:
         raise ConfigError("a job token is required to start a server (set PADDLE_JOB_TOKEN)")
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[TokenInterceptor(token)],
-        options=SERVER_OPTIONS,
+        interceptors=[TokenInterceptor(credentials.token)],
+        options=server_options(max_receive_bytes),
         maximum_concurrent_rpcs=max_workers * 8,
     )
 
 
-def bind(server: grpc.Server, host: str, port: int) -> int:
+def bind(server: grpc.Server, host: str, port: int, credentials: JobCredentials) -> int:
     """Bind ``host:port`` (0 = any free port, chosen by the kernel); returns the bound port.
 
-    The process that serves binds the port itself and then publishes it through the store, so
-    no other process can take it in between.
+    With TLS credentials the port speaks only TLS and requires a client certificate from the
+    job's CA: a plaintext connection is refused. The process that serves binds the port itself
+    and then publishes it through the store, so no other process can take it in between.
     """
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if credentials.tls is not None:
+        bound = server.add_secure_port(address, credentials.tls.server_credentials())
+    else:
+        bound = server.add_insecure_port(address)
     if bound == 0:
         raise ConfigError(f"cannot bind {host}:{port} (PADDLE_HOST/PADDLE_PORT): in use or invalid")
     return bound

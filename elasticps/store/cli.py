@@ -7,7 +7,8 @@ from typing import Any
 
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, NotFoundError
-from elasticps.store import KeyValue, Store, open_store
+from elasticps.identity import Identity, store_user
+from elasticps.store import KeyValue, Store, job_prefix, open_store
 from elasticps.store.election import leader_value
 from elasticps.store.keys import MASTER_ELECTION
 
@@ -21,6 +22,9 @@ examples:
       print the next 5 changes under pserver/ as they happen
   elasticps store leader master/election
       the value the current master published with its election lock
+  elasticps store --store 'etcd://etcd-0:2379?tls=/etc/root' --job ctr setup-auth
+      as etcd's root user (the certificate in /etc/root), limit the job's etcd user to
+      /elasticps/ctr/ and enable auth (the job's setup Job runs this)
 """
 
 
@@ -55,6 +59,15 @@ def register(subparsers: Any) -> None:
     leader = commands.add_parser("leader", help="print the current holder of an election lock")
     leader.add_argument("name", nargs="?", default=MASTER_ELECTION)
     leader.set_defaults(func=run_leader)
+    setup = commands.add_parser(
+        "setup-auth", help="etcd only: limit the job's user to the job's prefix, enable auth",
+        description="Connect as etcd's root user (the client certificate of --store's ?tls= "
+        "directory must name root), create the job's user with a role that may read and write "
+        "only /elasticps/<job>/, and enable auth. Idempotent; waits up to 2 minutes for etcd.")
+    setup.add_argument("--user", default=None,
+                       help="the job's etcd user (default: elasticps-<job>, the common name "
+                       "of the job's certificates)")
+    setup.set_defaults(func=run_setup_auth)
 
 
 def _open(args: argparse.Namespace) -> Store:
@@ -115,4 +128,23 @@ def run_leader(args: argparse.Namespace) -> int:
         print(f"nobody holds {args.name!r}")
         return 1
     print(_show(value))
+    return 0
+
+
+def run_setup_auth(args: argparse.Namespace) -> int:
+    from elasticps.store.etcd_auth import setup_job_auth
+    from elasticps.store.etcd_store import parse_endpoints
+    from elasticps.store.etcd_tls import split_tls
+
+    overrides = {k: v for k, v in (("store", args.store), ("job_name", args.job)) if v}
+    config = load_config(**overrides)
+    if not config.store or not config.store.startswith("etcd://"):
+        raise ConfigError("setup-auth needs an etcd store: --store 'etcd://HOST:2379?tls=DIR'")
+    tls_dir = split_tls(config.store)[1]
+    if tls_dir is None:
+        raise ConfigError("setup-auth needs root's certificate: add ?tls=DIR to the store URL")
+    user = args.user or store_user(config.job_name)
+    setup_job_auth(parse_endpoints(config.store), Identity.load(tls_dir), user,
+                   job_prefix(config.job_name))
+    print(f"etcd auth is on; user {user} may read and write {job_prefix(config.job_name)} only")
     return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -179,6 +180,36 @@ class _PollingWatch(QueueWatch):
         return True
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only (0600) if it does not exist; SQLite
+    gives its -wal and -shm files the database file's mode.
+
+    A file of ours that exists with a wider mode (a workdir from before files were private, a
+    rerun of the same command) is narrowed to 0600, with its -wal and -shm; another user's file
+    is left as it is (opening it fails or succeeds on its own permissions)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for existing in (path, path.with_name(path.name + "-wal"),
+                         path.with_name(path.name + "-shm")):
+            _narrow_to_owner(existing)
+        return
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create the embedded store {path}: {exc}") from exc
+    os.close(fd)
+
+
+def _narrow_to_owner(path: Path) -> None:
+    try:
+        info = path.stat()
+        if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077:
+            path.chmod(0o600)
+    except FileNotFoundError:  # a -wal or -shm that is not there (or just went)
+        pass
+    except OSError as exc:  # e.g. a read-only file system: opening decides
+        log.warning("Could not make the embedded store file %s private (0600): %s", path, exc)
+
+
 class EmbeddedStore(Store):
     """SQLite in WAL mode, shared by the processes of one machine. See the module docstring."""
 
@@ -198,6 +229,7 @@ class EmbeddedStore(Store):
         self._leases: list[ThreadedLease] = []
         self._watches: list[QueueWatch] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
         self._conn = self._connect()
         with self._lock:
             self._enable_wal()

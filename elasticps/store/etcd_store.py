@@ -35,6 +35,7 @@ from aetcd import rpc
 from aetcd import watcher as aetcd_watcher
 
 from elasticps.errors import ConfigError, LeaseExpiredError, StoreError, StoreUnavailableError
+from elasticps.identity import Identity
 from elasticps.retry import RetryPolicy
 from elasticps.store._common import (
     QueueWatch,
@@ -60,6 +61,7 @@ from elasticps.store.api import (
     TxnResult,
     Watch,
 )
+from elasticps.store.etcd_tls import TlsClient, channel_credentials, split_tls
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,10 +96,11 @@ _TARGETS = {
 
 
 def parse_endpoints(url: str) -> list[tuple[str, int]]:
-    """``etcd://h1:2379,h2:2379`` -> [("h1", 2379), ("h2", 2379)]; a clear error otherwise."""
+    """``etcd://h1:2379,h2:2379`` -> [("h1", 2379), ("h2", 2379)]; a clear error otherwise.
+    A ``?tls=DIR`` option is ignored here (see :func:`~elasticps.store.etcd_tls.split_tls`)."""
     if not url.startswith("etcd://"):
         raise ConfigError(f"etcd store URL {url!r} must start with etcd://")
-    body = url[len("etcd://"):].rstrip("/")
+    body = split_tls(url)[0][len("etcd://"):].rstrip("/")
     endpoints = []
     for part in body.split(","):
         host, sep, port = part.strip().rpartition(":")
@@ -137,14 +140,16 @@ class EtcdStore(Store):
     """A :class:`Store` on an etcd v3 cluster. See the module docstring for failure handling."""
 
     def __init__(self, endpoints: Sequence[tuple[str, int]], prefix: str = "", *,
-                 retry_for: float = 10.0, call_timeout: float = 5.0) -> None:
+                 retry_for: float = 10.0, call_timeout: float = 5.0,
+                 tls: Identity | None = None) -> None:
         if not endpoints:
             raise ConfigError("an etcd store needs at least one endpoint")
         self.endpoints = list(endpoints)
         self.prefix = check_prefix(prefix)
         self.prefix_bytes = prefix.encode()
         names = ",".join(f"{h}:{p}" for h, p in self.endpoints)
-        self.describe = f"etcd store {names} ({prefix or '/'})"
+        self.describe = f"etcd store {names} ({prefix or '/'}{', TLS' if tls else ''})"
+        self._tls = None if tls is None else channel_credentials(tls)
         self.retry = STORE_RETRY.within(retry_for)
         self.call_timeout = call_timeout
         self._closed = False
@@ -160,11 +165,19 @@ class EtcdStore(Store):
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "", **kwargs: float) -> EtcdStore:
-        return cls(parse_endpoints(url), prefix, **kwargs)
+        """``etcd://h:2379[,h2:2379][?tls=DIR]``: with ``tls``, mutual TLS with the identity
+        in DIR (ca.crt, tls.crt, tls.key)."""
+        tls_dir = split_tls(url)[1]
+        tls = None if tls_dir is None else Identity.load(tls_dir)
+        return cls(parse_endpoints(url), prefix, tls=tls, **kwargs)
 
     # -- plumbing ------------------------------------------------------------------------
 
     async def _make_clients(self) -> list[aetcd.Client]:
+        if self._tls is not None:
+            return [TlsClient(host=h, port=p, timeout=self.call_timeout,
+                              options=_CHANNEL_OPTIONS, credentials=self._tls)
+                    for h, p in self.endpoints]
         return [aetcd.Client(host=h, port=p, timeout=self.call_timeout, options=_CHANNEL_OPTIONS)
                 for h, p in self.endpoints]
 
@@ -243,8 +256,9 @@ class EtcdStore(Store):
         return [self._kv(kv) for kv in self._call(f"list {prefix!r}", call).kvs]
 
     def revision(self) -> int:
-        # A range over one impossible key is the cheapest way to read the header.
-        request = rpc.RangeRequest(key=b"\0", count_only=True)
+        # A range over one impossible key is the cheapest way to read the header. The key lies
+        # under the job's prefix: a job's etcd user may read nothing else.
+        request = rpc.RangeRequest(key=self.prefix_bytes + b"\0", count_only=True)
 
         async def call(client: aetcd.Client) -> Any:
             return await client.kvstub.Range(request, timeout=self.call_timeout,

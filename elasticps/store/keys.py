@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -84,8 +85,7 @@ def slot_of(key: str) -> int | None:
     """The slot number of a ``pserver/slot/<i>`` key, or None for any other key."""
     if not key.startswith(PSERVER_SLOT_PREFIX):
         return None
-    rest = key[len(PSERVER_SLOT_PREFIX):]
-    return int(rest) if rest.isdigit() else None
+    return _whole(key[len(PSERVER_SLOT_PREFIX):], limit=6)
 
 
 def checkpoint_prefix(slot: int) -> str:
@@ -121,11 +121,20 @@ def once_keys(name: str) -> tuple[str, str]:
 # -- value formats --------------------------------------------------------------------------
 
 
+MAX_VALUE_BYTES = 1 << 20  # the store's own bound on a value
+MAX_TEXT = 256  # names, hosts, node names: longer is not ours
+MAX_MESSAGE = 4096  # an event's message (a failed task's reason is cut to fit)
+_ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}:[0-9]{1,5}$")
+
+
 def _object(raw: bytes, key: str) -> dict[str, Any]:
+    if not isinstance(raw, bytes | bytearray) or len(raw) > MAX_VALUE_BYTES:
+        raise StoreValueError(f"store key {key!r} holds no value of at most 1 MiB")
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StoreValueError(f"store key {key!r} holds no JSON ({exc}): {raw[:80]!r}") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise StoreValueError(f"store key {key!r} holds no JSON ({exc!s:.80}): "
+                              f"{bytes(raw[:80])!r}") from exc
     if not isinstance(doc, dict):
         raise StoreValueError(f"store key {key!r} holds {type(doc).__name__}, not a JSON object")
     return doc
@@ -135,8 +144,40 @@ def _field(doc: Mapping[str, Any], name: str, kind: type, key: str) -> Any:
     value = doc.get(name)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise StoreValueError(f"store key {key!r}: field {name!r} must be {kind.__name__}, got "
-                              f"{value!r}")
+                              f"{value!r:.80}")
     return value
+
+
+def _text(doc: Mapping[str, Any], name: str, key: str, limit: int = MAX_TEXT) -> str:
+    value: str = _field(doc, name, str, key)
+    if len(value) > limit:
+        raise StoreValueError(f"store key {key!r}: field {name!r} is longer than {limit} "
+                              "characters")
+    return value
+
+
+def _address(doc: Mapping[str, Any], name: str, key: str) -> str:
+    """A ``host:port`` a client will dial: a bounded host name or IP and a port number."""
+    value: str = _field(doc, name, str, key)
+    if not _ADDRESS.match(value) or not 0 < int(value.rsplit(":", 1)[1]) < 65536:
+        raise StoreValueError(f"store key {key!r}: field {name!r} is not host:port: "
+                              f"{value!r:.80}")
+    return value
+
+
+def _finite(doc: Mapping[str, Any], name: str, key: str, default: float = 0) -> float:
+    """A JSON number that is finite (json accepts NaN and Infinity)."""
+    value = doc.get(name, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or (
+            isinstance(value, int) and abs(value) > 2 ** 63) or not math.isfinite(value):
+        raise StoreValueError(f"store key {key!r}: field {name!r} must be a finite number, got "
+                              f"{value!r:.80}")
+    return float(value)
+
+
+def _whole(text: str, limit: int = 18) -> int | None:
+    """A plain decimal number of at most ``limit`` ASCII digits, else None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= limit else None
 
 
 def _encode(doc: Mapping[str, Any]) -> bytes:
@@ -156,7 +197,7 @@ class ProcessInfo:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> ProcessInfo:
         doc = _object(raw, key)
-        return cls(_field(doc, "pid", int, key), _field(doc, "host", str, key))
+        return cls(_field(doc, "pid", int, key), _text(doc, "host", key))
 
 
 @dataclass(frozen=True)
@@ -168,21 +209,27 @@ class MasterAddress:
     node: str
     pid: int = field(default_factory=os.getpid)
     host: str = field(default_factory=socket.gethostname)
+    http_scheme: str = "http"  # "https" where the page needs the token (not on loopback)
 
     @property
     def status_url(self) -> str:
-        return f"http://{self.http}/"
+        return f"{self.http_scheme}://{self.http}/"
 
     def encode(self) -> bytes:
         return _encode({"grpc": self.grpc, "http": self.http, "node": self.node,
-                        "pid": self.pid, "host": self.host, "status_url": self.status_url})
+                        "pid": self.pid, "host": self.host, "http_scheme": self.http_scheme,
+                        "status_url": self.status_url})
 
     @classmethod
     def decode(cls, raw: bytes, key: str = MASTER_ADDRESS) -> MasterAddress:
         doc = _object(raw, key)
-        return cls(_field(doc, "grpc", str, key), _field(doc, "http", str, key),
-                   _field(doc, "node", str, key), _field(doc, "pid", int, key),
-                   _field(doc, "host", str, key))
+        scheme = doc.get("http_scheme", "http")
+        if scheme not in ("http", "https"):
+            raise StoreValueError(f"store key {key!r}: field 'http_scheme' must be http or "
+                                  f"https, got {scheme!r:.80}")
+        return cls(_address(doc, "grpc", key), _address(doc, "http", key),
+                   _text(doc, "node", key), _field(doc, "pid", int, key),
+                   _text(doc, "host", key), scheme)
 
 
 def read_master_address(store: Store) -> MasterAddress | None:
@@ -205,8 +252,8 @@ class PServerSlot:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> PServerSlot:
         doc = _object(raw, key)
-        return cls(_field(doc, "address", str, key), _field(doc, "pid", int, key),
-                   _field(doc, "host", str, key))
+        return cls(_address(doc, "address", key), _field(doc, "pid", int, key),
+                   _text(doc, "host", key))
 
 
 @dataclass(frozen=True)
@@ -229,7 +276,7 @@ class TrainerRegistration:
         if not isinstance(leaving, bool):
             raise StoreValueError(f"store key {key!r}: field 'leaving' must be bool, got "
                                   f"{leaving!r}")
-        return cls(_field(doc, "pid", int, key), _field(doc, "host", str, key), leaving)
+        return cls(_field(doc, "pid", int, key), _text(doc, "host", key), leaving)
 
 
 @dataclass(frozen=True)
@@ -246,10 +293,9 @@ class InitMarker:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> InitMarker:
         doc = _object(raw, key)
-        stamp = doc.get("time")
-        if not isinstance(stamp, int | float) or isinstance(stamp, bool):
+        if "time" not in doc:
             raise StoreValueError(f"store key {key!r}: field 'time' must be a number")
-        return cls(_field(doc, "by", str, key), _field(doc, "what", str, key), float(stamp))
+        return cls(_text(doc, "by", key), _text(doc, "what", key), _finite(doc, "time", key))
 
 
 @dataclass(frozen=True)
@@ -282,35 +328,29 @@ class TrainerProgress:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> TrainerProgress:
         doc = _object(raw, key)
-        loss = doc.get("loss")
         timers = doc.get("timers") or {}
-        if loss is not None and not isinstance(loss, int | float):
-            raise StoreValueError(f"store key {key!r}: field 'loss' must be a number or null")
-        if not isinstance(timers, dict):
-            raise StoreValueError(f"store key {key!r}: field 'timers' must be an object")
-        return cls(int(_number(doc, "pass", key)), int(_number(doc, "samples", key)),
-                   int(_number(doc, "batches", key)), None if loss is None else float(loss),
-                   float(_number(doc, "train_s", key)), int(_number(doc, "tasks", key)),
-                   {str(k): float(v) for k, v in timers.items()},
-                   _number(doc, "samples_per_s", key), _number(doc, "time", key),
+        if not isinstance(timers, dict) or len(timers) > 64:
+            raise StoreValueError(f"store key {key!r}: field 'timers' must be an object of at "
+                                  "most 64 timers")
+        return cls(int(_finite(doc, "pass", key)), int(_finite(doc, "samples", key)),
+                   int(_finite(doc, "batches", key)),
+                   None if doc.get("loss") is None else _finite(doc, "loss", key),
+                   _finite(doc, "train_s", key), int(_finite(doc, "tasks", key)),
+                   {str(k)[:MAX_TEXT]: _finite(timers, k, key) for k in timers},
+                   _finite(doc, "samples_per_s", key), _finite(doc, "time", key),
                    _pass_metrics(doc.get("pass_metrics") or {}, key))
 
 
 def _pass_metrics(value: Any, key: str) -> dict[str, dict[str, float]]:
     """``{pass: {metric: number}}``; a null metric (NaN when published) is left out."""
-    if not isinstance(value, dict) or not all(isinstance(m, dict) for m in value.values()):
+    if not isinstance(value, dict) or len(value) > 10_000 or not all(
+            isinstance(m, dict) and len(m) <= 64 for m in value.values()):
         raise StoreValueError(f"store key {key!r}: field 'pass_metrics' must map passes to "
-                              "objects of metrics")
-    return {str(p): {str(k): float(v) for k, v in m.items()
-                     if isinstance(v, int | float) and not isinstance(v, bool)}
+                              "objects of at most 64 metrics")
+    return {str(p)[:MAX_TEXT]: {str(k)[:MAX_TEXT]: float(v) for k, v in m.items()
+                                if isinstance(v, int | float) and not isinstance(v, bool)
+                                and math.isfinite(v)}
             for p, m in value.items()}
-
-
-def _number(doc: Mapping[str, Any], name: str, key: str) -> float:
-    value = doc.get(name, 0)
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise StoreValueError(f"store key {key!r}: field {name!r} must be a number, got {value!r}")
-    return float(value)
 
 
 def publish_progress(store: Store, trainer: str, progress: TrainerProgress) -> None:
@@ -353,11 +393,12 @@ def encode_desired_trainers(count: int) -> bytes:
 
 
 def decode_desired_trainers(raw: bytes) -> int:
-    text = raw.decode(errors="replace").strip()
-    if not text.isdigit():
+    text = raw[:64].decode(errors="replace").strip()
+    count = _whole(text, limit=6) if len(raw) <= 64 else None
+    if count is None:
         raise StoreValueError(f"store key {DESIRED_TRAINERS!r} holds {text[:40]!r}, not a "
-                              "whole number of trainers")
-    return int(text)
+                              "whole number of trainers (at most 6 digits)")
+    return count
 
 
 # -- the job's timeline, its status page and its metrics endpoints ---------------------------
@@ -378,8 +419,10 @@ class JobEvent:
     time: float = field(default_factory=time.time)
 
     def encode(self) -> bytes:
-        return _encode({"time": self.time, "kind": self.kind, "subject": self.subject,
-                        "message": self.message, "source": self.source})
+        # Cut to what decode accepts: a long failure reason must not make the event unreadable.
+        return _encode({"time": self.time, "kind": self.kind,
+                        "subject": self.subject[:MAX_TEXT], "message": self.message[:MAX_MESSAGE],
+                        "source": self.source[:MAX_TEXT]})
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> JobEvent:
@@ -387,8 +430,8 @@ class JobEvent:
         kind = _field(doc, "kind", str, key)
         if kind not in EVENT_KINDS:
             raise StoreValueError(f"store key {key!r}: unknown event kind {kind!r}")
-        return cls(kind, _field(doc, "subject", str, key), _field(doc, "message", str, key),
-                   _field(doc, "source", str, key), _number(doc, "time", key))
+        return cls(kind, _text(doc, "subject", key), _text(doc, "message", key, MAX_MESSAGE),
+                   _text(doc, "source", key), _finite(doc, "time", key))
 
     def as_dict(self) -> dict[str, Any]:
         return {"time": self.time, "kind": self.kind, "subject": self.subject,
@@ -471,11 +514,11 @@ class MetricsEndpoint:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> MetricsEndpoint:
         doc = _object(raw, key)
-        url = _field(doc, "url", str, key)
+        url = _text(doc, "url", key, limit=2048)
         if not url.startswith(("http://", "https://")):
             raise StoreValueError(f"store key {key!r}: field 'url' must be an http(s) URL")
-        return cls(_field(doc, "role", str, key), _field(doc, "name", str, key), url,
-                   _field(doc, "pid", int, key), _field(doc, "host", str, key))
+        return cls(_text(doc, "role", key), _text(doc, "name", key), url,
+                   _field(doc, "pid", int, key), _text(doc, "host", key))
 
 
 def read_metrics_endpoints(store: Store) -> list[MetricsEndpoint]:

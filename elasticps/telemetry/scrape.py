@@ -10,6 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
+# A role's exposition is tens of KiB; the URL comes from the store, so the read is bounded.
+MAX_EXPOSITION_BYTES = 4 << 20
+
 
 def parse(text: str) -> Samples:
     """Sample name (``elasticps_pserver_pushes_total``) -> [(labels, value)]."""
@@ -24,8 +27,10 @@ def scrape(url: str, timeout: float = 1.0) -> Samples | None:
     """The samples at ``url``, or None when it does not answer in time or is not metrics."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
-            text = resp.read().decode("utf-8", errors="replace")
-        return parse(text)
+            body = resp.read(MAX_EXPOSITION_BYTES + 1)
+        if len(body) > MAX_EXPOSITION_BYTES:
+            return None
+        return parse(body.decode("utf-8", errors="replace"))
     except (OSError, ValueError):
         return None
 

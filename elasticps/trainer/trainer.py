@@ -153,6 +153,7 @@ class Trainer:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
         from elasticps.master.client import MasterClient
         from elasticps.pserver.client import PServerClient
+        from elasticps.rpc.credentials import credentials_from_config
         from elasticps.store import open_store
 
         config = config or current()
@@ -163,9 +164,10 @@ class Trainer:
         store = open_store(config.store, config.job_name)
         self.store = store
         self._closers.append(store.close)
-        params = PServerClient(store, config.token, config.pserver_count)
+        credentials = credentials_from_config(config)
+        params = PServerClient(store, credentials, config.pserver_count)
         self._closers.insert(0, params.close)
-        master = MasterClient(store, config.token, name, lease_ttl=config.lease_ttl)
+        master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl)
         self._closers.insert(0, master.close)
         master.register_trainer()
         log.info("Trainer %s joined job %s.", name, config.job_name)

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from elasticps.launch.launcher import LaunchOptions, build_specs
+from elasticps.rpc.tls import write_job_identities
 from tests.helpers import REPO, wait_for
 from tests.job_observer import JobObserver
 from tests.netns import NetnsPair, unavailable_reason
@@ -82,10 +83,12 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         store_url = f"etcd://{net.a_ip}:{ETCD_PORT}"
         job, token = f"partition-{secrets.token_hex(3)}", secrets.token_hex(16)
         checkpoints = tmp_path / "checkpoints"
+        identities = write_job_identities(tmp_path / "work" / "tls", job)
         net.popen(net.a, _etcd_cmd(etcd, net.a_ip, tmp_path / "etcd"), env, logs / "etcd.log")
         observer = JobObserver(net.popen(
             net.a, [sys.executable, "-m", "tests.job_observer", "--store", store_url, "--job",
-                    job, "--token", token, "--pservers", "2", "--checkpoints",
+                    job, "--token", token, "--tls-dir", str(identities["trainer"]),
+                    "--pservers", "2", "--checkpoints",
                     str(checkpoints)], env, logs / "observer.log", pipes=True))
         wait_for(lambda: observer.ok("health"), 60, interval=0.2, what="etcd inside the namespace")
 

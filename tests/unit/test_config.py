@@ -37,6 +37,12 @@ GOOD = [
     ("PADDLE_WORKDIR", "/tmp/ctr", "workdir", "/tmp/ctr"),
     ("PADDLE_METRICS_PORT", "9090", "metrics_port", 9090),
     ("PADDLE_LOG_FORMAT", "JSON", "log_format", "json"),
+    ("PADDLE_HTTP_HOST", "0.0.0.0", "http_host", "0.0.0.0"),
+    ("PADDLE_TLS_DIR", "/etc/elasticps/tls", "tls_dir", "/etc/elasticps/tls"),
+    ("PADDLE_INSECURE", "yes", "insecure", True),
+    ("PADDLE_HEALTH_PORT", "7165", "health_port", 7165),
+    ("PADDLE_MAX_MESSAGE_MB", "64", "max_message_mb", 64),
+    ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
 ]
 
 # (variable, malformed value)
@@ -62,6 +68,15 @@ BAD = [
     ("PADDLE_PSERVERS", "a b,c"),
     ("PADDLE_METRICS_PORT", "65536"),
     ("PADDLE_LOG_FORMAT", "xml"),
+    ("PADDLE_TRAINER_COUNT", "10001"),
+    ("PADDLE_NUM_PSERVERS", "1001"),
+    ("PADDLE_LEASE_TTL", "601"),
+    ("PADDLE_CHECKPOINT_KEEP", "1000000"),
+    ("PADDLE_INSECURE", "maybe"),
+    ("PADDLE_HEALTH_PORT", "70000"),
+    ("PADDLE_MAX_MESSAGE_MB", "0"),
+    ("PADDLE_MAX_MESSAGE_MB", "4096"),
+    ("PADDLE_DATA_SCHEMES", "file,http://x"),
 ]
 
 

@@ -14,6 +14,7 @@ import sys
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.store import open_store
+from tests.helpers import job_credentials
 from tests.integration.master.helpers import synthetic_chunks
 
 
@@ -21,7 +22,8 @@ def main(argv: list[str]) -> int:
     url, job, token, num_chunks, per_task, passes, ttl, task_lease = argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     store = open_store(url, job)
-    options = MasterOptions(job=job, token=token, lease_ttl=int(ttl),
+    options = MasterOptions(job=job, credentials=job_credentials(job, "master", token),
+                            lease_ttl=int(ttl),
                             policy=QueuePolicy(task_lease=float(task_lease)),
                             dataset="synthetic://", chunks_per_task=int(per_task),
                             num_passes=int(passes))

@@ -23,7 +23,7 @@ from elasticps.master.client import MasterClient
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, job_credentials, wait_for
 from tests.integration.master.helpers import store_url_for, synthetic_chunks
 from tests.task_workers import Collect, task_loop
 
@@ -73,8 +73,8 @@ def test_standby_takes_over_after_sigkill_and_no_task_is_lost(
         errors: list[BaseException] = []
 
         def train(i: int) -> None:
-            client = MasterClient(store, TOKEN, f"trainer-{i}", retry_for=60, rpc_timeout=5,
-                                  lease_ttl=TTL)
+            client = MasterClient(store, job_credentials(job_name, token=TOKEN), f"trainer-{i}",
+                                  retry_for=60, rpc_timeout=5, lease_ttl=TTL)
             client.register_trainer()
             try:
                 original = client.task_finished
@@ -118,7 +118,7 @@ def test_standby_takes_over_after_sigkill_and_no_task_is_lost(
             assert tasks == list(range(NUM_TASKS)), f"pass {pass_id}: {tasks}"
             covered = sorted(c for t in tasks for c in range(t * PER_TASK, (t + 1) * PER_TASK))
             assert [chunks[c] for c in covered] == chunks
-        client = MasterClient(store, TOKEN, "observer")
+        client = MasterClient(store, job_credentials(job_name, token=TOKEN), "observer")
         status = client.status()
         assert status["master"] != first
         assert status["state"] == "succeeded"

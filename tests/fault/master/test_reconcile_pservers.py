@@ -25,7 +25,7 @@ from elasticps.proto import common_pb2, master_pb2, pserver_pb2
 from elasticps.pserver.client import PServerClient
 from elasticps.rpc import encode_tensor
 from elasticps.store import Store, open_store
-from tests.helpers import wait_for
+from tests.helpers import job_credentials, wait_for
 from tests.integration.master.helpers import synthetic_chunks
 from tests.integration.pserver.harness import TOKEN, PServers
 
@@ -45,17 +45,18 @@ class Job:
                                  PADDLE_CHECKPOINT_INTERVAL="3600", PADDLE_CHECKPOINT_KEEP="3")
         self.procs = [self.pservers.start(), self.pservers.start()]
         self.pservers.wait_slots(self.store, {p.pid for p in self.procs})
-        opts = MasterOptions(job=job, token=TOKEN, lease_ttl=2, num_pservers=2,
+        opts = MasterOptions(job=job, credentials=job_credentials(job, "master", TOKEN),
+                             lease_ttl=2, num_pservers=2,
                              policy=QueuePolicy(task_lease=60.0), dataset="synthetic",
                              chunks_per_task=1, num_passes=1, reconcile_timeout=10.0)
         self.master = MasterServer(self.store, opts, lambda url: synthetic_chunks(3))
         self.thread = threading.Thread(target=self.master.run, daemon=True)
         self.thread.start()
         wait_for(self.master.serving.is_set, 30, "the master to serve")
-        self.ps = PServerClient(self.store, TOKEN, 2, deadline=60)
+        self.ps = PServerClient(self.store, job_credentials(job, token=TOKEN), 2, deadline=60)
         self.ps.declare_tables(SPECS)
         self.ps.initialize({"w": np.zeros(4, dtype=np.float32)})
-        self.mc = MasterClient(self.store, TOKEN, "t1")
+        self.mc = MasterClient(self.store, job_credentials(job, token=TOKEN), "t1")
         self.mc.register_trainer()
 
     def push(self, task: master_pb2.Task, seq: int, only_shard: int | None = None) -> None:

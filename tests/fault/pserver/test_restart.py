@@ -16,8 +16,8 @@ from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
-from tests.helpers import REPO, wait_for
-from tests.integration.pserver.harness import TOKEN, PServers
+from tests.helpers import REPO, job_credentials, wait_for
+from tests.integration.pserver.harness import PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
@@ -57,7 +57,7 @@ def test_restart_restores_newest_good_checkpoint_and_skips_a_corrupt_one(
     ckpts = ShardCheckpoints(ckpt_url, 0, 1)
     try:
         first = servers.start()
-        with PServerClient(store, TOKEN, 1, deadline=60) as client:
+        with PServerClient(store, job_credentials(job_name), 1, deadline=60) as client:
             client.declare_tables(SPECS)
             client.initialize({"w": np.linspace(0, 1, 6, dtype=np.float32)})
             _push(client, 0)
@@ -119,7 +119,7 @@ def test_sigkill_during_checkpoint_write_restarts_from_a_good_one(
     try:
         # Save number 2 pauses after its data file is written and fsynced, before the rename.
         first = servers.start(module="tests.fault.pserver.paused_pserver")
-        with PServerClient(store, TOKEN, 1, deadline=60) as client:
+        with PServerClient(store, job_credentials(job_name), 1, deadline=60) as client:
             client.declare_tables(SPECS)
             client.initialize({"w": np.zeros(6, np.float32)})
             _push(client, 0)

@@ -18,7 +18,7 @@ from elasticps.store import open_store
 from elasticps.store.keys import read_master_address
 from elasticps.trainer.task_batches import data_chunk_batches
 from elasticps.trainer.task_loop import LoopState
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, job_credentials, tls_env, wait_for
 from tests.task_workers import Collect, task_loop
 
 TOKEN = "cli-token"
@@ -30,7 +30,8 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
     synth_ctr(str(data), 600, seed=3, rows_per_chunk=100, chunks_per_file=3)
     url = f"file://{tmp_path}/job.db"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_STORE": url,
-           "PADDLE_JOB_NAME": job_name, "PADDLE_JOB_TOKEN": TOKEN, "PADDLE_LEASE_TTL": "2"}
+           "PADDLE_JOB_NAME": job_name, "PADDLE_JOB_TOKEN": TOKEN, "PADDLE_LEASE_TTL": "2",
+           **tls_env(job_name, "master")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "elasticps", "-v", "master", "--dataset", str(data),
          "--chunks-per-task", "2", "--num-passes", "2", "--task-lease", "10"],
@@ -38,7 +39,7 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
     store = open_store(url, job_name)
     try:
         wait_for(lambda: read_master_address(store) is not None, 60, "the master to publish")
-        client = MasterClient(store, TOKEN, "t0")
+        client = MasterClient(store, job_credentials(job_name, token=TOKEN), "t0")
         client.register_trainer()
         labels: dict[int, list[np.ndarray]] = {0: [], 1: []}
         worker = Collect()

@@ -19,11 +19,10 @@ from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
 from elasticps.trainer.task_batches import TaskBatch
 from elasticps.trainer.task_loop import LoopState
-from tests.helpers import wait_for
+from tests.helpers import job_credentials, wait_for
 from tests.integration.master.helpers import synthetic_chunks
 from tests.task_workers import Collect, task_loop
 
-TOKEN = "test-token"
 ROWS = 10
 
 
@@ -36,7 +35,9 @@ def fake_batches(chunk: master_pb2.Chunk, start: int, batch_size: int = 4) -> It
 
 class RunningMaster:
     def __init__(self, store: Store, job: str, **options: object) -> None:
-        opts = MasterOptions(job=job, token=TOKEN, lease_ttl=2, **options)  # type: ignore[arg-type]
+        self.credentials = job_credentials(job)
+        opts = MasterOptions(job=job, credentials=job_credentials(job, "master"), lease_ttl=2,
+                             **options)  # type: ignore[arg-type]
         self.server = MasterServer(store, opts, lambda url: synthetic_chunks(10, rows=ROWS))
         self.code: int | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -68,7 +69,8 @@ def master(store: Store, job_name: str) -> Iterator[RunningMaster]:
 
 def test_two_trainers_read_every_record_of_every_pass_once(
         store: Store, master: RunningMaster) -> None:
-    clients = [MasterClient(store, TOKEN, f"trainer-{i}", lease_ttl=2) for i in range(2)]
+    clients = [MasterClient(store, master.credentials, f"trainer-{i}", lease_ttl=2)
+               for i in range(2)]
     response = clients[0].set_dataset("mem://ctr", 2, 2)
     assert (response.num_tasks, response.num_chunks) == (5, 10)
     assert clients[1].set_dataset("mem://ctr", 2, 2).num_tasks == 5  # idempotent
@@ -112,7 +114,7 @@ def test_two_trainers_read_every_record_of_every_pass_once(
 
 def test_stale_and_bad_requests_get_defined_answers(
         store: Store, master: RunningMaster) -> None:
-    client = MasterClient(store, TOKEN, "a")
+    client = MasterClient(store, master.credentials, "a")
     with pytest.raises(FailedPreconditionError, match="no dataset yet"):
         client.get_task(0)
     client.set_dataset("mem://ctr", 5, 1)
@@ -130,7 +132,7 @@ def test_stale_and_bad_requests_get_defined_answers(
         client.task_finished(ghost, 1, 1)
     assert client.task_finished(task, 50, 13)
     assert client.task_finished(task, 50, 13)  # a retry after a lost answer
-    other = MasterClient(store, TOKEN, "b")
+    other = MasterClient(store, master.credentials, "b")
     assert client.request_save_model(5.0)
     assert not other.request_save_model(5.0)
     assert client.status()["save_model_holder"] == "a"
@@ -140,7 +142,7 @@ def test_stale_and_bad_requests_get_defined_answers(
 
 def test_a_lost_trainer_gets_its_tasks_released_at_once(
         store: Store, master: RunningMaster) -> None:
-    lost = MasterClient(store, TOKEN, "lost", lease_ttl=1)
+    lost = MasterClient(store, master.credentials, "lost", lease_ttl=1)
     lost.register_trainer()
     lost.set_dataset("mem://ctr", 1, 1)
     held = [lost.get_task(0).task.task_id for _ in range(3)]
@@ -152,7 +154,7 @@ def test_a_lost_trainer_gets_its_tasks_released_at_once(
     status = lost.status()
     assert status["counts"]["todo"] == 10
     assert status["failures_total"] == 3
-    other = MasterClient(store, TOKEN, "other")
+    other = MasterClient(store, master.credentials, "other")
     taken = [other.get_task(0).task.task_id for _ in range(10)]
     assert taken[-3:] == held  # released tasks go to the back of the queue
     other.close()
@@ -160,7 +162,7 @@ def test_a_lost_trainer_gets_its_tasks_released_at_once(
 
 def test_a_trainer_whose_lease_expired_registers_again_before_asking_for_work(
         store: Store, master: RunningMaster) -> None:
-    client = MasterClient(store, TOKEN, "cut", lease_ttl=1)
+    client = MasterClient(store, master.credentials, "cut", lease_ttl=1)
     client.register_trainer()
     client.set_dataset("mem://ctr", 1, 1)
     first = client.get_task(0).task.task_id
@@ -184,7 +186,7 @@ def test_status_page_and_address_are_published(store: Store, master: RunningMast
     address = read_master_address(store)
     assert address is not None
     assert address.status_url == f"http://127.0.0.1:{master.server.http_port}/"
-    client = MasterClient(store, TOKEN, "a")
+    client = MasterClient(store, master.credentials, "a")
     client.set_dataset("mem://ctr", 2, 3)
     client.get_task(0)
     with urllib.request.urlopen(address.status_url + "api/status", timeout=10) as reply:

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from elasticps.store import Store
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, TOKEN, tls_env, wait_for
 
-TOKEN = "test-token"
+__all__ = ["TOKEN", "PServers"]
 
 
 
@@ -36,6 +36,7 @@ class PServers:
             "PADDLE_HOST": "127.0.0.1",
             "PADDLE_PORT": "0",
             "PADDLE_LEASE_TTL": "2",
+            **tls_env(self.job, "pserver"),
             **self.env,
             **extra,
         }

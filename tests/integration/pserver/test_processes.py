@@ -3,6 +3,7 @@ exactly-once, auth, the init protocol, and concurrent pushes from several proces
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -12,15 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elasticps.errors import InvalidArgumentError, NotFoundError, UnauthenticatedError
+from elasticps.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.client import PServerClient
 from elasticps.pserver.shard import BatchKey, ShardState
-from elasticps.rpc import call, encode_tensor, make_channel
+from elasticps.rpc import JobCredentials, call, encode_tensor, make_channel
+from elasticps.rpc.tls import peer_options
 from elasticps.store import Store, open_store
 from elasticps.store.keys import PSERVER_INIT_DONE
-from tests.helpers import REPO
-from tests.integration.pserver.harness import TOKEN, PServers
+from tests.helpers import REPO, job_credentials
+from tests.integration.pserver.harness import PServers
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
@@ -64,9 +71,10 @@ def cluster(tmp_path: Path, job_name: str, etcd_server) -> Iterator[tuple[PServe
 
 
 def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
-    _, store = cluster
+    servers, store = cluster
+    creds = job_credentials(servers.job)
     batches = _batches(6)
-    with PServerClient(store, TOKEN, 2, deadline=30) as client:
+    with PServerClient(store, creds, 2, deadline=30) as client:
         client.declare_tables(SPECS)
         client.initialize({"w": W0})
         assert store.get(PSERVER_INIT_DONE) is not None
@@ -101,7 +109,7 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
 
         # Bad pushes straight at shard 0 over the wire: clear errors, nothing changes.
         address = client._shards[0].address
-        stub = pserver_pb2_grpc.ParameterServerStub(make_channel(address, TOKEN))
+        stub = pserver_pb2_grpc.ParameterServerStub(make_channel(address, creds, "pserver"))
         batch = common_pb2.BatchRef(pass_id=9, task_id=9, seq=0)
         good_dense = pserver_pb2.NamedTensor(name="w",
                                              tensor=encode_tensor(np.ones(8, np.float32)))
@@ -142,21 +150,29 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
         assert stats["skipped_nonfinite"] == 2
         assert stats["rows"] == 1000 + 15
 
-        # A call without the job token, or with a wrong one, is refused.
-        for channel in (make_channel(address, "wrong-token"),):
-            with pytest.raises(UnauthenticatedError):
-                call(pserver_pb2_grpc.ParameterServerStub(channel).Stats,
-                     pserver_pb2.StatsRequest(), timeout=10)
+        # A call without the job token, or with a wrong one, is refused; so is plaintext.
+        wrong = JobCredentials(servers.job, "wrong-token", creds.tls)
+        with pytest.raises(UnauthenticatedError, match="wrong job token"):
+            call(pserver_pb2_grpc.ParameterServerStub(
+                make_channel(address, wrong, "pserver")).Stats,
+                pserver_pb2.StatsRequest(), timeout=10)
         import grpc
 
-        bare = pserver_pb2_grpc.ParameterServerStub(grpc.insecure_channel(address))
+        assert creds.tls is not None
+        no_token = grpc.secure_channel(address, creds.tls.channel_credentials(),
+                                       options=peer_options(servers.job, "pserver"))
         with pytest.raises(UnauthenticatedError, match="missing job token"):
+            call(pserver_pb2_grpc.ParameterServerStub(no_token).Stats,
+                 pserver_pb2.StatsRequest(), timeout=10)
+        bare = pserver_pb2_grpc.ParameterServerStub(grpc.insecure_channel(address))
+        with pytest.raises(UnavailableError):
             call(bare.Stats, pserver_pb2.StatsRequest(), timeout=10)
 
 
 def test_exactly_one_trainer_initialises(cluster) -> None:
-    _, store = cluster
-    clients = [PServerClient(store, TOKEN, 2, deadline=30, name=f"t{i}") for i in range(4)]
+    servers, store = cluster
+    creds = job_credentials(servers.job)
+    clients = [PServerClient(store, creds, 2, deadline=30, name=f"t{i}") for i in range(4)]
     calls: list[str] = []
     errors: list[BaseException] = []
 
@@ -191,10 +207,11 @@ import sys, numpy as np
 from elasticps.proto import common_pb2
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
+from tests.helpers import job_credentials
 from tests.integration.pserver.test_processes import SPECS, _batches
 store = open_store(sys.argv[1], sys.argv[2])
 k, workers = int(sys.argv[3]), int(sys.argv[4])
-with PServerClient(store, "test-token", 2, deadline=30) as client:
+with PServerClient(store, job_credentials(sys.argv[2]), 2, deadline=30) as client:
     client.declare_tables(SPECS)
     for seq, (w, ids, rows) in enumerate(_batches(24)):
         if seq % workers == k:
@@ -205,11 +222,13 @@ store.close()
 
 
 def test_concurrent_pushes_from_processes_equal_serial(cluster, etcd_server, job_name) -> None:
-    _, store = cluster
-    with PServerClient(store, TOKEN, 2, deadline=30) as client:
+    servers, store = cluster
+    creds = job_credentials(servers.job)
+    with PServerClient(store, creds, 2, deadline=30) as client:
         client.declare_tables(SPECS)
         client.initialize({"w": W0})
-        env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+        env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+               "ELASTICPS_TEST_TLS_ROOT": os.environ["ELASTICPS_TEST_TLS_ROOT"]}
         workers = [subprocess.Popen([sys.executable, "-c", WORKER, etcd_server.url, job_name,
                                      str(k), "3"], env=env) for k in range(3)]
         assert [w.wait(timeout=120) for w in workers] == [0, 0, 0]

@@ -1,7 +1,9 @@
-"""RPC layer against a real gRPC server on loopback: codec round trips, validation, auth, retry."""
+"""RPC layer against a real gRPC server on loopback (mutual TLS with a test job's CA): codec
+round trips, validation, auth, retry."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,7 +13,12 @@ import grpc
 import numpy as np
 import pytest
 
-from elasticps.errors import InvalidArgumentError, UnauthenticatedError, UnavailableError
+from elasticps.errors import (
+    InvalidArgumentError,
+    RemoteError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from elasticps.proto import common_pb2
 from elasticps.rpc import (
     bind,
@@ -25,10 +32,27 @@ from elasticps.rpc import (
     rpc_handler,
 )
 from elasticps.rpc.channel import RETRY_UNAVAILABLE
+from elasticps.rpc.credentials import JobCredentials
+from elasticps.rpc.tls import peer_options
 from tests.etcd_server import free_port
+from tests.helpers import job_credentials
 
 TOKEN = "s3cret-token"
+JOB = "rpc-test"
 SERVICE = "elasticps.test.Echo"
+SERVER = job_credentials(JOB, "pserver", TOKEN)
+CLIENT = job_credentials(JOB, "trainer", TOKEN)
+
+
+def client_channel(address: str) -> grpc.Channel:
+    return make_channel(address, CLIENT, "pserver")
+
+
+def tls_channel_without_token(address: str) -> grpc.Channel:
+    """A channel with the job's client certificate that adds no token."""
+    assert CLIENT.tls is not None
+    return grpc.secure_channel(address, CLIENT.tls.channel_credentials(),
+                               options=peer_options(JOB, "pserver"))
 
 
 class EchoServicer:
@@ -92,9 +116,9 @@ def _stub(channel: grpc.Channel, name: str, resp: Any = common_pb2.Tensor) -> An
 @pytest.fixture
 def echo_server() -> Iterator[tuple[str, EchoServicer]]:
     servicer = EchoServicer()
-    server = make_server(TOKEN, max_workers=4)
+    server = make_server(SERVER, max_workers=4)
     _add(server, servicer)
-    port = bind(server, "127.0.0.1", 0)
+    port = bind(server, "127.0.0.1", 0, SERVER)
     server.start()
     yield f"127.0.0.1:{port}", servicer
     server.stop(grace=None)
@@ -118,7 +142,7 @@ def echo_server() -> Iterator[tuple[str, EchoServicer]]:
 )
 def test_dense_round_trip(echo_server: tuple[str, EchoServicer], array: np.ndarray) -> None:
     address, _ = echo_server
-    with make_channel(address, TOKEN) as channel:
+    with client_channel(address) as channel:
         reply = call(_stub(channel, "Echo"), encode_tensor(array))
     back = decode_tensor(reply)
     assert back.dtype == array.dtype
@@ -129,7 +153,7 @@ def test_dense_round_trip(echo_server: tuple[str, EchoServicer], array: np.ndarr
 def test_big_endian_input_arrives_little_endian(echo_server: tuple[str, EchoServicer]) -> None:
     address, _ = echo_server
     array = np.arange(5, dtype=">f4")
-    with make_channel(address, TOKEN) as channel:
+    with client_channel(address) as channel:
         back = decode_tensor(call(_stub(channel, "Echo"), encode_tensor(array)))
     assert back.dtype == np.dtype("<f4")
     np.testing.assert_array_equal(back, array.astype("<f4"))
@@ -141,7 +165,7 @@ def test_sparse_round_trip(echo_server: tuple[str, EchoServicer], n: int) -> Non
     rng = np.random.default_rng(n)
     ids = rng.integers(0, 2**40, size=n, dtype=np.int64)
     rows = rng.standard_normal((n, 3)).astype(np.float32)
-    with make_channel(address, TOKEN) as channel:
+    with client_channel(address) as channel:
         reply = call(_stub(channel, "Sparse", common_pb2.SparseRows), encode_sparse(ids, rows))
     back_ids, back_rows = decode_sparse(reply)
     np.testing.assert_array_equal(back_ids, ids)
@@ -163,7 +187,7 @@ def test_bad_tensors_rejected_with_invalid_argument(
     echo_server: tuple[str, EchoServicer], tensor: common_pb2.Tensor, fragment: str
 ) -> None:
     address, servicer = echo_server
-    with make_channel(address, TOKEN) as channel, pytest.raises(InvalidArgumentError) as info:
+    with client_channel(address) as channel, pytest.raises(InvalidArgumentError) as info:
         call(_stub(channel, "Strict"), tensor)
     assert "INVALID_ARGUMENT" in str(info.value)  # a domain error: the status is in the text
     assert fragment in str(info.value)
@@ -178,23 +202,46 @@ def test_bad_sparse_rows_rejected(echo_server: tuple[str, EchoServicer]) -> None
         rows=encode_tensor(np.zeros((2, 3), dtype=np.float32)),
     )
     with (
-        make_channel(address, TOKEN) as channel,
+        client_channel(address) as channel,
         pytest.raises(InvalidArgumentError, match=r"push\.rows"),
     ):
         call(_stub(channel, "Sparse", common_pb2.SparseRows), bad)
     assert servicer.calls == 0
 
 
-@pytest.mark.parametrize("token", [None, "", "wrong-token", TOKEN + "x"])
+@pytest.mark.parametrize("token", [None, "", "wrong-token", TOKEN + "x", "x" * 5000])
 def test_calls_without_the_job_token_are_refused(
     echo_server: tuple[str, EchoServicer], token: str | None
 ) -> None:
+    """A peer with a job certificate but not the token (the second factor) is refused."""
     address, servicer = echo_server
-    channel = grpc.insecure_channel(address) if token is None else make_channel(address, token)
-    with channel, pytest.raises(UnauthenticatedError) as info:
-        call(_stub(channel, "Echo"), encode_tensor(np.ones(2, dtype=np.float32)))
+    metadata = None if token is None else (("x-elasticps-token", token),)
+    with tls_channel_without_token(address) as channel, \
+            pytest.raises(UnauthenticatedError) as info:
+        call(functools.partial(_stub(channel, "Echo"), metadata=metadata),
+             encode_tensor(np.ones(2, dtype=np.float32)), what="Echo")
     assert info.value.code == "UNAUTHENTICATED"
     assert servicer.calls == 0
+
+
+def test_an_insecure_job_serves_plaintext_with_the_token() -> None:
+    """--insecure: no TLS on either side, the token still required."""
+    creds = JobCredentials(JOB, TOKEN)
+    servicer = EchoServicer()
+    server = make_server(creds, max_workers=2)
+    _add(server, servicer)
+    port = bind(server, "127.0.0.1", 0, creds)
+    server.start()
+    try:
+        with make_channel(f"127.0.0.1:{port}", creds, "pserver") as channel:
+            back = call(_stub(channel, "Echo"), encode_tensor(np.ones(2, dtype=np.float32)))
+        np.testing.assert_array_equal(decode_tensor(back), np.ones(2, dtype=np.float32))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as bare, \
+                pytest.raises(UnauthenticatedError):
+            call(_stub(bare, "Echo"), encode_tensor(np.ones(2, dtype=np.float32)))
+    finally:
+        server.stop(grace=None)
+    assert servicer.calls == 1
 
 
 def test_unavailable_is_retried_until_the_server_appears() -> None:
@@ -205,7 +252,7 @@ def test_unavailable_is_retried_until_the_server_appears() -> None:
     attempts = 0
     result: dict[str, Any] = {}
 
-    with make_channel(f"127.0.0.1:{port}", TOKEN) as channel:
+    with client_channel(f"127.0.0.1:{port}") as channel:
         stub = _stub(channel, "Echo")
 
         def counted(request: Any, timeout: float) -> Any:
@@ -226,9 +273,9 @@ def test_unavailable_is_retried_until_the_server_appears() -> None:
         while attempts < 2 and time.monotonic() < deadline:
             time.sleep(0.01)  # polling the attempt counter, with a deadline
         assert attempts >= 2, "client never retried"
-        server = make_server(TOKEN, max_workers=2)
+        server = make_server(SERVER, max_workers=2)
         _add(server, servicer)
-        assert bind(server, "127.0.0.1", port) == port
+        assert bind(server, "127.0.0.1", port, SERVER) == port
         server.start()
         try:
             thread.join(timeout=30)
@@ -239,7 +286,7 @@ def test_unavailable_is_retried_until_the_server_appears() -> None:
 
 
 def test_unavailable_raised_after_retry_window() -> None:
-    with make_channel(f"127.0.0.1:{free_port()}", TOKEN) as channel:
+    with client_channel(f"127.0.0.1:{free_port()}") as channel:
         started = time.monotonic()
         with pytest.raises(UnavailableError):
             call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)),
@@ -248,24 +295,42 @@ def test_unavailable_raised_after_retry_window() -> None:
 
 
 def test_health_is_open_to_probes_and_reports_readiness() -> None:
+    """The kubelet speaks plaintext and sends no token: it probes the separate health port,
+    which serves grpc.health and nothing else. On the main port health is an RPC like the
+    others: mutual TLS and the token (a tokenless call there would be read before refused)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from elasticps.rpc.health import add_health, set_serving
+    from elasticps.rpc.health import add_health, serve_health, set_serving
 
-    server = make_server(TOKEN, max_workers=2)
+    server = make_server(SERVER, max_workers=2)
     servicer = add_health(server)
     _add(server, EchoServicer())
-    port = bind(server, "127.0.0.1", 0)
+    port = bind(server, "127.0.0.1", 0, SERVER)
     server.start()
+    probes, health_port = serve_health(servicer, "127.0.0.1", 0)
     try:
-        # The kubelet sends no token: health answers anyway, and nothing else does.
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{health_port}") as channel:
             check = health_pb2_grpc.HealthStub(channel).Check
             request = health_pb2.HealthCheckRequest(service="")
             assert call(check, request).status == health_pb2.HealthCheckResponse.NOT_SERVING
             set_serving(servicer, True)
             assert call(check, request).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(RemoteError, match="UNIMPLEMENTED"):
+                call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)))
+        with tls_channel_without_token(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(UnauthenticatedError):
+                call(health_pb2_grpc.HealthStub(channel).Check,
+                     health_pb2.HealthCheckRequest(service=""))
             with pytest.raises(UnauthenticatedError):
                 call(_stub(channel, "Echo"), encode_tensor(np.ones(1, dtype=np.float32)))
+        with client_channel(f"127.0.0.1:{port}") as channel:
+            assert call(health_pb2_grpc.HealthStub(channel).Check,
+                        health_pb2.HealthCheckRequest(service="")).status == \
+                health_pb2.HealthCheckResponse.SERVING
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as plain, \
+                pytest.raises(UnavailableError):
+            call(health_pb2_grpc.HealthStub(plain).Check,
+                 health_pb2.HealthCheckRequest(service=""), timeout=5)
     finally:
+        probes.stop(grace=None)
         server.stop(grace=None)

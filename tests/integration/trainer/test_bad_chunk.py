@@ -30,8 +30,8 @@ from elasticps.trainer.events import EndIteration, EndPass, Event
 from elasticps.trainer.optim import SGD
 from elasticps.trainer.sparse import SparseEmbedding
 from elasticps.trainer.trainer import Trainer
-from tests.helpers import wait_for
-from tests.integration.pserver.harness import TOKEN, PServers
+from tests.helpers import job_credentials, wait_for
+from tests.integration.pserver.harness import PServers
 
 ROWS, PER_CHUNK = 600, 100  # six chunks, one file each, one task each
 
@@ -56,7 +56,9 @@ def store(tmp_path: Path, job_name: str) -> Iterator[Store]:
 @pytest.fixture
 def master(store: Store, job_name: str) -> Iterator[MasterServer]:
     policy = QueuePolicy(max_failures=2, max_failed_fraction=0.2)
-    server = MasterServer(store, MasterOptions(job=job_name, token=TOKEN, lease_ttl=2,
+    server = MasterServer(store, MasterOptions(job=job_name,
+                                               credentials=job_credentials(job_name, "master"),
+                                               lease_ttl=2,
                                                policy=policy))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -85,8 +87,9 @@ def test_a_truncated_chunk_ends_as_a_failed_task_and_training_goes_on(
     bad = data / chunks[2].path
     bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # cut off mid-file
 
-    client = MasterClient(store, TOKEN, "trainer-0", lease_ttl=2)
-    params = PServerClient(store, TOKEN, 1, deadline=30, name="trainer-0")
+    credentials = job_credentials(master.options.job)
+    client = MasterClient(store, credentials, "trainer-0", lease_ttl=2)
+    params = PServerClient(store, credentials, 1, deadline=30, name="trainer-0")
     client.register_trainer()
     trainer = Trainer(TinyCtr(), optimizer=SGD(lr=0.01), progress_every=1)
     events: list[Event] = []

@@ -5,6 +5,7 @@ paths are exercised over real HTTP without a cluster."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -174,6 +175,11 @@ class FakeKube:
                     ), "application/json"
                 stored = json.loads(json.dumps(body))
                 stored["metadata"].setdefault("uid", f"uid-{len(self.requests)}")
+                if stored.get("kind") == "Secret" and "stringData" in stored:
+                    # as the API server does: stringData is write-only, stored base64 in data
+                    stored.setdefault("data", {}).update(
+                        {k: base64.b64encode(v.encode()).decode()
+                         for k, v in stored.pop("stringData").items()})
                 items[obj_name] = stored
                 return 201, stored, "application/json"
             if method == "GET" and name is None:

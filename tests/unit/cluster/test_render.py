@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from elasticps.cluster import render_kubernetes, render_volcano
-from elasticps.cluster.manifests import BACKENDS, render, to_yaml
+from elasticps.cluster.job_secrets import PLACEHOLDER
+from elasticps.cluster.manifests import BACKENDS, job_secrets, render, to_yaml
 from elasticps.cluster.render_common import NOT_RENDERED_ENV, OPTIONAL_ROLE_ENV, ROLE_ENV
 from elasticps.cluster.spec import Job
 from elasticps.cluster.validate import (
@@ -49,7 +50,7 @@ JOBS: dict[str, dict[str, Any]] = {
 
 
 def rendered(size: str, backend: str) -> list[dict[str, Any]]:
-    return render(Job.from_dict(JOBS[size]), backend, token=TOKEN)
+    return render(Job.from_dict(JOBS[size]), backend)
 
 
 def workload_templates(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -61,7 +62,7 @@ def workload_templates(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any
                 out[task["name"]] = task["template"]
         elif obj["kind"] in ("Deployment", "StatefulSet", "Job"):
             role = obj["metadata"]["labels"]["elasticps.io/role"]
-            if role != "etcd":
+            if role not in ("etcd", "etcd-setup"):
                 out[role] = obj["spec"]["template"]
     return out
 
@@ -84,13 +85,18 @@ def test_golden_files_pass_every_schema_and_semantic_check(path: Path) -> None:
     assert validate_manifests(objects) == []
 
 
-def test_rendering_is_pure_with_a_given_token_and_random_without() -> None:
+def test_rendering_is_pure_and_holds_placeholders_unless_given_secrets() -> None:
     job = Job.from_dict(JOBS["small"])
-    assert render(job, "volcano", token="t") == render(job, "volcano", token="t")
-    a, b = render(job, "volcano"), render(job, "volcano")
-    secret = next(o for o in a if o["kind"] == "Secret")["stringData"]["token"]
-    assert secret != next(o for o in b if o["kind"] == "Secret")["stringData"]["token"]
-    assert len(secret) >= 40
+    assert render(job, "volcano") == render(job, "volcano")
+    placeholder = next(o for o in render(job, "volcano") if o["kind"] == "Secret")["stringData"]
+    assert set(placeholder.values()) == {PLACEHOLDER}
+    a, b = job_secrets(job), job_secrets(job)
+    assert a.values["token"] != b.values["token"]
+    assert len(a.values["token"]) >= 40
+    assert a.values["ca.crt"] != b.values["ca.crt"]  # a fresh CA per job
+    secret = next(o for o in render(job, "volcano", secrets=a) if o["kind"] == "Secret")
+    assert secret["stringData"] == dict(a.values)
+    assert set(secret["stringData"]) == set(placeholder)
 
 
 def test_every_env_var_elasticps_reads_is_assigned_to_a_role() -> None:
@@ -160,12 +166,13 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
 
 def test_store_url_lists_every_etcd_member_or_the_given_endpoints() -> None:
     job = Job.from_dict(JOBS["large"])
-    env = _resolve(workload_templates(render(job, "volcano", token=TOKEN))["master"]["spec"][
+    env = _resolve(workload_templates(render(job, "volcano"))["master"]["spec"][
         "containers"][0]["env"], 0)
     assert env["PADDLE_STORE"] == "etcd://" + ",".join(
-        f"ctr-large-etcd-{i}.ctr-large-etcd.ml-prod.svc:2379" for i in range(3))
+        f"ctr-large-etcd-{i}.ctr-large-etcd.ml-prod.svc:2379" for i in range(3)) + \
+        "?tls=/etc/elasticps/tls"
     given = Job.from_dict({**JOBS["small"], "etcd": {"endpoints": ["etcd.infra:2379"]}})
-    objects = render(given, "kubernetes", token=TOKEN)
+    objects = render(given, "kubernetes")
     assert not [o for o in objects if o["metadata"]["name"].endswith("-etcd")]
     env = _resolve(workload_templates(objects)["trainer"]["spec"]["containers"][0]["env"], 0)
     assert env["PADDLE_STORE"] == "etcd://etcd.infra:2379"
@@ -173,7 +180,8 @@ def test_store_url_lists_every_etcd_member_or_the_given_endpoints() -> None:
 
 def test_volcano_gang_and_per_role_policies() -> None:
     job = Job.from_dict(JOBS["large"])
-    (vcjob,) = [o for o in render_volcano.render(job, token=TOKEN) if o["kind"] == "Job"]
+    (vcjob,) = [o for o in render_volcano.render(job, secrets=job_secrets(job))
+                if o["apiVersion"] == "batch.volcano.sh/v1alpha1"]
     spec = vcjob["spec"]
     assert spec["minAvailable"] == 1 + 16 + 48
     assert spec["schedulerName"] == "volcano"
@@ -197,7 +205,7 @@ def test_volcano_gang_and_per_role_policies() -> None:
 def test_kubernetes_trainers_are_an_indexed_job_replaced_per_index() -> None:
     job = Job.from_dict(JOBS["large"])
     objects = {(o["kind"], o["metadata"]["name"]): o
-               for o in render_kubernetes.render(job, token=TOKEN)}
+               for o in render_kubernetes.render(job, secrets=job_secrets(job))}
     trainers = objects[("Job", "ctr-large-trainer")]["spec"]
     assert trainers["completionMode"] == "Indexed"
     assert trainers["completions"] == trainers["parallelism"] == 64
@@ -225,7 +233,7 @@ def test_servers_have_probes_and_trainers_do_not() -> None:
     templates = workload_templates(rendered("small", "kubernetes"))
     for role in ("master", "pserver"):
         container = templates[role]["spec"]["containers"][0]
-        assert container["readinessProbe"]["grpc"] == {"port": 7164}
+        assert container["readinessProbe"]["grpc"] == {"port": 7165}  # the plaintext probe port
         assert container["livenessProbe"]["tcpSocket"] == {"port": "grpc"}
     assert "readinessProbe" not in templates["trainer"]["spec"]["containers"][0]
 
@@ -240,7 +248,10 @@ def _mutated(backend: str, mutate: Any) -> list[dict[str, Any]]:
 
 
 def _find(objects: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
-    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix))
+    """The first object of ``kind`` whose name ends with ``suffix``; a "Job" is the workload
+    (the Volcano Job or the trainers' Job), not the etcd setup Job."""
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)
+                and not o["metadata"]["name"].endswith("-etcd-setup"))
 
 
 def _containers(objects: list[dict[str, Any]], role: str) -> dict[str, Any]:
@@ -256,7 +267,9 @@ SEMANTIC_BREAKS = [
     ("volcano", lambda o: _find(o, "Job")["spec"]["tasks"][1].update(minAvailable=5),
      "minAvailable exceeds replicas"),
     ("volcano", lambda o: _containers(o, "trainer")["env"].pop(0), "PADDLE_JOB_NAME"),
-    ("kubernetes", lambda o: _containers(o, "pserver")["env"].pop(), "does not set"),
+    ("kubernetes", lambda o: _containers(o, "pserver")["env"].remove(next(
+        e for e in _containers(o, "pserver")["env"] if e["name"] == "PADDLE_MAX_MESSAGE_MB")),
+     "does not set"),
     ("kubernetes", lambda o: _containers(o, "master")["env"].append(
         {"name": "PADDLE_ROLE", "value": "x"}), "set twice"),
     ("kubernetes", lambda o: _find(o, "Service", "-master")["spec"]["selector"].update(

@@ -178,6 +178,22 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"local": "yes"}, "'local'"),
     ({"trainer": 4}, "'trainer'"),
     ({"pserver_memory": "1Gi"}, "'pserver_memory'"),
+    # upper bounds: typos of a few zeros, or attempts to exhaust a shared cluster
+    ({"trainers": 10_001}, "'trainers'"),
+    ({"max_trainers": 10**9}, "'max_trainers'"),
+    ({"pservers": 1001}, "'pservers'"),
+    ({"trainer_gpu": 65}, "'trainer_gpu'"),
+    ({"num_gpus": 10**9}, "'num_gpus'"),
+    ({"pserver_cpu": 100_000}, "'pserver_cpu'"),
+    ({"pserver_mem": "100Ti"}, "'pserver_mem'"),
+    ({"master_mem": "9" * 100}, "'master_mem'"),
+    ({"etcd": {"storage": "100Ti"}}, "'etcd.storage'"),
+    ({"env": {"PADDLE_LEASE_TTL": "100000"}}, "'env.PADDLE_LEASE_TTL'"),
+    ({"env": {"PADDLE_CHECKPOINT_INTERVAL": "1e9"}}, "'env.PADDLE_CHECKPOINT_INTERVAL'"),
+    ({"env": {f"V{i}": "x" for i in range(300)}}, "'env'"),
+    ({"env": {"BIG": "x" * 40_000}}, "'env.BIG'"),
+    ({"entry_point": "python train.py " + "x" * 5000}, "'entry_point'"),
+    ({"insecure": "yes"}, "'insecure'"),
 ]
 
 

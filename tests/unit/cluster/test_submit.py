@@ -7,6 +7,7 @@ send and how we read the answers and errors — not that a real cluster accepts 
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 from collections.abc import Iterator
@@ -15,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from elasticps.cluster.job_secrets import JobSecrets
 from elasticps.cluster.kube_client import KubeClient
-from elasticps.cluster.manifests import render
+from elasticps.cluster.manifests import job_secrets, render
 from elasticps.cluster.spec import Job
-from elasticps.cluster.submit import delete_job, job_status, pod_logs, submit
+from elasticps.cluster.submit import delete_job, job_status, pod_logs, submit, submit_secret
 from elasticps.errors import ClusterError, ConfigError
 from tests.unit.cluster.fake_kube import FakeKube, Fault
 
-TOKEN = "test-token"
 SPEC: dict[str, Any] = {"job_name": "ctr", "namespace": "ml", "entry_point": "python train.py",
                         "trainers": 2, "data": "pvc://ctr-data"}
 EXPECTED_PATHS = {
@@ -35,6 +36,9 @@ EXPECTED_PATHS = {
         "/api/v1/namespaces/ml/services",
         "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",
         "/apis/apps/v1/namespaces/ml/statefulsets",
+        "/apis/batch/v1/namespaces/ml/jobs",  # the etcd setup Job
+        "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",  # master
+        "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",  # pserver
         "/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs",
     ],
 }
@@ -63,24 +67,37 @@ def job() -> Job:
     return Job.from_dict(SPEC)
 
 
+@functools.cache
+def secrets() -> JobSecrets:
+    """One set of real secrets (token, CA, certificates) for the test job."""
+    return job_secrets(job())
+
+
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_submit_creates_every_object_in_order(fake: FakeKube, client: KubeClient,
                                               backend: str) -> None:
-    handle = submit(job(), backend, client=client, token=TOKEN, environ={})
+    handle = submit(job(), backend, client=client, secrets=secrets(), environ={})
     posts = [r for r in fake.requests if r.method == "POST"]
     assert [r.path for r in posts] == EXPECTED_PATHS[backend]
-    assert [r.body for r in posts] == render(job(), backend, token=TOKEN)
+    assert [r.body for r in posts] == render(job(), backend, secrets=secrets())
+    assert posts[3].body["kind"] == "Secret"
+    assert posts[3].body["stringData"] == dict(secrets().values)  # only ever sent to the API
     assert all(r.headers.get("authorization") == "Bearer fake-bearer-token" for r in posts)
     assert all(r.headers.get("content-type") == "application/json" for r in posts)
     assert handle.status_url() == (
-        f"{fake.url}/api/v1/namespaces/ml/services/ctr-master:http/proxy/")
+        f"{fake.url}/api/v1/namespaces/ml/services/https:ctr-master:http/proxy/")
 
 
-def test_dry_run_sends_nothing(fake: FakeKube) -> None:
-    handle = submit(job(), "volcano", dry_run=True, token=TOKEN, environ={})
+def test_dry_run_sends_nothing_and_prints_no_secret(fake: FakeKube) -> None:
+    handle = submit(job(), "volcano", dry_run=True, secrets=secrets(), environ={})
     assert fake.requests == []
     assert handle.dry_run
-    assert "kind: Job" in handle.yaml()
+    text = handle.yaml()
+    assert "kind: Job" in text
+    assert "kind: Secret" not in text
+    assert "elasticps submit JOB.yaml --secret-only" in text
+    assert all(value not in text for value in secrets().values.values())
+    assert "BEGIN" not in text  # no certificate or key, real or placeholder
     assert handle.status_url().startswith("http://localhost:8001/api/v1/namespaces/ml/")
     with pytest.raises(ClusterError, match="dry run"):
         handle.status()
@@ -93,11 +110,11 @@ def test_local_job_is_not_submitted(fake: FakeKube) -> None:
 
 def test_existing_job_is_a_409_with_advice_and_leaves_nothing_new(fake: FakeKube,
                                                                    client: KubeClient) -> None:
-    submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
     before = json.dumps(fake.objects, sort_keys=True)
     fake.requests.clear()
     with pytest.raises(ClusterError) as info:
-        submit(job(), "kubernetes", client=client, token="other", environ={})
+        submit(job(), "kubernetes", client=client, secrets=job_secrets(job()), environ={})
     message = str(info.value)
     assert "job ctr already exists in namespace ml" in message
     assert "conflict (409)" in message
@@ -110,7 +127,7 @@ def test_forbidden_midway_rolls_back_what_this_submission_created(
         fake: FakeKube, client: KubeClient) -> None:
     fake.faults.append(Fault("POST", r"/statefulsets$", 403, "Forbidden"))
     with pytest.raises(ClusterError) as info:
-        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+        submit(job(), "volcano", client=client, secrets=secrets(), environ={})
     message = str(info.value)
     assert "forbidden (403)" in message
     assert "create StatefulSet.apps 'ctr-etcd' in namespace 'ml'" in message
@@ -125,19 +142,19 @@ def test_forbidden_midway_rolls_back_what_this_submission_created(
 def test_server_error_is_reported_with_its_message(fake: FakeKube, client: KubeClient) -> None:
     fake.faults.append(Fault("POST", r"/batch.volcano.sh/", 500, "InternalError"))
     with pytest.raises(ClusterError, match=r"failed \(500\).*injected InternalError"):
-        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+        submit(job(), "volcano", client=client, secrets=secrets(), environ={})
 
 
 def test_missing_volcano_crd_is_a_clear_404(fake: FakeKube, client: KubeClient) -> None:
     fake.faults.append(Fault("POST", r"/batch.volcano.sh/", 404, "NotFound"))
     with pytest.raises(ClusterError, match=r"not found \(404\).*create Job.batch.volcano.sh"):
-        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+        submit(job(), "volcano", client=client, secrets=secrets(), environ={})
 
 
 def test_bad_credentials_are_a_clear_401(fake: FakeKube, client: KubeClient) -> None:
     fake.faults.append(Fault("POST", r"serviceaccounts", 401, "Unauthorized"))
     with pytest.raises(ClusterError, match=r"rejected our credentials \(401\)"):
-        submit(job(), "volcano", client=client, token=TOKEN, environ={})
+        submit(job(), "volcano", client=client, secrets=secrets(), environ={})
 
 
 def test_connection_refused_is_a_cluster_error(tmp_path: Path) -> None:
@@ -152,7 +169,7 @@ def test_connection_refused_is_a_cluster_error(tmp_path: Path) -> None:
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
         client = KubeClient.from_kubeconfig(str(kubeconfig))
         with pytest.raises(ClusterError) as info:
-            submit(job(), "volcano", client=client, token=TOKEN, environ={})
+            submit(job(), "volcano", client=client, secrets=secrets(), environ={})
         assert f"cannot reach the Kubernetes API server at http://127.0.0.1:{port}" in str(
             info.value)
         assert "connection refused" in str(info.value)
@@ -182,11 +199,11 @@ def _seed_pods(fake: FakeKube) -> None:
 
 def test_status_reports_pods_per_role_and_the_master_page(fake: FakeKube,
                                                           client: KubeClient) -> None:
-    submit(job(), "volcano", client=client, token=TOKEN, environ={})
+    submit(job(), "volcano", client=client, secrets=secrets(), environ={})
     fake.objects["/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs"]["ctr"]["status"] = {
         "state": {"phase": "Running"}}
     _seed_pods(fake)
-    fake.proxy_pages[("ml", "ctr-master:http", "/api/status")] = json.dumps(
+    fake.proxy_pages[("ml", "https:ctr-master:http", "/api/status")] = json.dumps(
         {"job": "ctr", "pass": 1, "tasks": {"todo": 3, "done": 7}})
     status = job_status(client, "ctr", "ml")
     assert (status.backend, status.phase, status.finished) == ("volcano", "Running", False)
@@ -198,8 +215,10 @@ def test_status_reports_pods_per_role_and_the_master_page(fake: FakeKube,
     assert "other-trainer-0" not in [p.name for p in status.pods]
     assert status.master == {"job": "ctr", "pass": 1, "tasks": {"todo": 3, "done": 7}}
     proxy = [r for r in fake.requests if r.path.endswith("/proxy")]
-    assert proxy[-1].path == "/api/v1/namespaces/ml/services/ctr-master:http/proxy"
+    assert proxy[-1].path == "/api/v1/namespaces/ml/services/https:ctr-master:http/proxy"
     assert proxy[-1].query == {"path": ["/api/status"]}
+    # the page requires the token: status reads it from the job's Secret and sends it
+    assert proxy[-1].headers.get("x-elasticps-token") == secrets().values["token"]
     pods = [r for r in fake.requests if r.path == "/api/v1/namespaces/ml/pods"]
     assert pods[-1].query["labelSelector"] == ["elasticps.io/job=ctr"]
     summary = status.summary()
@@ -209,7 +228,7 @@ def test_status_reports_pods_per_role_and_the_master_page(fake: FakeKube,
 
 def test_status_of_a_kubernetes_job_follows_the_trainer_job(fake: FakeKube,
                                                             client: KubeClient) -> None:
-    handle = submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    handle = submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
     trainer_job = fake.objects["/apis/batch/v1/namespaces/ml/jobs"]["ctr-trainer"]
     trainer_job["status"] = {"active": 2}
     status = handle.status()
@@ -221,7 +240,7 @@ def test_status_of_a_kubernetes_job_follows_the_trainer_job(fake: FakeKube,
 
 
 def test_wait_gives_up_after_its_timeout(fake: FakeKube, client: KubeClient) -> None:
-    handle = submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    handle = submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
     with pytest.raises(ClusterError, match="still Pending"):
         handle.wait(timeout=0.05, poll_interval=0.01)
 
@@ -261,12 +280,12 @@ def test_logs_of_a_replaced_trainer_come_from_the_running_pod(fake: FakeKube,
 
 
 def test_delete_removes_every_labelled_object(fake: FakeKube, client: KubeClient) -> None:
-    submit(job(), "kubernetes", client=client, token=TOKEN, environ={})
+    submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
     other = Job.from_dict({**SPEC, "job_name": "other"})
-    submit(other, "kubernetes", client=client, token=TOKEN, environ={})
+    submit(other, "kubernetes", client=client, secrets=secrets(), environ={})
     deleted = delete_job(client, "ctr", "ml")
-    assert len(deleted) == len(render(job(), "kubernetes", token=TOKEN))
-    assert deleted[0] == "Job/ctr-trainer"
+    assert len(deleted) == len(render(job(), "kubernetes", secrets=secrets()))
+    assert set(deleted[:2]) == {"Job/ctr-etcd-setup", "Job/ctr-trainer"}
     remaining = [name for items in fake.objects.values() for name in items]
     assert remaining
     assert all(name.startswith("other") for name in remaining)
@@ -277,7 +296,28 @@ def test_delete_removes_every_labelled_object(fake: FakeKube, client: KubeClient
 
 
 def test_delete_forbidden_is_reported(fake: FakeKube, client: KubeClient) -> None:
-    submit(job(), "volcano", client=client, token=TOKEN, environ={})
+    submit(job(), "volcano", client=client, secrets=secrets(), environ={})
     fake.faults.append(Fault("DELETE", r"/jobs/ctr$", 403, "Forbidden"))
     with pytest.raises(ClusterError, match=r"forbidden \(403\) to delete Job.batch.volcano.sh"):
         delete_job(client, "ctr", "ml")
+
+
+def test_secret_only_creates_just_the_secret(fake: FakeKube, client: KubeClient) -> None:
+    name = submit_secret(job(), client=client)
+    posts = [r for r in fake.requests if r.method == "POST"]
+    assert [r.path for r in posts] == ["/api/v1/namespaces/ml/secrets"]
+    assert name == "ctr-secrets"
+    values = posts[0].body["stringData"]
+    assert {"token", "ca.crt", "trainer.key", "etcd-root.crt"} <= set(values)
+    assert "BEGIN CERTIFICATE" in values["pserver.crt"]
+
+
+def test_an_insecure_job_has_no_certificates_and_a_plain_status_page(
+        fake: FakeKube, client: KubeClient) -> None:
+    insecure = Job.from_dict({**SPEC, "insecure": True})
+    handle = submit(insecure, "kubernetes", client=client, environ={})
+    secret = next(r.body for r in fake.requests if r.path.endswith("/secrets"))
+    assert set(secret["stringData"]) == {"token"}
+    assert "/services/ctr-master:http/proxy/" in handle.status_url()
+    kinds = [r.body["kind"] for r in fake.requests if r.method == "POST"]
+    assert kinds.count("NetworkPolicy") == 3  # policies do not depend on TLS

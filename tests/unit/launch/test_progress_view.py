@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from elasticps.errors import ConfigError
-from elasticps.launch.local_cli import follow_lines, log_path, summary
+from elasticps.launch.local_cli import follow_lines, log_path, run_ui, summary
 from elasticps.launch.local_job import LocalJob
 from elasticps.launch.monitor import snapshot
 from elasticps.launch.progress_view import PlainLines, RichBar, Snapshot, format_eta
@@ -113,3 +114,13 @@ def test_the_status_summary_of_a_finished_job(tmp_path: Path) -> None:
                            "job_failed_reason": "trainer-1 failed with exit code 1"})
     assert "succeeded (launcher: failed)" in failed
     assert "failed: trainer-1 failed with exit code 1" in failed
+
+
+def test_ui_refuses_an_address_beyond_this_machine_before_reading_the_job(
+        tmp_path: Path) -> None:
+    args = argparse.Namespace(workdir=str(tmp_path / "no-job"), host="0.0.0.0", port=0)
+    with pytest.raises(ConfigError, match=r"--host='0\.0\.0\.0'.*loopback"):
+        run_ui(args)
+    args.host = "127.0.0.1"  # the check passes; then the missing job is what is wrong
+    with pytest.raises(ConfigError, match="no-job"):
+        run_ui(args)

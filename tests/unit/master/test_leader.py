@@ -15,6 +15,7 @@ from elasticps.master.leader import TRANSITIONS, Components, Leader, LeaderState
 from elasticps.master.options import MasterOptions
 from elasticps.master.service import MasterState
 from elasticps.proto import pserver_pb2
+from elasticps.rpc.credentials import JobCredentials
 from elasticps.store import Store, open_store
 from elasticps.store.keys import (
     MASTER_ADDRESS,
@@ -93,7 +94,8 @@ def store(tmp_path: Path, job_name: str) -> Iterator[Store]:
 
 def make_leader(store: Store, node: str, parts: FakeParts, **options: object) -> Leader:
     given: dict[str, object] = {"dataset": "mem://data", **options}
-    opts = MasterOptions(job="test", token="t", lease_ttl=2, node=node,
+    opts = MasterOptions(job="test", credentials=JobCredentials("test", "t"), lease_ttl=2,
+                         node=node,
                          **given)  # type: ignore[arg-type]
     return Leader(store, opts, chunks, parts.components(), poll_s=0.01, campaign_s=0.05)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import threading
 from pathlib import Path
 
@@ -31,3 +32,24 @@ def test_concurrent_opens_of_a_new_file_all_succeed(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
     assert errors == []
+
+
+def test_a_new_file_is_private_and_an_existing_one_of_ours_is_made_private(
+        tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.db"
+    with EmbeddedStore(fresh, "/job/") as store:
+        store.put("k", b"v")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+        assert stat.S_IMODE(fresh.with_name("fresh.db-wal").stat().st_mode) == 0o600
+    # a store file left world-readable (a workdir from before files were private)
+    old = tmp_path / "old.db"
+    with EmbeddedStore(old, "/job/") as store:
+        store.put("k", b"v")
+    old.chmod(0o644)
+    wal = old.with_name("old.db-wal")
+    wal.touch()
+    wal.chmod(0o666)
+    with EmbeddedStore(old, "/job/") as store:
+        assert store.get("k") is not None
+        assert stat.S_IMODE(old.stat().st_mode) == 0o600
+        assert stat.S_IMODE(wal.stat().st_mode) == 0o600
