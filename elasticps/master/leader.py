@@ -294,8 +294,9 @@ class Leader(Lifecycle[LeaderState]):
             state.install(loaded)
             log.info("Master %s of job %s resumed pass %d of %s in %.3fs.", opts.node, opts.job,
                      loaded.queue.pass_id, loaded.dataset.url, loaded.load_seconds)
-        elif opts.dataset:
-            state.set_dataset(opts.dataset, opts.chunks_per_task, opts.num_passes)
+        elif opts.dataset and opts.batch_plan is not None:
+            state.set_dataset(opts.dataset, opts.chunks_per_task, opts.num_passes,
+                              opts.batch_plan)
 
     @contextlib.contextmanager
     def _background(self, name: str, target: Callable[[], None]) -> Iterator[None]:

@@ -20,9 +20,11 @@ from typing import Any
 
 import grpc
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef, read_manifest
 from elasticps.errors import (
     FailedPreconditionError,
+    InvalidArgumentError,
     NotLeaderError,
     StoreUnavailableError,
 )
@@ -119,24 +121,27 @@ class MasterState:
 
     # ---------------------------------------------------------------------------- operations
 
-    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int) -> TaskQueue:
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> TaskQueue:
+        """Set the job's dataset and pin its batch plan; a repeat with the same arguments is
+        answered with the queue, any difference is refused naming it."""
         with self.lock:
             if self.deposed.is_set():
                 raise NotLeaderError(f"master {self.node} of job {self.job} is not the leader")
             if self.dataset is not None and self.queue is not None:
-                if not self.dataset.same_job(url, chunks_per_task, num_passes):
+                differs = self.dataset.differences(url, chunks_per_task, num_passes, plan)
+                if differs:
                     raise FailedPreconditionError(
-                        f"job {self.job} already trains on {self.dataset.url!r} with "
-                        f"chunks_per_task={self.dataset.chunks_per_task}, num_passes="
-                        f"{self.dataset.num_passes}; refusing {url!r} with chunks_per_task="
-                        f"{chunks_per_task}, num_passes={num_passes}")
+                        f"job {self.job} trains with {'; '.join(differs)}: this trainer would "
+                        "number its batches differently or read other data, so the master "
+                        "refuses it (every trainer of a job must use the same dataset, "
+                        "chunks_per_task, num_passes, batch_size, shuffle_seed and features)")
                 return self.queue
             if not url:
                 raise FailedPreconditionError("SetDataset needs a dataset_url")
             chunks = tuple(self.chunk_lister(url))
-            queue = TaskQueue([c.num_rows for c in chunks], chunks_per_task, num_passes,
-                              self.policy)
-            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks)
+            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks, plan)
+            queue = dataset.new_queue(self.policy)
             try:
                 self.snapshot.write_dataset(dataset, queue)
             except NotLeaderError:
@@ -267,6 +272,16 @@ class MasterState:
             return doc
 
 
+def plan_of(request: master_pb2.SetDatasetRequest) -> BatchPlan:
+    """The batch plan a SetDataset asks for (INVALID_ARGUMENT without a batch size)."""
+    if request.batch_size < 1:
+        raise InvalidArgumentError(
+            f"SetDataset needs batch_size >= 1 (got {request.batch_size}): the master counts "
+            "each task's batches from it; this trainer's elasticps is older than the master's")
+    seed = request.shuffle_seed if request.HasField("shuffle_seed") else None
+    return BatchPlan(request.batch_size, seed, request.features)
+
+
 def task_message(view: TaskView, dataset: DatasetRecord) -> master_pb2.Task:
     chunks = dataset.chunks[view.first_chunk:view.first_chunk + view.num_chunks]
     return master_pb2.Task(
@@ -287,7 +302,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self, request: master_pb2.SetDatasetRequest, context: grpc.ServicerContext,
     ) -> master_pb2.SetDatasetResponse:
         queue = self.state.set_dataset(request.dataset_url, request.chunks_per_task,
-                                       request.num_passes)
+                                       request.num_passes, plan_of(request))
         return master_pb2.SetDatasetResponse(num_tasks=queue.num_tasks,
                                              num_chunks=queue.num_chunks)
 

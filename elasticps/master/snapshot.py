@@ -2,7 +2,8 @@
 
 Layout (keys relative to the job prefix)::
 
-    master/state/dataset            header JSON: url, chunks_per_task, num_passes, num_chunks,
+    master/state/dataset            header JSON: url, chunks_per_task, num_passes, the batch
+                                    plan (batch_size, shuffle_seed, features), num_chunks,
                                     parts, sha256 of the parts; written once, LAST (commit mark)
     master/state/chunks/<k:06d>     part k of the chunk list (~256 KiB each, paths deduplicated)
     master/state/meta               pass, finished, failed reason, counters, save-model grant
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError, StoreError
 from elasticps.master.task_queue import (
@@ -48,7 +50,7 @@ TASK_PREFIX = "master/state/task/"
 FAILED_PREFIX = "master/state/failed/"
 ACCOUNTING_PREFIX = "master/state/accounting/"
 STATE_PREFIX = "master/state/"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the dataset header pins the batch plan; task records carry no count
 TASK_ID_DIGITS = 8
 TASK_RANGE_DIGITS = 4  # task keys are read in ranges sharing their first 4 digits
 
@@ -61,10 +63,20 @@ class DatasetRecord:
     chunks_per_task: int
     num_passes: int
     chunks: tuple[ChunkRef, ...]
+    plan: BatchPlan
 
-    def same_job(self, url: str, chunks_per_task: int, num_passes: int) -> bool:
-        return (self.url, self.chunks_per_task, self.num_passes) == (
-            url, chunks_per_task, num_passes)
+    def differences(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> list[str]:
+        """What a SetDataset asking for these differs in from this job (empty: the same)."""
+        found = [f"{name}={ours!r}, not {theirs!r}" for name, ours, theirs in (
+            ("dataset_url", self.url, url), ("chunks_per_task", self.chunks_per_task,
+                                             chunks_per_task),
+            ("num_passes", self.num_passes, num_passes)) if ours != theirs]
+        return found + self.plan.differences(plan)
+
+    def new_queue(self, policy: QueuePolicy | None) -> TaskQueue:
+        return TaskQueue([c.num_rows for c in self.chunks], self.chunks_per_task,
+                         self.num_passes, policy, batch_size=self.plan.batch_size)
 
 
 @dataclass(frozen=True)
@@ -90,8 +102,6 @@ def encode_task(rec: TaskRecord) -> bytes:
         doc["x"] = rec.last_error
     if rec.only_batches:
         doc["b"] = list(rec.only_batches)
-    if rec.batches:
-        doc["n"] = rec.batches
     return _dumps(doc)
 
 
@@ -99,7 +109,7 @@ def decode_task(raw: bytes) -> TaskRecord:
     doc = json.loads(raw)
     return TaskRecord(TaskState(doc["s"]), int(doc["p"]), int(doc["e"]), str(doc["o"]),
                       int(doc["r"]), int(doc["f"]), str(doc.get("x", "")),
-                      tuple(int(b) for b in doc.get("b", ())), int(doc.get("n", 0)))
+                      tuple(int(b) for b in doc.get("b", ())))
 
 
 def encode_meta(meta: MetaRecord) -> bytes:
@@ -178,7 +188,8 @@ class QueueSnapshot:
             self._commit([Put(f"{CHUNKS_PREFIX}{parts - 1:06d}", part)])
         header = {"version": FORMAT_VERSION, "url": dataset.url,
                   "chunks_per_task": dataset.chunks_per_task, "num_passes": dataset.num_passes,
-                  "num_chunks": len(dataset.chunks), "parts": parts,
+                  "plan": dataset.plan.to_dict(), "num_chunks": len(dataset.chunks),
+                  "parts": parts,
                   "sha256": digest.hexdigest()}
         self._commit([Put(META_KEY, encode_meta(queue.meta_record())),
                       Put(DATASET_KEY, _dumps(header))])
@@ -226,7 +237,8 @@ class QueueSnapshot:
         if digest.hexdigest() != header["sha256"] or len(chunks) != header["num_chunks"]:
             raise DataError("the master's stored chunk list does not match its checksum")
         return DatasetRecord(str(header["url"]), int(header["chunks_per_task"]),
-                             int(header["num_passes"]), tuple(chunks))
+                             int(header["num_passes"]), tuple(chunks),
+                             BatchPlan.from_dict(header["plan"]))
 
     def load(self, policy: QueuePolicy | None, live_trainers: set[str],
              now: float) -> LoadedState | None:
@@ -251,7 +263,8 @@ class QueueSnapshot:
             failures.append(FailureEntry(int(pass_text), int(task_text), kv.value.decode()))
         queue, delta = TaskQueue.restore(
             [c.num_rows for c in dataset.chunks], dataset.chunks_per_task, dataset.num_passes,
-            policy, decode_meta(meta_kv.value), records, failures, live_trainers, now)
+            policy, decode_meta(meta_kv.value), records, failures, live_trainers, now,
+            batch_size=dataset.plan.batch_size)
         return LoadedState(dataset, queue, delta, time.perf_counter() - started)
 
 

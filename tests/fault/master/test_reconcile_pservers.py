@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.snapshot import load_accounting
@@ -33,6 +34,7 @@ OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
 SPECS = [SPEC(name="w", kind=SPEC.DENSE, shape=[4], optimizer=OPT(kind=OPT.SGD, lr=1.0))]
 BATCHES = 4  # per task; 3 tasks
+BATCH_SIZE = 25  # synthetic chunks have 100 rows: 4 batches each
 Outcome = master_pb2.GetTaskResponse.Outcome
 
 
@@ -47,7 +49,8 @@ class Job:
         self.pservers.wait_slots(self.store, {p.pid for p in self.procs})
         opts = MasterOptions(job=job, token=TOKEN, lease_ttl=2, num_pservers=2,
                              policy=QueuePolicy(task_lease=60.0), dataset="synthetic",
-                             chunks_per_task=1, num_passes=1, reconcile_timeout=10.0)
+                             chunks_per_task=1, num_passes=1, reconcile_timeout=10.0,
+                             batch_plan=BatchPlan(BATCH_SIZE))
         self.master = MasterServer(self.store, opts, lambda url: synthetic_chunks(3))
         self.thread = threading.Thread(target=self.master.run, daemon=True)
         self.thread.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
@@ -25,6 +27,7 @@ from tests.task_workers import Collect, task_loop
 
 TOKEN = "test-token"
 ROWS = 10
+PLAN = BatchPlan(4)  # fake_batches' batch size: a chunk of 10 rows is 3 batches
 
 
 def fake_batches(chunk: master_pb2.Chunk, start: int, batch_size: int = 4) -> Iterator[list]:
@@ -69,11 +72,11 @@ def master(store: Store, job_name: str) -> Iterator[RunningMaster]:
 def test_two_trainers_read_every_record_of_every_pass_once(
         store: Store, master: RunningMaster) -> None:
     clients = [MasterClient(store, TOKEN, f"trainer-{i}", lease_ttl=2) for i in range(2)]
-    response = clients[0].set_dataset("mem://ctr", 2, 2)
+    response = clients[0].set_dataset("mem://ctr", 2, 2, PLAN)
     assert (response.num_tasks, response.num_chunks) == (5, 10)
-    assert clients[1].set_dataset("mem://ctr", 2, 2).num_tasks == 5  # idempotent
-    with pytest.raises(FailedPreconditionError, match="refusing 'mem://other'"):
-        clients[1].set_dataset("mem://other", 2, 2)
+    assert clients[1].set_dataset("mem://ctr", 2, 2, PLAN).num_tasks == 5  # idempotent
+    with pytest.raises(FailedPreconditionError, match="dataset_url='mem://ctr', not 'mem://other'"):
+        clients[1].set_dataset("mem://other", 2, 2, PLAN)
     seen: list[list[TaskBatch]] = [[], []]
     ends: list[list[int]] = [[], []]
 
@@ -110,12 +113,32 @@ def test_two_trainers_read_every_record_of_every_pass_once(
         client.close()
 
 
+def test_a_trainer_that_would_number_batches_differently_is_refused(
+        store: Store, master: RunningMaster) -> None:
+    """Hole 2: the first SetDataset pins the batch plan; a trainer with another batch size,
+    shuffle seed or feature config is refused with the difference named, before it trains."""
+    first = MasterClient(store, TOKEN, "first")
+    first.set_dataset("mem://ctr", 2, 2, BatchPlan(4, shuffle_seed=3, features='{"a":1}'))
+    other = MasterClient(store, TOKEN, "other")
+    for plan, named in ((BatchPlan(8, 3, '{"a":1}'), "batch_size=4, not 8"),
+                        (BatchPlan(4, None, '{"a":1}'), "shuffle_seed=3, not None"),
+                        (BatchPlan(4, 3, ""), "features='{\"a\":1}', not ''")):
+        with pytest.raises(FailedPreconditionError, match=re.escape(named)):
+            other.set_dataset("mem://ctr", 2, 2, plan)
+    assert other.set_dataset("mem://ctr", 2, 2, BatchPlan(4, 3, '{"a":1}')).num_tasks == 5
+    with pytest.raises(InvalidArgumentError, match="batch_size >= 1"):
+        other._call(lambda s: s.SetDataset, master_pb2.SetDatasetRequest(
+            dataset_url="mem://ctr", chunks_per_task=2, num_passes=2), "SetDataset")
+    first.close()
+    other.close()
+
+
 def test_stale_and_bad_requests_get_defined_answers(
         store: Store, master: RunningMaster) -> None:
     client = MasterClient(store, TOKEN, "a")
     with pytest.raises(FailedPreconditionError, match="no dataset yet"):
         client.get_task(0)
-    client.set_dataset("mem://ctr", 5, 1)
+    client.set_dataset("mem://ctr", 5, 1, PLAN)
     task = client.get_task(0).task
     assert client.report_progress(task, 4)
     stale = master_pb2.Task()
@@ -142,7 +165,7 @@ def test_a_lost_trainer_gets_its_tasks_released_at_once(
         store: Store, master: RunningMaster) -> None:
     lost = MasterClient(store, TOKEN, "lost", lease_ttl=1)
     lost.register_trainer()
-    lost.set_dataset("mem://ctr", 1, 1)
+    lost.set_dataset("mem://ctr", 1, 1, PLAN)
     held = [lost.get_task(0).task.task_id for _ in range(3)]
     wait_for(lambda: "lost" in lost.status()["live_trainers"], 10, "the trainer to be seen")
     assert lost._lease is not None
@@ -162,7 +185,7 @@ def test_a_trainer_whose_lease_expired_registers_again_before_asking_for_work(
         store: Store, master: RunningMaster) -> None:
     client = MasterClient(store, TOKEN, "cut", lease_ttl=1)
     client.register_trainer()
-    client.set_dataset("mem://ctr", 1, 1)
+    client.set_dataset("mem://ctr", 1, 1, PLAN)
     first = client.get_task(0).task.task_id
     wait_for(lambda: "cut" in client.status()["live_trainers"], 10, "the trainer to be seen")
     old = client._lease
@@ -185,7 +208,7 @@ def test_status_page_and_address_are_published(store: Store, master: RunningMast
     assert address is not None
     assert address.status_url == f"http://127.0.0.1:{master.server.http_port}/"
     client = MasterClient(store, TOKEN, "a")
-    client.set_dataset("mem://ctr", 2, 3)
+    client.set_dataset("mem://ctr", 2, 3, PLAN)
     client.get_task(0)
     with urllib.request.urlopen(address.status_url + "api/status", timeout=10) as reply:
         doc = json.loads(reply.read())

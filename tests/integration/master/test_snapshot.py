@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.errors import NotLeaderError
 from elasticps.master.snapshot import (
     DATASET_KEY,
@@ -15,13 +16,14 @@ from elasticps.master.snapshot import (
     DatasetRecord,
     QueueSnapshot,
 )
-from elasticps.master.task_queue import Outcome, QueuePolicy, TaskQueue
+from elasticps.master.task_queue import Outcome, QueuePolicy
 from elasticps.store import Store, open_store
 from elasticps.store.api import Op
 from elasticps.store.election import Election
 from tests.integration.master.helpers import store_url_for, synthetic_chunks
 
 POLICY = QueuePolicy(max_failures=2, task_lease=5.0, max_failed_fraction=0.5)
+PLAN = BatchPlan(64, shuffle_seed=7, features='{"id_space":1009}')
 
 
 @pytest.fixture(params=["etcd", "embedded"])
@@ -45,8 +47,8 @@ def leader(store: Store) -> tuple[Election, QueueSnapshot]:
 def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> None:
     election, snapshot = leader(store)
     chunks = synthetic_chunks(403)
-    dataset = DatasetRecord("file:///data/ctr", 3, 3, tuple(chunks))
-    queue = TaskQueue([c.num_rows for c in chunks], 3, 3, POLICY)
+    dataset = DatasetRecord("file:///data/ctr", 3, 3, tuple(chunks), PLAN)
+    queue = dataset.new_queue(POLICY)
     snapshot.write_dataset(dataset, queue)
     assert len(store.get_prefix("master/state/chunks/")) > 1  # written in several parts
     now = 0.0
@@ -100,8 +102,9 @@ def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> N
 def test_a_deposed_master_cannot_write_the_snapshot(store: Store) -> None:
     election, snapshot = leader(store)
     chunks = synthetic_chunks(8)
-    queue = TaskQueue([c.num_rows for c in chunks], 2, 1, POLICY)
-    snapshot.write_dataset(DatasetRecord("u", 2, 1, tuple(chunks)), queue)
+    dataset = DatasetRecord("u", 2, 1, tuple(chunks), PLAN)
+    queue = dataset.new_queue(POLICY)
+    snapshot.write_dataset(dataset, queue)
     election.lease.revoke()  # the lock vanishes, as when the lease expires
     rival = Election(store, "master/election", b"rival", ttl=5)
     assert rival.campaign(timeout=10)
@@ -116,8 +119,9 @@ def test_a_deposed_master_cannot_write_the_snapshot(store: Store) -> None:
 def test_a_dataset_write_cut_before_its_header_loads_as_no_dataset(store: Store) -> None:
     election, snapshot = leader(store)
     chunks = synthetic_chunks(50)
-    queue = TaskQueue([c.num_rows for c in chunks], 1, 1, POLICY)
-    snapshot.write_dataset(DatasetRecord("u", 1, 1, tuple(chunks)), queue)
+    dataset = DatasetRecord("u", 1, 1, tuple(chunks), PLAN)
+    queue = dataset.new_queue(POLICY)
+    snapshot.write_dataset(dataset, queue)
     store.delete(DATASET_KEY)  # as if the master died after the parts, before the header
     assert QueueSnapshot(store, lambda ops: None).load(POLICY, set(), 0.0) is None
     election.resign()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.leader import TRANSITIONS, Components, Leader, LeaderState
 from elasticps.master.options import MasterOptions
@@ -92,7 +93,8 @@ def store(tmp_path: Path, job_name: str) -> Iterator[Store]:
 
 
 def make_leader(store: Store, node: str, parts: FakeParts, **options: object) -> Leader:
-    given: dict[str, object] = {"dataset": "mem://data", **options}
+    given: dict[str, object] = {"dataset": "mem://data", "batch_plan": BatchPlan(10),
+                                **options}
     opts = MasterOptions(job="test", token="t", lease_ttl=2, node=node,
                          **given)  # type: ignore[arg-type]
     return Leader(store, opts, chunks, parts.components(), poll_s=0.01, campaign_s=0.05)

@@ -15,13 +15,14 @@ from elasticps.master.task_queue import (
 )
 
 LEASE = 10.0
+BATCH = 32  # a chunk of 100 rows is 4 batches
 
 
 def make_queue(num_chunks: int = 6, chunks_per_task: int = 2, num_passes: int = 1,
                max_failures: int = 2, fraction: float = 0.5) -> TaskQueue:
     return TaskQueue([100] * num_chunks, chunks_per_task, num_passes,
                      QueuePolicy(max_failures=max_failures, task_lease=LEASE,
-                                 max_failed_fraction=fraction))
+                                 max_failed_fraction=fraction), batch_size=BATCH)
 
 
 def take(queue: TaskQueue, trainer: str = "t1", pass_id: int = 0, now: float = 0.0) -> TaskView:
@@ -39,8 +40,10 @@ def finish(queue: TaskQueue, task: TaskView, trainer: str = "t1", now: float = 1
 
 
 def test_chunks_are_grouped_into_tasks_with_a_short_last_task() -> None:
-    queue = TaskQueue([10, 20, 30, 40, 50], 2, 1)
+    queue = TaskQueue([10, 20, 30, 40, 50], 2, 1, batch_size=8)
     assert queue.num_tasks == 3
+    # Batches are counted chunk by chunk: ceil(10/8) + ceil(20/8), ceil(30/8) + ceil(40/8), ...
+    assert [queue.num_batches(t) for t in range(3)] == [2 + 3, 4 + 5, 7]
     views = [take(queue) for _ in range(3)]
     assert [(v.first_chunk, v.num_chunks, v.num_records) for v in views] == [
         (0, 2, 30), (2, 2, 70), (4, 1, 50)]
@@ -49,11 +52,13 @@ def test_chunks_are_grouped_into_tasks_with_a_short_last_task() -> None:
 
 def test_bad_construction_arguments_name_the_value() -> None:
     with pytest.raises(InvalidArgumentError, match="chunks_per_task=0"):
-        TaskQueue([1], 0, 1)
+        TaskQueue([1], 0, 1, batch_size=1)
     with pytest.raises(InvalidArgumentError, match="num_passes=0"):
-        TaskQueue([1], 1, 0)
+        TaskQueue([1], 1, 0, batch_size=1)
     with pytest.raises(InvalidArgumentError, match="no chunks"):
-        TaskQueue([], 1, 1)
+        TaskQueue([], 1, 1, batch_size=1)
+    with pytest.raises(InvalidArgumentError, match="batch_size=0"):
+        TaskQueue([1], 1, 1, batch_size=0)
     with pytest.raises(InvalidArgumentError, match="max_failures=0"):
         QueuePolicy(max_failures=0)
     with pytest.raises(InvalidArgumentError, match=r"max_failed_fraction=1\.5"):
@@ -343,7 +348,7 @@ def test_restore_rebuilds_the_same_state_and_releases_tasks_of_dead_trainers() -
     records = {i: queue.task_record(i) for i in range(queue.num_tasks)}
     restored, delta = TaskQueue.restore(
         [100] * 12, 2, 3, queue.policy, queue.meta_record(), records, queue.failure_log,
-        live_trainers={"alive"}, now=100.0)
+        live_trainers={"alive"}, now=100.0, batch_size=BATCH)
     assert restored.meta_record().pass_id == 1
     assert restored.records_total == queue.records_total
     assert restored.state_of(kept.task_id) is TaskState.PENDING
