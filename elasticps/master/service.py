@@ -34,6 +34,7 @@ from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, 
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.server import rpc_handler
+from elasticps.store.api import Op
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +83,18 @@ class MasterState:
             self.dataset, self.queue = loaded.dataset, loaded.queue
             self.persist(loaded.delta)
 
-    def persist(self, delta: Delta) -> None:
-        """Write ``delta``; retry a store outage for ``persist_retry_s``, then give up the lead.
+    def persist(self, delta: Delta, with_meta: Sequence[Op] = ()) -> None:
+        """Write ``delta`` (and ``with_meta`` in the transaction of the meta record); retry a
+        store outage for ``persist_retry_s``, then give up the lead.
 
         Called with the lock held, so no answer goes out before its change is stored.
         """
-        if delta.empty or self.queue is None:
+        if (delta.empty and not with_meta) or self.queue is None:
             return
         started = self.clock()
         queue = self.queue
         try:
-            self.persist_retry.call(lambda: self.snapshot.write_delta(queue, delta),
+            self.persist_retry.call(lambda: self.snapshot.write_delta(queue, delta, with_meta),
                                     what=f"Master {self.node} of job {self.job}: persisting a "
                                          "change")
         except NotLeaderError:
@@ -196,12 +198,9 @@ class MasterState:
             if delta.empty:
                 return False
             doc = result.as_dict()
-            try:
-                self.snapshot.write_accounting(result.pass_id, doc)
-            except NotLeaderError:
-                self._depose("an accounting write was fenced off")
-                raise
-            self.persist(delta)
+            # The accounting goes with the meta record: the pass ends (or its recovery starts)
+            # in the same transaction that records why.
+            self.persist(delta, [self.snapshot.accounting_op(result.pass_id, doc)])
             self.accounting[result.pass_id] = doc
             if result.complete:
                 log.info("Master %s of job %s: every pserver shard holds all %d batches of pass "

@@ -15,8 +15,13 @@ Layout (keys relative to the job prefix)::
 Every write goes through a ``commit(ops)`` callable that applies the ops in one store
 transaction conditioned on still holding the election lock (``Election.leader_txn``), so a
 deposed master cannot write. A delta with more ops than ``max_ops`` (etcd allows 128 per txn)
-is split; the meta record goes in the last transaction. Loading reads the task records in
-ranges of 10,000 keys (``task/0000``..``task/0009``) to keep every response small.
+is split; the meta record goes in the last transaction, together with any record that must
+change with it (the accounting that ends a pass), so a pass ends atomically. A master that dies
+between the transactions of a split delta leaves some task records written and the meta not:
+:meth:`TaskQueue.restore` reads such a state consistently (recovery dispatches written under a
+meta still ``reconciling`` mean the reconciliation is over and its work is left). Loading reads
+the task records in ranges of 10,000 keys (``task/0000``..``task/0009``) to keep every response
+small.
 """
 
 from __future__ import annotations
@@ -194,25 +199,36 @@ class QueueSnapshot:
         self._commit([Put(META_KEY, encode_meta(queue.meta_record())),
                       Put(DATASET_KEY, _dumps(header))])
 
-    def write_accounting(self, pass_id: int, doc: dict[str, Any]) -> None:
-        """Record the reconciliation of a pass (the exactly-once accounting)."""
-        self._commit([Put(f"{ACCOUNTING_PREFIX}{pass_id:06d}", _dumps(doc))])
+    @staticmethod
+    def accounting_op(pass_id: int, doc: dict[str, Any]) -> Op:
+        """The record of a pass's last reconciliation (the exactly-once accounting), to be
+        written with the delta it decided (:meth:`write_delta`'s ``with_meta``)."""
+        return Put(f"{ACCOUNTING_PREFIX}{pass_id:06d}", _dumps(doc))
 
-    def ops_for(self, queue: TaskQueue, delta: Delta) -> list[Op]:
+    def ops_for(self, queue: TaskQueue, delta: Delta) -> tuple[list[Op], list[Op]]:
+        """(task and failure records, the meta record): the meta is written last."""
         ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
                          for t in sorted(delta.tasks)]
         ops.extend(Put(f"{FAILED_PREFIX}{e.pass_id:06d}-{e.task_id:0{TASK_ID_DIGITS}d}",
                        e.reason.encode()) for e in delta.failures)
-        if delta.meta:
-            ops.append(Put(META_KEY, encode_meta(queue.meta_record())))
-        return ops
+        meta: list[Op] = [Put(META_KEY, encode_meta(queue.meta_record()))] if delta.meta else []
+        return ops, meta
 
-    def write_delta(self, queue: TaskQueue, delta: Delta) -> int:
-        """Persist what ``delta`` says changed; returns the bytes written."""
-        ops = self.ops_for(queue, delta)
+    def write_delta(self, queue: TaskQueue, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
+        """Persist what ``delta`` says changed, the meta record and ``with_meta`` in the last
+        transaction (one transaction when it all fits); returns the bytes written."""
+        records, meta = self.ops_for(queue, delta)
+        last = [*meta, *with_meta]
+        if not records and not last:
+            return 0
+        if len(last) > self.max_ops:
+            raise StoreError(f"{len(last)} records must be written atomically, more than one "
+                             f"transaction's {self.max_ops}")
         before = self.bytes_written
-        for start in range(0, len(ops), self.max_ops):
-            self._commit(ops[start:start + self.max_ops])
+        cut = max(0, len(records) + len(last) - self.max_ops)
+        for start in range(0, cut, self.max_ops):
+            self._commit(records[start:min(start + self.max_ops, cut)])
+        self._commit([*records[cut:], *last])
         return self.bytes_written - before
 
     # ------------------------------------------------------------------------------ reading
@@ -270,6 +286,6 @@ class QueueSnapshot:
 
 def load_accounting(store: Store) -> dict[int, dict[str, Any]]:
     """Every pass's last reconciliation record, by pass
-    (see :meth:`QueueSnapshot.write_accounting`)."""
+    (see :meth:`QueueSnapshot.accounting_op`)."""
     return {int(kv.key.rsplit("/", 1)[1]): json.loads(kv.value)
             for kv in store.get_prefix(ACCOUNTING_PREFIX)}

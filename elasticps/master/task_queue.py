@@ -468,6 +468,11 @@ class TaskQueue:
         reconciliation pending) changes nothing."""
         if not self.reconciling or pass_id != self.pass_id or self.failed_reason:
             return NO_CHANGE
+        if self._todo or self._pending:
+            # Recovery work is still out (a reconciling flag read back with it, see restore):
+            # the pass ends only after it is done and a later reconciliation finds nothing.
+            self.reconciling = False
+            return Delta(meta=True)
         checked: dict[int, tuple[int, ...]] = {}
         for task_id, seqs in missing.items():
             task = self._task(task_id)
@@ -558,9 +563,15 @@ class TaskQueue:
             order = sorted(queue._todo, key=lambda i: (queue._tasks[i].failures > 0, i))
             queue._todo = OrderedDict((i, None) for i in order)
         delta = NO_CHANGE
+        if queue.reconciling and (queue._todo or queue._pending):
+            # A delta bigger than one store transaction was cut after some recovery dispatches
+            # were written but before the meta that ends the reconciliation: the pass has work
+            # left, so it is not reconciling (the missing rest is found again at its end).
+            queue.reconciling = False
+            delta = Delta(meta=True)
         for trainer in sorted(queue.owners() - live_trainers):
             delta = delta | queue.trainer_lost(trainer, now)
-        return queue, delta
+        return queue, delta | queue._maybe_end_pass()
 
     # ------------------------------------------------------------------------------ helpers
 
