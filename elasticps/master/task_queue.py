@@ -320,7 +320,12 @@ class TaskQueue:
     # --------------------------------------------------------------------------- transitions
 
     def get_task(self, trainer: str, pass_id: int, now: float) -> tuple[GetTaskResult, Delta]:
-        """Lease the next TODO task of ``pass_id`` to ``trainer``."""
+        """Lease the next TODO task of ``pass_id`` to ``trainer``.
+
+        A trainer works on one task at a time, so one that asks while it holds a task of this
+        pass never received the answer that gave it (a lost reply, retried): it gets that task
+        again, same epoch, its lease renewed, rather than a second one while the first sits
+        leased to it until the task lease runs out."""
         _check_trainer(trainer)
         if pass_id < 0:
             raise InvalidArgumentError(f"pass_id={pass_id} must be >= 0")
@@ -337,6 +342,12 @@ class TaskQueue:
         if pass_id > self.pass_id:
             raise InvalidArgumentError(
                 f"pass_id={pass_id} has not started; the current pass is {self.pass_id}")
+        held = self.pending_of(trainer)
+        if held:
+            task = self._tasks[held[0]]
+            task.deadline = now + self.policy.task_lease  # a lease renewal is not persisted
+            return GetTaskResult(Outcome.TASK, self.pass_id, self.task_view(task.task_id)), \
+                NO_CHANGE
         if self.reconciling:
             return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
                                  reason=f"pass {self.pass_id} is being reconciled with the "

@@ -61,7 +61,7 @@ def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> N
         snapshot.write_delta(queue, delta)
     assert queue.pass_id == 1
     taken = []
-    for trainer in ("a", "a", "b", "gone", "a", "a"):
+    for trainer in ("a", "a2", "b", "gone", "c", "d"):
         result, delta = queue.get_task(trainer, 1, now)
         snapshot.write_delta(queue, delta)
         assert result.outcome is Outcome.TASK
@@ -69,7 +69,7 @@ def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> N
         taken.append((trainer, result.task))
     _, delta = queue.task_finished("a", taken[0][1].task_id, taken[0][1].epoch, 300, now)
     snapshot.write_delta(queue, delta)
-    _, delta = queue.report_progress("a", taken[1][1].task_id, taken[1][1].epoch, 120, now)
+    _, delta = queue.report_progress("a2", taken[1][1].task_id, taken[1][1].epoch, 120, now)
     snapshot.write_delta(queue, delta)
     _, delta = queue.task_failed("b", taken[2][1].task_id, taken[2][1].epoch, "bad", now)
     snapshot.write_delta(queue, delta)
@@ -81,7 +81,8 @@ def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> N
     _, delta = queue.request_save_model("a", 60.0, now)
     snapshot.write_delta(queue, delta)
 
-    loaded = QueueSnapshot(store, lambda ops: None).load(POLICY, {"a", "b"}, now=50.0)
+    loaded = QueueSnapshot(store, lambda ops: None).load(POLICY, {"a", "a2", "b", "c", "d"},
+                                                         now=50.0)
     assert loaded is not None
     assert loaded.dataset == dataset
     rebuilt = loaded.queue

@@ -29,7 +29,8 @@ def take(queue: TaskQueue, trainer: str = "t1", now: float = 0.0) -> TaskView:
 
 
 def run_pass(queue: TaskQueue, batches: int = 4) -> None:
-    for task in [take(queue) for _ in range(queue.num_tasks)]:
+    for _ in range(queue.num_tasks):
+        task = take(queue)
         reply, _ = queue.task_finished("t1", task.task_id, task.epoch, task.num_records, 1.0,
                                        batches=batches)
         assert reply.accepted
@@ -110,8 +111,8 @@ def test_stale_or_bad_reconciliation_answers() -> None:
     task = take(queue)
     queue.task_finished("t1", task.task_id, task.epoch, 200, 1.0, batches=4)
     assert queue.reconciled(0, {}, 1.0).empty  # still tasks todo: not reconciling
-    run_rest = [take(queue) for _ in range(2)]
-    for t in run_rest:
+    for _ in range(2):
+        t = take(queue)
         queue.task_finished("t1", t.task_id, t.epoch, 200, 1.0, batches=4)
     assert queue.reconciled(1, {}, 2.0).empty  # another pass's answer
     assert queue.reconciling
@@ -150,7 +151,8 @@ def test_reconcile_state_survives_persistence() -> None:
 
 def test_queue_without_reconcile_ends_passes_at_once() -> None:
     queue = TaskQueue([100] * 2, 1, 1, QueuePolicy(task_lease=LEASE), batch_size=BATCH)
-    for task in [take(queue) for _ in range(2)]:
+    for _ in range(2):
+        task = take(queue)
         queue.task_finished("t1", task.task_id, task.epoch, 100, 1.0)
     assert queue.finished
     assert not queue.reconciling

@@ -106,8 +106,8 @@ def test_retry_later_waits_with_growing_backoff_then_pass_over_moves_on() -> Non
 
 def test_the_backoff_starts_over_after_a_task() -> None:
     master = QueueMaster([4, 4, 4])
-    for _ in range(2):
-        master.queue.get_task("other", 0, master.now)  # "other" holds tasks 0 and 1
+    for other in ("other", "another"):
+        master.queue.get_task(other, 0, master.now)  # they hold tasks 0 and 1
     waits: list[float] = []
     worker = Collect()
     loop = make_loop(master.client("t0", worker.log), worker, waits=waits)
@@ -115,7 +115,7 @@ def test_the_backoff_starts_over_after_a_task() -> None:
     for _ in range(3):
         loop.step()
     assert waits[2] > 0.1  # grown: 0.1-0.2
-    master.queue.expire_leases(master.now + 1e6)  # "other" stalled: both come back
+    master.queue.expire_leases(master.now + 1e6)  # both stalled: their tasks come back
     master.queue.get_task("other", 0, master.now)  # and it takes one of them again
     loop.step()  # trains the other one
     loop.step()
