@@ -158,6 +158,12 @@ class MasterState:
         with self.lock:
             self.live_trainers.add(name)
 
+    def known_trainers(self) -> set[str]:
+        """Trainers seen live, and every holder of a pending task."""
+        with self.lock:
+            owners = self.queue.owners() if self.queue is not None else set()
+            return self.live_trainers | owners
+
     def trainer_gone(self, name: str, *, graceful: bool) -> None:
         with self.lock:
             self.live_trainers.discard(name)
@@ -281,13 +287,15 @@ def plan_of(request: master_pb2.SetDatasetRequest) -> BatchPlan:
     return BatchPlan(request.batch_size, seed, request.features)
 
 
-def task_message(view: TaskView, dataset: DatasetRecord) -> master_pb2.Task:
+def task_message(view: TaskView, dataset: DatasetRecord,
+                 lease_seconds: float = 0.0) -> master_pb2.Task:
     chunks = dataset.chunks[view.first_chunk:view.first_chunk + view.num_chunks]
     return master_pb2.Task(
         task_id=view.task_id, pass_id=view.pass_id, epoch=view.epoch,
         chunks=[master_pb2.Chunk(path=c.path, row_group=c.row_group, num_rows=c.num_rows)
                 for c in chunks],
-        records_done=view.records_done, only_batches=list(view.only_batches))
+        records_done=view.records_done, only_batches=list(view.only_batches),
+        lease_seconds=lease_seconds)
 
 
 class MasterServicer(master_pb2_grpc.MasterServicer):
@@ -319,7 +327,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                                                   pass_id=result.pass_id, reason=result.reason)
             if result.outcome is Outcome.TASK and result.task is not None:
                 assert state.dataset is not None
-                response.task.CopyFrom(task_message(result.task, state.dataset))
+                response.task.CopyFrom(task_message(result.task, state.dataset,
+                                                    queue.policy.task_lease))
             return response
 
     @rpc_handler

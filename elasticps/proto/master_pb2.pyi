@@ -58,12 +58,15 @@ class Task(_message.Message):
     CHUNKS_FIELD_NUMBER: _builtins.int
     RECORDS_DONE_FIELD_NUMBER: _builtins.int
     ONLY_BATCHES_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     pass_id: _builtins.int
     epoch: _builtins.int
     """dispatch generation: a stale holder's reports are refused"""
     records_done: _builtins.int
     """progress already reported (resume point)"""
+    lease_seconds: _builtins.float
+    """the task lease: ReportProgress renews it; the holder"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Chunk]: ...
     @_builtins.property
@@ -79,10 +82,11 @@ class Task(_message.Message):
         chunks: _abc.Iterable[Global___Chunk] | None = ...,
         records_done: _builtins.int = ...,
         only_batches: _abc.Iterable[_builtins.int] | None = ...,
+        lease_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "only_batches", b"only_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "lease_seconds", b"lease_seconds", "only_batches", b"only_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
 from elasticps.trainer.task_batches import TaskBatch
-from elasticps.trainer.task_loop import LoopState
+from elasticps.trainer.task_loop import LoopState, TaskEnd
 from tests.helpers import wait_for
 from tests.integration.master.helpers import synthetic_chunks
 from tests.task_workers import Collect, task_loop
@@ -131,6 +132,41 @@ def test_a_trainer_that_would_number_batches_differently_is_refused(
             dataset_url="mem://ctr", chunks_per_task=2, num_passes=2), "SetDataset")
     first.close()
     other.close()
+
+
+class SlowFirstStep(Collect):
+    """A worker whose first step takes ``seconds`` (a stalled pull, a busy machine)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def train(self, item: TaskBatch, next_batch: object) -> None:
+        if not self.items:
+            began = time.monotonic()
+            wait_for(lambda: time.monotonic() - began >= self.seconds, 2 * self.seconds,
+                     "the slow step to end")
+        super().train(item, next_batch)
+
+
+def test_one_step_slower_than_the_task_lease_keeps_the_task(store: Store, job_name: str) -> None:
+    """Hole 6: progress used to be reported every 20 batches only, so one step longer than the
+    task lease lost the task and counted a failure. The loop now renews the lease by time."""
+    running = RunningMaster(store, job_name, policy=QueuePolicy(task_lease=1.0))
+    client = MasterClient(store, TOKEN, "slow")
+    try:
+        client.register_trainer()
+        client.set_dataset("mem://ctr", 10, 1, PLAN)  # one task of 30 batches
+        worker = SlowFirstStep(3.0)  # three task leases
+        loop = task_loop(client, fake_batches, 4, worker, trainer_name="slow")
+        assert loop.run() is LoopState.DONE
+        assert [how for _, _, how in worker.tasks] == [TaskEnd.FINISHED]
+        status = client.status()
+        assert status["failures_total"] == 0, status["failure_log"]
+        assert status["tasks_finished_total"] == 1
+    finally:
+        client.close()
+        running.stop()
 
 
 def test_stale_and_bad_requests_get_defined_answers(
