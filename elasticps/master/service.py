@@ -34,7 +34,8 @@ from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, 
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.server import rpc_handler
-from elasticps.store.api import Op
+from elasticps.store.api import Op, Put
+from elasticps.store.keys import SEALED_PASSES, SealedPasses
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +206,12 @@ class MasterState:
                 return False
             doc = result.as_dict()
             # The accounting goes with the meta record: the pass ends (or its recovery starts)
-            # in the same transaction that records why.
-            self.persist(delta, [self.snapshot.accounting_op(result.pass_id, doc)])
+            # in the same transaction that records why, and a sealed pass is published for
+            # pservers that restart with no checkpoint (they refuse its late pushes).
+            records = [self.snapshot.accounting_op(result.pass_id, doc)]
+            if result.complete:
+                records.append(Put(SEALED_PASSES, SealedPasses(result.pass_id + 1).encode()))
+            self.persist(delta, records)
             self.accounting[result.pass_id] = doc
             if result.complete:
                 log.info("Master %s of job %s: every pserver shard holds all %d batches of pass "

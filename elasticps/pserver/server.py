@@ -60,7 +60,12 @@ from elasticps.pserver.shard import ShardState
 from elasticps.rpc import bind, make_server
 from elasticps.rpc.health import add_health, set_serving
 from elasticps.store import Compare, Lease, Put, Store, open_store
-from elasticps.store.keys import PSERVER_SLOT_PREFIX, PServerSlot, pserver_slot
+from elasticps.store.keys import (
+    PSERVER_SLOT_PREFIX,
+    PServerSlot,
+    pserver_slot,
+    read_sealed_below,
+)
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +323,7 @@ class PServerProcess(Lifecycle[PServerState]):
         assert self.slot is not None
         if not config.checkpoint_url:
             log.warning("%s has no PADDLE_CHECKPOINT_URL: its shard is lost if it dies.", self.node)
+            self._refuse_sealed_passes(state)
             return None
         checkpoints = ShardCheckpoints(
             config.checkpoint_url, self.slot, self.num_shards, keep=config.checkpoint_keep,
@@ -332,6 +338,7 @@ class PServerProcess(Lifecycle[PServerState]):
         if loaded is None:
             log.info("%s found no checkpoint under %s; it starts empty.", self.node,
                      config.checkpoint_url)
+            self._refuse_sealed_passes(state)
         else:
             snap, manifest = loaded
             state.restore(snap, manifest.id)
@@ -340,6 +347,17 @@ class PServerProcess(Lifecycle[PServerState]):
                      len(snap.applied))
         self._saved_version = state.version
         return checkpoints
+
+    def _refuse_sealed_passes(self, state: ShardState) -> None:
+        """A shard that starts empty raises its floor to the job's sealed passes: a very late
+        push of a sealed pass counts as applied (refused) instead of landing on a fresh shard
+        (docs/fault-tolerance.md: what a restart without a checkpoint loses)."""
+        sealed = read_sealed_below(self.store)
+        if sealed > 0:
+            state.prune_applied(sealed)
+            log.error("%s starts with no checkpoint while passes below %d are sealed: its share "
+                      "of their training is lost, and their late pushes are refused.",
+                      self.node, sealed)
 
     @contextlib.contextmanager
     def _checkpointing(self, state: ShardState, checkpoints: ShardCheckpoints) -> Iterator[None]:

@@ -22,6 +22,10 @@ mistaken for a real one::
                                      trainer's lease; a DELETE means the trainer died
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
                                      timers}, refreshed every few seconds
+    job/sealed                       SealedPasses {below}: every pass below it is sealed (every
+                                     shard's checkpoint held all its batches); written by the
+                                     master with the pass end, read by a pserver that restarts
+                                     with no checkpoint (it refuses late pushes of those passes)
     job/result                       the job's result document (any JSON object): a script's
                                      own (put), else the first finished trainer's metrics (only
                                      if absent: compare-and-set on a missing key)
@@ -56,6 +60,7 @@ PSERVER_CHECKPOINT_PREFIX = "pserver/checkpoint/"
 TRAINER_PREFIX = "trainer/"
 PROGRESS_PREFIX = "job/progress/"
 JOB_RESULT = "job/result"
+SEALED_PASSES = "job/sealed"
 ONCE_PREFIX = "job/once/"
 DESIRED_TRAINERS = "launcher/desired_trainers"
 
@@ -273,6 +278,26 @@ def _number(doc: Mapping[str, Any], name: str, key: str) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise StoreValueError(f"store key {key!r}: field {name!r} must be a number, got {value!r}")
     return float(value)
+
+
+@dataclass(frozen=True)
+class SealedPasses:
+    """Every pass below ``below`` is sealed: reconciled with every shard's checkpoint."""
+
+    below: int
+
+    def encode(self) -> bytes:
+        return _encode({"below": self.below})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str = SEALED_PASSES) -> SealedPasses:
+        return cls(_field(_object(raw, key), "below", int, key))
+
+
+def read_sealed_below(store: Store) -> int:
+    """The first pass not sealed yet (0 when none is)."""
+    kv = store.get(SEALED_PASSES)
+    return 0 if kv is None else SealedPasses.decode(kv.value).below
 
 
 def publish_progress(store: Store, trainer: str, progress: TrainerProgress) -> None:
