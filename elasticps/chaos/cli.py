@@ -34,7 +34,8 @@ through SCRIPT's own arguments.
 not depend on the parameters, trained with plain SGD, so its final parameters count how often
 each batch was applied on each shard; the report's oracle_mismatches is the number of (pass,
 row, shard) counts that are not exactly 1, read from the shards' final checkpoints alone. With
---oracle a store outage is part of the run (--outage, default 12 s; it needs etcd on PATH).
+--oracle a store outage is part of the run (--outage, default 12 s; it needs etcd on PATH) and
+there is no fault-free run: the counts are checked against the data, not against a baseline.
 """
 
 EPILOG = """\
@@ -84,7 +85,8 @@ def register(subparsers: Any) -> None:
     job.add_argument("--workdir", default="chaos-run", metavar="DIR",
                      help="where both runs keep their files (default ./chaos-run)")
     job.add_argument("--skip-baseline", action="store_true",
-                     help="no fault-free run (auc_fault_free is then null)")
+                     help="no fault-free run (auc_fault_free is then null; always so with "
+                     "--oracle, whose check needs no baseline)")
     faults.add_argument("--outage", type=float, default=None, metavar="S",
                         help="take the job's store (its own etcd) down for S seconds once "
                         "(default 12 with --oracle, else 0 = none; needs etcd on PATH)")
@@ -131,10 +133,10 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         pservers=args.pservers, scale=not args.no_scale, lease_ttl=args.lease_ttl,
         checkpoint_interval=args.checkpoint_interval, gap=(args.gap[0], args.gap[1]),
         start_timeout=args.start_timeout, recovery_timeout=args.recovery_timeout,
-        job_timeout=args.job_timeout, skip_baseline=args.skip_baseline, outage=outage,
-        outage_after=args.outage_after, oracle=args.oracle, oracle_rows=args.oracle_rows,
-        oracle_passes=args.oracle_passes, oracle_batch_size=args.oracle_batch_size,
-        oracle_rows_per_chunk=args.oracle_rows_per_chunk)
+        job_timeout=args.job_timeout, skip_baseline=args.skip_baseline or args.oracle,
+        outage=outage, outage_after=args.outage_after, oracle=args.oracle,
+        oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
+        oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk)
 
 
 def chaos_command(args: argparse.Namespace) -> int:
