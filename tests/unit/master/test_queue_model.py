@@ -13,6 +13,15 @@ counts applications, a checkpoint copies both). The invariant, checked whenever 
 with the batch count taken from the data (chunk rows and batch size), not from anything a
 trainer or a shard reported. A restore only goes back as far as the checkpoint that sealed the
 last pass (going further back is outside the guarantee, docs/fault-tolerance.md).
+
+It finds hole 1 of issue 14 on the code before its fix (96b8277, where a task's batch count was
+what its TaskFinished reported, raised to the highest seq a shard held + 1): TestOneShard fails
+with "pass 0 ended but shard 0 applied batch (task 1, seq 0) 0 times". Shrunk: t0 pushes task 1's
+only batch and reports progress at its last record; t0 fails the task; t0 gets it back, resumes
+past the end, trains nothing and finishes with batches=0; the one shard is restored from its
+empty first checkpoint; t1 finishes task 0; the reconciliation expects 0 batches of task 1 and
+ends the pass. (TestTwoShards passes there: with two shards, the other one usually still holds
+the batch and raises the count.)
 """
 
 from __future__ import annotations
