@@ -36,7 +36,7 @@ class ChaosOptions:
     outage_after: int | None = None  # default: half the kills
     # The parameter-value oracle (chaos/oracle.py): its own script and data, not the user's.
     oracle: bool = False
-    oracle_rows: int = 400_000
+    oracle_rows: int = 800_000
     oracle_passes: int = 3
     oracle_batch_size: int = 50
     oracle_rows_per_chunk: int = 4_000
