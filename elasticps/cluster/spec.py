@@ -303,7 +303,9 @@ class Job:
         set_(self, "plan", self._make_plan(namespace))
 
     def _make_plan(self, namespace: str) -> JobPlan:
-        command = _trainer_command(self.entry_point)
+        # A local job re-runs the script that called dist_train: it needs no entry point.
+        command = () if self.local and not self.entry_point \
+            else _trainer_command(self.entry_point)
         num_gpus = _count("num_gpus", self.num_gpus, 0)
         if self.num_cpus is not None:  # checked even when per-trainer values override it
             _cpu("num_cpus", self.num_cpus)

@@ -3,7 +3,9 @@
 The guess, per column, from up to ``SAMPLE_ROWS`` rows (the schema's default missing tokens
 apply):
 
-* every present value a number -> ``dense``;
+* every present value a number -> ``dense``, except integers in a column named like an id
+  (``id``, ``user_id``, ``item-id``, ``userId``) -> ``categorical``: ids name things, they
+  do not measure them;
 * a column named like a label (``label``, ``target``, ``y``, ``click``, ``clicked``...) -> the
   label: ``binary`` when its values are 0/1, ``float`` when other numbers; without one, the
   first 0/1 column is taken (and the YAML says so);
@@ -86,6 +88,10 @@ def _guess(name: str, array: pa.Array, rows: int) -> Guess:
         integral = bool(np.all(x == np.floor(x)))
         zero_one = bool(np.all((x == 0) | (x == 1)))
         what = "integers" if integral else "numbers"
+        if integral and not zero_one and is_id_name(name):
+            distinct = len(np.unique(x))
+            return Guess(name, "categorical",
+                         f"integers named like an id, {distinct} distinct, {missing_rate}")
         return Guess(name, "dense", f"{what}, {missing_rate}", zero_one=zero_one)
     stripped, text_missing = pv.text(array, tokens) if pv.is_text(array) else (
         array.cast(pa.string()), pv.null_mask(array))
@@ -95,6 +101,12 @@ def _guess(name: str, array: pa.Array, rows: int) -> Guess:
             return Guess(name, "multi_categorical", f"text with {sep!r} in it", sep=sep)
     distinct = len(set(values))
     return Guess(name, "categorical", f"text, {distinct} distinct, {missing_rate}")
+
+
+def is_id_name(name: str) -> bool:
+    """``id``, ``user_id``, ``item-id``, ``user.id``, ``userId``, ``USER_ID``: named like an id."""
+    return name.lower() == "id" or re.search(r"[_\-\s.]id$", name, re.IGNORECASE) is not None \
+        or re.search(r"[a-z0-9]Id$", name) is not None
 
 
 def _label(guesses: list[Guess]) -> tuple[Guess, str]:

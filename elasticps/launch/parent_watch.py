@@ -15,8 +15,11 @@ calls :func:`exit_with_parent` before it dispatches to the role:
   with 5 threads, measured), while a role must see ONE SIGTERM (a trainer takes a second one as
   "stop the hard way"). So the kernel's signal is a private real-time one, relayed once as
   SIGTERM by a handler installed here;
-- elsewhere, or if ``prctl`` fails, a daemon thread polls ``os.getppid()`` and sends us SIGTERM
-  once the parent is gone.
+- always, as well, a daemon thread polls ``os.getppid()`` and sends us SIGTERM once the parent
+  is gone: the only way off Linux or where ``prctl`` fails, and a backstop where it works (a
+  kernel signal can be lost to a signal mask inherited from whoever started the launcher, so the
+  relay unblocks it, but one lost delivery would leave an orphan for good). One guard makes the
+  two deliver a single SIGTERM between them.
 
 Either way the parent may have died before the arrangement was made (we were already handed to
 init or a subreaper, and no signal will ever come), so :func:`exit_with_parent` then compares
@@ -57,15 +60,46 @@ def exit_with_parent(parent_pid: int, *, signum: int = signal.SIGTERM,
                      use_prctl: bool = True, poll_s: float = 0.5) -> bool:
     """Arrange for ``signum`` to reach this process once, when ``parent_pid`` is no longer its
     parent. Call it from the main thread (signal handlers live there). False when the parent
-    is already gone: exit now."""
-    if not (use_prctl and _relay_parent_death(parent_pid, signum)):
-        _watch_parent(parent_pid, signum, poll_s)
+    is already gone: exit now. ``poll_s`` paces the watcher thread."""
+    if os.getppid() != parent_pid:
+        return False  # nothing to arrange: the caller exits (the watcher would signal it)
+    once = _Once(parent_pid, signum)
+    if use_prctl:
+        _relay_parent_death(once)
+    _watch_parent(parent_pid, once, poll_s)
     return os.getppid() == parent_pid
 
 
-def _relay_parent_death(parent_pid: int, signum: int) -> bool:
-    """Have the kernel send a private signal when the parent dies, relayed once as ``signum``.
-    False where that cannot be arranged (not Linux, not the main thread, no prctl)."""
+class _Once:
+    """Sends ``signum`` to this process the first time either mechanism notices the parent is
+    gone, and never again."""
+
+    def __init__(self, parent_pid: int, signum: int) -> None:
+        self.parent_pid = parent_pid
+        self.signum = signum
+        self._lock = threading.Lock()
+        self._sent = False
+
+    def fire(self, how: str) -> None:
+        # Not blocking: the kernel's relay runs in the main thread between bytecodes and must
+        # never wait on a lock the watcher thread holds at that moment.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._sent:
+                return  # another hand-over inside the dying launcher, or the other mechanism
+            self._sent = True
+        finally:
+            self._lock.release()
+        log.warning("The launcher (pid %d) is gone (%s); this process stops.",
+                    self.parent_pid, how)
+        os.kill(os.getpid(), self.signum)
+
+
+def _relay_parent_death(once: _Once) -> bool:
+    """Have the kernel send a private signal when the parent dies, relayed once as the
+    requested one. False where that cannot be arranged (not Linux, not the main thread, no
+    prctl)."""
     if not sys.platform.startswith("linux") \
             or threading.current_thread() is not threading.main_thread():
         return False
@@ -74,16 +108,14 @@ def _relay_parent_death(parent_pid: int, signum: int) -> bool:
     except (OSError, AttributeError):
         return False
     private = signal.SIGRTMIN + 1  # glibc keeps the ones below SIGRTMIN; no role uses this one
-    relayed = threading.Event()
 
     def relay(_signum: int, _frame: object) -> None:
-        if relayed.is_set():
-            return  # another hand-over inside the dying launcher: already on our way out
-        relayed.set()
-        log.warning("The launcher (pid %d) is gone; this process stops.", parent_pid)
-        os.kill(os.getpid(), signum)
+        once.fire("kernel parent-death signal")
 
     previous = signal.signal(private, relay)
+    # A mask is inherited through fork and exec: whoever started the launcher may have blocked
+    # these, and a blocked signal stays pending for ever.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {private, once.signum})
     if prctl(_PR_SET_PDEATHSIG, int(private), 0, 0, 0) != 0:
         signal.signal(private, previous)
         log.warning("prctl(PR_SET_PDEATHSIG) failed (%s); watching the parent from a thread.",
@@ -92,12 +124,11 @@ def _relay_parent_death(parent_pid: int, signum: int) -> bool:
     return True
 
 
-def _watch_parent(parent_pid: int, signum: int, poll_s: float) -> None:
+def _watch_parent(parent_pid: int, once: _Once, poll_s: float) -> None:
     def watch() -> None:
         idle = threading.Event()  # never set: a plain wait between polls
         while os.getppid() == parent_pid:
             idle.wait(poll_s)
-        log.warning("The launcher (pid %d) is gone; this process stops.", parent_pid)
-        os.kill(os.getpid(), signum)
+        once.fire("its parent pid changed")
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

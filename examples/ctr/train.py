@@ -168,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                           dense_sync_every=args.dense_sync_every,
                           prefetch=not args.no_prefetch)
     if config.role != "trainer":  # outside a job: start one running this script
-        job = eps.Job(trainers=args.trainers, pservers=args.pservers, local=True,
-                      entry_point=f"python {Path(__file__).name}")
+        job = eps.Job(trainers=args.trainers, pservers=args.pservers, local=True)
         handle = eps.dist_train(trainer=trainer, reader=None, num_passes=args.passes, job=job,
                                 workdir=args.workdir)
         return int(handle.wait())

@@ -185,7 +185,11 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
 
         wait_for(rejoined, 60, interval=0.1, what=f"{cut_name} to rejoin and take a new task")
         dup_after = int(wait_for(lambda: observer.ok("pservers"), 30)["duplicates"])
-        assert dup_after > dup_before, (dup_before, dup_after)
+        # Its pushes after the heal were answered as duplicates, unless the cut came after its
+        # last push was applied (on its way to TaskFinished): then the healthy trainer's pushes
+        # of every batch of the task, on every shard, were the duplicates already.
+        assert dup_after > dup_before or dup_before >= 2 * TASK_BATCHES * len(held), \
+            (dup_before, dup_after)
         print(f"healed; {cut_name} refused and rejoined after {time.monotonic() - healed_at:.1f}s; "
               f"duplicates {dup_before} -> {dup_after}")
 

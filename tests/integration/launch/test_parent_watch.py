@@ -1,7 +1,8 @@
 """A process tied to its parent (``elasticps/launch/parent_watch.py``) gets exactly one SIGTERM
-when the parent is SIGKILLed — by the kernel's parent-death signal (relayed) and by the portable
-watcher thread alike, even from a parent with many threads — and exits at once when its parent
-was gone before it could tie itself."""
+when the parent is SIGKILLed — by the kernel's parent-death signal (relayed; the watcher thread
+then polls too slowly to be the one) and by the portable watcher thread alone, even from a
+parent with many threads — and exits at once when its parent was gone before it could tie
+itself."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from elasticps.launch.parent_watch import exit_with_parent
 terms = []
 first = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: (terms.append(1), first.set()))
-tied = exit_with_parent(os.getppid(), use_prctl={use_prctl}, poll_s=0.05)
+tied = exit_with_parent(os.getppid(), use_prctl={use_prctl}, poll_s={poll_s})
 print("tied" if tied else "orphan", flush=True)
 while not first.wait(0.05):
     pass
@@ -45,12 +46,14 @@ signal.pause()
 """
 
 
-@pytest.mark.parametrize("use_prctl", [True, False], ids=["prctl", "watcher-thread"])
+@pytest.mark.parametrize(("use_prctl", "poll_s"), [(True, 3600.0), (False, 0.05)],
+                         ids=["prctl", "watcher-thread"])
 def test_a_tied_child_gets_one_sigterm_when_its_parent_is_sigkilled(
-        tmp_path: Path, use_prctl: bool) -> None:
+        tmp_path: Path, use_prctl: bool, poll_s: float) -> None:
     out = tmp_path / "child.out"
+    child_code = CHILD.format(use_prctl=use_prctl, poll_s=poll_s)
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, CHILD.format(use_prctl=use_prctl), str(out)], env=ENV,
+        [sys.executable, "-c", PARENT, child_code, str(out)], env=ENV,
         stdout=subprocess.PIPE, text=True)
     child = 0
     try:
@@ -59,7 +62,11 @@ def test_a_tied_child_gets_one_sigterm_when_its_parent_is_sigkilled(
         wait_for(lambda: out.exists() and out.read_text() == "tied\n", 30, "the child to tie")
         parent.kill()
         parent.wait(timeout=10)
-        wait_for(lambda: not pid_alive(child), 10, "the child to stop after its parent")
+        try:
+            wait_for(lambda: not pid_alive(child), 30, "the child to stop after its parent")
+        except AssertionError as exc:  # say where it stands: its signals, its parent
+            raise AssertionError(f"{exc}; child.out={out.read_text()!r}; "
+                                 f"{_signal_state(child)}") from None
         assert out.read_text() == "tied\nsigterm x1\n"
     finally:
         if child:
@@ -67,6 +74,16 @@ def test_a_tied_child_gets_one_sigterm_when_its_parent_is_sigkilled(
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def _signal_state(pid: int) -> str:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"no /proc/{pid}/status ({exc})"
+    return "; ".join(line for line in lines
+                     if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk",
+                                               "SigIgn", "SigCgt"))
 
 
 def test_a_role_whose_launcher_is_already_gone_exits_at_once(tmp_path: Path) -> None:

@@ -69,6 +69,14 @@ def test_entry_point_forms() -> None:
         "t.py", "--x", "a b")
 
 
+def test_a_local_job_needs_no_entry_point_and_a_cluster_job_does() -> None:
+    # dist_train re-runs the calling script for a local job; a cluster job must name it.
+    assert Job(trainers=2, pservers=2, local=True, namespace="ml").plan.trainer_command == ()
+    assert Job(entry_point="t.py", local=True, namespace="ml").plan.trainer_command == ("t.py",)
+    with pytest.raises(ConfigError, match="entry_point"):
+        Job(trainers=2, pservers=2, namespace="ml")
+
+
 def test_storage_forms() -> None:
     job = make(data="pvc://ctr-data/criteo/day0", checkpoint="s3://bucket/ckpt")
     assert job.data_storage == Storage(claim="ctr-data", sub_path="criteo/day0")

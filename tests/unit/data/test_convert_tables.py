@@ -249,6 +249,24 @@ def test_infer_guesses_a_schema_that_converts_the_csv(tmp_path: Path) -> None:
     assert open_dataset(str(tmp_path / "ds")).num_rows == 4
 
 
+def test_infer_takes_integers_named_like_ids_as_categorical(tmp_path: Path) -> None:
+    src = tmp_path / "ids.csv"
+    src.write_text("clicked,user_id,itemId,id,paid,valid,age\n"
+                   "1,17,3,100,5,1,30\n0,2,3,101,7,0,41.0\n1,17,9,102,,1,\n")
+    guessed = convert_cli("csv", str(src), "--infer")
+    assert guessed.returncode == 0, guessed.stderr
+    schema = Schema.from_yaml(guessed.stdout)
+    kinds = {c.name: c.kind for c in schema.columns}
+    assert kinds == {"user_id": "categorical", "itemId": "categorical", "id": "categorical",
+                     "paid": "dense", "valid": "dense", "age": "dense"}
+    assert "integers named like an id, 2 distinct" in guessed.stdout
+    path = tmp_path / "guess.yaml"
+    path.write_text(guessed.stdout)
+    done = convert_cli("csv", str(src), "--schema", str(path), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(tmp_path / "ds")).schema.column("user_id").dtype == "int"
+
+
 def test_like_converts_a_test_split_with_the_training_sets_dtypes_and_stats(
         tmp_path: Path, schema_file: Path) -> None:
     train = write_csv(tmp_path / "train.csv", ROWS)
