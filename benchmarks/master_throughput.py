@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
@@ -52,7 +53,7 @@ def chunks_of(n: int) -> list[ChunkRef]:
 
 
 def baseline_state_machine(num_tasks: int, seconds: float) -> float:
-    queue = TaskQueue([1000] * num_tasks, 1, 1000)
+    queue = TaskQueue([1000] * num_tasks, 1, 1000, batch_size=100)
     done, start, now = 0, time.perf_counter(), 0.0
     while time.perf_counter() - start < seconds:
         result, _ = queue.get_task("t", queue.pass_id, now)
@@ -69,7 +70,7 @@ def round_trips(url: str, trainers: int, seconds: float, num_chunks: int) -> dic
     options = MasterOptions(job=job, credentials=JobCredentials(
                                 job, TOKEN, TlsIdentity.load(identities["master"])),
                             lease_ttl=5, dataset="synthetic://",
-                            chunks_per_task=1, num_passes=1000,
+                            chunks_per_task=1, num_passes=1000, batch_plan=BatchPlan(100),
                             policy=QueuePolicy(task_lease=60.0))
     server = MasterServer(store, options, lambda _url: chunks_of(num_chunks))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -123,9 +124,10 @@ def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
 
     snapshot = QueueSnapshot(store, commit)
     chunks = chunks_of(num_chunks)
-    queue = TaskQueue([c.num_rows for c in chunks], 1, 3, QueuePolicy())
+    dataset = DatasetRecord("file:///data/ctr", 1, 3, tuple(chunks), BatchPlan(512))
+    queue = dataset.new_queue(QueuePolicy())
     t0 = time.perf_counter()
-    snapshot.write_dataset(DatasetRecord("file:///data/ctr", 1, 3, tuple(chunks)), queue)
+    snapshot.write_dataset(dataset, queue)
     initial_s = time.perf_counter() - t0
     initial_bytes = snapshot.bytes_written
     parts = len(store.get_prefix("master/state/chunks/"))

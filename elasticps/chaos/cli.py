@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
 from elasticps.chaos.report import brief, problems
+from elasticps.errors import ConfigError
 
 DESCRIPTION = """\
 Prove that your training job survives faults. SCRIPT runs under `elasticps run` on this machine
@@ -28,6 +29,13 @@ The exit code is 0 only if the job succeeded under faults, every batch was appli
 on every shard, and every kill asked for was delivered. Each kill takes a few seconds (about a
 lease TTL plus a restart), so the job must train long enough for --kills of them: size it
 through SCRIPT's own arguments.
+
+--oracle runs the parameter-value oracle instead of SCRIPT: a counting model whose gradients do
+not depend on the parameters, trained with plain SGD, so its final parameters count how often
+each batch was applied on each shard; the report's oracle_mismatches is the number of (pass,
+row, shard) counts that are not exactly 1, read from the shards' final checkpoints alone. With
+--oracle a store outage is part of the run (--outage, default 12 s; it needs etcd on PATH) and
+there is no fault-free run: the counts are checked against the data, not against a baseline.
 """
 
 EPILOG = """\
@@ -37,11 +45,15 @@ examples:
   elasticps chaos --kills 20 --seed 7 --json chaos.json \\
       examples/ctr/train.py --rows 1800000 --passes 3 --hidden 64,64 --id-space 100003
       the repository's CTR demo: 20 kills of every role in about 4 minutes on 2 cores
+  elasticps chaos --kills 24 --seed 7 --oracle --json oracle.json
+      24 kills and a 12 s etcd outage on the oracle's counting model (800,000 rows, 3 passes):
+      every count must be 1; about 6.5 minutes on 2 cores
 
 what lands in --workdir (default ./chaos-run):
   fault-free/, chaos/          each run's launcher workdir: logs/, store.db, checkpoints/,
                                summary.json
   fault-free.out, chaos.out    each launcher's output
+  oracle-data/, chaos-etcd/    with --oracle: its dataset; with an outage: the job's etcd
 
 Each run prints its plan (the roles the seed kills, in order) when it starts.
 """
@@ -75,7 +87,26 @@ def register(subparsers: Any) -> None:
     job.add_argument("--workdir", default="chaos-run", metavar="DIR",
                      help="where both runs keep their files (default ./chaos-run)")
     job.add_argument("--skip-baseline", action="store_true",
-                     help="no fault-free run (auc_fault_free is then null)")
+                     help="no fault-free run (auc_fault_free is then null; always so with "
+                     "--oracle, whose check needs no baseline)")
+    faults.add_argument("--outage", type=float, default=None, metavar="S",
+                        help="take the job's store (its own etcd) down for S seconds once "
+                        "(default 12 with --oracle, else 0 = none; needs etcd on PATH)")
+    faults.add_argument("--outage-after", type=int, default=None, metavar="K",
+                        help="the outage follows the K-th kill (default: half the kills)")
+    oracle = parser.add_argument_group("the parameter-value oracle")
+    oracle.add_argument("--oracle", action="store_true",
+                        help="run the oracle's counting model instead of SCRIPT and check "
+                        "every batch was applied exactly once per shard in the parameters")
+    oracle.add_argument("--oracle-rows", type=int, default=800_000, metavar="N",
+                        help="rows of the oracle's dataset (default 800000: long enough "
+                        "for about 24 kills)")
+    oracle.add_argument("--oracle-passes", type=int, default=3, metavar="P",
+                        help="passes (default 3)")
+    oracle.add_argument("--oracle-batch-size", type=int, default=50, metavar="B",
+                        help="rows per batch (default 50)")
+    oracle.add_argument("--oracle-rows-per-chunk", type=int, default=4_000, metavar="R",
+                        help="rows per chunk, i.e. per task (default 4000)")
     limits = parser.add_argument_group("timeouts (seconds)")
     limits.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
                         help="from the start to the first finished task (default 600)")
@@ -84,21 +115,31 @@ def register(subparsers: Any) -> None:
     limits.add_argument("--job-timeout", type=float, default=1800.0, metavar="S",
                         help="each run of the job as a whole (default 1800)")
     parser.add_argument("--json", metavar="FILE", help="also write the whole report here")
-    parser.add_argument("script", metavar="SCRIPT", help="the training script every trainer "
-                        "runs, as for `elasticps run`")
+    parser.add_argument("script", metavar="SCRIPT", nargs="?", default=None,
+                        help="the training script every trainer runs, as for `elasticps run` "
+                        "(none with --oracle)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments passed to SCRIPT (size the job here)")
     parser.set_defaults(func=chaos_command)
 
 
 def options_from(args: argparse.Namespace) -> ChaosOptions:
+    if args.oracle and args.script is not None:
+        raise ConfigError("--oracle runs its own script: give no SCRIPT")
+    if not args.oracle and args.script is None:
+        raise ConfigError("give the SCRIPT to run (or --oracle)")
+    outage = args.outage if args.outage is not None else (12.0 if args.oracle else 0.0)
     return ChaosOptions(
-        script=Path(args.script), script_args=tuple(args.script_args), kills=args.kills,
+        script=ORACLE_SCRIPT if args.oracle else Path(args.script),
+        script_args=tuple(args.script_args), kills=args.kills,
         seed=args.seed, workdir=Path(args.workdir).resolve(), trainers=args.trainers,
         pservers=args.pservers, scale=not args.no_scale, lease_ttl=args.lease_ttl,
         checkpoint_interval=args.checkpoint_interval, gap=(args.gap[0], args.gap[1]),
         start_timeout=args.start_timeout, recovery_timeout=args.recovery_timeout,
-        job_timeout=args.job_timeout, skip_baseline=args.skip_baseline)
+        job_timeout=args.job_timeout, skip_baseline=args.skip_baseline or args.oracle,
+        outage=outage, outage_after=args.outage_after, oracle=args.oracle,
+        oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
+        oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk)
 
 
 def chaos_command(args: argparse.Namespace) -> int:
@@ -116,8 +157,13 @@ def chaos_command(args: argparse.Namespace) -> int:
     for problem in found:
         print(f"elasticps chaos: {problem}", file=sys.stderr)
     if not found:
-        print(f"elasticps chaos: the job survived {report['kills_total']} kills and "
+        outages = f", {report['store_outages']} store outage(s)" if report["store_outages"] \
+            else ""
+        oracle = (f"; the oracle counted {report['oracle_rows_checked']} (pass, row, shard) "
+                  "applications in the parameters, every one exactly 1") if report["oracle"] \
+            else ""
+        print(f"elasticps chaos: the job survived {report['kills_total']} kills{outages} and "
               f"{report['scales_total']} scale steps with every batch applied exactly once "
-              f"({report['expected_batches']} batches over all shards and passes)",
+              f"({report['expected_batches']} batches over all shards and passes){oracle}",
               file=sys.stderr)
     return 1 if found else 0

@@ -43,10 +43,12 @@ def job_env(opts: ChaosOptions) -> dict[str, str]:
     return env
 
 
-def launch_command(opts: ChaosOptions, workdir: Path) -> list[str]:
-    """``elasticps run`` of the user's script, through this interpreter's installed package."""
+def launch_command(opts: ChaosOptions, workdir: Path, store: str | None = None) -> list[str]:
+    """``elasticps run`` of the user's script, through this interpreter's installed package
+    (on ``store``, else the launcher's embedded one)."""
     return [sys.executable, "-m", "elasticps", "run", "--trainers", str(opts.trainers),
             "--pservers", str(opts.pservers), "--workdir", str(workdir),
+            *(["--store", store] if store else []),
             # faults are the point: the launcher must never give up restarting a role
             "--max-restarts", "1000", str(opts.script), *opts.script_args]
 
@@ -55,10 +57,12 @@ class LaunchedJob:
     """The user's job under ``elasticps run`` in ``workdir``, its output in ``output``. Leaving
     the ``with`` block stops a launcher still running (SIGINT: it stops every child)."""
 
-    def __init__(self, opts: ChaosOptions, workdir: Path, output: Path) -> None:
+    def __init__(self, opts: ChaosOptions, workdir: Path, output: Path,
+                 store: str | None = None) -> None:
         self.opts = opts
         self.workdir = workdir
         self.output = output
+        self.store = store
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
         self.started = 0.0
@@ -68,7 +72,7 @@ class LaunchedJob:
         self.workdir.mkdir(parents=True)
         self._out = open(self.output, "wb")  # closed in __exit__
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(launch_command(self.opts, self.workdir),
+        self.proc = subprocess.Popen(launch_command(self.opts, self.workdir, self.store),
                                      env=job_env(self.opts), stdin=subprocess.DEVNULL,
                                      stdout=self._out, stderr=subprocess.STDOUT)
         return self

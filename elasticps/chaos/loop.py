@@ -12,6 +12,11 @@ store records (:mod:`elasticps.chaos.targets`). After each kill it measures
 and waits for both (or ``recovery_timeout``) before the next step, so recoveries are measured one
 at a time. A master kill waits first until a standby is in the election, so it measures a
 takeover, not a cold restart.
+
+With a store outage planned, the step after ``outage_at`` kills takes the job's etcd down
+instead (SIGKILL), keeps it down ``outage`` seconds (the fault itself) and restarts it, then
+measures serving again (the leading master's status answers through the store) and throughput
+back the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from elasticps.chaos.job import Say
 from elasticps.chaos.observe import progress_of
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import KillRole, Planner, ScaleTrainers
-from elasticps.chaos.report import KillRecord, ScaleRecord
+from elasticps.chaos.report import KillRecord, OutageRecord, ScaleRecord
 from elasticps.chaos.targets import (
     ROLES,
     JobView,
@@ -66,6 +71,14 @@ class JobReader(Protocol):
     def progress(self) -> int | None: ...
 
 
+class StoreSwitch(Protocol):
+    """Takes the job's store down and brings it back (:class:`~elasticps.chaos.etcd.LocalEtcd`)."""
+
+    def kill(self) -> None: ...
+
+    def start(self) -> None: ...
+
+
 def sigkill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
@@ -79,7 +92,8 @@ class ChaosLoop:
 
     def __init__(self, opts: ChaosOptions, job: RunningJob, observer: JobReader,
                  planner: Planner, scale_to: Callable[[int], None], say: Say, *,
-                 host: str | None = None, kill: Callable[[int], None] = sigkill) -> None:
+                 host: str | None = None, kill: Callable[[int], None] = sigkill,
+                 store: StoreSwitch | None = None) -> None:
         self.opts = opts
         self.job = job
         self.observer = observer
@@ -88,6 +102,8 @@ class ChaosLoop:
         self.say = say
         self.host = host or socket.gethostname()
         self._kill = kill
+        self.store = store  # with opts.outage > 0: the store an outage takes down
+        self.outages: list[OutageRecord] = []
         self.kills: list[KillRecord] = []
         self.scales: list[ScaleRecord] = []
         self.spent: set[int] = set()  # pids already killed: never signalled twice
@@ -102,7 +118,9 @@ class ChaosLoop:
             self.step()
 
     def finished(self) -> bool:
-        if len(self.kills) >= self.opts.kills or not self.job.running:
+        if not self.job.running:
+            return True
+        if len(self.kills) >= self.opts.kills and not self.outage_due():
             return True
         if time.monotonic() - self.job.started > self.opts.job_timeout:
             return True  # the caller stops the job
@@ -110,6 +128,9 @@ class ChaosLoop:
         return bool(status and status.get("done"))
 
     def step(self) -> None:
+        if self.outage_due():  # outside the planner's streams: the seed's kills stay the same
+            self.outage()
+            return
         self.job.pause(self.planner.gap())
         view = self.observer.view()
         if view is None or not self.job.running:
@@ -172,6 +193,29 @@ class ChaosLoop:
         if now is None or not serving_again(target, before, now):
             return False
         return target.role != "master" or self.observer.status(now) is not None
+
+    # -- the store outage ---------------------------------------------------------------------
+
+    def outage_due(self) -> bool:
+        return (self.store is not None and self.opts.outage > 0 and not self.outages
+                and len(self.kills) >= self.opts.outage_at and self.job.running)
+
+    def outage(self) -> None:
+        assert self.store is not None
+        before = self.observer.progress() or 0
+        record = OutageRecord(time.time(), self.opts.outage)
+        self.outages.append(record)
+        self.store.kill()
+        self.say(f"chaos: store outage: etcd SIGKILLed; it stays down {self.opts.outage:g}s")
+        self.job.pause(self.opts.outage)  # the fault lasts this long (less if the job ends)
+        self.store.start()
+        back = time.monotonic()
+        record.serving_s = self._wait_since(back, lambda: self.observer.status() is not None)
+        record.throughput_s = self._wait_since(
+            back, lambda: (self.observer.progress() or 0) > before)
+        self.say(f"chaos: store back after {self.opts.outage:g}s down; the master serves again "
+                 f"{_fmt(record.serving_s)} and throughput is back {_fmt(record.throughput_s)} "
+                 "after etcd's restart")
 
     # -- scale steps --------------------------------------------------------------------------
 

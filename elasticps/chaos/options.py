@@ -7,6 +7,9 @@ from pathlib import Path
 
 from elasticps.errors import ConfigError
 
+# The oracle's training script (chaos/oracle_script.py), shipped in the package: a wheel has it.
+ORACLE_SCRIPT = Path(__file__).with_name("oracle_script.py")
+
 
 @dataclass(frozen=True)
 class ChaosOptions:
@@ -27,11 +30,36 @@ class ChaosOptions:
     recovery_timeout: float = 60.0  # per kill: serving again, then throughput back
     job_timeout: float = 1800.0  # each whole job run
     skip_baseline: bool = False
+    # A store outage: the job runs on its own etcd, SIGKILLed after ``outage_after`` kills and
+    # restarted ``outage`` seconds later on the same ports and data (0: no outage).
+    outage: float = 0.0
+    outage_after: int | None = None  # default: half the kills
+    # The parameter-value oracle (chaos/oracle.py): its own script and data, not the user's.
+    oracle: bool = False
+    oracle_rows: int = 800_000
+    oracle_passes: int = 3
+    oracle_batch_size: int = 50
+    oracle_rows_per_chunk: int = 4_000
+
+    @property
+    def outage_at(self) -> int:
+        """Kills delivered before the store outage."""
+        return self.kills // 2 if self.outage_after is None else self.outage_after
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first option that cannot work."""
         if not self.script.is_file():
             raise ConfigError(f"script {str(self.script)!r} does not exist or is not a file")
+        if self.outage < 0 or (self.outage_after is not None and self.outage_after < 0):
+            raise ConfigError(f"--outage {self.outage} and --outage-after {self.outage_after} "
+                              "must be >= 0")
+        if self.oracle:
+            for name, value in (("--oracle-rows", self.oracle_rows),
+                                ("--oracle-passes", self.oracle_passes),
+                                ("--oracle-batch-size", self.oracle_batch_size),
+                                ("--oracle-rows-per-chunk", self.oracle_rows_per_chunk)):
+                if value < 1:
+                    raise ConfigError(f"{name}={value} must be >= 1")
         for name, value, low in (("--kills", self.kills, 0), ("--trainers", self.trainers, 1),
                                  ("--pservers", self.pservers, 1),
                                  ("--lease-ttl", self.lease_ttl, 1)):

@@ -16,9 +16,10 @@ from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.targets import ROLES
 
 # The keys printed on the terminal; the --json file holds the whole report.
-BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "outcome", "auc",
-              "auc_fault_free", "auc_delta", "duplicates", "missing", "expected_batches",
-              "recovery", "wall_s", "restarts")
+BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "store_outages",
+              "outcome", "auc", "auc_fault_free", "auc_delta", "duplicates", "missing",
+              "expected_batches", "oracle_rows_checked", "oracle_mismatches", "recovery",
+              "wall_s", "restarts")
 
 
 @dataclass
@@ -31,6 +32,16 @@ class KillRecord:
     at: float  # wall-clock time of the kill
     serving_s: float | None = None  # kill -> the role serves again
     throughput_s: float | None = None  # kill -> the master counts new progress
+
+
+@dataclass
+class OutageRecord:
+    """One store outage: etcd SIGKILLed at ``at``, restarted ``down_s`` later."""
+
+    at: float
+    down_s: float
+    serving_s: float | None = None  # etcd back -> the leading master's status answers
+    throughput_s: float | None = None  # etcd back -> the master counts new progress
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class ChaosRecord:
     scales: list[ScaleRecord] = field(default_factory=list)
     accounting: Mapping[str, Any] | None = None  # None: could not be computed
     accounting_error: str | None = None
+    outages: list[OutageRecord] = field(default_factory=list)
+    oracle: Mapping[str, Any] | None = None  # chaos/oracle.py's result, with --oracle
 
 
 def recovery_stats(values: Sequence[float | None]) -> dict[str, float | int | None]:
@@ -87,6 +100,8 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
     auc = chaos.job.auc if chaos is not None else None
     auc_ff = baseline.auc if baseline is not None else None
     short = max(0, opts.kills - len(kills)) if chaos is not None else opts.kills
+    outages = chaos.outages if chaos is not None else []
+    oracle = chaos.oracle if chaos is not None else None
     return {
         "script": str(opts.script),
         "script_args": list(opts.script_args),
@@ -97,6 +112,9 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "kills_short": short,
         "kills_short_reason": _short_reason(opts, len(kills)) if short and chaos else None,
         "scales_total": len(chaos.scales) if chaos is not None else 0,
+        "store_outages": len(outages),
+        "store_outages_planned": int(opts.outage > 0),
+        "outages": [asdict(o) for o in outages],
         "outcome": _outcome(chaos.job if chaos is not None else None),
         "outcome_fault_free": _outcome(baseline),
         "auc": auc,
@@ -106,11 +124,17 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "missing": accounting.get("missing") if accounting else None,
         "expected_batches": accounting.get("expected_batches") if accounting else None,
         "accounting_error": chaos.accounting_error if chaos is not None else None,
+        "oracle": bool(opts.oracle),
+        "oracle_rows_checked": oracle.get("rows_checked") if oracle else None,
+        "oracle_mismatches": oracle.get("mismatches") if oracle else None,
+        "oracle_result": oracle,
         "recovery": {role: {"serving": recovery_stats([k.serving_s for k in kills
                                                        if k.role == role]),
                             "throughput": recovery_stats([k.throughput_s for k in kills
                                                           if k.role == role])}
-                     for role in ROLES},
+                     for role in ROLES} | {
+            "store": {"serving": recovery_stats([o.serving_s for o in outages]),
+                      "throughput": recovery_stats([o.throughput_s for o in outages])}},
         "wall_s": {"chaos": round(chaos.job.wall_s, 1) if chaos is not None else None,
                    "fault_free": round(baseline.wall_s, 1) if baseline is not None else None},
         "restarts": chaos.job.summary.get("restarts") if chaos is not None else None,
@@ -151,6 +175,17 @@ def problems(report: Mapping[str, Any]) -> list[str]:
         found.append(f"exactly-once was broken: {report['duplicates']} batch application(s) "
                      f"beyond one and {report['missing']} batch(es) never applied, over "
                      f"{report['expected_batches']} expected (details under 'accounting')")
+    if report["oracle"]:
+        result = report["oracle_result"] or {}
+        if report["oracle_mismatches"] is None or result.get("error"):
+            found.append("the oracle could not count the parameters"
+                         + (f": {result['error']}" if result.get("error") else ""))
+        elif report["oracle_mismatches"] or not result.get("counters_ok"):
+            found.append(f"the oracle found {report['oracle_mismatches']} of "
+                         f"{report['oracle_rows_checked']} rows applied other than exactly once "
+                         f"(examples and per-shard counts under 'oracle_result')")
+    if report["store_outages"] < report["store_outages_planned"]:
+        found.append("the planned store outage was not delivered (the job ended first)")
     if report["kills_short"]:
         found.append(f"only {report['kills_total']} of {report['kills_planned']} kills were "
                      f"delivered: {report['kills_short_reason']}")

@@ -2,21 +2,28 @@
 
 :func:`run_chaos` runs the user's script twice with the same arguments, each run in its own
 workdir (its own embedded store, data and checkpoints): fault-free first (unless
-``skip_baseline``), then under :class:`~elasticps.chaos.loop.ChaosLoop`. At the end it reads the
-exactly-once accounting from durable state (:mod:`elasticps.chaos.accounting`) and builds the
-report (:mod:`elasticps.chaos.report`).
+``skip_baseline``), then under :class:`~elasticps.chaos.loop.ChaosLoop`; with a store outage
+planned, the run under faults uses its own etcd (:mod:`elasticps.chaos.etcd`) that the outage
+takes down. At the end it reads the exactly-once accounting from durable state
+(:mod:`elasticps.chaos.accounting`), with ``oracle`` counts every batch's applications in the
+parameters (:mod:`elasticps.chaos.oracle`), and builds the report (:mod:`elasticps.chaos.report`).
+With ``oracle`` the script is the oracle's own, on data it writes once for both runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from typing import Any
 
 from elasticps.chaos.accounting import job_accounting
+from elasticps.chaos.etcd import LocalEtcd
 from elasticps.chaos.job import LaunchedJob, Say
 from elasticps.chaos.loop import ChaosLoop
 from elasticps.chaos.observe import JobObserver
-from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
+from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_oracle_data
 from elasticps.chaos.plan import KillRole, Planner, preview
 from elasticps.chaos.report import ChaosRecord, JobRun, build_report
 from elasticps.errors import ElasticPSError
@@ -43,7 +50,14 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
                                 gap=opts.gap)]
     say(f"chaos: run under faults in {workdir} (output in {output}); seed {opts.seed} plans: "
         f"{', '.join(planned) or 'no kills'}")
-    with LaunchedJob(opts, workdir, output) as job:
+    with contextlib.ExitStack() as stack:
+        etcd = None
+        if opts.outage > 0:
+            etcd = stack.enter_context(LocalEtcd(opts.workdir / "chaos-etcd"))
+            say(f"chaos: the job runs on its own etcd at {etcd.url} (a store outage of "
+                f"{opts.outage:g}s follows kill {opts.outage_at})")
+        job = stack.enter_context(LaunchedJob(opts, workdir, output,
+                                              etcd.url if etcd is not None else None))
         deadline = time.monotonic() + opts.start_timeout
         location = job.wait_for_location(deadline)
         if location is None:
@@ -51,15 +65,17 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
                 f"(output in {output})")
             return ChaosRecord(job.finish(0.0, say),
                                accounting_error="the job never published where its store is")
-        with open_store(*location) as store:
-            planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
-            loop = ChaosLoop(opts, job, JobObserver(store), planner,
-                             lambda n: set_desired_trainers(*location, n), say)
-            loop.run(deadline)
-            record = ChaosRecord(
-                job.finish(opts.job_timeout - (time.monotonic() - job.started), say),
-                loop.kills, loop.scales)
-            _account(record, store, opts)
+        store = stack.enter_context(open_store(*location))
+        planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
+        loop = ChaosLoop(opts, job, JobObserver(store), planner,
+                         lambda n: set_desired_trainers(*location, n), say, store=etcd)
+        loop.run(deadline)
+        record = ChaosRecord(
+            job.finish(opts.job_timeout - (time.monotonic() - job.started), say),
+            loop.kills, loop.scales, outages=loop.outages)
+        _account(record, store, opts)
+        if opts.oracle:
+            record.oracle = _oracle(record, store, opts)
     return record
 
 
@@ -71,14 +87,39 @@ def _account(record: ChaosRecord, store: Store, opts: ChaosOptions) -> None:
         record.accounting_error = f"{type(exc).__name__}: {exc}"
 
 
+def oracle_spec(opts: ChaosOptions) -> OracleSpec:
+    return OracleSpec(str(opts.workdir / "oracle-data"), opts.oracle_passes,
+                      opts.oracle_batch_size, opts.pservers)
+
+
+def with_oracle(opts: ChaosOptions, say: Say) -> ChaosOptions:
+    """``opts`` running the oracle's script on its data, written here once for both runs."""
+    spec = oracle_spec(opts)
+    say(f"chaos: the oracle writes {opts.oracle_rows} rows in chunks of "
+        f"{opts.oracle_rows_per_chunk} to {spec.data}; {opts.oracle_passes} passes of batches of "
+        f"{opts.oracle_batch_size} on {opts.pservers} pservers")
+    write_oracle_data(spec.data, opts.oracle_rows, opts.oracle_rows_per_chunk)
+    return dataclasses.replace(opts, script=ORACLE_SCRIPT, script_args=tuple(oracle_args(spec)))
+
+
+def _oracle(record: ChaosRecord, store: Store, opts: ChaosOptions) -> dict[str, Any]:
+    checkpoints = str(record.job.workdir / "checkpoints")
+    try:
+        return check_oracle(oracle_spec(opts), checkpoints, store).as_dict()
+    except (ElasticPSError, OSError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def _print(line: str) -> None:
     print(line, flush=True)
 
 
 def run_chaos(opts: ChaosOptions, say: Say = _print) -> dict[str, Any]:
     """Both runs and the report (see :func:`elasticps.chaos.report.build_report`)."""
-    opts.validate()
     opts.workdir.mkdir(parents=True, exist_ok=True)
+    if opts.oracle:
+        opts = with_oracle(opts, say)
+    opts.validate()
     baseline = None if opts.skip_baseline else run_fault_free(opts, say)
     if baseline is not None and not baseline.succeeded:
         return build_report(opts, None, baseline)

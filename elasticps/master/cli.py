@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 from elasticps.config import load_config
+from elasticps.data.batching import BatchPlan
 from elasticps.errors import ConfigError, InvalidArgumentError
 from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
@@ -31,12 +32,18 @@ Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN, PADDLE_TLS_DIR (or PADDLE
 PADDLE_HOST, PADDLE_HTTP_HOST, PADDLE_LEASE_TTL and PADDLE_DATA from the environment (see
 `elasticps env`). Exits 0 on SIGTERM (after resigning
 the lead) and 1 when it loses the lead, so a supervisor restarts it as a standby.
+
+The dataset is set by the first trainer's SetDataset, with the batch plan of its reader (batch
+size, shuffle seed, features): the master counts every task's batches from it and refuses a
+trainer that reads differently. --dataset sets it at start instead and then needs
+--batch-size (and --shuffle-seed / --features where the trainers' readers set them).
 """
 
 EPILOG = """\
 example:
   PADDLE_STORE=file:///tmp/job.db PADDLE_JOB_TOKEN=secret PADDLE_TLS_DIR=/tmp/job/tls/master \\
-    elasticps master --dataset /data/criteo --chunks-per-task 2 --num-passes 3 --http-port 8080
+    elasticps master --dataset /data/criteo --chunks-per-task 2 --num-passes 3 \\
+    --batch-size 512 --http-port 8080
   curl http://127.0.0.1:8080/api/status
 """
 
@@ -47,8 +54,16 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default=None,
-                        help="dataset URL to train on (default PADDLE_DATA); without one, the "
-                             "first trainer's SetDataset call decides")
+                        help="dataset URL to train on, set at start (needs --batch-size; "
+                             "PADDLE_DATA is used with --batch-size); without it, the first "
+                             "trainer's SetDataset call decides")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="rows per batch of the trainers' readers, with --dataset")
+    parser.add_argument("--shuffle-seed", type=int, default=None,
+                        help="the trainers' reader shuffle seed, with --dataset (default none)")
+    parser.add_argument("--features", default="",
+                        help="the trainers' feature config as canonical JSON of its non-default "
+                             "fields, with --dataset (default: the defaults)")
     parser.add_argument("--chunks-per-task", type=int, default=1,
                         help="consecutive chunks (Parquet row groups) per task (default 1)")
     parser.add_argument("--num-passes", type=int, default=1,
@@ -99,13 +114,14 @@ def run(args: argparse.Namespace) -> int:
                              max_failed_fraction=args.max_failed_fraction)
     except InvalidArgumentError as exc:
         raise ConfigError(str(exc)) from exc
+    dataset, plan = _dataset_at_start(args, config.data)
     options = MasterOptions(
         job=config.job_name, credentials=credentials_from_config(config), host=config.host,
         port=args.port, http_port=args.http_port, http_host=config.http_host,
         health_port=config.health_port or None, data_schemes=config.data_schemes,
         lease_ttl=config.lease_ttl, policy=policy,
-        dataset=args.dataset or config.data, chunks_per_task=args.chunks_per_task,
-        num_passes=args.num_passes,
+        dataset=dataset, chunks_per_task=args.chunks_per_task,
+        num_passes=args.num_passes, batch_plan=plan,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None
         else config.num_pservers, metrics_port=config.metrics_port)
     set_node(options.node)
@@ -124,3 +140,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"elasticps master: {options.node} of job {options.job} lost the lead; exiting "
               "so it restarts as a standby", file=sys.stderr)
     return code
+
+
+def _dataset_at_start(args: argparse.Namespace,
+                      env_data: str | None) -> tuple[str | None, BatchPlan | None]:
+    """The dataset and batch plan to set at start, or (None, None): wait for a trainer."""
+    if args.batch_size is None:
+        if args.dataset:
+            raise ConfigError("--dataset needs --batch-size: the master counts each task's "
+                              "batches from the trainers' batch size")
+        if env_data:
+            log.info("PADDLE_DATA is %s but no --batch-size was given; the master waits for "
+                     "the first trainer's SetDataset, which brings the batch plan.", env_data)
+        return None, None
+    dataset = args.dataset or env_data
+    if not dataset:
+        raise ConfigError("--batch-size is for a dataset set at start: give --dataset")
+    try:
+        return dataset, BatchPlan(args.batch_size, args.shuffle_seed, args.features)
+    except InvalidArgumentError as exc:
+        raise ConfigError(f"--batch-size: {exc}") from exc

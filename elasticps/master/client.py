@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from elasticps.data.batching import BatchPlan
 from elasticps.errors import LeaseExpiredError, StoreUnavailableError, UnavailableError
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
@@ -97,11 +98,16 @@ class MasterClient:
 
     # -------------------------------------------------------------------------------- calls
 
-    def set_dataset(self, url: str, chunks_per_task: int,
-                    num_passes: int) -> master_pb2.SetDatasetResponse:
-        return self._call(lambda s: s.SetDataset, master_pb2.SetDatasetRequest(
-            dataset_url=url, chunks_per_task=chunks_per_task, num_passes=num_passes),
-            "SetDataset")
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> master_pb2.SetDatasetResponse:
+        """Set (or join) the job's dataset with this trainer's batch plan; a plan that differs
+        from the job's is refused (FailedPreconditionError naming the difference)."""
+        request = master_pb2.SetDatasetRequest(
+            dataset_url=url, chunks_per_task=chunks_per_task, num_passes=num_passes,
+            batch_size=plan.batch_size, features=plan.features)
+        if plan.shuffle_seed is not None:
+            request.shuffle_seed = plan.shuffle_seed
+        return self._call(lambda s: s.SetDataset, request, "SetDataset")
 
     def get_task(self, pass_id: int) -> master_pb2.GetTaskResponse:
         return self._call(lambda s: s.GetTask, master_pb2.GetTaskRequest(

@@ -56,8 +56,9 @@ from elasticps.master.reconcile_loop import Reconciler, Shards
 from elasticps.master.service import ChunkLister, MasterState
 from elasticps.master.snapshot import QueueSnapshot
 from elasticps.master.status_access import published_status
-from elasticps.store.api import EventType, Lease, Op, Put, Store
+from elasticps.store.api import Event, EventType, KeyValue, Lease, Op, Put, Store
 from elasticps.store.election import Election
+from elasticps.store.follow import PrefixFollower
 from elasticps.store.keys import (
     MASTER_ADDRESS,
     MASTER_ELECTION,
@@ -307,8 +308,9 @@ class Leader(Lifecycle[LeaderState]):
             state.install(loaded)
             log.info("Master %s of job %s resumed pass %d of %s in %.3fs.", opts.node, opts.job,
                      loaded.queue.pass_id, loaded.dataset.url, loaded.load_seconds)
-        elif opts.dataset:
-            state.set_dataset(opts.dataset, opts.chunks_per_task, opts.num_passes)
+        elif opts.dataset and opts.batch_plan is not None:
+            state.set_dataset(opts.dataset, opts.chunks_per_task, opts.num_passes,
+                              opts.batch_plan)
 
     @contextlib.contextmanager
     def _background(self, name: str, target: Callable[[], None]) -> Iterator[None]:
@@ -336,23 +338,39 @@ class Leader(Lifecycle[LeaderState]):
             thread.join(timeout=_JOIN_S)
 
     def _watch_trainers(self, state: MasterState, start_revision: int) -> None:
-        """A trainer key's PUT marks it live; its DELETE (lease gone) releases its tasks."""
-        with self.store.watch_prefix(TRAINER_PREFIX, start_revision) as watch:
-            while not self._halt.is_set():
-                event = watch.get(timeout=0.5)
-                if event is None:
-                    continue
-                name = trainer_of(event.key)
-                try:
-                    if event.type is EventType.DELETE:
-                        state.trainer_gone(name, graceful=False)
-                    elif _leaving(event.value, event.key):
-                        state.trainer_gone(name, graceful=True)
-                    else:
-                        state.trainer_seen(name)
-                except ElasticPSError as exc:
-                    log.error("Master %s of job %s could not release trainer %s's tasks: %s",
-                              self.options.node, self.options.job, name, exc)
+        """A trainer key's PUT marks it live; its DELETE (lease gone) releases its tasks. A
+        watch that fails is re-created from a fresh listing (store/follow.py), which releases
+        the tasks of every trainer whose key vanished meanwhile."""
+        follower = PrefixFollower(
+            self.store, TRAINER_PREFIX, functools.partial(self._trainer_event, state),
+            functools.partial(self._trainer_listing, state),
+            who=f"Master {self.options.node} of job {self.options.job}")
+        follower.run(self._halt, start_revision)
+
+    def _trainer_event(self, state: MasterState, event: Event) -> None:
+        name = trainer_of(event.key)
+        if event.type is EventType.DELETE:
+            self._release(state, name, graceful=False)
+        elif _leaving(event.value, event.key):
+            self._release(state, name, graceful=True)
+        else:
+            state.trainer_seen(name)
+
+    def _trainer_listing(self, state: MasterState, listing: list[KeyValue]) -> None:
+        """Every trainer key after a watch gap: the ones that vanished are gone."""
+        leaving = {trainer_of(kv.key) for kv in listing if _leaving(kv.value, kv.key)}
+        live = {trainer_of(kv.key) for kv in listing} - leaving
+        for name in sorted(live):
+            state.trainer_seen(name)
+        for name in sorted(state.known_trainers() - live):
+            self._release(state, name, graceful=name in leaving)
+
+    def _release(self, state: MasterState, name: str, *, graceful: bool) -> None:
+        try:
+            state.trainer_gone(name, graceful=graceful)
+        except ElasticPSError as exc:
+            log.error("Master %s of job %s could not release trainer %s's tasks: %s",
+                      self.options.node, self.options.job, name, exc)
 
     def _expire_task_leases(self, state: MasterState) -> None:
         interval = min(0.5, self.options.policy.task_lease / 4)

@@ -7,6 +7,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from elasticps.data.batching import BatchPlan
+from elasticps.errors import ConfigError
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.rpc.credentials import JobCredentials
 
@@ -26,6 +28,7 @@ class MasterOptions:
     dataset: str | None = None  # set this dataset at start (else the first SetDataset does)
     chunks_per_task: int = 1
     num_passes: int = 1
+    batch_plan: BatchPlan | None = None  # the dataset's batch plan; needed with ``dataset``
     # Pservers to reconcile with at every pass end (0 = none: passes end without it). Set
     # policy.reconcile to match (with_reconcile does).
     num_pservers: int = 0
@@ -33,6 +36,12 @@ class MasterOptions:
     metrics_port: int = 0  # Prometheus /metrics of this process (0 = any free port)
     observe_interval: float = 1.0  # seconds between the status page's samples
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")
+
+    def __post_init__(self) -> None:
+        if self.dataset and self.batch_plan is None:
+            raise ConfigError(
+                f"a master given the dataset {self.dataset!r} needs its batch plan (batch size, "
+                "shuffle seed, features): the master counts each task's batches with it")
 
 
 def with_reconcile(options: MasterOptions) -> MasterOptions:

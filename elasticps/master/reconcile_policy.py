@@ -1,15 +1,18 @@
 """Pass-end reconciliation, decided purely: which batches does some pserver shard miss?
 
 Input: the expected batches of a pass (``{task_id: batches}`` of its DONE tasks, from
-:meth:`~elasticps.master.task_queue.TaskQueue.expected_batches`) and one :class:`ShardReport`
+:meth:`~elasticps.master.task_queue.TaskQueue.expected_batches`: counted from the data) and one
+:class:`ShardReport`
 per shard (the applied batches of that pass held by the checkpoint the shard just wrote).
 Output: a :class:`Reconciliation` with the missing seqs per task (the union over shards: a
 recovery dispatch recomputes them once and pushes them to every shard; the shards that have a
 batch answer "duplicate") and a per-shard account of expected, held, missing, duplicate and
 unexpected batches. No I/O here; :mod:`elasticps.master.reconcile_loop` does the calls.
 
-A task's batch count is the larger of what its TaskFinished reported and the highest seq any
-shard holds + 1, so a trainer that under-reports cannot hide a batch that some shard has.
+The expected counts are the data's (the chunks' row counts and the job's batch size), never
+what a trainer or a shard reports: a tail that every shard lost (a trainer that reported its
+last batch and died, a restore from an older checkpoint) is still missing. A shard holding a
+seq at or past a task's count holds an *unexpected* batch.
 """
 
 from __future__ import annotations
@@ -34,10 +37,9 @@ class HeldSeqs:
     def count(self) -> int:
         return self.below + len(self.extra)
 
-    @property
-    def top(self) -> int:
-        """Highest seq held + 1 (0 if none)."""
-        return max(self.below, max(self.extra, default=-1) + 1)
+    def held_below(self, batches: int) -> int:
+        """How many seqs in ``[0, batches)`` are held."""
+        return min(self.below, batches) + sum(1 for s in self.extra if s < batches)
 
     def missing(self, batches: int) -> list[int]:
         """Seqs in ``[0, batches)`` not held."""
@@ -76,7 +78,7 @@ class Reconciliation:
     pass_id: int
     missing: dict[int, tuple[int, ...]]  # task -> seqs some shard misses (union over shards)
     shards: list[ShardAccount] = field(default_factory=list)
-    batches: dict[int, int] = field(default_factory=dict)  # task -> batch count used
+    batches: dict[int, int] = field(default_factory=dict)  # task -> its batch count
 
     @property
     def complete(self) -> bool:
@@ -94,12 +96,6 @@ def reconcile(pass_id: int, expected: Mapping[int, int],
               reports: Sequence[ShardReport]) -> Reconciliation:
     """Compare every shard's holdings of ``pass_id`` with the expected batches."""
     batches = dict(expected)
-    for report in reports:
-        if pass_id < report.floor:
-            continue
-        for task_id, seqs in report.tasks.items():
-            if task_id in batches:
-                batches[task_id] = max(batches[task_id], seqs.top)
     missing: dict[int, set[int]] = {}
     accounts = []
     for report in reports:
@@ -114,8 +110,8 @@ def reconcile(pass_id: int, expected: Mapping[int, int],
             held += count - len(gone)
         for task_id, seqs in report.tasks.items():
             duplicates += max(0, seqs.applications - seqs.count)
-            if task_id not in batches:
-                unexpected += seqs.count
+            known = batches.get(task_id)
+            unexpected += seqs.count if known is None else seqs.count - seqs.held_below(known)
         accounts.append(ShardAccount(report.shard, sum(batches.values()), held, lost,
                                      duplicates, unexpected, report.checkpoint_id))
     return Reconciliation(pass_id, {t: tuple(sorted(s)) for t, s in sorted(missing.items())},

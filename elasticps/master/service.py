@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.locations import check_scheme
 from elasticps.data.manifest import ChunkRef, read_manifest
 from elasticps.errors import (
@@ -35,6 +36,8 @@ from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.fields import check_name, clip_text
 from elasticps.rpc.server import rpc_handler
+from elasticps.store.api import Op, Put
+from elasticps.store.keys import SEALED_PASSES, SealedPasses
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +90,18 @@ class MasterState:
             self.dataset, self.queue = loaded.dataset, loaded.queue
             self.persist(loaded.delta)
 
-    def persist(self, delta: Delta) -> None:
-        """Write ``delta``; retry a store outage for ``persist_retry_s``, then give up the lead.
+    def persist(self, delta: Delta, with_meta: Sequence[Op] = ()) -> None:
+        """Write ``delta`` (and ``with_meta`` in the transaction of the meta record); retry a
+        store outage for ``persist_retry_s``, then give up the lead.
 
         Called with the lock held, so no answer goes out before its change is stored.
         """
-        if delta.empty or self.queue is None:
+        if (delta.empty and not with_meta) or self.queue is None:
             return
         started = self.clock()
         queue = self.queue
         try:
-            self.persist_retry.call(lambda: self.snapshot.write_delta(queue, delta),
+            self.persist_retry.call(lambda: self.snapshot.write_delta(queue, delta, with_meta),
                                     what=f"Master {self.node} of job {self.job}: persisting a "
                                          "change")
         except NotLeaderError:
@@ -126,24 +130,27 @@ class MasterState:
 
     # ---------------------------------------------------------------------------- operations
 
-    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int) -> TaskQueue:
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> TaskQueue:
+        """Set the job's dataset and pin its batch plan; a repeat with the same arguments is
+        answered with the queue, any difference is refused naming it."""
         with self.lock:
             if self.deposed.is_set():
                 raise NotLeaderError(f"master {self.node} of job {self.job} is not the leader")
             if self.dataset is not None and self.queue is not None:
-                if not self.dataset.same_job(url, chunks_per_task, num_passes):
+                differs = self.dataset.differences(url, chunks_per_task, num_passes, plan)
+                if differs:
                     raise FailedPreconditionError(
-                        f"job {self.job} already trains on {self.dataset.url!r} with "
-                        f"chunks_per_task={self.dataset.chunks_per_task}, num_passes="
-                        f"{self.dataset.num_passes}; refusing {url!r} with chunks_per_task="
-                        f"{chunks_per_task}, num_passes={num_passes}")
+                        f"job {self.job} trains with {'; '.join(differs)}: this trainer would "
+                        "number its batches differently or read other data, so the master "
+                        "refuses it (every trainer of a job must use the same dataset, "
+                        "chunks_per_task, num_passes, batch_size, shuffle_seed and features)")
                 return self.queue
             if not url:
                 raise FailedPreconditionError("SetDataset needs a dataset_url")
             chunks = tuple(self.chunk_lister(url))
-            queue = TaskQueue([c.num_rows for c in chunks], chunks_per_task, num_passes,
-                              self.policy)
-            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks)
+            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks, plan)
+            queue = dataset.new_queue(self.policy)
             try:
                 self.snapshot.write_dataset(dataset, queue)
             except NotLeaderError:
@@ -157,6 +164,12 @@ class MasterState:
     def trainer_seen(self, name: str) -> None:
         with self.lock:
             self.live_trainers.add(name)
+
+    def known_trainers(self) -> set[str]:
+        """Trainers seen live, and every holder of a pending task."""
+        with self.lock:
+            owners = self.queue.owners() if self.queue is not None else set()
+            return self.live_trainers | owners
 
     def trainer_gone(self, name: str, *, graceful: bool) -> None:
         with self.lock:
@@ -198,12 +211,13 @@ class MasterState:
             if delta.empty:
                 return False
             doc = result.as_dict()
-            try:
-                self.snapshot.write_accounting(result.pass_id, doc)
-            except NotLeaderError:
-                self._depose("an accounting write was fenced off")
-                raise
-            self.persist(delta)
+            # The accounting goes with the meta record: the pass ends (or its recovery starts)
+            # in the same transaction that records why, and a sealed pass is published for
+            # pservers that restart with no checkpoint (they refuse its late pushes).
+            records = [self.snapshot.accounting_op(result.pass_id, doc)]
+            if result.complete:
+                records.append(Put(SEALED_PASSES, SealedPasses(result.pass_id + 1).encode()))
+            self.persist(delta, records)
             self.accounting[result.pass_id] = doc
             if result.complete:
                 log.info("Master %s of job %s: every pserver shard holds all %d batches of pass "
@@ -274,13 +288,25 @@ class MasterState:
             return doc
 
 
-def task_message(view: TaskView, dataset: DatasetRecord) -> master_pb2.Task:
+def plan_of(request: master_pb2.SetDatasetRequest) -> BatchPlan:
+    """The batch plan a SetDataset asks for (INVALID_ARGUMENT without a batch size)."""
+    if request.batch_size < 1:
+        raise InvalidArgumentError(
+            f"SetDataset needs batch_size >= 1 (got {request.batch_size}): the master counts "
+            "each task's batches from it; this trainer's elasticps is older than the master's")
+    seed = request.shuffle_seed if request.HasField("shuffle_seed") else None
+    return BatchPlan(request.batch_size, seed, request.features)
+
+
+def task_message(view: TaskView, dataset: DatasetRecord,
+                 lease_seconds: float = 0.0) -> master_pb2.Task:
     chunks = dataset.chunks[view.first_chunk:view.first_chunk + view.num_chunks]
     return master_pb2.Task(
         task_id=view.task_id, pass_id=view.pass_id, epoch=view.epoch,
         chunks=[master_pb2.Chunk(path=c.path, row_group=c.row_group, num_rows=c.num_rows)
                 for c in chunks],
-        records_done=view.records_done, only_batches=list(view.only_batches))
+        records_done=view.records_done, only_batches=list(view.only_batches),
+        lease_seconds=lease_seconds)
 
 
 class MasterServicer(master_pb2_grpc.MasterServicer):
@@ -294,7 +320,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self, request: master_pb2.SetDatasetRequest, context: grpc.ServicerContext,
     ) -> master_pb2.SetDatasetResponse:
         queue = self.state.set_dataset(request.dataset_url, request.chunks_per_task,
-                                       request.num_passes)
+                                       request.num_passes, plan_of(request))
         return master_pb2.SetDatasetResponse(num_tasks=queue.num_tasks,
                                              num_chunks=queue.num_chunks)
 
@@ -313,7 +339,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                                                   pass_id=result.pass_id, reason=result.reason)
             if result.outcome is Outcome.TASK and result.task is not None:
                 assert state.dataset is not None
-                response.task.CopyFrom(task_message(result.task, state.dataset))
+                response.task.CopyFrom(task_message(result.task, state.dataset,
+                                                    queue.policy.task_lease))
             return response
 
     @rpc_handler

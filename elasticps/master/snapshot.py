@@ -2,7 +2,8 @@
 
 Layout (keys relative to the job prefix)::
 
-    master/state/dataset            header JSON: url, chunks_per_task, num_passes, num_chunks,
+    master/state/dataset            header JSON: url, chunks_per_task, num_passes, the batch
+                                    plan (batch_size, shuffle_seed, features), num_chunks,
                                     parts, sha256 of the parts; written once, LAST (commit mark)
     master/state/chunks/<k:06d>     part k of the chunk list (~256 KiB each, paths deduplicated)
     master/state/meta               pass, finished, failed reason, counters, save-model grant
@@ -14,8 +15,13 @@ Layout (keys relative to the job prefix)::
 Every write goes through a ``commit(ops)`` callable that applies the ops in one store
 transaction conditioned on still holding the election lock (``Election.leader_txn``), so a
 deposed master cannot write. A delta with more ops than ``max_ops`` (etcd allows 128 per txn)
-is split; the meta record goes in the last transaction. Loading reads the task records in
-ranges of 10,000 keys (``task/0000``..``task/0009``) to keep every response small.
+is split; the meta record goes in the last transaction, together with any record that must
+change with it (the accounting that ends a pass), so a pass ends atomically. A master that dies
+between the transactions of a split delta leaves some task records written and the meta not:
+:meth:`TaskQueue.restore` reads such a state consistently (recovery dispatches written under a
+meta still ``reconciling`` mean the reconciliation is over and its work is left). Loading reads
+the task records in ranges of 10,000 keys (``task/0000``..``task/0009``) to keep every response
+small.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError, StoreError
 from elasticps.master.task_queue import (
@@ -48,7 +55,7 @@ TASK_PREFIX = "master/state/task/"
 FAILED_PREFIX = "master/state/failed/"
 ACCOUNTING_PREFIX = "master/state/accounting/"
 STATE_PREFIX = "master/state/"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the dataset header pins the batch plan; task records carry no count
 TASK_ID_DIGITS = 8
 TASK_RANGE_DIGITS = 4  # task keys are read in ranges sharing their first 4 digits
 
@@ -61,10 +68,20 @@ class DatasetRecord:
     chunks_per_task: int
     num_passes: int
     chunks: tuple[ChunkRef, ...]
+    plan: BatchPlan
 
-    def same_job(self, url: str, chunks_per_task: int, num_passes: int) -> bool:
-        return (self.url, self.chunks_per_task, self.num_passes) == (
-            url, chunks_per_task, num_passes)
+    def differences(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> list[str]:
+        """What a SetDataset asking for these differs in from this job (empty: the same)."""
+        found = [f"{name}={ours!r}, not {theirs!r}" for name, ours, theirs in (
+            ("dataset_url", self.url, url), ("chunks_per_task", self.chunks_per_task,
+                                             chunks_per_task),
+            ("num_passes", self.num_passes, num_passes)) if ours != theirs]
+        return found + self.plan.differences(plan)
+
+    def new_queue(self, policy: QueuePolicy | None) -> TaskQueue:
+        return TaskQueue([c.num_rows for c in self.chunks], self.chunks_per_task,
+                         self.num_passes, policy, batch_size=self.plan.batch_size)
 
 
 @dataclass(frozen=True)
@@ -90,8 +107,6 @@ def encode_task(rec: TaskRecord) -> bytes:
         doc["x"] = rec.last_error
     if rec.only_batches:
         doc["b"] = list(rec.only_batches)
-    if rec.batches:
-        doc["n"] = rec.batches
     return _dumps(doc)
 
 
@@ -99,7 +114,7 @@ def decode_task(raw: bytes) -> TaskRecord:
     doc = json.loads(raw)
     return TaskRecord(TaskState(doc["s"]), int(doc["p"]), int(doc["e"]), str(doc["o"]),
                       int(doc["r"]), int(doc["f"]), str(doc.get("x", "")),
-                      tuple(int(b) for b in doc.get("b", ())), int(doc.get("n", 0)))
+                      tuple(int(b) for b in doc.get("b", ())))
 
 
 def encode_meta(meta: MetaRecord) -> bytes:
@@ -178,30 +193,42 @@ class QueueSnapshot:
             self._commit([Put(f"{CHUNKS_PREFIX}{parts - 1:06d}", part)])
         header = {"version": FORMAT_VERSION, "url": dataset.url,
                   "chunks_per_task": dataset.chunks_per_task, "num_passes": dataset.num_passes,
-                  "num_chunks": len(dataset.chunks), "parts": parts,
+                  "plan": dataset.plan.to_dict(), "num_chunks": len(dataset.chunks),
+                  "parts": parts,
                   "sha256": digest.hexdigest()}
         self._commit([Put(META_KEY, encode_meta(queue.meta_record())),
                       Put(DATASET_KEY, _dumps(header))])
 
-    def write_accounting(self, pass_id: int, doc: dict[str, Any]) -> None:
-        """Record the reconciliation of a pass (the exactly-once accounting)."""
-        self._commit([Put(f"{ACCOUNTING_PREFIX}{pass_id:06d}", _dumps(doc))])
+    @staticmethod
+    def accounting_op(pass_id: int, doc: dict[str, Any]) -> Op:
+        """The record of a pass's last reconciliation (the exactly-once accounting), to be
+        written with the delta it decided (:meth:`write_delta`'s ``with_meta``)."""
+        return Put(f"{ACCOUNTING_PREFIX}{pass_id:06d}", _dumps(doc))
 
-    def ops_for(self, queue: TaskQueue, delta: Delta) -> list[Op]:
+    def ops_for(self, queue: TaskQueue, delta: Delta) -> tuple[list[Op], list[Op]]:
+        """(task and failure records, the meta record): the meta is written last."""
         ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
                          for t in sorted(delta.tasks)]
         ops.extend(Put(f"{FAILED_PREFIX}{e.pass_id:06d}-{e.task_id:0{TASK_ID_DIGITS}d}",
                        e.reason.encode()) for e in delta.failures)
-        if delta.meta:
-            ops.append(Put(META_KEY, encode_meta(queue.meta_record())))
-        return ops
+        meta: list[Op] = [Put(META_KEY, encode_meta(queue.meta_record()))] if delta.meta else []
+        return ops, meta
 
-    def write_delta(self, queue: TaskQueue, delta: Delta) -> int:
-        """Persist what ``delta`` says changed; returns the bytes written."""
-        ops = self.ops_for(queue, delta)
+    def write_delta(self, queue: TaskQueue, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
+        """Persist what ``delta`` says changed, the meta record and ``with_meta`` in the last
+        transaction (one transaction when it all fits); returns the bytes written."""
+        records, meta = self.ops_for(queue, delta)
+        last = [*meta, *with_meta]
+        if not records and not last:
+            return 0
+        if len(last) > self.max_ops:
+            raise StoreError(f"{len(last)} records must be written atomically, more than one "
+                             f"transaction's {self.max_ops}")
         before = self.bytes_written
-        for start in range(0, len(ops), self.max_ops):
-            self._commit(ops[start:start + self.max_ops])
+        cut = max(0, len(records) + len(last) - self.max_ops)
+        for start in range(0, cut, self.max_ops):
+            self._commit(records[start:min(start + self.max_ops, cut)])
+        self._commit([*records[cut:], *last])
         return self.bytes_written - before
 
     # ------------------------------------------------------------------------------ reading
@@ -226,7 +253,8 @@ class QueueSnapshot:
         if digest.hexdigest() != header["sha256"] or len(chunks) != header["num_chunks"]:
             raise DataError("the master's stored chunk list does not match its checksum")
         return DatasetRecord(str(header["url"]), int(header["chunks_per_task"]),
-                             int(header["num_passes"]), tuple(chunks))
+                             int(header["num_passes"]), tuple(chunks),
+                             BatchPlan.from_dict(header["plan"]))
 
     def load(self, policy: QueuePolicy | None, live_trainers: set[str],
              now: float) -> LoadedState | None:
@@ -251,12 +279,13 @@ class QueueSnapshot:
             failures.append(FailureEntry(int(pass_text), int(task_text), kv.value.decode()))
         queue, delta = TaskQueue.restore(
             [c.num_rows for c in dataset.chunks], dataset.chunks_per_task, dataset.num_passes,
-            policy, decode_meta(meta_kv.value), records, failures, live_trainers, now)
+            policy, decode_meta(meta_kv.value), records, failures, live_trainers, now,
+            batch_size=dataset.plan.batch_size)
         return LoadedState(dataset, queue, delta, time.perf_counter() - started)
 
 
 def load_accounting(store: Store) -> dict[int, dict[str, Any]]:
     """Every pass's last reconciliation record, by pass
-    (see :meth:`QueueSnapshot.write_accounting`)."""
+    (see :meth:`QueueSnapshot.accounting_op`)."""
     return {int(kv.key.rsplit("/", 1)[1]): json.loads(kv.value)
             for kv in store.get_prefix(ACCOUNTING_PREFIX)}

@@ -28,7 +28,8 @@ finished work is worth keeping.
 is TODO or PENDING the pass does not end yet; the queue is ``reconciling`` and GetTask answers
 RETRY_LATER. The service asks every pserver shard to checkpoint and report which batches of the
 pass that checkpoint holds, compares them with :meth:`TaskQueue.expected_batches` (each DONE
-task's batches ``0..batches-1``, ``batches`` from its TaskFinished) and feeds the batches some
+task's batches ``0..n-1``, ``n`` counted from its chunks' row counts and the job's batch size:
+never from what a trainer or a shard reports) and feeds the batches some
 shard misses back through :meth:`TaskQueue.reconciled`: each such task becomes a TODO
 *recovery dispatch* with ``only_batches`` = the missing seqs (union over shards). Recovery
 dispatches are leased, renewed, failed and finished like any task (a recovery finish adds no
@@ -47,6 +48,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from elasticps.data.batching import batches_in_chunks
 from elasticps.errors import InvalidArgumentError, NotFoundError
 
 MAX_TRAINER_NAME = 253
@@ -162,7 +164,6 @@ class TaskRecord:
     failures: int
     last_error: str = ""
     only_batches: tuple[int, ...] = ()
-    batches: int = 0  # batches of the task, known once it finished in this pass
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ class _Task:
     first_chunk: int
     num_chunks: int
     num_records: int
+    num_batches: int  # from the chunks' row counts and the batch size: the data's truth
     state: TaskState = TaskState.TODO
     pass_id: int = -1
     epoch: int = 0
@@ -200,7 +202,6 @@ class _Task:
     failures: int = 0
     last_error: str = ""
     only_batches: tuple[int, ...] = ()
-    batches: int = 0
     deadline: float = 0.0  # lease deadline while PENDING; never persisted
 
 
@@ -220,10 +221,13 @@ def _check_trainer(trainer: str) -> None:
 
 
 class TaskQueue:
-    """Tasks of one dataset over ``num_passes`` passes. See the module docstring."""
+    """Tasks of one dataset over ``num_passes`` passes, read ``batch_size`` rows at a time (a
+    chunk of ``r`` rows is ``ceil(r / batch_size)`` batches). See the module docstring."""
 
     def __init__(self, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
-                 policy: QueuePolicy | None = None) -> None:
+                 policy: QueuePolicy | None = None, *, batch_size: int) -> None:
+        if batch_size < 1:
+            raise InvalidArgumentError(f"batch_size={batch_size} must be >= 1")
         if chunks_per_task < 1:
             raise InvalidArgumentError(f"chunks_per_task={chunks_per_task} must be >= 1")
         if num_passes < 1:
@@ -237,10 +241,12 @@ class TaskQueue:
         self.chunks_per_task = chunks_per_task
         self.num_passes = num_passes
         self.num_chunks = len(chunk_rows)
+        self.batch_size = batch_size
         self._tasks: list[_Task] = []
         for task_id, first in enumerate(range(0, len(chunk_rows), chunks_per_task)):
             group = chunk_rows[first:first + chunks_per_task]
-            self._tasks.append(_Task(task_id, first, len(group), int(sum(group))))
+            self._tasks.append(_Task(task_id, first, len(group), int(sum(group)),
+                                     batches_in_chunks(group, batch_size)))
         self._todo: OrderedDict[int, None] = OrderedDict((t.task_id, None) for t in self._tasks)
         self._pending: dict[int, _Task] = {}
         self._counts = _Counts({s: 0 for s in TaskState})
@@ -288,8 +294,14 @@ class TaskQueue:
 
     def expected_batches(self) -> dict[int, int]:
         """``{task_id: batches}`` of the DONE tasks of the current pass: every shard must hold
-        batches ``0..batches-1`` of each before the pass ends."""
-        return {t.task_id: t.batches for t in self._tasks if t.state is TaskState.DONE}
+        batches ``0..batches-1`` of each before the pass ends. The counts come from the data
+        (row counts and batch size), so a tail that every trainer and shard lost is still
+        expected."""
+        return {t.task_id: t.num_batches for t in self._tasks if t.state is TaskState.DONE}
+
+    def num_batches(self, task_id: int) -> int:
+        """The batch count of a task, from its chunks' row counts and the batch size."""
+        return self._task(task_id).num_batches
 
     def recovering(self) -> list[int]:
         """Tasks of the current pass that are recovery dispatches not yet finished."""
@@ -308,7 +320,12 @@ class TaskQueue:
     # --------------------------------------------------------------------------- transitions
 
     def get_task(self, trainer: str, pass_id: int, now: float) -> tuple[GetTaskResult, Delta]:
-        """Lease the next TODO task of ``pass_id`` to ``trainer``."""
+        """Lease the next TODO task of ``pass_id`` to ``trainer``.
+
+        A trainer works on one task at a time, so one that asks while it holds a task of this
+        pass never received the answer that gave it (a lost reply, retried): it gets that task
+        again, same epoch, its lease renewed, rather than a second one while the first sits
+        leased to it until the task lease runs out."""
         _check_trainer(trainer)
         if pass_id < 0:
             raise InvalidArgumentError(f"pass_id={pass_id} must be >= 0")
@@ -325,6 +342,12 @@ class TaskQueue:
         if pass_id > self.pass_id:
             raise InvalidArgumentError(
                 f"pass_id={pass_id} has not started; the current pass is {self.pass_id}")
+        held = self.pending_of(trainer)
+        if held:
+            task = self._tasks[held[0]]
+            task.deadline = now + self.policy.task_lease  # a lease renewal is not persisted
+            return GetTaskResult(Outcome.TASK, self.pass_id, self.task_view(task.task_id)), \
+                NO_CHANGE
         if self.reconciling:
             return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
                                  reason=f"pass {self.pass_id} is being reconciled with the "
@@ -367,13 +390,16 @@ class TaskQueue:
     def task_finished(self, trainer: str, task_id: int, epoch: int, records: int,
                       now: float, batches: int = 0) -> tuple[Reply, Delta]:
         """Mark a task DONE. A repeat of an accepted finish is accepted again and changes
-        nothing (the client may retry after a lost answer). ``batches`` is the task's batch
-        count (its last seq + 1); a recovery dispatch's finish keeps the known count."""
+        nothing (the client may retry after a lost answer). ``batches`` (what the trainer
+        counted) is only checked: the queue knows the task's batch count from the data, and a
+        trainer that saw more batches than that numbers them differently from the job."""
         task = self._checked(trainer, task_id)
         if records < 0:
             raise InvalidArgumentError(f"records={records} must be >= 0")
-        if batches < 0:
-            raise InvalidArgumentError(f"batches={batches} must be >= 0")
+        if not 0 <= batches <= task.num_batches:
+            raise InvalidArgumentError(
+                f"batches={batches} for task {task_id} must be within [0, {task.num_batches}]: "
+                f"the task's chunks make {task.num_batches} batches of {self.batch_size} rows")
         refusal = self._refusal(task, trainer, epoch)
         if refusal:
             return Reply(False, refusal), NO_CHANGE
@@ -383,7 +409,6 @@ class TaskQueue:
         self._set_state(task, TaskState.DONE)
         task.records_done = task.num_records
         if not task.only_batches:
-            task.batches = batches
             self.records_total += task.num_records  # progress; `records` may be a resume
             self.tasks_finished_total += 1
         delta = Delta(frozenset([task_id]), meta=True)
@@ -454,6 +479,11 @@ class TaskQueue:
         reconciliation pending) changes nothing."""
         if not self.reconciling or pass_id != self.pass_id or self.failed_reason:
             return NO_CHANGE
+        if self._todo or self._pending:
+            # Recovery work is still out (a reconciling flag read back with it, see restore):
+            # the pass ends only after it is done and a later reconciliation finds nothing.
+            self.reconciling = False
+            return Delta(meta=True)
         checked: dict[int, tuple[int, ...]] = {}
         for task_id, seqs in missing.items():
             task = self._task(task_id)
@@ -463,8 +493,10 @@ class TaskQueue:
                     f"task {task_id} is {task.state.value}, not done; it cannot be recovered")
             if not wanted:
                 continue
-            if wanted[0] < 0:
-                raise InvalidArgumentError(f"task {task_id}: batch seq {wanted[0]} is negative")
+            if wanted[0] < 0 or wanted[-1] >= task.num_batches:
+                raise InvalidArgumentError(
+                    f"task {task_id}: batch seqs {list(wanted)} must be within "
+                    f"[0, {task.num_batches})")
             checked[task_id] = wanted
         self.reconciling = False
         if not checked:
@@ -486,7 +518,7 @@ class TaskQueue:
     def task_record(self, task_id: int) -> TaskRecord:
         t = self._task(task_id)
         return TaskRecord(t.state, t.pass_id, t.epoch, t.owner, t.records_done, t.failures,
-                          t.last_error, t.only_batches, t.batches)
+                          t.last_error, t.only_batches)
 
     def meta_record(self) -> MetaRecord:
         return MetaRecord(self.pass_id, self.finished, self.failed_reason, self.records_total,
@@ -497,14 +529,14 @@ class TaskQueue:
     def restore(cls, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
                 policy: QueuePolicy | None, meta: MetaRecord, records: dict[int, TaskRecord],
                 failure_log: Iterable[FailureEntry], live_trainers: set[str],
-                now: float) -> tuple[TaskQueue, Delta]:
+                now: float, *, batch_size: int) -> tuple[TaskQueue, Delta]:
         """Rebuild a queue from its persisted records.
 
         A record of an earlier pass reads as TODO. Pending tasks get a fresh lease (the old
         deadline was another process's clock); those whose owner is not in ``live_trainers``
         go back to TODO as a failure, which the returned delta carries.
         """
-        queue = cls(chunk_rows, chunks_per_task, num_passes, policy)
+        queue = cls(chunk_rows, chunks_per_task, num_passes, policy, batch_size=batch_size)
         queue.pass_id = meta.pass_id
         queue.finished = meta.finished
         queue.failed_reason = meta.failed_reason
@@ -527,7 +559,6 @@ class TaskQueue:
             if rec.pass_id != meta.pass_id:
                 continue  # an earlier pass: TODO with a clean slate
             task.only_batches = rec.only_batches
-            task.batches = rec.batches
             task.owner = rec.owner
             task.records_done = rec.records_done
             task.failures = rec.failures
@@ -543,9 +574,15 @@ class TaskQueue:
             order = sorted(queue._todo, key=lambda i: (queue._tasks[i].failures > 0, i))
             queue._todo = OrderedDict((i, None) for i in order)
         delta = NO_CHANGE
+        if queue.reconciling and (queue._todo or queue._pending):
+            # A delta bigger than one store transaction was cut after some recovery dispatches
+            # were written but before the meta that ends the reconciliation: the pass has work
+            # left, so it is not reconciling (the missing rest is found again at its end).
+            queue.reconciling = False
+            delta = Delta(meta=True)
         for trainer in sorted(queue.owners() - live_trainers):
             delta = delta | queue.trainer_lost(trainer, now)
-        return queue, delta
+        return queue, delta | queue._maybe_end_pass()
 
     # ------------------------------------------------------------------------------ helpers
 
@@ -622,7 +659,6 @@ class TaskQueue:
             task.failures = 0
             task.last_error = ""
             task.only_batches = ()
-            task.batches = 0
         self._todo = OrderedDict((t.task_id, None) for t in self._tasks)
         self._counts = _Counts({s: 0 for s in TaskState})
         self._counts.by_state[TaskState.TODO] = len(self._tasks)

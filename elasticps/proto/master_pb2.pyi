@@ -58,12 +58,15 @@ class Task(_message.Message):
     CHUNKS_FIELD_NUMBER: _builtins.int
     RECORDS_DONE_FIELD_NUMBER: _builtins.int
     ONLY_BATCHES_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     pass_id: _builtins.int
     epoch: _builtins.int
     """dispatch generation: a stale holder's reports are refused"""
     records_done: _builtins.int
     """progress already reported (resume point)"""
+    lease_seconds: _builtins.float
+    """the task lease: ReportProgress renews it; the holder"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Chunk]: ...
     @_builtins.property
@@ -79,10 +82,11 @@ class Task(_message.Message):
         chunks: _abc.Iterable[Global___Chunk] | None = ...,
         records_done: _builtins.int = ...,
         only_batches: _abc.Iterable[_builtins.int] | None = ...,
+        lease_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "only_batches", b"only_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "lease_seconds", b"lease_seconds", "only_batches", b"only_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -90,26 +94,45 @@ Global___Task: _TypeAlias = Task  # noqa: Y015
 
 @_typing.final
 class SetDatasetRequest(_message.Message):
+    """The first SetDataset of a job pins the dataset and its batch identity (BatchPlan): the
+    master counts every task's batches from the manifest's row counts and batch_size, and refuses
+    a later SetDataset that differs in any field, so every trainer numbers batches the same way.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DATASET_URL_FIELD_NUMBER: _builtins.int
     CHUNKS_PER_TASK_FIELD_NUMBER: _builtins.int
     NUM_PASSES_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    SHUFFLE_SEED_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     dataset_url: _builtins.str
     chunks_per_task: _builtins.int
     num_passes: _builtins.int
+    batch_size: _builtins.int
+    """rows per batch (>= 1); a chunk has ceil(rows / batch_size)"""
+    shuffle_seed: _builtins.int
+    """the reader's shuffle seed; absent: rows in file order"""
+    features: _builtins.str
+    """the reader's feature config, canonical JSON ("" = none)"""
     def __init__(
         self,
         *,
         dataset_url: _builtins.str = ...,
         chunks_per_task: _builtins.int = ...,
         num_passes: _builtins.int = ...,
+        batch_size: _builtins.int = ...,
+        shuffle_seed: _builtins.int | None = ...,
+        features: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed", "shuffle_seed", b"shuffle_seed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_per_task", b"chunks_per_task", "dataset_url", b"dataset_url", "num_passes", b"num_passes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed", "batch_size", b"batch_size", "chunks_per_task", b"chunks_per_task", "dataset_url", b"dataset_url", "features", b"features", "num_passes", b"num_passes", "shuffle_seed", b"shuffle_seed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__shuffle_seed: _TypeAlias = _typing.Literal["shuffle_seed"]  # noqa: Y015
+    _WhichOneofArgType__shuffle_seed: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shuffle_seed) -> _WhichOneofReturnType__shuffle_seed | None: ...
 
 Global___SetDatasetRequest: _TypeAlias = SetDatasetRequest  # noqa: Y015
 
@@ -287,6 +310,7 @@ class TaskFinishedRequest(_message.Message):
     records: _builtins.int
     """records trained in this task (for throughput and counters)"""
     batches: _builtins.int
+    """informational: the master counts a task's batches from the data"""
     def __init__(
         self,
         *,

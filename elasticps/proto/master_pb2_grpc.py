@@ -75,7 +75,8 @@ class MasterServicer:
     """Missing associated documentation comment in .proto file."""
 
     def SetDataset(self, request, context):
-        """Set the job's dataset; the first caller wins, a different dataset is FAILED_PRECONDITION.
+        """Set the job's dataset and batch plan; the first caller wins, a different dataset or plan is
+        FAILED_PRECONDITION naming what differs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2,23 +2,30 @@
 
 Layout under the checkpoint URL::
 
-    <url>/shard-<i>-of-<N>/ckpt-<id>.safetensors   the data (see checkpoint_format)
-    <url>/shard-<i>-of-<N>/ckpt-<id>.json          the manifest: size, sha256, summary
+    <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.safetensors   the data (see checkpoint_format)
+    <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.json          the manifest: size, sha256, summary
 
-``<id>`` is a zero-padded sequence number, so names sort by age. A save:
+``<id>`` is a zero-padded sequence number, so names sort by age; ``<writer>`` names the process
+that wrote it (older checkpoints have none), so two processes that believe they own the slot
+never write the same file. A save:
 
-1. streams the data to ``.tmp-ckpt-<id>.safetensors``, hashing as it goes, then flushes and
-   fsyncs it, and renames it into place (atomic on a local or POSIX file system);
-2. writes the manifest the same way (temp, fsync, rename): the manifest is the commit point —
-   a data file without a manifest is garbage;
-3. publishes the manifest in the store under ``pserver/checkpoint/<i>/<id>``;
+1. streams the data to a temp file, hashing as it goes, then flushes and fsyncs it, and renames
+   it into place (atomic on a local or POSIX file system);
+2. writes the manifest the same way (temp, fsync, rename);
+3. publishes the manifest in the store under ``pserver/checkpoint/<i>/<id>`` in a transaction
+   that checks the writer still owns its slot (``owner``: a compare on the slot key's
+   ``create_revision`` from the writer's claim). This is the commit point: a writer that lost
+   its slot (a zombie whose lease expired while another process took the slot over) publishes
+   nothing, deletes the files it wrote, and raises :class:`CheckpointError`;
 4. only then deletes checkpoints beyond the newest ``keep`` (store key first, then files).
 
-A load takes manifests from the store and from the directory, newest first, and returns the
-first whose data file has the manifest's size and sha256, logging each one it skips — so a
-truncated or bit-flipped newest checkpoint falls back to the previous one. Manifests are read
-strictly (:mod:`.checkpoint_manifest`): file names come from the checkpoint id, never from the
-manifest, and every path is checked to lie in the shard directory before it is read or deleted.
+A load takes the manifests published in the store (without a store: those in the directory),
+newest first, and returns the first whose data file has the manifest's size and sha256, logging
+each one it skips — so a truncated or bit-flipped newest checkpoint falls back to the previous
+one, and a file nobody published (a zombie's, or a write cut before step 3) is never restored.
+Manifests are read strictly (:mod:`.checkpoint_manifest`): file names come from the checkpoint
+id and writer tag, never from the manifest as given, and every path is checked to lie in the
+shard directory before it is read or deleted.
 """
 
 from __future__ import annotations
@@ -34,9 +41,14 @@ import fsspec
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver import checkpoint_format as fmt
-from elasticps.pserver.checkpoint_manifest import Manifest, data_name, manifest_name
+from elasticps.pserver.checkpoint_manifest import (
+    Manifest,
+    check_writer,
+    data_name,
+    manifest_name,
+)
 from elasticps.pserver.shard import ShardSnapshot
-from elasticps.store.api import Store
+from elasticps.store.api import Compare, Put, Store
 from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 
 __all__ = ["BeforePublish", "Manifest", "ShardCheckpoints", "shard_dir_name"]
@@ -46,6 +58,8 @@ log = logging.getLogger(__name__)
 # Called with the temp path of a checkpoint's data file once it is written and fsynced, just
 # before its rename: the point where a crash leaves a torn write. Tests inject faults here.
 BeforePublish = Callable[[str], None]
+# The compare that holds while the writer owns its slot (None: it does not know it owns it).
+Owner = Callable[[], Compare | None]
 
 
 def shard_dir_name(shard: int, num_shards: int) -> str:
@@ -54,7 +68,8 @@ def shard_dir_name(shard: int, num_shards: int) -> str:
 
 class ShardCheckpoints:
     """The checkpoints of one shard slot under one URL. ``before_publish(temp_path)``, if given,
-    runs between the data file's fsync and its rename (tests pause or kill the writer there)."""
+    runs between the data file's fsync and its rename (tests pause or kill the writer there).
+    ``owner`` fences the publication (module docstring); ``writer`` goes into file names."""
 
     def __init__(
         self,
@@ -66,6 +81,8 @@ class ShardCheckpoints:
         store: Store | None = None,
         before_publish: BeforePublish | None = None,
         node: str = "pserver",
+        owner: Owner | None = None,
+        writer: str = "",
     ) -> None:
         if keep < 1:
             raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept")
@@ -76,14 +93,26 @@ class ShardCheckpoints:
         self.store = store
         self.node = node
         self.before_publish = before_publish
+        self.owner = owner
+        self.writer = check_writer(writer)
         self._lock = threading.Lock()
         self.fs.makedirs(self.dir, exist_ok=True)
 
     # -- listing ----------------------------------------------------------------------------
 
     def manifests(self) -> list[Manifest]:
-        """Every manifest known for this slot (store and directory), newest first."""
+        """Every manifest of this slot, newest first: those published in the store (the commit
+        point), or without a store those in the directory."""
         found: dict[str, Manifest] = {}
+        if self.store is not None:
+            for kv in self.store.get_prefix(checkpoint_prefix(self.shard)):
+                try:
+                    manifest = Manifest.from_json(kv.value)
+                except CheckpointError as exc:
+                    log.warning("%s skips store key %s: %s", self.node, kv.key, exc)
+                    continue
+                found[manifest.id] = manifest
+            return self._of_this_slot(found)
         for name in self.fs.ls(self.dir, detail=False):
             base = name.rsplit("/", 1)[-1]
             if base.startswith("ckpt-") and base.endswith(".json"):
@@ -93,14 +122,9 @@ class ShardCheckpoints:
                     log.warning("%s skips the unreadable manifest %s: %s", self.node, name, exc)
                     continue
                 found[manifest.id] = manifest
-        if self.store is not None:
-            for kv in self.store.get_prefix(checkpoint_prefix(self.shard)):
-                try:
-                    manifest = Manifest.from_json(kv.value)
-                except CheckpointError as exc:
-                    log.warning("%s skips store key %s: %s", self.node, kv.key, exc)
-                    continue
-                found.setdefault(manifest.id, manifest)
+        return self._of_this_slot(found)
+
+    def _of_this_slot(self, found: dict[str, Manifest]) -> list[Manifest]:
         slot = (self.shard, self.num_shards)
         mine = [m for m in found.values() if (m.shard, m.num_shards) == slot]
         return sorted(mine, key=lambda m: m.id, reverse=True)
@@ -115,7 +139,7 @@ class ShardCheckpoints:
         """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
         with self._lock:
             checkpoint_id = self._next_id()
-            data_file = data_name(checkpoint_id)
+            data_file = data_name(checkpoint_id, self.writer)
             tensors = fmt.snapshot_tensors(snap)
             metadata = fmt.snapshot_metadata(snap, checkpoint_id)
             size, digest = self._write_atomically(
@@ -130,14 +154,34 @@ class ShardCheckpoints:
             )
             body = manifest.to_json()
             self._write_atomically(
-                manifest_name(checkpoint_id), lambda out: _write_bytes(out, body)
+                manifest_name(checkpoint_id, self.writer), lambda out: _write_bytes(out, body)
             )
-            if self.store is not None:
-                self.store.put(checkpoint_key(self.shard, checkpoint_id), body)
+            if self.store is not None and not self._publish(checkpoint_id, body):
+                self._remove_files(checkpoint_id, self.writer)
+                raise CheckpointError(
+                    f"{self.node} no longer owns slot {self.shard}: checkpoint {checkpoint_id} "
+                    "was not published (another pserver serves the slot, or this one's lease "
+                    "expired), and its files were deleted")
             log.info("%s wrote checkpoint %s (%d bytes, sha256 %s).", self.node, checkpoint_id,
                      size, digest[:12])
             self._prune()
             return manifest
+
+    def _publish(self, checkpoint_id: str, body: bytes) -> bool:
+        """Publish the manifest if the writer still owns its slot; False if it does not."""
+        assert self.store is not None
+        put = Put(checkpoint_key(self.shard, checkpoint_id), body)
+        if self.owner is None:
+            self.store.put(put.key, put.value)
+            return True
+        fence = self.owner()
+        return fence is not None and self.store.txn([fence], [put]).succeeded
+
+    def _remove_files(self, checkpoint_id: str, writer: str) -> None:
+        for name in (manifest_name(checkpoint_id, writer), data_name(checkpoint_id, writer)):
+            path = self._path(name)
+            if self.fs.exists(path):
+                self.fs.rm(path)
 
     def _write_atomically(
         self, name: str, write: Callable[[Any], tuple[int, str]],
@@ -168,10 +212,7 @@ class ShardCheckpoints:
         for old in self.manifests()[self.keep:]:
             if self.store is not None:
                 self.store.delete(checkpoint_key(self.shard, old.id))
-            for name in (manifest_name(old.id), data_name(old.id)):
-                path = self._path(name)
-                if self.fs.exists(path):
-                    self.fs.rm(path)
+            self._remove_files(old.id, old.writer)
             log.info("%s deleted old checkpoint %s (keeping %d).", self.node, old.id, self.keep)
 
     def _path(self, name: str) -> str:
@@ -193,7 +234,7 @@ class ShardCheckpoints:
 
     def read_verified(self, manifest: Manifest) -> bytes:
         """The data file's bytes if its size and sha256 match the manifest."""
-        path = self._path(data_name(manifest.id))
+        path = self._path(data_name(manifest.id, manifest.writer))
         try:
             on_disk = self.fs.size(path)
             if on_disk != manifest.size:  # checked before reading: never read a huge file

@@ -31,7 +31,7 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
     report: dict[str, Any] = {"manifest": manifest_path}
     manifest = Manifest.from_json(fs.cat_file(manifest_path))
     directory = manifest_path.rsplit("/", 1)[0]
-    data_path = f"{directory}/{data_name(manifest.id)}"  # never a path the manifest names
+    data_path = f"{directory}/{data_name(manifest.id, manifest.writer)}"  # checked names only
     report.update(id=manifest.id, shard=manifest.shard, num_shards=manifest.num_shards,
                   data=data_path, size=manifest.size, sha256=manifest.sha256,
                   created=datetime.datetime.fromtimestamp(manifest.created_unix,

@@ -1,10 +1,12 @@
-"""A checkpoint's manifest (``ckpt-<id>.json``, also published in the store), read strictly.
+"""A checkpoint's manifest (``ckpt-<id>-<writer>.json``, also published in the store), read
+strictly.
 
 A manifest comes from a file system or a store that others may write, so reading one trusts
-nothing: every field is type-checked, the id must be a checkpoint id (decimal digits), and the
-file names a checkpoint touches are derived from that id (:func:`data_name`,
-:func:`manifest_name`), never taken from the manifest, so no manifest can make a pserver (or
-``checkpoint inspect``) read or delete a file outside its shard directory. Any failure is a
+nothing: every field is type-checked, the id must be a checkpoint id (decimal digits), the writer
+a short alphanumeric tag (empty in checkpoints written before writers were named), and the file
+names a checkpoint touches are derived from those two (:func:`data_name`,
+:func:`manifest_name`), never taken from the manifest as given, so no manifest can make a pserver
+(or ``checkpoint inspect``) read or delete a file outside its shard directory. Any failure is a
 :class:`~elasticps.errors.CheckpointError`; callers skip such a manifest and fall back to the
 previous checkpoint.
 """
@@ -24,6 +26,8 @@ MAX_MANIFEST_BYTES = 1 << 20
 MAX_TABLES = 10_000
 _ID = re.compile(r"^[0-9]{1,20}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_WRITER = re.compile(r"^[0-9A-Za-z]{0,32}$")
+_DATA = re.compile(r"^ckpt-([0-9]{1,20})(?:-([0-9A-Za-z]{1,32}))?\.safetensors$")
 
 
 def check_id(checkpoint_id: object) -> str:
@@ -33,13 +37,27 @@ def check_id(checkpoint_id: object) -> str:
     return checkpoint_id
 
 
-def data_name(checkpoint_id: str) -> str:
-    """The data file of checkpoint ``checkpoint_id``, relative to its shard directory."""
-    return f"ckpt-{check_id(checkpoint_id)}.safetensors"
+def check_writer(writer: object) -> str:
+    """A writer tag: at most 32 ASCII letters and digits (empty: an unnamed, older writer)."""
+    if not isinstance(writer, str) or not _WRITER.match(writer):
+        raise CheckpointError(f"checkpoint writer {writer!r:.40} is not at most 32 letters and "
+                              "digits")
+    return writer
 
 
-def manifest_name(checkpoint_id: str) -> str:
-    return f"ckpt-{check_id(checkpoint_id)}.json"
+def _stem(checkpoint_id: str, writer: str) -> str:
+    tag = check_writer(writer)
+    return f"ckpt-{check_id(checkpoint_id)}" + (f"-{tag}" if tag else "")
+
+
+def data_name(checkpoint_id: str, writer: str = "") -> str:
+    """The data file of checkpoint ``checkpoint_id`` written by ``writer``, relative to its
+    shard directory."""
+    return _stem(checkpoint_id, writer) + ".safetensors"
+
+
+def manifest_name(checkpoint_id: str, writer: str = "") -> str:
+    return _stem(checkpoint_id, writer) + ".json"
 
 
 @dataclass(frozen=True)
@@ -49,7 +67,7 @@ class Manifest:
     id: str
     shard: int
     num_shards: int
-    data: str  # always data_name(id): written for people, checked on reading
+    data: str  # always data_name(id, writer): checked on reading
     size: int
     sha256: str
     created_unix: float
@@ -58,6 +76,12 @@ class Manifest:
     tables: list[dict[str, Any]] = field(default_factory=list)  # name, kind, rows, slots
     applied_batches: int = 0
     directory: str = ""  # the shard directory's URL (informational)
+
+    @property
+    def writer(self) -> str:
+        """The tag of the process that wrote it (a fenced writer's incarnation), or ""."""
+        found = _DATA.match(self.data)
+        return (found.group(2) or "") if found else ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -78,10 +102,12 @@ class Manifest:
         shard, num_shards = _int(doc, "shard"), _int(doc, "num_shards", minimum=1)
         if shard >= num_shards:
             raise CheckpointError(f"checkpoint {checkpoint_id}: shard {shard} of {num_shards}")
-        if doc.get("data") != data_name(checkpoint_id):
+        data = doc.get("data")
+        named = _DATA.match(data) if isinstance(data, str) else None
+        if named is None or named.group(1) != checkpoint_id:
             raise CheckpointError(f"checkpoint {checkpoint_id}: its data file must be "
-                                  f"{data_name(checkpoint_id)}, the manifest names "
-                                  f"{doc.get('data')!r:.80}")
+                                  f"ckpt-{checkpoint_id}[-WRITER].safetensors, the manifest "
+                                  f"names {data!r:.80}")
         sha256 = doc.get("sha256")
         if not isinstance(sha256, str) or not _SHA256.match(sha256):
             raise CheckpointError(f"checkpoint {checkpoint_id}: sha256 is not 64 hex digits")
@@ -94,7 +120,7 @@ class Manifest:
                 isinstance(t, dict) for t in tables):
             raise CheckpointError(f"checkpoint {checkpoint_id}: tables is not a list of objects")
         return cls(
-            id=checkpoint_id, shard=shard, num_shards=num_shards, data=doc["data"],
+            id=checkpoint_id, shard=shard, num_shards=num_shards, data=named.group(0),
             size=_int(doc, "size"), sha256=sha256, created_unix=float(created),
             format=_str(doc, "format", fmt.FORMAT), version=_int(doc, "version", fmt.VERSION),
             tables=tables, applied_batches=_int(doc, "applied_batches", 0),

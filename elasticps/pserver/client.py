@@ -38,7 +38,6 @@ from google.protobuf import json_format
 from elasticps.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
-    StoreError,
     StoreValueError,
     UnavailableError,
 )
@@ -53,6 +52,8 @@ from elasticps.rpc import (
     make_channel,
 )
 from elasticps.store import Compare, Put, Store
+from elasticps.store.api import Event, KeyValue
+from elasticps.store.follow import PrefixFollower
 from elasticps.store.keys import (
     PSERVER_INIT_DONE,
     PSERVER_INIT_LOCK,
@@ -60,6 +61,7 @@ from elasticps.store.keys import (
     PSERVER_SLOT_PREFIX,
     InitMarker,
     PServerSlot,
+    pserver_slot,
     slot_of,
 )
 
@@ -78,6 +80,7 @@ class _Shard:
 
     def __init__(self) -> None:
         self.address: str | None = None
+        self.value: bytes | None = None  # the slot key's value (a new process: a new value)
         self.channel: grpc.Channel | None = None
         self.stub: pserver_pb2_grpc.ParameterServerStub | None = None
         self.needs_declare = False
@@ -119,11 +122,25 @@ class PServerClient:
         revision = store.revision()
         for kv in store.get_prefix(PSERVER_SLOT_PREFIX):
             self._on_slot(kv.key, kv.value)
-        self._watch = store.watch_prefix(PSERVER_SLOT_PREFIX, start_revision=revision + 1)
-        self._watcher = threading.Thread(target=self._follow, name="pserver-slots", daemon=True)
+        # A watch that fails is re-created from a fresh listing (store/follow.py).
+        follower = PrefixFollower(store, PSERVER_SLOT_PREFIX, self._on_event, self._on_listing,
+                                  who=f"Trainer {self.name}")
+        self._watcher = threading.Thread(target=follower.run, args=(self._closed, revision + 1),
+                                         name="pserver-slots", daemon=True)
         self._watcher.start()
 
     # -- addresses --------------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        self._on_slot(event.key, event.value if event.value else None)
+
+    def _on_listing(self, listing: list[KeyValue]) -> None:
+        """Every slot key after a watch gap: follow the slots whose holder changed meanwhile."""
+        listed = {slot_of(kv.key): kv for kv in listing}
+        for slot in range(self.num_shards):
+            kv = listed.get(slot)
+            if (kv.value if kv else None) != self._shards[slot].value:
+                self._on_slot(pserver_slot(slot), kv.value if kv else None)
 
     def _on_slot(self, key: str, value: bytes | None) -> None:
         slot = slot_of(key)
@@ -141,21 +158,15 @@ class PServerClient:
             if shard.channel is not None:
                 self._retired.append(shard.channel)
             shard.address, shard.channel, shard.stub = address, None, None
+            shard.value = value
             self._cond.notify_all()
         if address:
             log.info("Trainer %s sees pserver shard %d at %s.", self.name, slot, address)
 
-    def _follow(self) -> None:
-        while not self._closed.is_set():
-            try:
-                event = self._watch.get(timeout=0.5)
-            except StoreError as exc:
-                log.warning("Trainer %s lost its watch on pserver slots (%s); retrying.",
-                            self.name, exc)
-                self._closed.wait(1.0)
-                continue
-            if event is not None:
-                self._on_slot(event.key, event.value if event.value else None)
+    def addresses(self) -> list[str | None]:
+        """Where each shard is served now, as this client knows it (None: no pserver)."""
+        with self._cond:
+            return [shard.address for shard in self._shards]
 
     def _stub(self, slot: int, give_up_at: float) -> pserver_pb2_grpc.ParameterServerStub:
         with self._cond:
@@ -464,7 +475,7 @@ class PServerClient:
 
     def close(self) -> None:
         self._closed.set()
-        self._watch.cancel()
+        self._watcher.join(timeout=1.0)  # it leaves its watch within one poll
         with self._cond:
             for shard in self._shards:
                 if shard.channel is not None:

@@ -19,12 +19,18 @@ RECLAIMING  the lease expired (a store outage): take a fresh lease and the   SER
                                                                              unreachable; LOST if
                                                                              another pserver holds
                                                                              the slot; STOPPING
-STOPPING    stop serving (2 s grace), write a final checkpoint, revoke the   STOPPED (exit 0)
-            lease it holds *now* (freeing the slot at once), close the store
+STOPPING    stop serving (2 s grace), write a final checkpoint (only while    STOPPED (exit 0)
+            the slot is still ours), revoke the lease it holds *now*
+            (freeing the slot at once), close the store
 LOST        stop serving and write no checkpoint: the slot (and its          STOPPED (exit 1)
             checkpoint directory) belongs to another pserver now
 STOPPED     final
 ==========  ===============================================================  ==================
+
+Every checkpoint is published in a store transaction that checks the slot key is still the one
+this process created (its ``create_revision``; see :mod:`elasticps.pserver.checkpoint`), so a
+process that lost its slot (its lease expired and another pserver claimed the slot) cannot
+replace the new owner's checkpoints, whatever its periodic loop or its shutdown tries.
 
 Everything started is entered into ONE :class:`contextlib.ExitStack` as it starts, so stopping
 is one ``close()`` in reverse start order: stop serving, end the checkpoint loop (and write the
@@ -63,6 +69,7 @@ from elasticps.store.keys import (
     JobEvent,
     PServerSlot,
     pserver_slot,
+    read_sealed_below,
     record_event,
 )
 from elasticps.telemetry.logfmt import process_node, set_node
@@ -167,6 +174,7 @@ class PServerProcess(Lifecycle[PServerState]):
         self._store: Store | None = None
         self._endpoint: Endpoint | None = None
         self._slot_value = b""
+        self._claim_revision = 0  # create_revision of our slot key: fences checkpoint writes
         self._warned_full = False
         self._saved_version = -1
         self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
@@ -211,8 +219,9 @@ class PServerProcess(Lifecycle[PServerState]):
         try:
             for slot in range(self.num_shards):
                 key = pserver_slot(slot)
-                if store.txn([Compare.missing(key)], [Put(key, self._slot_value, lease.id)]) \
-                        .succeeded:
+                claimed = store.txn([Compare.missing(key)], [Put(key, self._slot_value, lease.id)])
+                if claimed.succeeded:
+                    self._claim_revision = claimed.revision
                     self.slot = slot
                     self.node = f"pserver {slot} of {self.num_shards} (job {self.config.job_name})"
                     set_node(f"pserver-{slot}")
@@ -269,6 +278,8 @@ class PServerProcess(Lifecycle[PServerState]):
             lease = self.lease
             taken = self.store.txn([Compare.missing(key)], [Put(key, self._slot_value, lease.id)])
             holder = None if taken.succeeded else self.store.get(key)
+            if taken.succeeded:
+                self._claim_revision = taken.revision
         except (StoreError, LeaseExpiredError) as exc:
             log.error("%s cannot reach the store yet (%s); it keeps serving and retries.",
                       self.node, exc)
@@ -279,7 +290,8 @@ class PServerProcess(Lifecycle[PServerState]):
             log.error("%s: slot %d was taken by another pserver; this one exits.", self.node,
                       self.slot)
             return S.LOST
-        # (A holder under our own lease: a retried txn had already reclaimed it.)
+        if holder is not None:  # under our own lease: a retried txn had already reclaimed it
+            self._claim_revision = holder.create_revision
         log.info("%s reclaimed slot %d.", self.node, self.slot)
         return S.SERVING
 
@@ -326,6 +338,13 @@ class PServerProcess(Lifecycle[PServerState]):
         except StoreError as exc:
             log.warning("%s could not record its restore in the timeline: %s", self.node, exc)
 
+    def _slot_owned(self) -> Compare | None:
+        """The compare that holds while our slot key is the one we created (a checkpoint is
+        published only under it: once another process claimed the slot, ours never is)."""
+        if self.slot is None or not self._claim_revision:
+            return None
+        return Compare.create_revision(pserver_slot(self.slot), self._claim_revision)
+
     def _revoke_lease(self) -> None:
         lease = self.lease
         if lease is None:
@@ -341,10 +360,12 @@ class PServerProcess(Lifecycle[PServerState]):
         assert self.slot is not None
         if not config.checkpoint_url:
             log.warning("%s has no PADDLE_CHECKPOINT_URL: its shard is lost if it dies.", self.node)
+            self._refuse_sealed_passes(state)
             return None
         checkpoints = ShardCheckpoints(
             config.checkpoint_url, self.slot, self.num_shards, keep=config.checkpoint_keep,
             store=self.store, before_publish=self.before_publish, node=self.node,
+            owner=self._slot_owned, writer=self.incarnation,
         )
         removed = checkpoints.remove_temp_files()
         if removed:
@@ -355,6 +376,7 @@ class PServerProcess(Lifecycle[PServerState]):
         if loaded is None:
             log.info("%s found no checkpoint under %s; it starts empty.", self.node,
                      config.checkpoint_url)
+            self._refuse_sealed_passes(state)
         else:
             snap, manifest = loaded
             state.restore(snap, manifest.id)
@@ -368,6 +390,17 @@ class PServerProcess(Lifecycle[PServerState]):
         self._saved_version = state.version
         return checkpoints
 
+    def _refuse_sealed_passes(self, state: ShardState) -> None:
+        """A shard that starts empty raises its floor to the job's sealed passes: a very late
+        push of a sealed pass counts as applied (refused) instead of landing on a fresh shard
+        (docs/fault-tolerance.md: what a restart without a checkpoint loses)."""
+        sealed = read_sealed_below(self.store)
+        if sealed > 0:
+            state.prune_applied(sealed)
+            log.error("%s starts with no checkpoint while passes below %d are sealed: its share "
+                      "of their training is lost, and their late pushes are refused.",
+                      self.node, sealed)
+
     @contextlib.contextmanager
     def _checkpointing(self, state: ShardState, checkpoints: ShardCheckpoints) -> Iterator[None]:
         """The periodic checkpoint loop; on the way out, after serving stopped, a final
@@ -380,7 +413,7 @@ class PServerProcess(Lifecycle[PServerState]):
         finally:
             self._halt.set()
             saver.join()
-            if self.state is S.STOPPING:
+            if self.state is S.STOPPING and self._owns_slot():
                 self._checkpoint(state, checkpoints)
 
     def _checkpoint_loop(self, state: ShardState, checkpoints: ShardCheckpoints) -> None:
@@ -391,8 +424,23 @@ class PServerProcess(Lifecycle[PServerState]):
         try:
             self._checkpoint_now(state, checkpoints)
         except CheckpointError as exc:
-            log.error("%s could not write a checkpoint: %s; it retries next interval.",
-                      self.node, exc)
+            log.error("%s could not write a checkpoint: %s", self.node, exc)
+
+    def _owns_slot(self) -> bool:
+        """Whether our slot key is still the one we created (a store that cannot be reached
+        counts as yes: the fenced publication decides then)."""
+        fence = self._slot_owned()
+        if fence is None:
+            return False
+        try:
+            held = self.store.get(fence.key)
+        except StoreError:
+            return True
+        if held is not None and held.create_revision == fence.expected:
+            return True
+        log.warning("%s lost slot %s to another pserver (or its lease expired); it writes no "
+                    "final checkpoint.", self.node, self.slot)
+        return False
 
     def _checkpoint_now(
         self, state: ShardState, checkpoints: ShardCheckpoints

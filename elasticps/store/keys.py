@@ -30,6 +30,10 @@ mistaken for a real one::
                                      outlives the job and a new leader continues its charts
     metrics/<role>/<name>            MetricsEndpoint {role, name, url, pid, host}: where a
                                      process serves Prometheus metrics, under its own lease
+    job/sealed                       SealedPasses {below}: every pass below it is sealed (every
+                                     shard's checkpoint held all its batches); written by the
+                                     master with the pass end, read by a pserver that restarts
+                                     with no checkpoint (it refuses late pushes of those passes)
     job/result                       the job's result document (any JSON object): a script's
                                      own (put), else the first finished trainer's metrics (only
                                      if absent: compare-and-set on a missing key)
@@ -66,6 +70,7 @@ PSERVER_CHECKPOINT_PREFIX = "pserver/checkpoint/"
 TRAINER_PREFIX = "trainer/"
 PROGRESS_PREFIX = "job/progress/"
 JOB_RESULT = "job/result"
+SEALED_PASSES = "job/sealed"
 ONCE_PREFIX = "job/once/"
 DESIRED_TRAINERS = "launcher/desired_trainers"
 EVENTS_PREFIX = "job/events/"
@@ -351,6 +356,26 @@ def _pass_metrics(value: Any, key: str) -> dict[str, dict[str, float]]:
                                 if isinstance(v, int | float) and not isinstance(v, bool)
                                 and math.isfinite(v)}
             for p, m in value.items()}
+
+
+@dataclass(frozen=True)
+class SealedPasses:
+    """Every pass below ``below`` is sealed: reconciled with every shard's checkpoint."""
+
+    below: int
+
+    def encode(self) -> bytes:
+        return _encode({"below": self.below})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str = SEALED_PASSES) -> SealedPasses:
+        return cls(_field(_object(raw, key), "below", int, key))
+
+
+def read_sealed_below(store: Store) -> int:
+    """The first pass not sealed yet (0 when none is)."""
+    kv = store.get(SEALED_PASSES)
+    return 0 if kv is None else SealedPasses.decode(kv.value).below
 
 
 def publish_progress(store: Store, trainer: str, progress: TrainerProgress) -> None:

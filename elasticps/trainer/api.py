@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from elasticps.data.batching import BatchPlan
 from elasticps.proto import common_pb2, master_pb2, pserver_pb2
 
 
@@ -40,7 +41,8 @@ class ParameterClient(Protocol):
 class TaskSource(Protocol):
     """The master's task queue, as a trainer sees it."""
 
-    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int) -> Any: ...
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> Any: ...
 
     def get_task(self, pass_id: int) -> master_pb2.GetTaskResponse: ...
 

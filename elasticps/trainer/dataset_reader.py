@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elasticps.data.batch import Batch, TensorBatch
+from elasticps.data.batching import BatchPlan, features_key
 from elasticps.data.dataset import open_dataset
 from elasticps.data.features import FeatureConfig
 from elasticps.data.manifest import read_manifest
@@ -45,6 +46,11 @@ class DatasetReader:
             raise ConfigError(f"reader batch_size={self.batch_size!r} must be >= 1")
         if self.chunks_per_task < 1:
             raise ConfigError(f"reader chunks_per_task={self.chunks_per_task!r} must be >= 1")
+
+    @property
+    def plan(self) -> BatchPlan:
+        """The batch identity this reader numbers batches by (the master pins the job's)."""
+        return BatchPlan(self.batch_size, self.shuffle_seed, features_key(self.features))
 
     def task_batches(self, task: master_pb2.Task) -> Iterator[TaskBatch]:
         """The batches of ``task`` from its resume point on (a ``BatchSource``)."""

@@ -1,7 +1,8 @@
 """A task's batches, numbered so that a recomputed batch carries the same ``seq`` every time.
 
 A task's batches are numbered chunk by chunk; chunk ``c`` starts at
-``sum(ceil(rows_j / batch_size) for j < c)`` (a chunk's last batch may be short). A task that
+``sum(ceil(rows_j / batch_size) for j < c)`` (a chunk's last batch may be short;
+:mod:`elasticps.data.batching` holds that arithmetic, which the master counts with too). A task that
 comes back with ``records_done = k`` resumes at the batch boundary at or before record ``k``,
 with the same sequence numbers it would have had; with ``only_batches`` (a recovery dispatch)
 only those seqs are produced. ``BatchRef(pass, task, seq)`` is the unit of exactly-once on the
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticps import data
+from elasticps.data.batching import batches_in_chunk
 from elasticps.errors import DataError
 from elasticps.proto import master_pb2
 
@@ -41,10 +43,6 @@ class TaskBatch:
 BatchSource = Callable[[master_pb2.Task], Iterator[TaskBatch]]
 
 
-def _num_batches(rows: int, batch_size: int) -> int:
-    return -(-rows // batch_size)
-
-
 def task_batches(task: master_pb2.Task, batch_size: int,
                  chunk_batches: ChunkBatches) -> Iterator[TaskBatch]:
     """The batches of ``task`` from its resume point on (or just ``task.only_batches``)."""
@@ -58,7 +56,7 @@ def task_batches(task: master_pb2.Task, batch_size: int,
         return TaskBatch(task.pass_id, task.task_id, task.epoch, seq, batch, done)
 
     for chunk in task.chunks:
-        rows, batches = chunk.num_rows, _num_batches(chunk.num_rows, batch_size)
+        rows, batches = chunk.num_rows, batches_in_chunk(chunk.num_rows, batch_size)
         if wanted:
             for seq in sorted(s for s in wanted if base_seq <= s < base_seq + batches):
                 start = (seq - base_seq) * batch_size

@@ -13,7 +13,9 @@ Training a task: its batches come from a :data:`~elasticps.trainer.task_batches.
 with the batch after it, so the worker can prefetch. Every ``report_every`` batches the worker
 flushes (every push so far applied) and only then is progress reported, so the resume point a
 master hands to the next holder never skips an unapplied batch; the same holds for the finish.
-A task the master took back (its lease ran out) is dropped.
+Meanwhile a :class:`~elasticps.trainer.heartbeat.Heartbeat` renews the task's lease by time
+(a third of the lease the master names), so one slow step does not lose the task. A task the
+master took back (its lease ran out) is dropped.
 
 A :class:`~elasticps.errors.DataError` while reading a task (an unreadable or truncated chunk)
 is reported with ``task_failed``: the master counts the failure, hands the task out again and,
@@ -39,6 +41,7 @@ from elasticps.errors import ConfigError, DataError, FailedPreconditionError
 from elasticps.proto import master_pb2
 from elasticps.retry import RetryPolicy, Sleep
 from elasticps.trainer.api import TaskSource
+from elasticps.trainer.heartbeat import Heartbeat, heartbeat_interval
 from elasticps.trainer.task_batches import BatchSource, TaskBatch
 from elasticps.trainer.task_policy import Action, Decision, decide
 
@@ -93,6 +96,7 @@ class _Tally:
     """Where a task stands in this dispatch."""
 
     records_done: int  # records of the task done (the resume point to report)
+    reported: int = 0  # records done as of the last progress the master accepted
     batches: int = 0  # batches trained in this dispatch
     top: int = 0  # last seq + 1: the task's batch count once it ran to its end
 
@@ -108,7 +112,7 @@ class TaskLoop:
     def __init__(self, source: TaskSource, batches: BatchSource, worker: TaskWorker, *,
                  trainer_name: str, start_pass: int = 0, report_every: int = 20,
                  stop: threading.Event | None = None, idle: RetryPolicy = IDLE_POLL,
-                 sleep: Sleep | None = None) -> None:
+                 sleep: Sleep | None = None, heartbeat_s: float | None = None) -> None:
         if report_every < 1:
             raise ConfigError(f"report_every={report_every!r} must be >= 1")
         self.source = source
@@ -116,6 +120,7 @@ class TaskLoop:
         self.worker = worker
         self.trainer_name = trainer_name
         self.report_every = report_every
+        self.heartbeat_s = heartbeat_s  # None: a third of the task lease the master names
         self.stop = stop or threading.Event()
         self.state = LoopState.RUNNING
         self.pass_id = start_pass
@@ -175,7 +180,25 @@ class TaskLoop:
         self.worker.end_task(task, how)
 
     def _train(self, task: master_pb2.Task) -> TaskEnd:
-        tally = _Tally(task.records_done)
+        tally = _Tally(task.records_done, task.records_done)
+        every = self.heartbeat_s or heartbeat_interval(task.lease_seconds)
+        with Heartbeat(self.source, task, every, lambda: tally.reported,
+                       trainer_name=self.trainer_name) as beat:
+            how = self._train_batches(task, tally, beat)
+            if how is None:
+                self.worker.flush()  # under the heartbeat: a flush may wait for a shard
+        if how is not None:
+            return how
+        # What this trainer counted; the master checks it against the count it knows.
+        batches = tally.batches if task.only_batches else tally.top
+        if not self.source.task_finished(task, tally.records_done, batches):
+            log.warning("Trainer %s finished task %d (pass %d) but the master had given it to "
+                        "someone else.", self.trainer_name, task.task_id, task.pass_id)
+        return TaskEnd.FINISHED
+
+    def _train_batches(self, task: master_pb2.Task, tally: _Tally,
+                       beat: Heartbeat) -> TaskEnd | None:
+        """Train every batch of ``task``; how it ended early, or None once all are trained."""
         reading = self._read_ahead(task)
         while True:
             try:
@@ -183,23 +206,20 @@ class TaskLoop:
             except DataError as exc:
                 return self._fail(task, exc)
             if ahead is None:
-                break
+                return None
             item, next_batch = ahead
             self.worker.train(item, next_batch)
             tally.add(item)
+            if beat.lost.is_set():
+                log.warning("Trainer %s lost task %d (pass %d) to another trainer; dropping "
+                            "it.", self.trainer_name, task.task_id, task.pass_id)
+                self.worker.abandon()
+                return TaskEnd.LOST
             if tally.batches % self.report_every == 0 and not self._report(task, tally):
                 return TaskEnd.LOST
             if self.stop.is_set():
                 self.worker.abandon()
                 return TaskEnd.STOPPED
-        self.worker.flush()
-        # The master expects seqs 0..n-1 of a finished task on every shard (pass-end
-        # reconciliation): report the task's batch count, not just this dispatch's batches.
-        batches = tally.batches if task.only_batches else tally.top
-        if not self.source.task_finished(task, tally.records_done, batches):
-            log.warning("Trainer %s finished task %d (pass %d) but the master had given it to "
-                        "someone else.", self.trainer_name, task.task_id, task.pass_id)
-        return TaskEnd.FINISHED
 
     def _read_ahead(self, task: master_pb2.Task) -> Iterator[tuple[TaskBatch, Any | None]]:
         """Each batch of ``task`` with the batch after it (None at the end)."""
@@ -214,6 +234,7 @@ class TaskLoop:
         """Report progress once the pushes it covers are applied; False if the task is lost."""
         self.worker.flush()
         if self.source.report_progress(task, tally.records_done):
+            tally.reported = tally.records_done
             return True
         log.warning("Trainer %s lost task %d (pass %d) to another trainer; dropping it.",
                     self.trainer_name, task.task_id, task.pass_id)

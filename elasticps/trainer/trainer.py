@@ -249,7 +249,8 @@ class Trainer:
 
             def evaluate() -> dict[str, float]:
                 return self.evaluate(test)
-        self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes)
+        self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes,
+                                source.plan)
         store = self.store
 
         def on_progress(stats: LoopStats) -> None:

@@ -149,6 +149,19 @@ def test_txn_applies_exactly_one_branch_atomically(store: Store) -> None:
     assert not store.txn([Compare.value("k", b"")], [Put("k", b"x")]).succeeded
 
 
+def test_a_txn_that_creates_a_key_reports_its_create_revision(store: Store) -> None:
+    """A pserver fences its checkpoints on the create_revision of the slot key it claimed,
+    taken from the claiming transaction's result."""
+    created = store.txn([Compare.missing("slot")], [Put("slot", b"me")])
+    kv = store.get("slot")
+    assert created.succeeded
+    assert kv is not None
+    assert kv.create_revision == created.revision
+    store.delete("slot")
+    assert store.txn([Compare.create_revision("slot", created.revision)],
+                     [Put("ckpt", b"x")]).succeeded is False
+
+
 def test_compare_and_set_hands_a_stale_writer_the_current_state(store: Store) -> None:
     written, current = store.compare_and_set("cas", b"1", 0)
     assert written

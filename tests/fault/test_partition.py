@@ -11,7 +11,10 @@ it has pushed batches of. It checks that
 - after the heal, the cut trainer carries on with its stale task: the pservers answer its
   pushes as duplicates, the master refuses its finish, and it goes back to work (it rejoins
   under a fresh lease);
-- the job completes and every shard applied every batch of every pass exactly once.
+- the job completes and every shard applied every batch of every pass exactly once: in the
+  master's accounting, and in the parameters themselves (the job trains the oracle's counting
+  model, elasticps/chaos/oracle_script.py, and every count is read back from the shards' final
+  checkpoints: elasticps/chaos/oracle.py).
 
 The test process never talks to the namespaces' addresses: everything is observed through a
 helper process inside "rest" (``tests/job_observer.py``) and through files.
@@ -23,7 +26,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from elasticps.chaos.options import ORACLE_SCRIPT
+from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_oracle_data
 from elasticps.launch.launcher import LaunchOptions, build_specs
 from elasticps.rpc.tls import write_job_identities
 from tests.helpers import REPO, wait_for
@@ -41,8 +45,7 @@ TTL = 2  # seconds a store lease lives unrefreshed: bounds the detection time
 ETCD_PORT = 2379  # inside our own fresh namespace, so no clash is possible
 ROWS, ROWS_PER_CHUNK, BATCH = 120_000, 4000, 250  # 30 tasks a pass, 16 batches a task
 TASK_BATCHES = ROWS_PER_CHUNK // BATCH  # fewer than the 20 between progress reports
-TRAIN_ARGS = ["--passes", "3", "--hidden", "16,16", "--id-space", "10007", "--batch-size",
-              str(BATCH), "--seed", "3"]
+PASSES, PSERVERS = 3, 2
 
 
 def _etcd_cmd(etcd: str, ip: str, data_dir: Path) -> list[str]:
@@ -70,11 +73,8 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for key in ("PADDLE_ROLE", "PADDLE_TRAINER_ID"):
         env.pop(key, None)
-    data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "elasticps", "data", "synth", "ctr", "--rows", str(ROWS),
-                    "--test-rows", "1000", "--seed", "3", "--max-vocab", "5",
-                    "--rows-per-chunk", str(ROWS_PER_CHUNK), "--out", str(data), "--no-progress"],
-                   env=env, check=True, capture_output=True, timeout=120)
+    oracle = OracleSpec(str(tmp_path / "data"), PASSES, BATCH, PSERVERS)
+    write_oracle_data(oracle.data, ROWS, ROWS_PER_CHUNK)
     net = NetnsPair.create("rest", "cut")
     observer: JobObserver | None = None
     logs = tmp_path / "logs"
@@ -95,9 +95,8 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         # The job's processes, with the launcher's environment contract.
         base_env = {**env, "PADDLE_HOST": net.a_ip, "PADDLE_LEASE_TTL": str(TTL),
                     "PADDLE_CHECKPOINT_URL": str(checkpoints), "OMP_NUM_THREADS": "1"}
-        opts = LaunchOptions(script=str(REPO / "examples" / "ctr" / "train.py"),
-                             script_args=["--data", str(data), *TRAIN_ARGS], trainers=2,
-                             pservers=2)
+        opts = LaunchOptions(script=str(ORACLE_SCRIPT), script_args=oracle_args(oracle),
+                             trainers=2, pservers=PSERVERS)
         specs = build_specs(opts, tmp_path / "work", store_url, job, token, base_env)
         procs = {}
         for spec in specs:
@@ -219,6 +218,10 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         assert all(p["complete"] for p in accounting["passes"]), accounting
         assert accounting["expected_batches"] > 0
         assert (accounting["duplicates"], accounting["missing"]) == (0, 0), accounting
+        # And in the parameters: every (pass, row, shard) count is exactly 1.
+        counted = check_oracle(oracle, str(checkpoints))
+        assert counted.rows_checked == PASSES * ROWS * PSERVERS
+        assert (counted.mismatches, counted.counters_ok) == (0, True), counted.as_dict()
         print(f"partition detected after {detected_s:.1f}s; test took "
               f"{time.monotonic() - started:.1f}s")
     finally:

@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 
+from elasticps.data.batching import BatchPlan
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.store import open_store
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
                             lease_ttl=int(ttl),
                             policy=QueuePolicy(task_lease=float(task_lease)),
                             dataset="synthetic://", chunks_per_task=int(per_task),
-                            num_passes=int(passes))
+                            num_passes=int(passes), batch_plan=BatchPlan(10))
     server = MasterServer(store, options, lambda _url: synthetic_chunks(int(num_chunks)))
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     try:

@@ -10,6 +10,7 @@ equals ``-(batches applied)``: a lost batch or a double application shows in the
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.snapshot import load_accounting
@@ -33,6 +35,7 @@ OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
 SPECS = [SPEC(name="w", kind=SPEC.DENSE, shape=[4], optimizer=OPT(kind=OPT.SGD, lr=1.0))]
 BATCHES = 4  # per task; 3 tasks
+BATCH_SIZE = 25  # synthetic chunks have 100 rows: 4 batches each
 Outcome = master_pb2.GetTaskResponse.Outcome
 
 
@@ -48,7 +51,8 @@ class Job:
         opts = MasterOptions(job=job, credentials=job_credentials(job, "master", TOKEN),
                              lease_ttl=2, num_pservers=2,
                              policy=QueuePolicy(task_lease=60.0), dataset="synthetic",
-                             chunks_per_task=1, num_passes=1, reconcile_timeout=10.0)
+                             chunks_per_task=1, num_passes=1, reconcile_timeout=10.0,
+                             batch_plan=BatchPlan(BATCH_SIZE))
         self.master = MasterServer(self.store, opts, lambda url: synthetic_chunks(3))
         self.thread = threading.Thread(target=self.master.run, daemon=True)
         self.thread.start()
@@ -153,3 +157,30 @@ def test_pserver_restored_from_an_older_checkpoint_gets_its_lost_batches_back(jo
     restored = next(s for s in job.ps.stats()["shards"] if s["shard"] == 0)
     assert restored["restored_from"] == old0.checkpoint_id
     _assert_exactly_once(job)
+
+
+def test_a_pserver_restarted_empty_refuses_a_late_push_of_a_sealed_pass(
+        job: Job, tmp_path: Path) -> None:
+    """Hole 7: a shard that restarts with no checkpoint (its disk lost) must not apply a very
+    late push of a pass the master sealed: it takes the sealed passes from the store and counts
+    their pushes as applied. (Its share of their training is lost; the log says so.)"""
+    late = job.get_task().task
+    for seq in range(BATCHES):
+        job.push(late, seq)
+    assert job.mc.task_finished(late, 10, BATCHES)
+    _finish_remaining(job)  # pass 0 is sealed: the job (one pass) is done
+    assert store_sealed(job) == 1
+    slot0 = json.loads(job.store.get("pserver/slot/0").value)["pid"]  # type: ignore[union-attr]
+    job.pservers.kill(next(p for p in job.procs if p.pid == slot0))
+    shutil.rmtree(tmp_path / "ckpt" / "shard-0-of-2")  # no checkpoint of shard 0 survives
+    job.procs.append(job.pservers.start())
+    job.push(late, 0)  # a stale trainer's push of the sealed pass, very late
+    stats = next(s for s in job.ps.stats()["shards"] if s["shard"] == 0)
+    assert stats.get("duplicates", "0") == "1", stats
+    np.testing.assert_array_equal(job.ps.pull_dense()["w"][:2], np.zeros(2, dtype=np.float32))
+    assert "passes below 1 are sealed" in job.pservers.logs()
+
+
+def store_sealed(job: Job) -> int:
+    kv = job.store.get("job/sealed")
+    return 0 if kv is None else int(json.loads(kv.value)["below"])

@@ -34,7 +34,8 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
            **tls_env(job_name, "master")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "elasticps", "-v", "master", "--dataset", str(data),
-         "--chunks-per-task", "2", "--num-passes", "2", "--task-lease", "10"],
+         "--chunks-per-task", "2", "--num-passes", "2", "--batch-size", "32",
+         "--task-lease", "10"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     store = open_store(url, job_name)
     try:
@@ -74,6 +75,10 @@ def test_master_cli_rejects_bad_flags_naming_them(tmp_path: Path) -> None:
                           env=env, capture_output=True, timeout=60)
     assert done.returncode == 1
     assert b"max_failures=0" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "elasticps", "master", "--dataset", "/d"],
+                          env=env, capture_output=True, timeout=60)
+    assert done.returncode == 1
+    assert b"--dataset needs --batch-size" in done.stderr
     env.pop("PADDLE_JOB_TOKEN")
     done = subprocess.run([sys.executable, "-m", "elasticps", "master"], env=env,
                           capture_output=True, timeout=60)

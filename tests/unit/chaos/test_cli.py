@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from elasticps.chaos.cli import options_from
-from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
 from elasticps.cli import build_parser
 from elasticps.errors import ConfigError
 
@@ -51,3 +51,15 @@ def test_options_that_cannot_work_are_refused_before_anything_starts(
     with pytest.raises(ConfigError, match="does not exist"):
         parse(str(tmp_path / "missing.py")).validate()
 
+
+
+def test_oracle_runs_its_own_script_with_a_store_outage_and_no_baseline() -> None:
+    opts = parse("--oracle", "--kills", "24")
+    assert opts.script == ORACLE_SCRIPT
+    assert opts.script.is_file()
+    assert (opts.oracle, opts.outage, opts.outage_at, opts.skip_baseline) == (True, 12.0, 12, True)
+    assert parse("train.py").outage == 0.0
+    with pytest.raises(ConfigError, match="give no SCRIPT"):
+        parse("--oracle", "train.py")
+    with pytest.raises(ConfigError, match="give the SCRIPT"):
+        parse()

@@ -139,3 +139,35 @@ def test_a_job_that_ended_gets_no_faults() -> None:
     loop.run(deadline=time.monotonic() + 5)
     assert job.killed == []
     assert loop.finished()
+
+
+class SimStore:
+    """The job's etcd: an outage takes it down and back; progress resumes once it is back."""
+
+    def __init__(self, job: SimJob, said: list[str]) -> None:
+        self.job, self.said = job, said
+
+    def kill(self) -> None:
+        self.said.append("(etcd down)")
+
+    def start(self) -> None:
+        self.said.append("(etcd up)")
+        self.job.tasks += 1
+
+
+def test_a_store_outage_follows_its_kill_and_leaves_the_seeds_kills_alone() -> None:
+    job = SimJob()
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=4, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, outage=0.01, outage_after=2)
+    loop = ChaosLoop(opts, job, job, Planner(7, opts.trainers, scale=False, gap=opts.gap),
+                     job.scale_to, said.append, host=HERE, kill=job.kill,
+                     store=SimStore(job, said))
+    loop.run(deadline=time.monotonic() + 5)
+    assert [k.role for k in loop.kills] == [
+        s.role for s in preview(7, 4, 2, scale=False) if isinstance(s, KillRole)]
+    (outage,) = loop.outages
+    assert outage.serving_s is not None
+    assert outage.throughput_s is not None
+    kills = [i for i, line in enumerate(said) if line.startswith("chaos: kill")]
+    assert kills[1] < said.index("(etcd down)") < said.index("(etcd up)") < kills[2]

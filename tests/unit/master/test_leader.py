@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.leader import TRANSITIONS, Components, Leader, LeaderState
 from elasticps.master.options import MasterOptions
@@ -21,9 +22,14 @@ from elasticps.store.keys import (
     MASTER_ADDRESS,
     MASTER_CANDIDATE_PREFIX,
     MASTER_ELECTION,
+    TRAINER_PREFIX,
     MasterAddress,
+    TrainerRegistration,
     master_candidate,
+    trainer_key,
 )
+from tests.flaky_store import WatchFailsOnce
+from tests.helpers import wait_for
 
 S = LeaderState
 
@@ -93,7 +99,8 @@ def store(tmp_path: Path, job_name: str) -> Iterator[Store]:
 
 
 def make_leader(store: Store, node: str, parts: FakeParts, **options: object) -> Leader:
-    given: dict[str, object] = {"dataset": "mem://data", **options}
+    given: dict[str, object] = {"dataset": "mem://data", "batch_plan": BatchPlan(10),
+                                **options}
     opts = MasterOptions(job="test", credentials=JobCredentials("test", "t"), lease_ttl=2,
                          node=node,
                          **given)  # type: ignore[arg-type]
@@ -155,6 +162,33 @@ def test_a_leader_campaigns_loads_serves_and_resigns_state_by_state(store: Store
     assert store.get(MASTER_ADDRESS) is None
     assert store.get_prefix(MASTER_CANDIDATE_PREFIX) == []
     assert leader.step() is S.STOPPED  # final: stepping again changes nothing
+
+
+def test_a_trainer_watch_that_failed_is_recreated_and_still_releases_a_dead_trainers_task(
+        store: Store) -> None:
+    """Hole 6: the trainer watch used to die with its first failure, so a trainer's death
+    afterwards held its task for the whole task lease. Now the watch is re-created from a fresh
+    listing: the trainer is seen, and its death releases its task at once."""
+    flaky = WatchFailsOnce(store, TRAINER_PREFIX)
+    leader = make_leader(flaky, "m1", FakeParts(store))  # type: ignore[arg-type]
+    step_to(leader, S.CAMPAIGNING, S.LOADING, S.SERVING)
+    state = leader.master_state
+    assert state is not None
+    assert state.queue is not None
+    lease = store.grant_lease(30)
+    store.put(trainer_key("t1"), TrainerRegistration().encode(), lease.id)
+    wait_for(lambda: "t1" in state.live_trainers, 10, "the master to see the trainer")
+    assert flaky.failed == 1
+    with state.lock:
+        result, delta = state.queue.get_task("t1", 0, state.clock())
+        state.persist(delta)
+    assert result.task is not None
+    lease.revoke()  # the trainer died: its key vanishes with its lease
+    wait_for(lambda: state.queue is not None and not state.queue.pending_of("t1"), 10,
+             "the dead trainer's task to go back to todo")
+    assert state.queue.task_record(result.task.task_id).failures == 1
+    leader.stop()
+    step_to(leader, S.RESIGNING, S.STOPPED)
 
 
 def test_a_standby_takes_over_when_the_leader_resigns_and_resumes_its_queue(

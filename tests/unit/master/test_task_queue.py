@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from elasticps.errors import InvalidArgumentError, NotFoundError
@@ -15,13 +17,14 @@ from elasticps.master.task_queue import (
 )
 
 LEASE = 10.0
+BATCH = 32  # a chunk of 100 rows is 4 batches
 
 
 def make_queue(num_chunks: int = 6, chunks_per_task: int = 2, num_passes: int = 1,
                max_failures: int = 2, fraction: float = 0.5) -> TaskQueue:
     return TaskQueue([100] * num_chunks, chunks_per_task, num_passes,
                      QueuePolicy(max_failures=max_failures, task_lease=LEASE,
-                                 max_failed_fraction=fraction))
+                                 max_failed_fraction=fraction), batch_size=BATCH)
 
 
 def take(queue: TaskQueue, trainer: str = "t1", pass_id: int = 0, now: float = 0.0) -> TaskView:
@@ -32,16 +35,20 @@ def take(queue: TaskQueue, trainer: str = "t1", pass_id: int = 0, now: float = 0
     return result.task
 
 
-def finish(queue: TaskQueue, task: TaskView, trainer: str = "t1", now: float = 1.0) -> Delta:
+def finish(queue: TaskQueue, task: TaskView, trainer: str | None = None,
+           now: float = 1.0) -> Delta:
+    trainer = trainer or queue.task_record(task.task_id).owner  # default: whoever holds it
     reply, delta = queue.task_finished(trainer, task.task_id, task.epoch, task.num_records, now)
     assert reply.accepted, reply.reason
     return delta
 
 
 def test_chunks_are_grouped_into_tasks_with_a_short_last_task() -> None:
-    queue = TaskQueue([10, 20, 30, 40, 50], 2, 1)
+    queue = TaskQueue([10, 20, 30, 40, 50], 2, 1, batch_size=8)
     assert queue.num_tasks == 3
-    views = [take(queue) for _ in range(3)]
+    # Batches are counted chunk by chunk: ceil(10/8) + ceil(20/8), ceil(30/8) + ceil(40/8), ...
+    assert [queue.num_batches(t) for t in range(3)] == [2 + 3, 4 + 5, 7]
+    views = [take(queue, f"w{i}") for i in range(3)]
     assert [(v.first_chunk, v.num_chunks, v.num_records) for v in views] == [
         (0, 2, 30), (2, 2, 70), (4, 1, 50)]
     assert queue.counts() == {"todo": 0, "pending": 3, "done": 0, "failed": 0}
@@ -49,11 +56,13 @@ def test_chunks_are_grouped_into_tasks_with_a_short_last_task() -> None:
 
 def test_bad_construction_arguments_name_the_value() -> None:
     with pytest.raises(InvalidArgumentError, match="chunks_per_task=0"):
-        TaskQueue([1], 0, 1)
+        TaskQueue([1], 0, 1, batch_size=1)
     with pytest.raises(InvalidArgumentError, match="num_passes=0"):
-        TaskQueue([1], 1, 0)
+        TaskQueue([1], 1, 0, batch_size=1)
     with pytest.raises(InvalidArgumentError, match="no chunks"):
-        TaskQueue([], 1, 1)
+        TaskQueue([], 1, 1, batch_size=1)
+    with pytest.raises(InvalidArgumentError, match="batch_size=0"):
+        TaskQueue([1], 1, 1, batch_size=0)
     with pytest.raises(InvalidArgumentError, match="max_failures=0"):
         QueuePolicy(max_failures=0)
     with pytest.raises(InvalidArgumentError, match=r"max_failed_fraction=1\.5"):
@@ -62,7 +71,7 @@ def test_bad_construction_arguments_name_the_value() -> None:
 
 def test_todo_to_pending_to_done_ends_the_only_pass_with_all_done() -> None:
     queue = make_queue()
-    tasks = [take(queue, now=0.0) for _ in range(3)]
+    tasks = [take(queue, f"w{i}", now=0.0) for i in range(3)]
     assert [t.epoch for t in tasks] == [1, 1, 1]
     result, delta = queue.get_task("t2", 0, 0.0)
     assert result.outcome is Outcome.RETRY_LATER
@@ -82,7 +91,7 @@ def test_todo_to_pending_to_done_ends_the_only_pass_with_all_done() -> None:
 
 def test_pass_end_starts_the_next_pass_and_old_pass_requests_get_pass_over() -> None:
     queue = make_queue(num_passes=2)
-    tasks = [take(queue) for _ in range(3)]
+    tasks = [take(queue, f"w{i}") for i in range(3)]
     for task in tasks:
         delta = finish(queue, task)
     assert delta.meta
@@ -129,7 +138,7 @@ def test_lease_expiry_sends_the_task_back_to_todo_with_a_failure_and_resume_poin
     assert queue.task_record(first.task_id).failures == 1
     assert "lease expired" in queue.task_record(first.task_id).last_error
     # The returned task goes to the back of the queue; its progress is the resume point.
-    views = [take(queue, "t2", now=12.0) for _ in range(3)]
+    views = [take(queue, f"u{i}", now=12.0) for i in range(3)]
     assert [v.task_id for v in views] == [1, 2, 0]
     assert views[-1].records_done == 40
     assert views[-1].epoch == 2
@@ -233,7 +242,7 @@ def test_task_failed_counts_failures_up_to_max_then_failed_and_job_fails() -> No
 def test_failed_tasks_below_the_threshold_get_another_chance_next_pass() -> None:
     queue = make_queue(num_chunks=8, chunks_per_task=2, num_passes=2, max_failures=1,
                        fraction=0.5)  # 4 tasks, 2 may fail
-    tasks = [take(queue) for _ in range(4)]
+    tasks = [take(queue, f"t{i}") for i in (1, 2, 3, 4)]
     reply, _delta = queue.task_failed("t1", tasks[0].task_id, tasks[0].epoch, "bad data", 1.0)
     assert reply.accepted
     assert queue.state_of(0) is TaskState.FAILED
@@ -258,13 +267,32 @@ def test_all_tasks_failed_fails_the_job_even_with_fraction_one() -> None:
     assert not queue.finished
 
 
+def test_a_retried_get_task_gets_the_task_whose_answer_was_lost() -> None:
+    """Hole 5: a trainer works on one task at a time, so a GetTask from a trainer that holds a
+    task means the answer that gave it was lost: it gets that task back (same epoch, lease
+    renewed), not a second one while the first stays leased to it for the whole task lease."""
+    queue = make_queue(num_chunks=8, max_failures=3)
+    first = take(queue, "a", now=0.0)
+    queue.report_progress("a", first.task_id, first.epoch, 40, now=1.0)
+    again, delta = queue.get_task("a", 0, now=5.0)
+    assert again.outcome is Outcome.TASK
+    assert again.task == dataclasses.replace(first, records_done=40)
+    assert delta.empty  # nothing to persist: same dispatch, a lease renewal
+    assert queue.pending_of("a") == [first.task_id]
+    assert queue.next_deadline() == 5.0 + LEASE
+    assert take(queue, "b").task_id != first.task_id
+    reply, _ = queue.task_finished("a", first.task_id, first.epoch, 200, now=6.0)
+    assert reply.accepted
+    assert take(queue, "a", now=7.0).task_id != first.task_id
+
+
 def test_trainer_lost_returns_all_its_tasks_at_once() -> None:
     queue = make_queue(num_chunks=8, max_failures=3)
-    a1, a2 = take(queue, "a"), take(queue, "a")
+    a1 = take(queue, "a")
     b1 = take(queue, "b")
-    assert queue.pending_of("a") == [a1.task_id, a2.task_id]
+    assert queue.pending_of("a") == [a1.task_id]
     delta = queue.trainer_lost("a", now=1.0)
-    assert delta.tasks == frozenset([a1.task_id, a2.task_id])
+    assert delta.tasks == frozenset([a1.task_id])
     assert queue.pending_of("a") == []
     assert queue.state_of(b1.task_id) is TaskState.PENDING
     assert queue.task_record(a1.task_id).failures == 1
@@ -283,7 +311,7 @@ def test_graceful_leave_returns_tasks_without_a_failure() -> None:
 
 def test_lease_expiry_past_max_failures_can_end_the_pass() -> None:
     queue = make_queue(num_chunks=4, max_failures=1, fraction=0.5)  # 2 tasks
-    first, second = take(queue), take(queue)
+    first, second = take(queue, "w0"), take(queue, "w1")
     finish(queue, first)
     delta = queue.expire_leases(LEASE)
     assert queue.state_of(second.task_id) is TaskState.FAILED
@@ -329,7 +357,7 @@ def test_bad_requests_raise_clear_errors_and_change_nothing() -> None:
 
 def test_restore_rebuilds_the_same_state_and_releases_tasks_of_dead_trainers() -> None:
     queue = make_queue(num_chunks=12, num_passes=3, max_failures=3)  # 6 tasks
-    for task in [take(queue) for _ in range(6)]:
+    for task in [take(queue, f"w{i}") for i in range(6)]:
         finish(queue, task)
     assert queue.pass_id == 1
     done = take(queue, "alive", pass_id=1)
@@ -337,13 +365,13 @@ def test_restore_rebuilds_the_same_state_and_releases_tasks_of_dead_trainers() -
     kept = take(queue, "alive", pass_id=1)
     queue.report_progress("alive", kept.task_id, kept.epoch, 70, 1.0)
     lost = take(queue, "dead", pass_id=1)
-    failed_once = take(queue, "alive", pass_id=1)
-    queue.task_failed("alive", failed_once.task_id, failed_once.epoch, "flaky", 1.0)
+    failed_once = take(queue, "flaky", pass_id=1)
+    queue.task_failed("flaky", failed_once.task_id, failed_once.epoch, "flaky", 1.0)
     queue.request_save_model("alive", 30.0, 1.0)
     records = {i: queue.task_record(i) for i in range(queue.num_tasks)}
     restored, delta = TaskQueue.restore(
         [100] * 12, 2, 3, queue.policy, queue.meta_record(), records, queue.failure_log,
-        live_trainers={"alive"}, now=100.0)
+        live_trainers={"alive", "flaky"}, now=100.0, batch_size=BATCH)
     assert restored.meta_record().pass_id == 1
     assert restored.records_total == queue.records_total
     assert restored.state_of(kept.task_id) is TaskState.PENDING
@@ -363,5 +391,5 @@ def test_restore_rebuilds_the_same_state_and_releases_tasks_of_dead_trainers() -
     reply, _ = restored.task_finished("alive", kept.task_id, kept.epoch, 200, 101.0)
     assert reply.accepted
     # The todo order survives: never-tried tasks first, then the ones sent back.
-    order = [take(restored, "alive", 1, 102.0).task_id for _ in range(4)]
+    order = [take(restored, f"x{i}", 1, 102.0).task_id for i in range(4)]
     assert order[-2:] == [failed_once.task_id, lost.task_id]

@@ -77,6 +77,39 @@ def test_dense_clip_matches_torch_clip_grad_norm() -> None:
     np.testing.assert_allclose(got, param.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_dense_clip_over_three_shards_clips_each_slice_by_its_own_norm() -> None:
+    """At N = 3 each shard clips its slice of the gradient by that slice's norm (as
+    clip_grad_norm_ on three separate parameters), which is not the global clip."""
+    rng = np.random.default_rng(4)
+    start = rng.normal(size=21).astype(np.float32)
+    grads = [rng.normal(size=21).astype(np.float32) * 5 for _ in range(4)]
+    slices = [torch.nn.Parameter(torch.from_numpy(part.copy()))
+              for part in np.array_split(start, 3)]
+    whole = torch.nn.Parameter(torch.from_numpy(start.copy()))
+    per_slice = torch.optim.SGD(slices, lr=0.1, weight_decay=0.01)
+    globally = torch.optim.SGD([whole], lr=0.1, weight_decay=0.01)
+    for g in grads:
+        for param, part in zip(slices, np.array_split(g, 3), strict=True):
+            param.grad = torch.from_numpy(part.copy())
+            torch.nn.utils.clip_grad_norm_([param], max_norm=1.5)
+        whole.grad = torch.from_numpy(g.copy())
+        torch.nn.utils.clip_grad_norm_([whole], max_norm=1.5)
+        per_slice.step()
+        globally.step()
+    spec = OPT(kind=OPT.SGD, lr=0.1, weight_decay=0.01, clip_norm=1.5)
+    shards = [ShardState(i, 3) for i in range(3)]
+    for shard, part in zip(shards, np.array_split(start, 3), strict=True):
+        shard.declare([_dense_spec(spec, (21,))])
+        shard.init_dense({"w": part})
+    for seq, g in enumerate(grads):
+        for shard, part in zip(shards, np.array_split(g, 3), strict=True):
+            assert shard.push(BatchKey(0, 0, seq), {"w": part}, {}).applied
+    got = np.concatenate([s.pull_dense(["w"])["w"] for s in shards])
+    expected = torch.cat([p.detach() for p in slices]).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got, whole.detach().numpy(), atol=1e-3)  # not the global clip
+
+
 class _ReferenceLazy:
     """Per-row optimizer written the plain way: one Python loop per row, dict of state."""
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from elasticps.config import Config, load_config
+from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.server import TRANSITIONS, PServerProcess, PServerState
 from elasticps.pserver.service import ParameterServerServicer
+from elasticps.pserver.shard import BatchKey
 from elasticps.store import Store, open_store
 from elasticps.store.keys import PServerSlot, pserver_slot
 
@@ -147,6 +150,56 @@ def test_a_slot_taken_while_the_lease_was_lost_ends_it_without_a_checkpoint(
     assert slot.lease == successor.lease.id  # the successor keeps its slot
     successor.stop.set()
     assert successor.run() == 0
+
+
+def _push(proc: PServerProcess, seq: int) -> None:
+    assert proc.shard is not None
+    proc.shard.push(BatchKey(0, 0, seq), {"w": np.ones(3, dtype=np.float32)}, {})
+
+
+def _checkpoint(endpoint: FakeEndpoint) -> pserver_pb2.CheckpointResponse:
+    """The Checkpoint RPC (as the reconciler calls it), without gRPC's error translation."""
+    assert endpoint.servicer is not None
+    handler = ParameterServerServicer.Checkpoint.__wrapped__  # type: ignore[attr-defined]
+    return handler(endpoint.servicer, pserver_pb2.CheckpointRequest(pass_id=0), None)
+
+
+def test_a_pserver_that_lost_its_slot_cannot_replace_the_new_owners_checkpoints(
+        harness: Harness) -> None:
+    """Hole 3: a pserver whose lease expired keeps serving (a stale trainer still pushes to it)
+    while a restarted pserver takes its slot over and writes the checkpoint that seals a pass.
+    Neither the zombie's periodic checkpoint nor its final one may be published over it: the
+    next restore must hold every batch the new owner sealed."""
+    zombie = harness.process()
+    step_to(zombie, S.CLAIMING, S.RESTORING, S.SERVING)
+    assert zombie.shard is not None
+    assert zombie.lease is not None
+    zombie.shard.declare([SPEC])
+    zombie.shard.init_dense({"w": np.zeros(3, dtype=np.float32)})
+    _push(zombie, 0)
+    _checkpoint(harness.endpoints[0])
+    zombie.lease.revoke()  # its lease expired (it was paused, or cut off); it has not noticed
+    owner = harness.process()
+    step_to(owner, S.CLAIMING, S.RESTORING, S.SERVING)  # restores the zombie's checkpoint
+    _push(owner, 1)
+    sealing = _checkpoint(harness.endpoints[1])  # e.g. the reconciliation that seals pass 0
+    assert [(t.below, list(t.extra)) for t in sealing.tasks] == [(2, [])]
+
+    _push(zombie, 5)  # the zombie applies a stale trainer's push
+    with pytest.raises(CheckpointError, match="no longer owns slot 0"):
+        _checkpoint(harness.endpoints[0])  # its periodic loop (or a Checkpoint RPC)
+    zombie.stop.set()
+    step_to(zombie, S.STOPPING, S.STOPPED)  # and its shutdown: no final checkpoint
+
+    published = ShardCheckpoints(harness.ckpt_url, 0, 1, store=harness.store)
+    loaded = published.load_newest()
+    assert loaded is not None
+    snap, manifest = loaded
+    assert manifest.id == sealing.checkpoint_id
+    assert [(p, t, b, x) for p, t, b, x in snap.applied.tasks()] == [(0, 0, 2, [])]
+    assert len(harness.checkpoints().manifests()) == 2  # the zombie's files were deleted
+    owner.stop.set()
+    assert owner.run() == 0
 
 
 def test_a_pserver_waiting_for_a_free_slot_stops_without_one(harness: Harness) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError
 from elasticps.master.service import task_message
 from elasticps.master.snapshot import DatasetRecord
-from elasticps.master.task_queue import QueuePolicy, TaskQueue
+from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import master_pb2
 
 
@@ -21,10 +22,11 @@ class QueueMaster:
     """One job's queue; :meth:`client` is a trainer's handle on it."""
 
     def __init__(self, chunk_rows: Sequence[int], chunks_per_task: int = 1, num_passes: int = 1,
-                 policy: QueuePolicy | None = None) -> None:
+                 policy: QueuePolicy | None = None, batch_size: int = 4) -> None:
         chunks = tuple(ChunkRef(f"part-{i}.parquet", 0, rows) for i, rows in enumerate(chunk_rows))
-        self.queue = TaskQueue(list(chunk_rows), chunks_per_task, num_passes, policy)
-        self.dataset = DatasetRecord("mem://ctr", chunks_per_task, num_passes, chunks)
+        self.dataset = DatasetRecord("mem://ctr", chunks_per_task, num_passes, chunks,
+                                     BatchPlan(batch_size))
+        self.queue = self.dataset.new_queue(policy)
         self.now = 0.0
 
     def client(self, trainer: str, log: list[str] | None = None) -> QueueClient:
@@ -39,7 +41,8 @@ class QueueClient:
         self.master, self.trainer, self.log = master, trainer, log
         self.scripted: list[master_pb2.GetTaskResponse] = []  # answered before the queue's
 
-    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int) -> Any:
+    def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
+                    plan: BatchPlan) -> Any:
         return None
 
     def get_task(self, pass_id: int) -> master_pb2.GetTaskResponse:

@@ -19,6 +19,7 @@ from elasticps.proto import master_pb2
 from elasticps.trainer.task_batches import TaskBatch
 from elasticps.trainer.task_loop import LoopState, TaskEnd, TaskLoop
 from elasticps.trainer.task_policy import Action
+from tests.helpers import wait_for
 from tests.task_workers import Collect, task_loop
 from tests.unit.trainer.queue_master import QueueClient, QueueMaster, row_batches
 
@@ -106,8 +107,8 @@ def test_retry_later_waits_with_growing_backoff_then_pass_over_moves_on() -> Non
 
 def test_the_backoff_starts_over_after_a_task() -> None:
     master = QueueMaster([4, 4, 4])
-    for _ in range(2):
-        master.queue.get_task("other", 0, master.now)  # "other" holds tasks 0 and 1
+    for other in ("other", "another"):
+        master.queue.get_task(other, 0, master.now)  # they hold tasks 0 and 1
     waits: list[float] = []
     worker = Collect()
     loop = make_loop(master.client("t0", worker.log), worker, waits=waits)
@@ -115,7 +116,7 @@ def test_the_backoff_starts_over_after_a_task() -> None:
     for _ in range(3):
         loop.step()
     assert waits[2] > 0.1  # grown: 0.1-0.2
-    master.queue.expire_leases(master.now + 1e6)  # "other" stalled: both come back
+    master.queue.expire_leases(master.now + 1e6)  # both stalled: their tasks come back
     master.queue.get_task("other", 0, master.now)  # and it takes one of them again
     loop.step()  # trains the other one
     loop.step()
@@ -265,3 +266,29 @@ def test_a_stop_during_the_last_step_leaves_the_loop_done() -> None:
 
     loop = make_loop(master.client("t0"), StopsAtTheEnd(), stop=stop)
     assert loop.run() is LoopState.DONE
+
+
+class TakenBackDuringAStep(Collect):
+    """Its first step is slow: meanwhile the master takes the task back (its lease ran out
+    before this trainer's heartbeat existed), and the step ends once a heartbeat was answered."""
+
+    def __init__(self, master: QueueMaster) -> None:
+        super().__init__()
+        self.master = master
+
+    def train(self, item: TaskBatch, next_batch: Any | None) -> None:
+        if not self.items:
+            self.master.queue.expire_leases(self.master.now + 1e6)
+            wait_for(lambda: "report 0" in self.log, 10, "a heartbeat")
+        super().train(item, next_batch)
+
+
+def test_a_heartbeat_renews_by_time_and_its_refusal_drops_the_task() -> None:
+    master = QueueMaster([16])  # one task of 4 batches
+    worker = TakenBackDuringAStep(master)
+    loop = make_loop(master.client("t0", worker.log), worker, heartbeat_s=0.02)
+    loop.step()  # the heartbeat hears the task is no longer ours: dropped after that step
+    loop.step()  # handed out again, trained to the end
+    assert [how for _, _, how in worker.tasks] == [TaskEnd.LOST, TaskEnd.FINISHED]
+    assert worker.log.index("report 0") < worker.log.index("train 0/0")
+    assert worker.log[worker.log.index("train 0/0") + 1] == "abandon"

@@ -1,0 +1,158 @@
+"""The parameter-value oracle: count, in the final parameters, how often each batch was applied
+on each shard, and check every count is exactly 1.
+
+The oracle's job (:mod:`elasticps.chaos.oracle_script`, a counting model with plain SGD) adds
+exactly 1 to row ``(pass * rows + row) * shards + shard`` of table ``oracle`` each time the batch
+holding dataset row ``row`` is applied in pass ``pass`` on shard ``shard``, and 1 to that shard's
+element of the dense ``counter`` for every batch applied there. Nothing here reads the master's
+records or the shards' applied sets (the mechanism under test): only parameter values, from each
+shard's newest published checkpoint (its final one, written when the job stopped), compared
+with what the data alone predicts. A row whose count is not exactly 1 is a mismatch: 0 means a
+batch was lost on that shard, 2 that it was applied twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from elasticps.data.batching import batches_in_chunk
+from elasticps.data.manifest import read_manifest
+from elasticps.data.write import write_dataset
+from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.store.api import Store
+
+TABLE = "oracle"  # the names oracle_script.py trains (it imports torch; this module does not)
+ROW_COLUMN = "row"
+COUNTER = "counter"
+EXAMPLES = 10  # mismatching rows named in the report
+
+
+def write_oracle_data(path: str, rows: int, rows_per_chunk: int) -> None:
+    """A dataset whose only feature is each row's own index (a passthrough id column)."""
+    write_dataset({"y": np.zeros(rows, np.float32), ROW_COLUMN: np.arange(rows, dtype=np.int64)},
+                  path, {"label": {"name": "y", "kind": "float"},
+                         "columns": {ROW_COLUMN: {"kind": "categorical", "ids": "passthrough",
+                                                  "table": "rows", "id_space": rows}}},
+                  rows_per_chunk=rows_per_chunk, overwrite=True)
+
+
+@dataclass(frozen=True)
+class OracleSpec:
+    """What the oracle job trained: its dataset, passes, batch size and shards."""
+
+    data: str
+    passes: int
+    batch_size: int
+    shards: int
+
+    def batch_starts(self) -> tuple[int, np.ndarray]:
+        """(rows, the first row of every batch in row order), from the manifest."""
+        starts: list[int] = []
+        offset = 0
+        for chunk in read_manifest(self.data).chunks:
+            count = batches_in_chunk(chunk.num_rows, self.batch_size)
+            starts.extend(offset + k * self.batch_size for k in range(count))
+            offset += chunk.num_rows
+        return offset, np.asarray(starts, dtype=np.int64)
+
+
+@dataclass
+class ShardCount:
+    shard: int
+    rows_checked: int = 0
+    mismatches: int = 0  # rows whose count is not exactly 1
+    batch_mismatches: int = 0  # batches with any such row
+    never_applied: int = 0  # rows with count 0
+    applied_twice_or_more: int = 0  # rows with count >= 2
+    unexpected_rows: int = 0  # nonzero rows outside the dataset's ids (must be 0)
+    counter: float | None = None  # the dense counter: batches applied on this shard
+    counter_expected: int = 0
+    checkpoint: str = ""
+
+
+@dataclass
+class OracleResult:
+    rows_checked: int = 0
+    mismatches: int = 0
+    batches_checked: int = 0
+    batch_mismatches: int = 0
+    shards: list[ShardCount] = field(default_factory=list)
+    examples: list[dict[str, Any]] = field(default_factory=list)  # {pass, row, shard, count}
+    error: str | None = None
+
+    @property
+    def counters_ok(self) -> bool:
+        return all(s.counter == s.counter_expected for s in self.shards)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows_checked": self.rows_checked, "mismatches": self.mismatches,
+                "batches_checked": self.batches_checked,
+                "batch_mismatches": self.batch_mismatches, "counters_ok": self.counters_ok,
+                "shards": [vars(s) for s in self.shards], "examples": self.examples,
+                "error": self.error}
+
+
+def check_oracle(spec: OracleSpec, checkpoint_url: str, store: Store | None = None
+                 ) -> OracleResult:
+    """Read every shard's newest checkpoint and count (see the module docstring)."""
+    rows, starts = spec.batch_starts()
+    result = OracleResult()
+    for shard in range(spec.shards):
+        loaded = ShardCheckpoints(checkpoint_url, shard, spec.shards, store=store).load_newest()
+        counts = np.zeros((spec.passes, rows), dtype=np.float64)
+        account = ShardCount(shard, counter_expected=spec.passes * len(starts))
+        if loaded is not None:
+            snap, manifest = loaded
+            account.checkpoint = manifest.id
+            _fill(counts, snap.sparse.get(TABLE), spec, shard, rows, account)
+            dense = snap.dense.get(COUNTER)
+            if dense is not None and dense.values.size == 1:
+                account.counter = float(dense.values.reshape(-1)[0])
+        _tally(counts, starts, shard, account, result)
+    result.rows_checked = sum(s.rows_checked for s in result.shards)
+    result.mismatches = sum(s.mismatches + s.unexpected_rows for s in result.shards)
+    result.batches_checked = spec.passes * len(starts) * spec.shards
+    result.batch_mismatches = sum(s.batch_mismatches for s in result.shards)
+    return result
+
+
+def _fill(counts: np.ndarray, table: Any, spec: OracleSpec, shard: int, rows: int,
+          account: ShardCount) -> None:
+    if table is None:
+        return
+    ids = np.asarray(table.ids, dtype=np.int64)
+    values = np.asarray(table.values, dtype=np.float64).reshape(len(ids), -1)[:, 0]
+    index = ids // spec.shards  # pass * rows + row
+    ours = (ids % spec.shards == shard) & (index < spec.passes * rows)
+    account.unexpected_rows = int(np.count_nonzero(values[~ours]))
+    counts.reshape(-1)[index[ours]] = values[ours]
+
+
+def _tally(counts: np.ndarray, starts: np.ndarray, shard: int, account: ShardCount,
+           result: OracleResult) -> None:
+    wrong = counts != 1.0
+    account.rows_checked = int(counts.size)
+    account.mismatches = int(np.count_nonzero(wrong))
+    account.never_applied = int(np.count_nonzero(counts == 0.0))
+    account.applied_twice_or_more = int(np.count_nonzero(counts >= 2.0))
+    if len(starts) and counts.shape[1]:
+        account.batch_mismatches = int(np.count_nonzero(
+            np.logical_or.reduceat(wrong, starts, axis=1)))
+    for pass_id, row in _first(np.argwhere(wrong), EXAMPLES - len(result.examples)):
+        result.examples.append({"pass": int(pass_id), "row": int(row), "shard": shard,
+                                "count": float(counts[pass_id, row])})
+    result.shards.append(account)
+
+
+def _first(pairs: np.ndarray, limit: int) -> Sequence[tuple[int, int]]:
+    return [(int(p), int(r)) for p, r in pairs[:max(0, limit)]]
+
+
+def oracle_args(spec: OracleSpec) -> list[str]:
+    """The oracle script's arguments for ``spec``."""
+    return ["--data", spec.data, "--passes", str(spec.passes), "--batch-size",
+            str(spec.batch_size)]

@@ -1,0 +1,49 @@
+"""`elasticps chaos --oracle` as a user runs it (a scratch directory, no PYTHONPATH): the oracle's
+counting model under SIGKILLs of every role and a store outage (its etcd SIGKILLed past every
+lease TTL and restarted), then every (pass, row, shard) count read back from the parameters in
+the shards' final checkpoints must be exactly 1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from elasticps.chaos.plan import KillRole, preview
+from tests.fault.chaos.test_chaos_command import SEED, user_env
+
+ROWS, PASSES, PSERVERS = 100_000, 3, 2
+OUTAGE_S = 6  # past every lease TTL (2 s); tests/fault/test_store_outage.py holds one > 10 s
+
+
+@pytest.mark.slow
+def test_the_oracle_counts_every_batch_once_through_kills_of_every_role_and_an_outage(
+        tmp_path: Path) -> None:
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed (scripts/setup.sh installs it)")
+    assert {s.role for s in preview(SEED, 3, 2) if isinstance(s, KillRole)} == {
+        "master", "pserver", "trainer"}
+    chaos = subprocess.run(
+        [sys.executable, "-m", "elasticps", "chaos", "--oracle", "--kills", "3", "--seed",
+         str(SEED), "--pservers", str(PSERVERS), "--skip-baseline", "--outage", str(OUTAGE_S),
+         "--outage-after", "1", "--oracle-rows", str(ROWS), "--oracle-passes", str(PASSES),
+         "--json", "report.json"],
+        cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=420, check=False)
+
+    assert chaos.returncode == 0, chaos.stdout[-3000:] + chaos.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["outcome"] == "succeeded"
+    assert report["kills"] == {"master": 1, "pserver": 1, "trainer": 1}, chaos.stdout
+    (outage,) = report["outages"]
+    assert outage["down_s"] == OUTAGE_S
+    assert outage["throughput_s"] is not None, report["outages"]
+    assert report["oracle_rows_checked"] == PASSES * ROWS * PSERVERS
+    assert report["oracle_mismatches"] == 0, report["oracle_result"]
+    result = report["oracle_result"]
+    assert (result["counters_ok"], result["batch_mismatches"]) == (True, 0), result
+    assert (report["duplicates"], report["missing"]) == (0, 0), report["accounting"]
+    assert "every one exactly 1" in chaos.stderr

@@ -1,0 +1,58 @@
+"""The oracle's count: parameter values of shards that applied batches 0, 1 or 2 times are read
+back from checkpoints and every count that is not exactly 1 is found (the check can fail)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from elasticps.chaos.oracle import COUNTER, TABLE, OracleSpec, check_oracle, write_oracle_data
+from elasticps.proto import pserver_pb2
+from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.shard import BatchKey, ShardState
+
+SPEC = pserver_pb2.TableSpec
+SGD = pserver_pb2.OptimizerSpec(kind=pserver_pb2.OptimizerSpec.SGD, lr=1.0)
+ROWS, BATCH, SHARDS = 8, 4, 2  # 2 batches, 1 pass, 2 shards
+
+
+def shard_applying(shard: int, times: dict[int, int]) -> ShardState:
+    """A shard on which batch b (rows 4b..4b+3) was applied ``times[b]`` times, as the oracle
+    model's pushes do it: -1 per counting row of the batch, -1 on this shard's counter."""
+    state = ShardState(shard, SHARDS)
+    state.declare([SPEC(name=TABLE, kind=SPEC.SPARSE, dim=1, id_space=ROWS * SHARDS,
+                        optimizer=SGD, initializer=pserver_pb2.Initializer(
+                            kind=pserver_pb2.Initializer.ZEROS)),
+                   SPEC(name=COUNTER, kind=SPEC.DENSE, shape=[SHARDS], optimizer=SGD)])
+    state.init_dense({COUNTER: np.zeros(1, dtype=np.float32)})
+    push = 0
+    for batch, count in times.items():
+        ids = np.arange(batch * BATCH, (batch + 1) * BATCH, dtype=np.int64) * SHARDS + shard
+        for _ in range(count):  # a fresh BatchRef each time: what a broken dedup would let in
+            state.push(BatchKey(0, 0, push), {COUNTER: -np.ones(1, dtype=np.float32)},
+                       {TABLE: (ids, -np.ones((BATCH, 1), dtype=np.float32))})
+            push += 1
+    return state
+
+
+def test_every_count_not_exactly_one_is_found(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    write_oracle_data(data, ROWS, rows_per_chunk=ROWS)
+    url = str(tmp_path / "ckpt")
+    for shard, times in ((0, {0: 1, 1: 2}), (1, {1: 1})):  # shard 0 twice, shard 1 lost one
+        ShardCheckpoints(url, shard, SHARDS).save(shard_applying(shard, times).snapshot()[0])
+    result = check_oracle(OracleSpec(data, 1, BATCH, SHARDS), url)
+    assert (result.rows_checked, result.batches_checked) == (ROWS * SHARDS, 2 * SHARDS)
+    assert (result.mismatches, result.batch_mismatches) == (2 * BATCH, 2)
+    first, second = result.shards
+    assert (first.applied_twice_or_more, first.never_applied, first.counter) == (BATCH, 0, 3.0)
+    assert (second.applied_twice_or_more, second.never_applied, second.counter) == (0, BATCH, 1.0)
+    assert not result.counters_ok  # 2 batches were expected on each shard
+    assert result.examples[0] == {"pass": 0, "row": 4, "shard": 0, "count": 2.0}
+    clean = tmp_path / "clean"
+    for shard in range(SHARDS):
+        ShardCheckpoints(str(clean), shard, SHARDS).save(
+            shard_applying(shard, {0: 1, 1: 1}).snapshot()[0])
+    ok = check_oracle(OracleSpec(data, 1, BATCH, SHARDS), str(clean))
+    assert (ok.mismatches, ok.batch_mismatches, ok.counters_ok) == (0, 0, True)
