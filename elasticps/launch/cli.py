@@ -19,8 +19,7 @@ RUN_EPILOG = """\
 examples:
   elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py --rows 200000
   elasticps run --store etcd://127.0.0.1:2379 --workdir /tmp/ctr examples/ctr/train.py
-  elasticps run --autoscale --min-trainers 1 --max-trainers 4 --workdir /tmp/ctr \
-      examples/ctr/train.py
+  elasticps run --autoscale --max-trainers 4 --workdir /tmp/ctr examples/ctr/train.py
 
 With --autoscale the launcher adds a trainer while there is more work than trainers, the
 machine has an idle core for it (--autoscale-cpu) and the last step up raised samples/s by
