@@ -72,7 +72,8 @@ class JobReader(Protocol):
 
 
 class StoreSwitch(Protocol):
-    """Takes the job's store down and brings it back (:class:`~elasticps.chaos.etcd.LocalEtcd`)."""
+    """Takes the job's store down and brings it back
+    (:class:`~elasticps.store.local_etcd.LocalEtcd`)."""
 
     def kill(self) -> None: ...
 

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from elasticps.chaos.accounting import job_accounting
-from elasticps.chaos.etcd import LocalEtcd
+from elasticps.chaos.etcd import outage_etcd
 from elasticps.chaos.job import LaunchedJob, Say
 from elasticps.chaos.loop import ChaosLoop
 from elasticps.chaos.observe import JobObserver
@@ -53,7 +53,7 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
     with contextlib.ExitStack() as stack:
         etcd = None
         if opts.outage > 0:
-            etcd = stack.enter_context(LocalEtcd(opts.workdir / "chaos-etcd"))
+            etcd = stack.enter_context(outage_etcd(opts.workdir / "chaos-etcd"))
             say(f"chaos: the job runs on its own etcd at {etcd.url} (a store outage of "
                 f"{opts.outage:g}s follows kill {opts.outage_at})")
         job = stack.enter_context(LaunchedJob(opts, workdir, output,
