@@ -14,9 +14,11 @@ from tests.helpers import REPO
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-# 30 tasks of 24 batches at 0.05 s a step: about 36 s for one trainer, and the same for two:
+# 30 tasks of 8 batches at 0.2 s a step: about 50 s for one trainer, and about the same for two:
 # a 10 s settling cooldown, 3 s asking, the step, a 10 s cooldown, the judgement, and room left.
-ROWS, ROWS_PER_CHUNK = 90_000, 3_000
+# A step holds the lock for 0.2 s so that the rest of a step (pull, backward, push: tens of ms on
+# a loaded machine, which a second trainer overlaps) cannot make two trainers look 50% faster.
+ROWS, ROWS_PER_CHUNK, STEP_S = 27_000, 900, 0.2
 
 
 def test_autoscaling_grows_then_undoes_a_step_that_did_not_pay(tmp_path: Path) -> None:
@@ -31,12 +33,12 @@ def test_autoscaling_grows_then_undoes_a_step_that_did_not_pay(tmp_path: Path) -
          "--autoscale-cpu", "0",  # the steps sleep: a busy test machine must not matter
          "--autoscale-cooldown", "10", "--autoscale-min-gain", "0.5",
          str(SCRIPTS / "shared_bottleneck.py"), "--data", str(tmp_path / "data"),
-         "--lock", str(tmp_path / "resource.lock")],
+         "--lock", str(tmp_path / "resource.lock"), "--step-s", str(STEP_S)],
         env=ENV, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     steps = [(r["trainers_from"], r["trainers_to"]) for r in summary["autoscale"]]
-    assert steps == [(1, 2), (2, 1)], summary["autoscale"]
+    assert steps == [(1, 2), (2, 1)], (summary["autoscale"], run.stderr[-2000:])
     grow, undo = summary["autoscale"]
     assert "tasks left" in grow["reason"]
     assert "did not pay" in undo["reason"]
