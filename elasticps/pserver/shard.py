@@ -198,8 +198,8 @@ class ShardState:
     # -- sparse -----------------------------------------------------------------------------
 
     def pull_sparse(self, name: str, ids: np.ndarray) -> np.ndarray:
-        """Rows for ``ids`` in their order. Creating rows is not a visible change: a created row
-        holds exactly what an uncreated one would return."""
+        """Rows for ``ids`` in their order; an id without a row reads as its initial value and
+        the table does not grow (rows come from pushes only)."""
         with self.lock:
             table = self._sparse(name)
             table.check_ids(ids, "pulled")

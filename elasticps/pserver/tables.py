@@ -178,7 +178,7 @@ class DenseShard:
 
 
 class SparseTable:
-    """Embedding rows of the ids this shard owns (``id % N == shard``), created on first touch.
+    """Embedding rows of the ids this shard owns (``id % N == shard``), created by pushes.
 
     Rows live in growable arrays in creation order; an index maps ``id // N`` to the row number.
     """
@@ -282,10 +282,17 @@ class SparseTable:
         return rows
 
     def gather(self, ids: np.ndarray) -> np.ndarray:
-        """Rows for ``ids`` in their order (duplicates allowed), creating missing ones."""
+        """Rows for ``ids`` in their order (duplicates allowed). An id with no row gets its
+        initial value, computed and not stored: only pushes create rows, so pulling ids that
+        are never trained costs no memory."""
         unique, inverse = np.unique(ids, return_inverse=True)
-        rows = self.ensure_rows(unique)
-        return self.values[rows[inverse]]
+        rows = self.index.lookup(unique // self.num_shards)
+        present = rows >= 0
+        if present.all():
+            return self.values[rows[inverse]]
+        out = initial_values(self.spec.initializer, unique, self.dim)
+        out[present] = self.values[rows[present]]
+        return out[inverse]
 
     def compute(
         self, ids: np.ndarray, grads: np.ndarray
