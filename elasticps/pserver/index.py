@@ -8,7 +8,8 @@ Two implementations with one interface:
   arrays, load factor <= 1/2, doubled when full. Every probe round handles all still-unresolved
   ids at once, so a 10k-id batch costs a handful of numpy calls, not 10k dict operations.
 
-Neither supports deletion: rows live as long as the table.
+Both delete (eviction) and re-point keys (a row moved to fill an evicted row's place). A deleted
+hash slot becomes a tombstone that lookups probe past; the next rebuild drops tombstones.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import abc
 import numpy as np
 
 _EMPTY = -1
+_DELETED = -2  # a tombstone: lookups probe on past it
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: Fibonacci hashing spreads keys
 
 
@@ -31,6 +33,18 @@ class RowIndex(abc.ABC):
     @abc.abstractmethod
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Add ``keys`` (unique, absent) with their ``rows``."""
+
+    @abc.abstractmethod
+    def delete(self, keys: np.ndarray) -> None:
+        """Remove ``keys`` (unique, present)."""
+
+    @abc.abstractmethod
+    def reassign(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Point ``keys`` (unique, present) at new ``rows``."""
+
+    @abc.abstractmethod
+    def bytes_for(self, live: int) -> int:
+        """Memory the index will hold with ``live`` keys (after any growth they cause)."""
 
     @property
     @abc.abstractmethod
@@ -54,6 +68,15 @@ class DirectIndex(RowIndex):
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         self._slots[keys] = rows
 
+    def delete(self, keys: np.ndarray) -> None:
+        self._slots[keys] = _EMPTY
+
+    def reassign(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        self._slots[keys] = rows
+
+    def bytes_for(self, live: int) -> int:
+        return self.nbytes
+
     @property
     def nbytes(self) -> int:
         return int(self._slots.nbytes)
@@ -66,6 +89,7 @@ class HashIndex(RowIndex):
         bits = max(4, int(np.ceil(np.log2(max(capacity, 16)))))
         self._alloc(bits)
         self._size = 0
+        self._deleted = 0
 
     def _alloc(self, bits: int) -> None:
         self._bits = bits
@@ -80,24 +104,49 @@ class HashIndex(RowIndex):
     def __len__(self) -> int:
         return self._size
 
-    def lookup(self, keys: np.ndarray) -> np.ndarray:
-        out = np.full(keys.shape[0], _EMPTY, dtype=np.int64)
+    def _find(self, keys: np.ndarray) -> np.ndarray:
+        """Slot numbers of ``keys``; -1 where absent."""
+        out = np.full(keys.shape[0], -1, dtype=np.int64)
         active = np.arange(keys.shape[0])
         pos = self._home(keys)
         while active.size:
             found = self._keys[pos]
             hit = found == keys[active]
-            out[active[hit]] = self._rows[pos[hit]]
+            out[active[hit]] = pos[hit]
             going_on = ~hit & (found != _EMPTY)
             active = active[going_on]
             pos = (pos[going_on] + 1) & self._mask
         return out
 
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        slots = self._find(keys)
+        found = slots >= 0
+        out = np.full(keys.shape[0], _EMPTY, dtype=np.int64)
+        out[found] = self._rows[slots[found]]
+        return out
+
     def insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        if (self._size + keys.shape[0]) * 2 > self._mask + 1:
+        if (self._size + self._deleted + keys.shape[0]) * 2 > self._mask + 1:
             self._grow(self._size + keys.shape[0])
         self._place(keys, rows)
         self._size += keys.shape[0]
+
+    def delete(self, keys: np.ndarray) -> None:
+        slots = self._find(keys)
+        slots = slots[slots >= 0]
+        self._keys[slots] = _DELETED
+        self._size -= slots.shape[0]
+        self._deleted += slots.shape[0]
+
+    def reassign(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        slots = self._find(keys)
+        self._rows[slots[slots >= 0]] = rows[slots >= 0]
+
+    def bytes_for(self, live: int) -> int:
+        bits = self._bits
+        while live * 2 > (1 << bits):
+            bits += 1
+        return 16 << bits
 
     def _place(self, keys: np.ndarray, rows: np.ndarray) -> None:
         active = np.arange(keys.shape[0])
@@ -117,12 +166,14 @@ class HashIndex(RowIndex):
             pos = (pos[~placed] + 1) & self._mask
 
     def _grow(self, needed: int) -> None:
-        live = self._keys != _EMPTY
+        """Rebuild for ``needed`` live keys (never smaller), dropping tombstones."""
+        live = self._keys >= 0
         keys, rows = self._keys[live], self._rows[live]
         bits = self._bits
         while needed * 2 > (1 << bits):
             bits += 1
         self._alloc(bits)
+        self._deleted = 0
         self._place(keys, rows)
 
     @property
