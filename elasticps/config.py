@@ -208,6 +208,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_MAX_MESSAGE_MB", "max_message_mb", _parse_int(1, 2047),
            "Largest request a pserver accepts, in MiB: size it to the largest push or dense "
            "initialisation of a shard (the master accepts at most 4 MiB)."),
+    EnvVar("PADDLE_PSERVER_MEMORY_MB", "pserver_memory_mb", _parse_int(0, 1 << 24),
+           "Memory cap of one pserver's tables in MiB (0 = none): a push that needs more, when "
+           "eviction cannot make room, is refused with RESOURCE_EXHAUSTED."),
+    EnvVar("PADDLE_MAX_IDS_PER_REQUEST", "max_ids_per_request", _parse_int(1, 1 << 27),
+           "Most ids of one table in one pserver pull or push (bounds how long a push holds "
+           "the shard lock)."),
+    EnvVar("PADDLE_MAX_TABLES", "max_tables", _parse_int(1, 100_000),
+           "Most tables a job may declare."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -252,6 +260,9 @@ class Config:
     insecure: bool = False
     health_port: int = 0
     max_message_mb: int = 256
+    pserver_memory_mb: int = 0
+    max_ids_per_request: int = 1 << 20
+    max_tables: int = 1000
     data_schemes: tuple[str, ...] = ("file",)
 
     @property

@@ -605,19 +605,31 @@ class TableStats(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    EVICTED_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     rows: _builtins.int
     bytes: _builtins.int
+    admitted: _builtins.int
+    """SPARSE: rows created since the shard started (or was restored)"""
+    evicted: _builtins.int
+    """SPARSE: rows evicted (TTL, max_rows, memory cap)"""
+    dropped: _builtins.int
+    """SPARSE: gradient rows dropped because their id was not admitted yet"""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         rows: _builtins.int = ...,
         bytes: _builtins.int = ...,
+        admitted: _builtins.int = ...,
+        evicted: _builtins.int = ...,
+        dropped: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "name", b"name", "rows", b"rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "bytes", b"bytes", "dropped", b"dropped", "evicted", b"evicted", "name", b"name", "rows", b"rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
