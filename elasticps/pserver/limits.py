@@ -42,12 +42,13 @@ class ShardLimits:
                 f"declaring would make {count} tables on this shard; the cap is "
                 f"{self.max_tables} tables per job (PADDLE_MAX_TABLES)")
 
-    def check_memory(self, table: str, needed: int, why: str) -> None:
+    def check_memory(self, table: str, needed: int, why: str,
+                     hint: str = "eviction cannot make room (give the table an evict policy, "
+                                 "or raise the cap)") -> None:
         if self.memory_bytes and needed > self.memory_bytes:
             raise ResourceExhaustedError(
                 f"table {table!r}: {why} needs {needed} bytes of this shard's memory; the cap "
-                f"is {self.memory_bytes} bytes (PADDLE_PSERVER_MEMORY_MB) and eviction cannot "
-                "make room (give the table an evict policy, or raise the cap)")
+                f"is {self.memory_bytes} bytes (PADDLE_PSERVER_MEMORY_MB): {hint}")
 
 
 def declared_bytes(spec: pserver_pb2.TableSpec, shard: int, num_shards: int) -> int:

@@ -157,7 +157,8 @@ class ShardState:
             used = self._memory_bytes()
             for spec in fresh:
                 used += declared_bytes(spec, self.shard, self.num_shards)
-                self.limits.check_memory(spec.name, used, "declaring it")
+                self.limits.check_memory(spec.name, used, "declaring it",
+                                         "declare smaller tables or raise the cap")
             created = False
             for spec in fresh:
                 self.tables[spec.name] = make_table(spec, self.shard, self.num_shards,
