@@ -5,7 +5,8 @@ Two implementations with one interface:
 - :class:`DirectIndex` for a bounded id space: an int32 array with one slot per id this shard
   may hold (``id // N``). Lookup is one fancy-index; 4 bytes per possible id.
 - :class:`HashIndex` for an unbounded id space: open addressing with linear probing in numpy
-  arrays, load factor <= 1/2, doubled when full. Every probe round handles all still-unresolved
+  arrays (int64 keys, int32 rows: 12 bytes a slot), load factor (live keys and tombstones)
+  <= 1/2; rebuilt to a load of at most 1/4 when full. Every probe round handles all still-unresolved
   ids at once, so a 10k-id batch costs a handful of numpy calls, not 10k dict operations.
 
 Both delete (eviction) and re-point keys (a row moved to fill an evicted row's place). A deleted
@@ -43,8 +44,9 @@ class RowIndex(abc.ABC):
         """Point ``keys`` (unique, present) at new ``rows``."""
 
     @abc.abstractmethod
-    def bytes_for(self, live: int) -> int:
-        """Memory the index will hold with ``live`` keys (after any growth they cause)."""
+    def bytes_for(self, live: int, deleting: int = 0) -> int:
+        """Memory the index will hold with ``live`` keys after deleting ``deleting`` more
+        (after any rebuild that causes)."""
 
     @property
     @abc.abstractmethod
@@ -74,7 +76,7 @@ class DirectIndex(RowIndex):
     def reassign(self, keys: np.ndarray, rows: np.ndarray) -> None:
         self._slots[keys] = rows
 
-    def bytes_for(self, live: int) -> int:
+    def bytes_for(self, live: int, deleting: int = 0) -> int:
         return self.nbytes
 
     @property
@@ -95,7 +97,7 @@ class HashIndex(RowIndex):
         self._bits = bits
         self._mask = (1 << bits) - 1
         self._keys = np.full(1 << bits, _EMPTY, dtype=np.int64)
-        self._rows = np.zeros(1 << bits, dtype=np.int64)
+        self._rows = np.zeros(1 << bits, dtype=np.int32)  # row numbers stay below 2^31
 
     def _home(self, keys: np.ndarray) -> np.ndarray:
         hashed = keys.astype(np.uint64) * _FIB  # wraps mod 2^64 by design
@@ -142,11 +144,18 @@ class HashIndex(RowIndex):
         slots = self._find(keys)
         self._rows[slots[slots >= 0]] = rows[slots >= 0]
 
-    def bytes_for(self, live: int) -> int:
+    def bytes_for(self, live: int, deleting: int = 0) -> int:
+        if (live + self._deleted + deleting) * 2 <= self._mask + 1:
+            return self.nbytes
+        return 12 << self._bits_for(live)
+
+    def _bits_for(self, live: int) -> int:
+        """Table size (log2) for a rebuild with ``live`` keys: load at most 1/4, never smaller,
+        so tombstones have room to gather before the next rebuild."""
         bits = self._bits
-        while live * 2 > (1 << bits):
+        while live * 4 > (1 << bits):
             bits += 1
-        return 16 << bits
+        return bits
 
     def _place(self, keys: np.ndarray, rows: np.ndarray) -> None:
         active = np.arange(keys.shape[0])
@@ -169,10 +178,8 @@ class HashIndex(RowIndex):
         """Rebuild for ``needed`` live keys (never smaller), dropping tombstones."""
         live = self._keys >= 0
         keys, rows = self._keys[live], self._rows[live]
-        bits = self._bits
-        while needed * 2 > (1 << bits):
-            bits += 1
-        self._alloc(bits)
+        del live
+        self._alloc(self._bits_for(needed))
         self._deleted = 0
         self._place(keys, rows)
 

@@ -330,9 +330,9 @@ class ShardState:
                     total += table.nbytes
                     continue
                 plan, gone = plans.get(name), victims.get(name)
-                rows = table.size + (plan.new_rows if plan else 0) - (
-                    gone.shape[0] if gone is not None else 0)
-                total += table.footprint(rows)
+                evicting = gone.shape[0] if gone is not None else 0
+                rows = table.size + (plan.new_rows if plan else 0) - evicting
+                total += table.footprint(rows, evicting)
             return total
 
         excess = projected() - self.limits.memory_bytes

@@ -136,10 +136,11 @@ class SparseTable:
         for new, previous in zip(self._row_arrays(), old, strict=True):
             new[:n] = previous[:n]
 
-    def footprint(self, rows: int) -> int:
-        """Bytes this table holds with ``rows`` rows: rows, index and sketch."""
+    def footprint(self, rows: int, evicting: int = 0) -> int:
+        """Bytes this table holds with ``rows`` rows (after evicting ``evicting``): rows, index
+        and sketch."""
         sketch = self.sketch.nbytes if self.sketch is not None else 0
-        return rows * self.row_bytes + self.index.bytes_for(rows) + sketch
+        return rows * self.row_bytes + self.index.bytes_for(rows, evicting) + sketch
 
     # -- validation -------------------------------------------------------------------------
 

@@ -187,8 +187,9 @@ def test_hash_index_deletes_and_reassigns_like_a_dict() -> None:
         for key in gone.tolist():
             del model[key]
         moved = np.array(list(model)[:10], dtype=np.int64)
-        index.reassign(moved, -moved - 5)  # any value: it must be what lookup returns
-        model.update({k: -k - 5 for k in moved.tolist()})
+        targets = np.arange(10, dtype=np.int64) + 10**6 + round_  # what lookup must return now
+        index.reassign(moved, targets)
+        model.update(zip(moved.tolist(), targets.tolist(), strict=True))
         keys = np.array(list(model), dtype=np.int64)
         np.testing.assert_array_equal(index.lookup(keys), [model[k] for k in keys.tolist()])
         assert (index.lookup(gone) == -1).all()
