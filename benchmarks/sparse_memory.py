@@ -16,7 +16,7 @@ checkpoint cost, and the CTR demo's AUC with the policies on and off.
    built yet, so ``incremental_time_ratio`` is null.
 3. **CTR demo** (``examples/ctr/train.py`` through ``elasticps run``, 1 trainer + 1 pserver) on a
    long-tailed synthetic dataset: test AUC and sparse rows held with admission k=2 plus TTL
-   eviction, against both off.
+   eviction (5 s: the demo's one pass lasts tens of seconds), against both off.
 """
 
 from __future__ import annotations
@@ -150,8 +150,9 @@ def memory_stream(quick: bool) -> dict[str, Any]:
             "push_rate_on_over_off": round(on["push_rows_per_s"] / off["push_rows_per_s"], 3),
             "off_ids_pushed": off["ids_pushed"], "off_rows_held": off["rows"],
             "off_rss_peak_mb": round(off["rss_peak_mb"], 1),
-            "max_push_lock_hold_ms": round(max(on["max_lock_hold_ms"],
-                                               off["max_lock_hold_ms"]), 1)}
+            "max_push_lock_hold_ms_on": round(on["max_lock_hold_ms"], 1),
+            # Today's unbounded table grows by a 1.5x copy under the lock: this is that copy.
+            "max_push_lock_hold_ms_off": round(off["max_lock_hold_ms"], 1)}
 
 
 def checkpoint(quick: bool) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def ctr_demo(quick: bool) -> dict[str, Any]:
     common = ["--rows", str(rows), "--max-vocab", "20000", "--seed", "3"]
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, extra in (("off", []), ("on", ["--admit-after", "2", "--ttl-seconds", "10"])):
+        for label, extra in (("off", []), ("on", ["--admit-after", "2", "--ttl-seconds", "5"])):
             workdir = Path(tmp) / label
             subprocess.run([str(Path(sys.executable).parent / "elasticps"), "run",
                             "--trainers", "1", "--pservers", "1", "--workdir", str(workdir),
@@ -224,7 +225,9 @@ def main() -> None:
     result.update(checkpoint(args.quick))
     if not args.skip_ctr:
         result.update(ctr_demo(args.quick))
-    result["max_lock_hold_ms"] = max(result["max_push_lock_hold_ms"],
+    # With the policies on (a bounded table): the longest a push or the checkpoint's snapshot
+    # held the shard lock.
+    result["max_lock_hold_ms"] = max(result["max_push_lock_hold_ms_on"],
                                      result["snapshot_lock_hold_ms"])
     for key, value in result.items():
         print(f"{key:28s} {value}")
