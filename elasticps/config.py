@@ -182,6 +182,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Seconds between pserver checkpoints."),
     EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1, MAX_CHECKPOINT_KEEP),
            "Checkpoints kept per pserver slot."),
+    EnvVar("PADDLE_CHECKPOINT_DELTAS", "checkpoint_deltas", _parse_int(0, 1000),
+           "Incremental pserver checkpoints between two full ones (0 = every checkpoint is "
+           "full): a delta holds only the sparse rows pushed since the previous checkpoint."),
     EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1, MAX_LEASE_TTL),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
@@ -250,6 +253,7 @@ class Config:
     checkpoint_url: str | None = None
     checkpoint_interval: float = 60.0
     checkpoint_keep: int = 3
+    checkpoint_deltas: int = 0
     lease_ttl: int = 5
     http_port: int = 0
     workdir: str | None = None

@@ -369,7 +369,7 @@ class PServerProcess(Lifecycle[PServerState]):
         checkpoints = ShardCheckpoints(
             config.checkpoint_url, self.slot, self.num_shards, keep=config.checkpoint_keep,
             store=self.store, before_publish=self.before_publish, node=self.node,
-            owner=self._slot_owned, writer=self.incarnation,
+            owner=self._slot_owned, writer=self.incarnation, deltas=config.checkpoint_deltas,
         )
         removed = checkpoints.remove_temp_files()
         if removed:
@@ -456,7 +456,7 @@ class PServerProcess(Lifecycle[PServerState]):
                 if state.version == self._saved_version:
                     return self.last_checkpoint, state.applied.copy()
             started = time.perf_counter()
-            snap, version = state.snapshot()
+            snap, version = state.snapshot(delta=checkpoints.wants_delta())
             try:
                 manifest = checkpoints.save(snap)
             except (OSError, StoreError, ValueError) as exc:

@@ -19,7 +19,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from elasticps.errors import (
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.limits import ShardLimits, declared_bytes
+from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import (
     SparseCounters,
     SparsePlan,
@@ -67,35 +68,6 @@ class BatchKey:
 class PushResult:
     applied: bool  # False: a duplicate of an applied batch
     skipped: bool  # True: dropped for non-finite values (still recorded as applied)
-
-
-@dataclass
-class DenseState:
-    values: np.ndarray
-    slots: dict[str, np.ndarray]
-    step: int
-
-
-@dataclass
-class SparseState:
-    ids: np.ndarray
-    values: np.ndarray
-    slots: dict[str, np.ndarray]
-    steps: np.ndarray
-
-
-@dataclass
-class ShardSnapshot:
-    """A consistent copy of a shard: what a checkpoint holds."""
-
-    shard: int
-    num_shards: int
-    specs: list[pserver_pb2.TableSpec]
-    initialized: bool
-    dense: dict[str, DenseState]
-    sparse: dict[str, SparseState]
-    applied: AppliedSet
-    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -375,29 +347,37 @@ class ShardState:
 
     # -- snapshot / restore -----------------------------------------------------------------
 
-    def snapshot(self) -> tuple[ShardSnapshot, int]:
+    def snapshot(self, delta: bool = False) -> tuple[ShardSnapshot, int]:
         """A consistent copy of the shard and the version it reflects. Only copies run under the
-        lock; writing happens outside it so pushes continue."""
+        lock; writing happens outside it so pushes continue.
+
+        ``delta=True`` copies only the sparse rows pushed since the previous snapshot (and the
+        ids evicted since), so the lock is held for time proportional to what changed; it
+        gives a full snapshot instead when some evicted ids were not kept (``snap.delta``
+        says which). Every snapshot starts a new "since"."""
         with self.lock:
+            sparse_tables = [t for t in self.tables.values() if isinstance(t, SparseTable)]
+            as_delta = delta and not any(t.tombstones_overflowed for t in sparse_tables)
             dense: dict[str, DenseState] = {}
             sparse: dict[str, SparseState] = {}
+            tombstones: dict[str, np.ndarray] = {}
             for name, table in self.tables.items():
                 if isinstance(table, DenseShard):
                     dense[name] = DenseState(
                         table.values.copy(), {k: v.copy() for k, v in table.slots.items()},
                         table.step)
-                else:
-                    n = table.size
-                    sparse[name] = SparseState(
-                        table.ids[:n].copy(), table.values[:n].copy(),
-                        {k: v[:n].copy() for k, v in table.slots.items()},
-                        table.steps[:n].copy())
+                    continue
+                sparse[name] = table.copy_rows(changed_only=as_delta)
+                evicted, _ = table.take_tombstones()
+                if as_delta:
+                    tombstones[name] = evicted
             snap = ShardSnapshot(
                 shard=self.shard, num_shards=self.num_shards,
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
                 dense=dense, sparse=sparse, applied=self.applied.copy(),
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
                           "skipped_nonfinite": self.skipped_nonfinite},
+                delta=as_delta, tombstones=tombstones,
             )
             return snap, self.version
 

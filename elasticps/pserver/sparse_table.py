@@ -24,6 +24,7 @@ from elasticps.pserver import sparse_policy
 from elasticps.pserver.hashing import splitmix64, uniform01
 from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
+from elasticps.pserver.snapshot import SparseState
 from elasticps.pserver.tables import (
     MAX_DIRECT_IDS,
     DenseShard,
@@ -100,7 +101,7 @@ class SparseTable:
     def row_bytes(self) -> int:
         """Bytes one row holds: id, value, optimizer slots, step, eviction bookkeeping."""
         floats = self.dim * (1 + len(self.optimizer.slots))
-        return 8 + 4 * floats + (4 if self.uses_step else 0) + (
+        return 9 + 4 * floats + (4 if self.uses_step else 0) + (
             _TRACK_BYTES if self.tracks else 0)
 
     def _allocate(self, capacity: int) -> None:
@@ -109,13 +110,15 @@ class SparseTable:
         self.slots = {n: np.empty((capacity, self.dim), dtype=np.float32)
                       for n in self.optimizer.slots}
         self.steps = np.empty(capacity if self.uses_step else 0, dtype=np.int32)
+        self.changed = np.empty(capacity, dtype=np.bool_)  # pushed since the last snapshot
         tracked = capacity if self.tracks else 0
         self.touched_pass = np.empty(tracked, dtype=np.int32)
         self.touched_at = np.empty(tracked, dtype=np.float64)
         self.hits = np.empty(tracked, dtype=np.uint32)
 
     def _row_arrays(self) -> list[np.ndarray]:
-        arrays: list[np.ndarray] = [self.ids, self.values, *self.slots.values()]
+        arrays: list[np.ndarray] = [self.ids, self.values, self.changed,
+                                    *self.slots.values()]
         if self.uses_step:
             arrays.append(self.steps)
         if self.tracks:
@@ -242,6 +245,7 @@ class SparseTable:
             self.slots[name][rows] = arr
         if steps is not None:
             self.steps[rows] = steps
+        self.changed[rows] = True
         if self.tracks:
             self.touched_pass[rows] = min(pass_id, np.iinfo(np.int32).max)
             self.touched_at[rows] = now
@@ -330,6 +334,20 @@ class SparseTable:
         self._tombstones, self._tombstone_count, self.tombstones_overflowed = [], 0, False
         return ids, overflowed
 
+    # -- snapshots --------------------------------------------------------------------------
+
+    def copy_rows(self, changed_only: bool) -> SparseState:
+        """A copy of every row, or of the rows pushed since the last copy (a delta); either way
+        the change marks start over."""
+        n = self.size
+        rows = np.flatnonzero(self.changed[:n]) if changed_only else slice(0, n)
+        state = SparseState(
+            self.ids[rows].copy(), self.values[rows].copy(),
+            {k: v[rows].copy() for k, v in self.slots.items()},
+            self.steps[rows].copy() if self.uses_step else self.steps[:0].copy())
+        self.changed[:n] = False
+        return state
+
     # -- restore ----------------------------------------------------------------------------
 
     def load(
@@ -350,6 +368,7 @@ class SparseTable:
             self.slots[name][:n] = slots[name]
         if self.uses_step:
             self.steps[:n] = steps
+        self.changed[:n] = False
         if self.tracks:
             self.touched_pass[:n] = min(current_pass, np.iinfo(np.int32).max)
             self.touched_at[:n] = time.monotonic() if now is None else now

@@ -45,6 +45,7 @@ GOOD = [
     ("PADDLE_PSERVER_MEMORY_MB", "512", "pserver_memory_mb", 512),
     ("PADDLE_MAX_IDS_PER_REQUEST", "1000", "max_ids_per_request", 1000),
     ("PADDLE_MAX_TABLES", "20", "max_tables", 20),
+    ("PADDLE_CHECKPOINT_DELTAS", "8", "checkpoint_deltas", 8),
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
 ]
 
@@ -82,6 +83,7 @@ BAD = [
     ("PADDLE_PSERVER_MEMORY_MB", "-1"),
     ("PADDLE_MAX_IDS_PER_REQUEST", "0"),
     ("PADDLE_MAX_TABLES", "0"),
+    ("PADDLE_CHECKPOINT_DELTAS", "-1"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
 ]
 
