@@ -278,6 +278,9 @@ class ShardState:
         """Rows to evict so a push fits every table's max_rows and the shard's memory cap,
         sparing the rows the push trains; ResourceExhaustedError (nothing changed) if eviction
         cannot make room. Decides only: the caller evicts."""
+        if not self.limits.memory_bytes and not any(
+                self._sparse(n).policy.max_rows and p.new_rows for n, p in plans.items()):
+            return {}  # nothing to make room for: spare the lookups below
         counts: dict[str, int] = {}
         protected = {n: self._sparse(n).protected_rows(p) for n, p in plans.items()}
         for name, plan in plans.items():
