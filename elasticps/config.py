@@ -182,6 +182,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Seconds between pserver checkpoints."),
     EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1, MAX_CHECKPOINT_KEEP),
            "Checkpoints kept per pserver slot."),
+    EnvVar("PADDLE_CHECKPOINT_DELTAS", "checkpoint_deltas", _parse_int(0, 1000),
+           "Incremental pserver checkpoints between two full ones (0 = every checkpoint is "
+           "full): a delta holds only the sparse rows pushed since the previous checkpoint."),
     EnvVar("PADDLE_LEASE_TTL", "lease_ttl", _parse_int(1, MAX_LEASE_TTL),
            "Seconds a store lease lives without keepalive; bounds failure detection."),
     EnvVar("PADDLE_WORKDIR", "workdir", _parse_str,
@@ -208,6 +211,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_MAX_MESSAGE_MB", "max_message_mb", _parse_int(1, 2047),
            "Largest request a pserver accepts, in MiB: size it to the largest push or dense "
            "initialisation of a shard (the master accepts at most 4 MiB)."),
+    EnvVar("PADDLE_PSERVER_MEMORY_MB", "pserver_memory_mb", _parse_int(0, 1 << 24),
+           "Memory cap of one pserver's tables in MiB (0 = none): a push that needs more, when "
+           "eviction cannot make room, is refused with RESOURCE_EXHAUSTED."),
+    EnvVar("PADDLE_MAX_IDS_PER_REQUEST", "max_ids_per_request", _parse_int(1, 1 << 27),
+           "Most ids of one table in one pserver pull or push (bounds how long a push holds "
+           "the shard lock)."),
+    EnvVar("PADDLE_MAX_TABLES", "max_tables", _parse_int(1, 100_000),
+           "Most tables a job may declare."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -242,6 +253,7 @@ class Config:
     checkpoint_url: str | None = None
     checkpoint_interval: float = 60.0
     checkpoint_keep: int = 3
+    checkpoint_deltas: int = 0
     lease_ttl: int = 5
     http_port: int = 0
     workdir: str | None = None
@@ -252,6 +264,9 @@ class Config:
     insecure: bool = False
     health_port: int = 0
     max_message_mb: int = 256
+    pserver_memory_mb: int = 0
+    max_ids_per_request: int = 1 << 20
+    max_tables: int = 1000
     data_schemes: tuple[str, ...] = ("file",)
 
     @property

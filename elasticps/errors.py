@@ -9,6 +9,7 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
     ├── InvalidArgumentError         a request or value that is wrong: bad shape, dtype, id range
     ├── NotFoundError                it names something that does not exist: a table, a task
     ├── FailedPreconditionError      the state forbids it now: not initialised, job failed
+    ├── ResourceExhaustedError       it would exceed a cap (ids per request, tables, memory)
     ├── StoreError                   the coordination store (etcd or embedded) failed
     │   ├── StoreUnavailableError    cannot reach the store right now; retry later
     │   ├── LeaseExpiredError        a lease we relied on is gone
@@ -21,7 +22,7 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
         ├── UnauthenticatedError     UNAUTHENTICATED: missing or wrong job token
         └── RemoteError              any other status: a bug or resource problem on the peer
 
-The three domain errors in the middle are raised by pure code (the task queue, the tables, the
+The four domain errors in the middle are raised by pure code (the task queue, the tables, the
 codec) with no notion of RPC; they cross the wire as status codes and come back as the same
 class, so a caller handles "task 7 does not exist" alike in-process and over gRPC.
 
@@ -65,6 +66,11 @@ class NotFoundError(ElasticPSError):
 
 class FailedPreconditionError(ElasticPSError):
     """The current state forbids the operation (not initialised, not leader, job failed)."""
+
+
+class ResourceExhaustedError(ElasticPSError):
+    """The request would exceed a cap (ids per request, tables, declared size, a shard's
+    memory) and eviction cannot make room; nothing changed. The message names the cap."""
 
 
 class StoreError(ElasticPSError):

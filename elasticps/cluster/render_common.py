@@ -64,7 +64,9 @@ ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": (*COMMON_ENV, "PADDLE_HTTP_PORT", "PADDLE_HTTP_HOST", "PADDLE_HEALTH_PORT",
                "PADDLE_DATA_SCHEMES"),
     "pserver": (*COMMON_ENV, "PADDLE_CHECKPOINT_URL", "PADDLE_CHECKPOINT_INTERVAL",
-                "PADDLE_CHECKPOINT_KEEP", "PADDLE_HEALTH_PORT", "PADDLE_MAX_MESSAGE_MB"),
+                "PADDLE_CHECKPOINT_KEEP", "PADDLE_HEALTH_PORT", "PADDLE_MAX_MESSAGE_MB",
+                "PADDLE_PSERVER_MEMORY_MB", "PADDLE_MAX_IDS_PER_REQUEST", "PADDLE_MAX_TABLES",
+                "PADDLE_CHECKPOINT_DELTAS"),
     "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES"),
 }
 # Read by no role in a real job, so never rendered: the local launcher's work directory (a
@@ -82,6 +84,8 @@ _DEFAULT_VALUES = {
     "PADDLE_CHECKPOINT_INTERVAL": "60", "PADDLE_CHECKPOINT_KEEP": "3",
     "PADDLE_LOG_FORMAT": "text",
     "PADDLE_MAX_MESSAGE_MB": "256",
+    "PADDLE_PSERVER_MEMORY_MB": "0", "PADDLE_MAX_IDS_PER_REQUEST": "1048576",
+    "PADDLE_MAX_TABLES": "1000", "PADDLE_CHECKPOINT_DELTAS": "0",
 }
 # The usual annotations a Prometheus scrape config keys on (kubernetes_sd pod role).
 SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),

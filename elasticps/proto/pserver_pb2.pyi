@@ -182,6 +182,7 @@ class TableSpec(_message.Message):
     DTYPE_FIELD_NUMBER: _builtins.int
     OPTIMIZER_FIELD_NUMBER: _builtins.int
     INITIALIZER_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: Global___TableSpec.Kind.ValueType
     dim: _builtins.int
@@ -198,6 +199,10 @@ class TableSpec(_message.Message):
     def optimizer(self) -> Global___OptimizerSpec: ...
     @_builtins.property
     def initializer(self) -> Global___Initializer: ...
+    @_builtins.property
+    def policy(self) -> Global___SparsePolicy:
+        """SPARSE: admission and eviction; unset = every pushed id, kept"""
+
     def __init__(
         self,
         *,
@@ -209,14 +214,80 @@ class TableSpec(_message.Message):
         dtype: _common_pb2.DType.ValueType = ...,
         optimizer: Global___OptimizerSpec | None = ...,
         initializer: Global___Initializer | None = ...,
+        policy: Global___SparsePolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["initializer", b"initializer", "optimizer", b"optimizer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["initializer", b"initializer", "optimizer", b"optimizer", "policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "dtype", b"dtype", "id_space", b"id_space", "initializer", b"initializer", "kind", b"kind", "name", b"name", "optimizer", b"optimizer", "shape", b"shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dim", b"dim", "dtype", b"dtype", "id_space", b"id_space", "initializer", b"initializer", "kind", b"kind", "name", b"name", "optimizer", b"optimizer", "policy", b"policy", "shape", b"shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TableSpec: _TypeAlias = TableSpec  # noqa: Y015
+
+@_typing.final
+class SparsePolicy(_message.Message):
+    """Which pushed ids get a row and which rows leave (SPARSE tables). All zero = today's behaviour:
+    the first push of an id creates its row, and rows live as long as the table.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Evict:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EvictEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[SparsePolicy._Evict.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        EVICT_UNSPECIFIED: SparsePolicy._Evict.ValueType  # 0
+        """no max_rows eviction; under a memory cap, over-cap pushes fail"""
+        LRU: SparsePolicy._Evict.ValueType  # 1
+        """evict the rows pushed least recently"""
+        LFU: SparsePolicy._Evict.ValueType  # 2
+        """evict the rows pushed least often"""
+
+    class Evict(_Evict, metaclass=_EvictEnumTypeWrapper): ...
+    EVICT_UNSPECIFIED: SparsePolicy.Evict.ValueType  # 0
+    """no max_rows eviction; under a memory cap, over-cap pushes fail"""
+    LRU: SparsePolicy.Evict.ValueType  # 1
+    """evict the rows pushed least recently"""
+    LFU: SparsePolicy.Evict.ValueType  # 2
+    """evict the rows pushed least often"""
+
+    ADMIT_AFTER_FIELD_NUMBER: _builtins.int
+    ADMIT_PROBABILITY_FIELD_NUMBER: _builtins.int
+    TTL_PASSES_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_ROWS_FIELD_NUMBER: _builtins.int
+    EVICT_FIELD_NUMBER: _builtins.int
+    admit_after: _builtins.int
+    """a row is created by an id's k-th push (count-min sketch); 0, 1 = first"""
+    admit_probability: _builtins.float
+    """each push of an id without a row creates it with probability p; 0 = off"""
+    ttl_passes: _builtins.int
+    """evict rows not pushed in the last N passes; 0 = off"""
+    ttl_seconds: _builtins.float
+    """evict rows not pushed for T seconds; 0 = off"""
+    max_rows: _builtins.int
+    """rows per shard at most (needs evict); 0 = no limit"""
+    evict: Global___SparsePolicy.Evict.ValueType
+    """which rows leave for max_rows or the shard's memory cap"""
+    def __init__(
+        self,
+        *,
+        admit_after: _builtins.int = ...,
+        admit_probability: _builtins.float = ...,
+        ttl_passes: _builtins.int = ...,
+        ttl_seconds: _builtins.float = ...,
+        max_rows: _builtins.int = ...,
+        evict: Global___SparsePolicy.Evict.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_after", b"admit_after", "admit_probability", b"admit_probability", "evict", b"evict", "max_rows", b"max_rows", "ttl_passes", b"ttl_passes", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SparsePolicy: _TypeAlias = SparsePolicy  # noqa: Y015
 
 @_typing.final
 class DeclareTablesRequest(_message.Message):
@@ -534,19 +605,31 @@ class TableStats(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    EVICTED_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     rows: _builtins.int
     bytes: _builtins.int
+    admitted: _builtins.int
+    """SPARSE: rows created since the shard started (or was restored)"""
+    evicted: _builtins.int
+    """SPARSE: rows evicted (TTL, max_rows, memory cap)"""
+    dropped: _builtins.int
+    """SPARSE: gradient rows dropped because their id was not admitted yet"""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         rows: _builtins.int = ...,
         bytes: _builtins.int = ...,
+        admitted: _builtins.int = ...,
+        evicted: _builtins.int = ...,
+        dropped: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "name", b"name", "rows", b"rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "bytes", b"bytes", "dropped", b"dropped", "evicted", b"evicted", "name", b"name", "rows", b"rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

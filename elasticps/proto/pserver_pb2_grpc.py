@@ -106,7 +106,7 @@ class ParameterServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PullSparse(self, request, context):
-        """Read sparse rows by id (rows are created on first touch).
+        """Read sparse rows by id (an id without a row reads its initial value; nothing is stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -19,10 +19,17 @@ never write the same file. A save:
    nothing, deletes the files it wrote, and raises :class:`CheckpointError`;
 4. only then deletes checkpoints beyond the newest ``keep`` (store key first, then files).
 
+With ``deltas = K > 0`` (``PADDLE_CHECKPOINT_DELTAS``) a save after a full checkpoint writes a
+delta (:mod:`.checkpoint_delta`: only the rows pushed since, and tombstones) whose manifest names
+its parent, up to K deltas, then a full one again; ``keep`` then counts full checkpoints, and
+every delta on a kept one is kept too. A save that fails makes the next one full (the shard's
+change marks were spent on the snapshot that was not published), as does a restart.
+
 A load takes the manifests published in the store (without a store: those in the directory),
-newest first, and returns the first whose data file has the manifest's size and sha256, logging
-each one it skips — so a truncated or bit-flipped newest checkpoint falls back to the previous
-one, and a file nobody published (a zombie's, or a write cut before step 3) is never restored.
+newest first, and returns the first whose data file (and, for a delta, every link of its chain)
+has the manifest's size and sha256, logging each one it skips — so a truncated or bit-flipped
+newest checkpoint falls back to the previous one, and a file nobody published (a zombie's, or
+a write cut before step 3) is never restored.
 Manifests are read strictly (:mod:`.checkpoint_manifest`): file names come from the checkpoint
 id and writer tag, never from the manifest as given, and every path is checked to lie in the
 shard directory before it is read or deleted.
@@ -41,13 +48,14 @@ import fsspec
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.checkpoint_delta import apply_delta, chain, to_keep
 from elasticps.pserver.checkpoint_manifest import (
     Manifest,
     check_writer,
     data_name,
     manifest_name,
 )
-from elasticps.pserver.shard import ShardSnapshot
+from elasticps.pserver.snapshot import ShardSnapshot
 from elasticps.store.api import Compare, Put, Store
 from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 
@@ -83,6 +91,7 @@ class ShardCheckpoints:
         node: str = "pserver",
         owner: Owner | None = None,
         writer: str = "",
+        deltas: int = 0,
     ) -> None:
         if keep < 1:
             raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept")
@@ -95,6 +104,8 @@ class ShardCheckpoints:
         self.before_publish = before_publish
         self.owner = owner
         self.writer = check_writer(writer)
+        self.deltas = deltas
+        self._chain: list[str] = []  # this writer's published chain since its last full save
         self._lock = threading.Lock()
         self.fs.makedirs(self.dir, exist_ok=True)
 
@@ -135,37 +146,55 @@ class ShardCheckpoints:
 
     # -- save -------------------------------------------------------------------------------
 
+    def wants_delta(self) -> bool:
+        """Whether the next save may be a delta (the caller snapshots accordingly)."""
+        return 0 < len(self._chain) <= self.deltas
+
     def save(self, snap: ShardSnapshot) -> Manifest:
         """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
         with self._lock:
-            checkpoint_id = self._next_id()
-            data_file = data_name(checkpoint_id, self.writer)
-            tensors = fmt.snapshot_tensors(snap)
-            metadata = fmt.snapshot_metadata(snap, checkpoint_id)
-            size, digest = self._write_atomically(
-                data_file, lambda out: fmt.write_stream(out, tensors, metadata),
-                before_rename=self.before_publish,
-            )
-            manifest = Manifest(
-                id=checkpoint_id, shard=self.shard, num_shards=self.num_shards, data=data_file,
-                size=size, sha256=digest, created_unix=metadata["created_unix"],
-                tables=_table_summary(snap), applied_batches=len(snap.applied),
-                directory=f"{self.url}/{shard_dir_name(self.shard, self.num_shards)}",
-            )
-            body = manifest.to_json()
-            self._write_atomically(
-                manifest_name(checkpoint_id, self.writer), lambda out: _write_bytes(out, body)
-            )
-            if self.store is not None and not self._publish(checkpoint_id, body):
-                self._remove_files(checkpoint_id, self.writer)
-                raise CheckpointError(
-                    f"{self.node} no longer owns slot {self.shard}: checkpoint {checkpoint_id} "
-                    "was not published (another pserver serves the slot, or this one's lease "
-                    "expired), and its files were deleted")
-            log.info("%s wrote checkpoint %s (%d bytes, sha256 %s).", self.node, checkpoint_id,
-                     size, digest[:12])
+            parent = self._chain[-1] if snap.delta and self._chain else ""
+            if snap.delta and not parent:
+                raise CheckpointError(f"{self.node}: a delta snapshot needs a parent, and this "
+                                      "writer has published no checkpoint yet")
+            try:
+                manifest = self._save(snap, parent)
+            except BaseException:
+                self._chain = []  # the snapshot's changes are in no published checkpoint
+                raise
+            self._chain = [*self._chain, manifest.id] if parent else [manifest.id]
             self._prune()
             return manifest
+
+    def _save(self, snap: ShardSnapshot, parent: str) -> Manifest:
+        checkpoint_id = self._next_id()
+        data_file = data_name(checkpoint_id, self.writer)
+        tensors = fmt.snapshot_tensors(snap)
+        metadata = fmt.snapshot_metadata(snap, checkpoint_id, parent)
+        size, digest = self._write_atomically(
+            data_file, lambda out: fmt.write_stream(out, tensors, metadata),
+            before_rename=self.before_publish,
+        )
+        manifest = Manifest(
+            id=checkpoint_id, shard=self.shard, num_shards=self.num_shards, data=data_file,
+            size=size, sha256=digest, created_unix=metadata["created_unix"],
+            tables=_table_summary(snap), applied_batches=len(snap.applied),
+            directory=f"{self.url}/{shard_dir_name(self.shard, self.num_shards)}",
+            parent=parent,
+        )
+        body = manifest.to_json()
+        self._write_atomically(
+            manifest_name(checkpoint_id, self.writer), lambda out: _write_bytes(out, body)
+        )
+        if self.store is not None and not self._publish(checkpoint_id, body):
+            self._remove_files(checkpoint_id, self.writer)
+            raise CheckpointError(
+                f"{self.node} no longer owns slot {self.shard}: checkpoint {checkpoint_id} "
+                "was not published (another pserver serves the slot, or this one's lease "
+                "expired), and its files were deleted")
+        log.info("%s wrote checkpoint %s (%d bytes, sha256 %s%s).", self.node,
+                 checkpoint_id, size, digest[:12], f", a delta of {parent}" if parent else "")
+        return manifest
 
     def _publish(self, checkpoint_id: str, body: bytes) -> bool:
         """Publish the manifest if the writer still owns its slot; False if it does not."""
@@ -209,7 +238,11 @@ class ShardCheckpoints:
                 os.close(fd)
 
     def _prune(self) -> None:
-        for old in self.manifests()[self.keep:]:
+        published = self.manifests()
+        kept = to_keep(published, self.keep)
+        for old in published:
+            if old.id in kept:
+                continue
             if self.store is not None:
                 self.store.delete(checkpoint_key(self.shard, old.id))
             self._remove_files(old.id, old.writer)
@@ -258,10 +291,10 @@ class ShardCheckpoints:
 
     def load_newest(self) -> tuple[ShardSnapshot, Manifest] | None:
         """The newest checkpoint whose checksum holds, or None if there is none."""
-        for manifest in self.manifests():
+        published = self.manifests()
+        for manifest in published:
             try:
-                metadata, tensors = fmt.parse(self.read_verified(manifest))
-                snap = fmt.to_snapshot(metadata, tensors)
+                snap = self._load_chain(manifest, published)
             except CheckpointError as exc:
                 log.error("%s skips checkpoint %s: %s; trying the previous one.",
                           self.node, manifest.id, exc)
@@ -272,6 +305,20 @@ class ShardCheckpoints:
                 continue
             return snap, manifest
         return None
+
+
+    def _load_chain(self, manifest: Manifest, published: list[Manifest]) -> ShardSnapshot:
+        """The state ``manifest`` restores: its base with every delta of its chain applied."""
+        state: ShardSnapshot | None = None
+        for link in chain(manifest, published):
+            part = fmt.to_snapshot(*fmt.parse(self.read_verified(link)))
+            if part.parent != link.parent:
+                raise CheckpointError(f"checkpoint {link.id}: its file names parent "
+                                      f"{part.parent or 'none'}, its manifest "
+                                      f"{link.parent or 'none'}")
+            state = part if state is None else apply_delta(state, part)
+        assert state is not None
+        return state
 
 
 def _write_bytes(out: Any, body: bytes) -> tuple[int, str]:

@@ -15,7 +15,12 @@ bytes; no code is ever executed to read it). Tensors:
 ``applied.extra``                     int64 [m, 3]     (pass, task, seq) above the watermark
 ``applied.counts``                    int64 [k, 3]     (pass, task, applications); optional
 ``applied.floor``                     int64 [1]        passes below it were pruned; optional
+``sparse.<table>.tombstones``         int64 [k]        a delta's ids evicted since its parent
 ====================================  ==========================================
+
+A **delta** (an incremental checkpoint, :mod:`.checkpoint_delta`) has the same layout; its
+metadata holds ``delta: {"parent": "<id>"}``, its sparse tensors hold only the rows pushed since
+that parent, and its tombstones the ids evicted since.
 
 The two optional tensors were added for exactly-once accounting (docs/fault-tolerance.md); a
 file without them reads as "each batch applied once" and floor 0, so version 1 still holds.
@@ -43,7 +48,7 @@ from google.protobuf import json_format
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.shard import DenseState, ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
 
 FORMAT = "elasticps.pserver.checkpoint"
 VERSION = 1
@@ -66,6 +71,9 @@ def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
         for slot, arr in sparse.slots.items():
             tensors[f"sparse.{name}.slot.{slot}"] = arr
         tensors[f"sparse.{name}.steps"] = sparse.steps
+        if snap.delta:
+            tensors[f"sparse.{name}.tombstones"] = snap.tombstones.get(
+                name, np.zeros(0, dtype=np.int64))
     tasks, extra = snap.applied.to_arrays()
     tensors["applied.tasks"] = tasks
     tensors["applied.extra"] = extra
@@ -74,8 +82,10 @@ def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
     return tensors
 
 
-def snapshot_metadata(snap: ShardSnapshot, checkpoint_id: str) -> dict[str, Any]:
-    return {
+def snapshot_metadata(snap: ShardSnapshot, checkpoint_id: str,
+                      parent: str = "") -> dict[str, Any]:
+    delta = {"delta": {"parent": parent}} if parent else {}
+    return {**delta,
         "format": FORMAT,
         "version": VERSION,
         "id": checkpoint_id,
@@ -206,6 +216,17 @@ def _check_metadata(metadata: dict[str, Any]) -> None:
             raise CheckpointError(f"checkpoint metadata {name!r} holds a non-integer")
 
 
+def _delta_parent(metadata: dict[str, Any]) -> str:
+    """The parent checkpoint id of a delta, "" for a full checkpoint."""
+    delta = metadata.get("delta")
+    if delta is None:
+        return ""
+    parent = delta.get("parent") if isinstance(delta, dict) else None
+    if not isinstance(parent, str) or not parent.isdigit() or not 0 < len(parent) <= 20:
+        raise CheckpointError(f"checkpoint metadata 'delta' is {delta!r:.60}")
+    return parent
+
+
 def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> ShardSnapshot:
     """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable).
 
@@ -220,8 +241,10 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
         if array is None or array.ndim != want or array.shape[1] != 3 or array.dtype != np.int64:
             raise CheckpointError(f"checkpoint tensor {name} is not int64 [k, 3]")
     for name, array in tensors.items():
-        if name.startswith("sparse.") and name.endswith(".ids") and array.ndim != 1:
-            raise CheckpointError(f"checkpoint tensor {name} is not one-dimensional")
+        if name.startswith("sparse.") and name.endswith((".ids", ".tombstones")) and (
+                array.ndim != 1 or array.dtype != np.int64):
+            raise CheckpointError(f"checkpoint tensor {name} is not int64 [n]")
+    parent = _delta_parent(metadata)
     try:
         specs = [json_format.ParseDict(t, pserver_pb2.TableSpec()) for t in metadata["tables"]]
         dense: dict[str, DenseState] = {}
@@ -246,6 +269,10 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
             shard=int(metadata["shard"]), num_shards=int(metadata["num_shards"]), specs=specs,
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
             applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},
+            delta=bool(parent), parent=parent,
+            tombstones={spec.name: np.array(tensors.get(f"sparse.{spec.name}.tombstones",
+                                                        np.zeros(0, np.int64)))
+                        for spec in specs if parent and spec.kind == pserver_pb2.TableSpec.SPARSE},
         )
     except (KeyError, ValueError, TypeError, AttributeError, IndexError, OverflowError,
             json_format.ParseError) as exc:

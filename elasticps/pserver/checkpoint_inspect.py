@@ -7,6 +7,7 @@ import hashlib
 from typing import Any
 
 import fsspec
+import numpy as np
 
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
@@ -35,7 +36,8 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
     report.update(id=manifest.id, shard=manifest.shard, num_shards=manifest.num_shards,
                   data=data_path, size=manifest.size, sha256=manifest.sha256,
                   created=datetime.datetime.fromtimestamp(manifest.created_unix,
-                                                          datetime.UTC).isoformat())
+                                                          datetime.UTC).isoformat(),
+                  parent=manifest.parent)
     try:
         data = fs.cat_file(data_path)
     except FileNotFoundError:
@@ -71,6 +73,8 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
         else:
             entry.update(dim=spec.dim, id_space=spec.id_space or "unbounded",
                          rows=int(snap.sparse[spec.name].ids.size))
+            if snap.delta:
+                entry["tombstones"] = int(snap.tombstones.get(spec.name, np.zeros(0)).size)
         tables.append(entry)
     report["tables"] = tables
     return report
@@ -103,6 +107,9 @@ def format_report(report: dict[str, Any]) -> str:
     if not report.get("checksum_ok"):
         lines.append(f"  problem  {report.get('problem', '')}")
         return "\n".join(lines)
+    if report.get("parent"):
+        lines.append(f"  delta    of checkpoint {report['parent']}: sparse tables hold the rows "
+                     "pushed since it, and the ids evicted since (tombstones)")
     lines.append(f"  format   {report['format']} v{report['version']}  initialised "
                  f"{report['initialized']}  applied batches {report['applied_batches']} "
                  f"in {report['applied_tasks']} tasks")
@@ -111,5 +118,7 @@ def format_report(report: dict[str, Any]) -> str:
             what = f"shape {t['shape']}, slice of {t['slice']} values, step {t['step']}"
         else:
             what = f"dim {t['dim']}, id space {t['id_space']}, {t['rows']} rows"
+            if "tombstones" in t:
+                what += f" changed, {t['tombstones']} evicted"
         lines.append(f"  table    {t['name']}: {t['kind']} {what}; {t['optimizer']} lr={t['lr']}")
     return "\n".join(lines)

@@ -76,6 +76,7 @@ class Manifest:
     tables: list[dict[str, Any]] = field(default_factory=list)  # name, kind, rows, slots
     applied_batches: int = 0
     directory: str = ""  # the shard directory's URL (informational)
+    parent: str = ""  # a delta's parent checkpoint id; "" for a full checkpoint
 
     @property
     def writer(self) -> str:
@@ -125,7 +126,18 @@ class Manifest:
             format=_str(doc, "format", fmt.FORMAT), version=_int(doc, "version", fmt.VERSION),
             tables=tables, applied_batches=_int(doc, "applied_batches", 0),
             directory=_str(doc, "directory", ""),
+            parent=_parent(doc, checkpoint_id),
         )
+
+
+def _parent(doc: dict[str, Any], checkpoint_id: str) -> str:
+    parent = doc.get("parent", "")
+    if parent == "":
+        return ""
+    check_id(parent)
+    if int(parent) >= int(checkpoint_id):
+        raise CheckpointError(f"checkpoint {checkpoint_id}: its parent {parent} is not older")
+    return str(parent)
 
 
 def _int(doc: dict[str, Any], name: str, default: int | None = None, minimum: int = 0) -> int:

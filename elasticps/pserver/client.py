@@ -453,6 +453,9 @@ class PServerClient:
             "skipped_nonfinite": sum(r.skipped_nonfinite for r in responses),
             "rows": sum(t.rows for r in responses for t in r.tables),
             "bytes": sum(t.bytes for r in responses for t in r.tables),
+            "rows_admitted": sum(t.admitted for r in responses for t in r.tables),
+            "rows_evicted": sum(t.evicted for r in responses for t in r.tables),
+            "grads_dropped": sum(t.dropped for r in responses for t in r.tables),
         }
 
     def list_applied(self, pass_id: int | None = None) -> list[pserver_pb2.ListAppliedResponse]:

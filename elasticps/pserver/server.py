@@ -58,6 +58,7 @@ from elasticps.lifecycle import Lifecycle
 from elasticps.proto import pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
+from elasticps.pserver.limits import ShardLimits
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState
 from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics, TimedServicer
@@ -241,7 +242,10 @@ class PServerProcess(Lifecycle[PServerState]):
     def _restore_and_serve(self) -> PServerState:
         assert self.slot is not None
         assert self._endpoint is not None
-        state = ShardState(self.slot, self.num_shards)
+        limits = ShardLimits(memory_bytes=self.config.pserver_memory_mb << 20,
+                             max_ids_per_request=self.config.max_ids_per_request,
+                             max_tables=self.config.max_tables)
+        state = ShardState(self.slot, self.num_shards, limits)
         self.shard = state
         checkpoints = self._restore(state)
         checkpoint_now: CheckpointNow | None = None
@@ -365,7 +369,7 @@ class PServerProcess(Lifecycle[PServerState]):
         checkpoints = ShardCheckpoints(
             config.checkpoint_url, self.slot, self.num_shards, keep=config.checkpoint_keep,
             store=self.store, before_publish=self.before_publish, node=self.node,
-            owner=self._slot_owned, writer=self.incarnation,
+            owner=self._slot_owned, writer=self.incarnation, deltas=config.checkpoint_deltas,
         )
         removed = checkpoints.remove_temp_files()
         if removed:
@@ -452,7 +456,7 @@ class PServerProcess(Lifecycle[PServerState]):
                 if state.version == self._saved_version:
                     return self.last_checkpoint, state.applied.copy()
             started = time.perf_counter()
-            snap, version = state.snapshot()
+            snap, version = state.snapshot(delta=checkpoints.wants_delta())
             try:
                 manifest = checkpoints.save(snap)
             except (OSError, StoreError, ValueError) as exc:

@@ -15,6 +15,7 @@ from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.shard import BatchKey, ShardState
+from elasticps.pserver.sparse_table import SparseCounters
 from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
 from elasticps.rpc.fields import check_name
 
@@ -43,6 +44,15 @@ def applied_messages(applied: AppliedSet, pass_id: int | None) -> list[pserver_p
         for p, t, below, extra in applied.tasks()
         if pass_id is None or p == pass_id
     ]
+
+
+def _table_stats(name: str, rows: int, nbytes: int,
+                 counters: SparseCounters | None) -> pserver_pb2.TableStats:
+    out = pserver_pb2.TableStats(name=name, rows=rows, bytes=nbytes)
+    if counters is not None:
+        out.admitted, out.evicted, out.dropped = (counters.admitted, counters.evicted,
+                                                  counters.dropped)
+    return out
 
 
 # Writes a checkpoint now if anything changed; returns its id and the applied set it holds.
@@ -128,7 +138,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     ) -> pserver_pb2.StatsResponse:
         stats = self.state.stats()
         return pserver_pb2.StatsResponse(
-            tables=[pserver_pb2.TableStats(name=n, rows=r, bytes=b) for n, r, b in stats.tables],
+            tables=[_table_stats(n, r, b, stats.sparse.get(n)) for n, r, b in stats.tables],
             pushes=stats.pushes, pushes_per_sec=stats.pushes_per_sec,
             duplicates=stats.duplicates, skipped_nonfinite=stats.skipped_nonfinite,
             shard=stats.shard, num_shards=stats.num_shards, initialized=stats.initialized,

@@ -18,17 +18,34 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from elasticps.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.tables import DenseShard, SparseTable, Table, make_table, normalize_spec
+from elasticps.pserver.limits import ShardLimits, declared_bytes
+from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
+from elasticps.pserver.sparse_table import (
+    SparseCounters,
+    SparsePlan,
+    SparseTable,
+    Table,
+    batch_seed,
+    make_table,
+)
+from elasticps.pserver.tables import DenseShard, normalize_spec
 
 _RATE_WINDOW_S = 10.0
+PULL_CHUNK = 1 << 16  # ids per lock hold in a pull: a huge pull never stalls pushes for long
+_SWEEP_INTERVAL_S = 1.0  # TTL sweeps: at most this often, and whenever a new pass begins
 
 
 @dataclass(frozen=True)
@@ -53,41 +70,13 @@ class PushResult:
     skipped: bool  # True: dropped for non-finite values (still recorded as applied)
 
 
-@dataclass
-class DenseState:
-    values: np.ndarray
-    slots: dict[str, np.ndarray]
-    step: int
-
-
-@dataclass
-class SparseState:
-    ids: np.ndarray
-    values: np.ndarray
-    slots: dict[str, np.ndarray]
-    steps: np.ndarray
-
-
-@dataclass
-class ShardSnapshot:
-    """A consistent copy of a shard: what a checkpoint holds."""
-
-    shard: int
-    num_shards: int
-    specs: list[pserver_pb2.TableSpec]
-    initialized: bool
-    dense: dict[str, DenseState]
-    sparse: dict[str, SparseState]
-    applied: AppliedSet
-    counters: dict[str, int] = field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class ShardStats:
     shard: int
     num_shards: int
     initialized: bool
     tables: list[tuple[str, int, int]]  # (name, rows, bytes)
+    sparse: dict[str, SparseCounters]  # rows admitted and evicted, gradient rows dropped
     pushes: int
     pushes_per_sec: float
     duplicates: int
@@ -99,10 +88,15 @@ class ShardStats:
 class ShardState:
     """Tables, optimizer state and applied batches of shard ``shard`` of ``num_shards``."""
 
-    def __init__(self, shard: int, num_shards: int) -> None:
+    def __init__(self, shard: int, num_shards: int, limits: ShardLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not 0 <= shard < num_shards:
             raise InvalidArgumentError(f"shard {shard} is not in [0, {num_shards})")
         self.shard, self.num_shards = shard, num_shards
+        self.limits = limits or ShardLimits()
+        self.clock = clock  # TTL eviction's time; a test steps it
+        self.current_pass = 0  # the newest pass pushed: TTL in passes counts from it
+        self._last_sweep = clock()
         self.lock = threading.Lock()
         self.tables: dict[str, Table] = {}
         self.initialized = False
@@ -130,11 +124,18 @@ class ShardState:
                         f"table {spec.name!r} is already declared on shard {self.shard} with a "
                         f"different spec ({_brief(existing.spec)}; asked {_brief(spec)})"
                     )
+            fresh = [spec for spec in normalized if spec.name not in self.tables]
+            self.limits.check_table_count(len(self.tables) + len(fresh))
+            used = self._memory_bytes()
+            for spec in fresh:
+                used += declared_bytes(spec, self.shard, self.num_shards)
+                self.limits.check_memory(spec.name, used, "declaring it",
+                                         "declare smaller tables or raise the cap")
             created = False
-            for spec in normalized:
-                if spec.name not in self.tables:
-                    self.tables[spec.name] = make_table(spec, self.shard, self.num_shards)
-                    created = True
+            for spec in fresh:
+                self.tables[spec.name] = make_table(spec, self.shard, self.num_shards,
+                                                    self.limits.memory_bytes)
+                created = True
             if created:
                 self.version += 1
 
@@ -198,12 +199,20 @@ class ShardState:
     # -- sparse -----------------------------------------------------------------------------
 
     def pull_sparse(self, name: str, ids: np.ndarray) -> np.ndarray:
-        """Rows for ``ids`` in their order. Creating rows is not a visible change: a created row
-        holds exactly what an uncreated one would return."""
+        """Rows for ``ids`` in their order; an id without a row reads as its initial value and
+        the table does not grow (rows come from pushes only). A pull of more than
+        ``PULL_CHUNK`` ids takes the lock once per chunk, so a push may land between chunks."""
+        self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "pull")
         with self.lock:
             table = self._sparse(name)
             table.check_ids(ids, "pulled")
-            return table.gather(ids)
+            if ids.shape[0] <= PULL_CHUNK:
+                return table.gather(ids)
+        parts = []
+        for start in range(0, ids.shape[0], PULL_CHUNK):
+            with self.lock:
+                parts.append(self._sparse(name).gather(ids[start:start + PULL_CHUNK]))
+        return np.concatenate(parts)
 
     # -- push -------------------------------------------------------------------------------
 
@@ -223,6 +232,7 @@ class ShardState:
             for name, grad in dense.items():
                 dense_tables[name].check_values(grad, "gradient")
             for name, (ids, rows) in sparse.items():
+                self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "push")
                 sparse_tables[name].check_ids(ids, "pushed")
                 sparse_tables[name].check_rows(rows, ids.shape[0], "gradient")
             if self.applied.contains(batch.pass_id, batch.task_id, batch.seq):
@@ -236,18 +246,99 @@ class ShardState:
                 self.skipped_nonfinite += 1
                 self.version += 1
                 return PushResult(applied=True, skipped=True)
-            # Compute every update before committing any, so a failure leaves no partial push.
+            # Decide everything before changing anything: which ids get rows, which rows make
+            # room for them (or RESOURCE_EXHAUSTED); then compute every update, then commit.
+            seed = batch_seed(batch.pass_id, batch.task_id, batch.seq)
+            plans = {n: t.plan(*sparse[n], seed) for n, t in sparse_tables.items()}
+            victims = self._make_room(plans)
+            for name, rows in victims.items():
+                self._sparse(name).remove_rows(rows)
             dense_updates = [(t, t.compute(dense[n])) for n, t in dense_tables.items()]
-            sparse_updates = [(t, t.compute(*sparse[n])) for n, t in sparse_tables.items()]
+            sparse_updates = [(t, plans[n], t.compute(plans[n]))
+                              for n, t in sparse_tables.items()]
             for dense_table, dense_update in dense_updates:
                 dense_table.commit(dense_update)
-            for sparse_table, sparse_update in sparse_updates:
-                sparse_table.commit(sparse_update)
+            now = self.clock()
+            for sparse_table, plan, sparse_update in sparse_updates:
+                sparse_table.commit(sparse_update, plan, batch.pass_id, now)
             self.applied.add(batch.pass_id, batch.task_id, batch.seq)
             self.pushes += 1
             self.version += 1
             self._recent.append(time.monotonic())
+            self._sweep(batch.pass_id, now)
             return PushResult(applied=True, skipped=False)
+
+    # -- capacity ---------------------------------------------------------------------------
+
+    def _memory_bytes(self) -> int:
+        return sum(t.footprint(t.size) if isinstance(t, SparseTable) else t.nbytes
+                   for t in self.tables.values())
+
+    def _make_room(self, plans: Mapping[str, SparsePlan]) -> dict[str, np.ndarray]:
+        """Rows to evict so a push fits every table's max_rows and the shard's memory cap,
+        sparing the rows the push trains; ResourceExhaustedError (nothing changed) if eviction
+        cannot make room. Decides only: the caller evicts."""
+        if not self.limits.memory_bytes and not any(
+                self._sparse(n).policy.max_rows and p.new_rows for n, p in plans.items()):
+            return {}  # nothing to make room for: spare the lookups below
+        counts: dict[str, int] = {}
+        protected = {n: self._sparse(n).protected_rows(p) for n, p in plans.items()}
+        for name, plan in plans.items():
+            table = self._sparse(name)
+            limit = table.policy.max_rows
+            if limit and table.size + plan.new_rows > limit:
+                if plan.new_rows + protected[name].shape[0] > limit:
+                    raise ResourceExhaustedError(
+                        f"table {name!r}: one push trains {plan.new_rows} new and "
+                        f"{protected[name].shape[0]} existing rows; the cap is max_rows={limit}")
+                # Evict a little more than needed (1/64 of the cap), so a table at its cap does
+                # not choose victims over all its rows on every push.
+                counts[name] = table.size + plan.new_rows - limit + limit // 64
+        victims = {n: self._sparse(n).choose_victims(c, protected[n]) for n, c in counts.items()}
+        if not self.limits.memory_bytes:
+            return victims
+
+        def projected() -> int:
+            total = 0
+            for name, table in self.tables.items():
+                if not isinstance(table, SparseTable):
+                    total += table.nbytes
+                    continue
+                plan, gone = plans.get(name), victims.get(name)
+                evicting = gone.shape[0] if gone is not None else 0
+                rows = table.size + (plan.new_rows if plan else 0) - evicting
+                total += table.footprint(rows, evicting)
+            return total
+
+        excess = projected() - self.limits.memory_bytes
+        evictable = sorted((t for t in self.tables.values()
+                            if isinstance(t, SparseTable) and t.policy.evict),
+                           key=lambda t: -t.size)
+        for table in evictable:
+            if excess <= 0:
+                break
+            have = victims.get(table.name, np.zeros(0, np.int64)).shape[0]
+            more = -(-excess // table.row_bytes) + table.size // 64
+            victims[table.name] = table.choose_victims(
+                have + more, protected.get(table.name, np.zeros(0, np.int64)))
+            excess = projected() - self.limits.memory_bytes
+        if excess > 0:
+            name = max(plans, key=lambda n: plans[n].new_rows) if plans else "-"
+            self.limits.check_memory(name, excess + self.limits.memory_bytes,
+                                     f"a push of {sum(p.new_rows for p in plans.values())} "
+                                     "new rows")
+        return victims
+
+    def _sweep(self, pass_id: int, now: float) -> None:
+        """Evict rows past their TTL: when a new pass begins, and at most once a second."""
+        new_pass = pass_id > self.current_pass
+        self.current_pass = max(self.current_pass, pass_id)
+        if not new_pass and now - self._last_sweep < _SWEEP_INTERVAL_S:
+            return
+        self._last_sweep = now
+        for table in self.tables.values():
+            if isinstance(table, SparseTable):
+                table.expire(self.current_pass, now)
 
     def prune_applied(self, upto_pass: int) -> int:
         """Forget applied batches of passes < ``upto_pass`` (issue 7's pruning hook)."""
@@ -259,29 +350,37 @@ class ShardState:
 
     # -- snapshot / restore -----------------------------------------------------------------
 
-    def snapshot(self) -> tuple[ShardSnapshot, int]:
+    def snapshot(self, delta: bool = False) -> tuple[ShardSnapshot, int]:
         """A consistent copy of the shard and the version it reflects. Only copies run under the
-        lock; writing happens outside it so pushes continue."""
+        lock; writing happens outside it so pushes continue.
+
+        ``delta=True`` copies only the sparse rows pushed since the previous snapshot (and the
+        ids evicted since), so the lock is held for time proportional to what changed; it
+        gives a full snapshot instead when some evicted ids were not kept (``snap.delta``
+        says which). Every snapshot starts a new "since"."""
         with self.lock:
+            sparse_tables = [t for t in self.tables.values() if isinstance(t, SparseTable)]
+            as_delta = delta and not any(t.tombstones_overflowed for t in sparse_tables)
             dense: dict[str, DenseState] = {}
             sparse: dict[str, SparseState] = {}
+            tombstones: dict[str, np.ndarray] = {}
             for name, table in self.tables.items():
                 if isinstance(table, DenseShard):
                     dense[name] = DenseState(
                         table.values.copy(), {k: v.copy() for k, v in table.slots.items()},
                         table.step)
-                else:
-                    n = table.size
-                    sparse[name] = SparseState(
-                        table.ids[:n].copy(), table.values[:n].copy(),
-                        {k: v[:n].copy() for k, v in table.slots.items()},
-                        table.steps[:n].copy())
+                    continue
+                sparse[name] = table.copy_rows(changed_only=as_delta)
+                evicted, _ = table.take_tombstones()
+                if as_delta:
+                    tombstones[name] = evicted
             snap = ShardSnapshot(
                 shard=self.shard, num_shards=self.num_shards,
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
                 dense=dense, sparse=sparse, applied=self.applied.copy(),
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
                           "skipped_nonfinite": self.skipped_nonfinite},
+                delta=as_delta, tombstones=tombstones,
             )
             return snap, self.version
 
@@ -293,17 +392,21 @@ class ShardState:
                 f"{self.shard} of {self.num_shards}"
             )
         tables: dict[str, Table] = {}
+        passes = [p for p, _, _, _ in snap.applied.tasks()]
+        current_pass = max(passes) if passes else 0
         for spec in snap.specs:
-            table = make_table(normalize_spec(spec), self.shard, self.num_shards)
+            table = make_table(normalize_spec(spec), self.shard, self.num_shards,
+                               self.limits.memory_bytes)
             if isinstance(table, DenseShard):
                 state = snap.dense[spec.name]
                 table.values, table.slots, table.step = state.values, state.slots, state.step
             else:
                 s = snap.sparse[spec.name]
-                table.load(s.ids, s.values, s.slots, s.steps)
+                table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock())
             tables[spec.name] = table
         with self.lock:
             self.tables = tables
+            self.current_pass = current_pass
             self.initialized = snap.initialized
             self.applied = snap.applied
             self.pushes = snap.counters.get("pushes", 0)
@@ -321,6 +424,8 @@ class ShardState:
             return ShardStats(
                 shard=self.shard, num_shards=self.num_shards, initialized=self.initialized,
                 tables=[(n, t.rows, t.nbytes) for n, t in self.tables.items()],
+                sparse={n: t.counters() for n, t in self.tables.items()
+                        if isinstance(t, SparseTable)},
                 pushes=self.pushes, pushes_per_sec=recent / _RATE_WINDOW_S,
                 duplicates=self.duplicates, skipped_nonfinite=self.skipped_nonfinite,
                 applied_batches=len(self.applied), restored_from=self.restored_from,

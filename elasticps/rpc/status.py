@@ -27,6 +27,7 @@ _CLIENT_MAP: dict[grpc.StatusCode, type[errors.ElasticPSError]] = {
     grpc.StatusCode.NOT_FOUND: errors.NotFoundError,
     grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError,
     grpc.StatusCode.ABORTED: errors.FailedPreconditionError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhaustedError,
 }
 
 # Most specific class first: status_for walks this list with isinstance.
@@ -35,6 +36,7 @@ _SERVER_MAP: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
     (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.NotLeaderError, grpc.StatusCode.UNAVAILABLE),  # clients should find the new leader
     (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (errors.StoreUnavailableError, grpc.StatusCode.UNAVAILABLE),

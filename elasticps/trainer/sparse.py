@@ -27,6 +27,7 @@ from elasticps.errors import ConfigError, FailedPreconditionError, InvalidArgume
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.optim import OptimizerSpec
+from elasticps.trainer.row_policy import Admit, Evict, policy_proto
 
 if TYPE_CHECKING:
     from elasticps.trainer.sparse_rows import TableRows
@@ -77,6 +78,9 @@ class SparseLayer(torch.nn.Module):
         dim: int,
         optimizer: OptimizerSpec | None = None,
         initializer: RowInit | None = None,
+        admit: Admit | None = None,
+        evict: Evict | str | None = None,
+        max_rows: int = 0,
     ) -> None:
         super().__init__()
         if not table_name or "/" in table_name:
@@ -90,6 +94,7 @@ class SparseLayer(torch.nn.Module):
         self.dim = dim
         self.optimizer = optimizer
         self.initializer = initializer or RowInit()
+        self.policy = policy_proto(table_name, admit, evict, max_rows)
         self._client: ParameterClient | None = None
         self._rows: TableRows | None = None  # installed by the step runner for one batch
         self._pending: list[tuple[np.ndarray, torch.Tensor]] = []  # rows this layer pulled
@@ -110,6 +115,7 @@ class SparseLayer(torch.nn.Module):
             name=self.table_name, kind=pserver_pb2.TableSpec.SPARSE, dim=self.dim,
             id_space=self.num_embeddings, dtype=common_pb2.FLOAT32,
             optimizer=optimizer.to_proto(), initializer=self.initializer.to_proto(),
+            policy=self.policy,
         )
 
     def bind(self, client: ParameterClient | None) -> None:
@@ -207,6 +213,10 @@ class SparseEmbedding(SparseLayer):
     a batch: a name gives ``[B, dim]``, a sequence of k names ``[B, k, dim]`` (e.g. the 26
     Criteo slots into one table). Called with an int64 tensor of ids of any shape instead, it
     returns that shape plus ``(dim,)``.
+
+    ``admit`` (:class:`Admit`), ``evict`` (:class:`Evict`, or ``"lru"``/``"lfu"``) and
+    ``max_rows`` (rows per pserver; evicting LRU unless ``evict`` says otherwise) bound the
+    table: by default every pushed id gets a row, kept for the table's life.
     """
 
     def __init__(
@@ -218,8 +228,12 @@ class SparseEmbedding(SparseLayer):
         initializer: RowInit | None = None,
         *,
         columns: str | Sequence[str] | None = None,
+        admit: Admit | None = None,
+        evict: Evict | str | None = None,
+        max_rows: int = 0,
     ) -> None:
-        super().__init__(table_name, num_embeddings, dim, optimizer, initializer)
+        super().__init__(table_name, num_embeddings, dim, optimizer, initializer, admit, evict,
+                         max_rows)
         if columns is not None and not isinstance(columns, str):
             columns = tuple(columns)
             if not columns or not all(isinstance(c, str) and c for c in columns):

@@ -18,6 +18,7 @@ from torch.nn import functional
 from elasticps.data.batch import Bag, Batch, TensorBatch
 from elasticps.errors import ConfigError
 from elasticps.trainer.optim import OptimizerSpec
+from elasticps.trainer.row_policy import Admit, Evict
 from elasticps.trainer.sparse import RowInit, SparseLayer, numpy_batch
 
 MODES = ("sum", "mean")
@@ -44,8 +45,12 @@ class SparseEmbeddingBag(SparseLayer):
         column: str | None = None,
         mode: Literal["sum", "mean"] = "sum",
         weighted: bool = False,
+        admit: Admit | None = None,
+        evict: Evict | str | None = None,
+        max_rows: int = 0,
     ) -> None:
-        super().__init__(table_name, num_embeddings, dim, optimizer, initializer)
+        super().__init__(table_name, num_embeddings, dim, optimizer, initializer, admit, evict,
+                         max_rows)
         if mode not in MODES:
             raise ConfigError(f"SparseEmbeddingBag {table_name!r}: mode={mode!r} is not one of "
                               f"{', '.join(MODES)}")

@@ -82,6 +82,9 @@ class SparseTables:
                                       f"shapes: dim/num_embeddings {first.dim}/"
                                       f"{first.num_embeddings} and {layer.dim}/"
                                       f"{layer.num_embeddings}")
+                if layer.policy != first.policy:
+                    raise ConfigError(f"sparse table {table!r} is used with two different "
+                                      "admit/evict/max_rows settings; give them once, alike")
         self._installed: dict[str, TableRows] = {}
 
     def __iter__(self) -> Iterator[str]:

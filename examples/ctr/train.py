@@ -63,6 +63,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", default="400,400,400", help="hidden layer sizes")
     p.add_argument("--embedding-dim", type=int, default=10)
     p.add_argument("--id-space", type=int, default=1_000_001, help="hashed ids per table")
+    p.add_argument("--admit-after", type=int, default=1,
+                   help="a sparse row is created by its id's k-th push (1 = the first)")
+    p.add_argument("--ttl-passes", type=int, default=0,
+                   help="evict sparse rows not pushed for N passes (0 = never)")
+    p.add_argument("--ttl-seconds", type=float, default=0.0,
+                   help="evict sparse rows not pushed for T seconds (0 = never)")
+    p.add_argument("--max-rows", type=int, default=0,
+                   help="sparse rows per table per pserver at most, evicting LRU (0 = no cap)")
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--optimizer", choices=["adam", "adagrad", "sgd", "momentum"], default="adam")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default per optimizer)")
@@ -91,9 +99,12 @@ def make_model(args: argparse.Namespace) -> torch.nn.Module:
     hidden = tuple(int(h) for h in args.hidden.split(","))
     # Each embedding reads its own columns (the 26 slots) from the batch, so the trainer knows
     # which rows to pull before the forward pass.
+    evict = (eps.nn.Evict(ttl_passes=args.ttl_passes, ttl_seconds=args.ttl_seconds)
+             if args.ttl_passes or args.ttl_seconds else None)
     return build(args.model, lambda table, dim, columns: eps.nn.SparseEmbedding(
         table, args.id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed),
-        columns=columns), embedding_dim=args.embedding_dim, hidden=hidden)
+        columns=columns, admit=eps.nn.Admit(after=args.admit_after), evict=evict,
+        max_rows=args.max_rows), embedding_dim=args.embedding_dim, hidden=hidden)
 
 
 def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -> str:
@@ -129,6 +140,17 @@ def dump_initial(trainer: eps.Trainer, url: str, features: FeatureConfig, path: 
     save_file(tensors, path)
 
 
+def _table_figures(trainer: eps.Trainer) -> dict[str, int]:
+    """Sparse rows the pservers hold, admitted and evicted (their Stats), when reachable."""
+    stats = getattr(trainer.params, "stats", None)
+    if not callable(stats):
+        return {}
+    figures, sparse = stats(), set(trainer.tables)
+    return {key: int(figures[key]) for key in ("rows_admitted", "rows_evicted", "grads_dropped")
+            } | {"sparse_rows": sum(int(t["rows"]) for s in figures["shards"]
+                                    for t in s["tables"] if t["name"] in sparse)}
+
+
 def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: FeatureConfig,
            workdir: Path, wall: float) -> None:
     """Export the model, score the test split with the export, publish the job's result."""
@@ -151,7 +173,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: F
                   trainer.stats.pass_metrics if trainer.stats is not None else [])],
               "model": args.model, "model_dir": str(model_dir), "test_rows": int(labels.size),
               "train_rows": dataset.num_rows, "train_wall_s": round(wall, 3),
-              "trainer": trainer.name}
+              "trainer": trainer.name, **_table_figures(trainer)}
     eps.publish_result(result)
     best = f"{test.best_auc:.4f}" if test.best_auc is not None else "unknown"
     print(f"test auc {result['auc']:.4f} (best achievable {best}); model in {model_dir}",

@@ -42,6 +42,10 @@ GOOD = [
     ("PADDLE_INSECURE", "yes", "insecure", True),
     ("PADDLE_HEALTH_PORT", "7165", "health_port", 7165),
     ("PADDLE_MAX_MESSAGE_MB", "64", "max_message_mb", 64),
+    ("PADDLE_PSERVER_MEMORY_MB", "512", "pserver_memory_mb", 512),
+    ("PADDLE_MAX_IDS_PER_REQUEST", "1000", "max_ids_per_request", 1000),
+    ("PADDLE_MAX_TABLES", "20", "max_tables", 20),
+    ("PADDLE_CHECKPOINT_DELTAS", "8", "checkpoint_deltas", 8),
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
 ]
 
@@ -76,6 +80,10 @@ BAD = [
     ("PADDLE_HEALTH_PORT", "70000"),
     ("PADDLE_MAX_MESSAGE_MB", "0"),
     ("PADDLE_MAX_MESSAGE_MB", "4096"),
+    ("PADDLE_PSERVER_MEMORY_MB", "-1"),
+    ("PADDLE_MAX_IDS_PER_REQUEST", "0"),
+    ("PADDLE_MAX_TABLES", "0"),
+    ("PADDLE_CHECKPOINT_DELTAS", "-1"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
 ]
 

@@ -16,6 +16,7 @@ import pytest
 from elasticps.errors import (
     InvalidArgumentError,
     NotFoundError,
+    ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -60,7 +61,9 @@ def _reference(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Shar
 @pytest.fixture
 def cluster(tmp_path: Path, job_name: str, etcd_server) -> Iterator[tuple[PServers, Store]]:
     store = open_store(etcd_server.url, job_name)
-    servers = PServers(tmp_path, etcd_server.url, job_name, num=2)
+    # 600 ids per request: the pulls of all 1000 ids (500 a shard) pass, the test's 601 do not.
+    servers = PServers(tmp_path, etcd_server.url, job_name, num=2,
+                       PADDLE_MAX_IDS_PER_REQUEST="600")
     try:
         procs = [servers.start(), servers.start()]
         servers.wait_slots(store, {p.pid for p in procs})
@@ -138,6 +141,9 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
             (pserver_pb2.PushRequest(dense=[good_dense]), InvalidArgumentError, "BatchRef"),
             (pserver_pb2.PushRequest(batch=batch, dense=[dense("w", short)]),
              InvalidArgumentError, "31 bytes"),
+            (pserver_pb2.PushRequest(batch=batch, dense=[good_dense], sparse=[
+                sparse(list(range(0, 1202, 2)), np.zeros((601, 4), np.float32))]),
+             ResourceExhaustedError, "'emb': 601 ids in one push; the cap is 600"),
         ]
         for request, error, match in bad:
             with pytest.raises(error, match=match):
@@ -148,7 +154,10 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
         assert stats["pushes"] == 12
         assert stats["duplicates"] == 2
         assert stats["skipped_nonfinite"] == 2
-        assert stats["rows"] == 1000 + 15
+        # Rows come from pushes only: the pulls of all 1000 ids above created none.
+        pushed = np.unique(np.concatenate([ids for _, ids, _ in batches]))
+        assert pushed.size < 1000
+        assert stats["rows"] == pushed.size + 15
 
         # A call without the job token, or with a wrong one, is refused; so is plaintext.
         wrong = JobCredentials(servers.job, "wrong-token", creds.tls)

@@ -52,6 +52,9 @@ def test_sharding_covers_every_id_exactly_once() -> None:
         with pytest.raises(InvalidArgumentError, match="belongs to shard"):
             shard.pull_sparse("emb", other)
     assert (owners == 1).all()
+    for i, shard in enumerate(shards):
+        mine = ids[ids % n == i]
+        shard.push(BatchKey(0, 0, 0), {}, {"emb": (mine, np.zeros((mine.size, 4), np.float32))})
     assert sum(s.tables["emb"].rows for s in shards) == id_space
     # Dense slices tile the flat parameter with no gap or overlap, like np.array_split.
     flat = np.arange(12, dtype=np.float32)
@@ -84,6 +87,28 @@ def test_hash_index_grows_and_finds_every_key() -> None:
     np.testing.assert_array_equal(index.lookup(keys), np.arange(keys.size))
     absent = np.setdiff1d(rng.integers(0, 2**62, 1000), keys)
     assert (index.lookup(absent) == -1).all()
+
+
+@pytest.mark.parametrize("id_space", [1000, 0], ids=["direct", "hash"])
+def test_a_pull_never_grows_a_table(id_space: int) -> None:
+    state = _shard(id_space=id_space)
+    ids = np.array([7, 3, 7, 999, 0], dtype=np.int64)
+    nbytes = state.tables["emb"].nbytes
+    pulled = state.pull_sparse("emb", ids)
+    assert (state.tables["emb"].rows, state.tables["emb"].nbytes) == (0, nbytes)
+    np.testing.assert_array_equal(pulled[0], pulled[2])
+    # The value a pull reads is the one a push starts from: SGD moves it by exactly -lr * g.
+    grad = np.full((2, 4), 0.5, np.float32)
+    state.push(BatchKey(0, 0, 0), {}, {"emb": (np.array([3, 999]), grad)})
+    assert state.tables["emb"].rows == 2
+    after = state.pull_sparse("emb", ids)
+    np.testing.assert_allclose(after[[1, 3]], pulled[[1, 3]] - 0.1 * 0.5, rtol=1e-6)
+    np.testing.assert_array_equal(after[[0, 2, 4]], pulled[[0, 2, 4]])
+    expected = initial_values(INIT(kind=INIT.UNIFORM, scale=0.1, seed=3), np.array([0]), 4)
+    np.testing.assert_array_equal(after[4], expected[0])
+    # A pull of rows that exist and rows that do not, in one request, still creates none.
+    state.pull_sparse("emb", np.arange(0, 1000, 7, dtype=np.int64))
+    assert state.tables["emb"].rows == 2
 
 
 def test_unbounded_table_accepts_huge_ids() -> None:

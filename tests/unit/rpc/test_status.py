@@ -46,6 +46,7 @@ DOMAIN = [
     (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
     (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
@@ -67,7 +68,6 @@ def test_domain_errors_are_not_rpc_errors_and_round_trip_through_their_status(
     (grpc.StatusCode.DEADLINE_EXCEEDED, errors.UnavailableError),
     (grpc.StatusCode.UNAUTHENTICATED, errors.UnauthenticatedError),
     (grpc.StatusCode.INTERNAL, errors.RemoteError),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.RemoteError),
 ])
 def test_transport_failures_become_rpc_errors_carrying_the_status_name(
         code: grpc.StatusCode, cls: type[errors.RPCError]) -> None:

@@ -1,0 +1,25 @@
+"""Counter-based hashing over numpy arrays: the same bits for the same inputs on any machine.
+
+Row start values, admission draws and the admission sketch all hash with splitmix64, so none of
+them keeps random state that a checkpoint would have to save.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser over a uint64 array (wrapping arithmetic is intended)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def uniform01(seed: int, keys: np.ndarray, width: int, stream: int) -> np.ndarray:
+    """Uniform floats in [0, 1), shape [len(keys), width], a pure function of the inputs."""
+    base = splitmix64(keys.astype(np.uint64) ^ splitmix64(np.array([seed], dtype=np.uint64)))
+    cols = np.arange(width, dtype=np.uint64) * np.uint64(2) + np.uint64(stream)
+    bits = splitmix64(base[:, None] + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

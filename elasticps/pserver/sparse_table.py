@@ -1,0 +1,414 @@
+"""A sparse table: embedding rows of the ids one shard owns (``id % N == shard``).
+
+Rows live in arrays in creation order (values, one array per optimizer slot, ids, Adam's per-row
+step, and for tables that evict: the pass and time of each row's last push and its push count);
+an index maps ``id // N`` to the row number. Only pushes create rows, after admission
+(:mod:`~elasticps.pserver.sparse_policy`). An evicted row's place is filled by the last row
+(swap-remove), so rows stay contiguous and evicting k rows costs O(k), not a rebuild.
+
+Arrays grow by 1.5x, except when the table's row count is bounded (``max_rows`` or the shard's
+memory cap): then they are allocated once at the bound, and the OS commits pages only as rows
+are written, so memory follows the rows held and never doubles during a growth copy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from elasticps.errors import InvalidArgumentError
+from elasticps.proto import pserver_pb2
+from elasticps.pserver import sparse_policy
+from elasticps.pserver.hashing import splitmix64, uniform01
+from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
+from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
+from elasticps.pserver.snapshot import SparseState
+from elasticps.pserver.tables import (
+    MAX_DIRECT_IDS,
+    DenseShard,
+    TableSpec,
+    initial_values,
+    sum_duplicates,
+)
+
+MAX_TOMBSTONES = 1 << 20  # evicted ids kept for the next delta; beyond it the delta is a full one
+_TRACK_BYTES = 4 + 8 + 4  # touched_pass int32, touched_at float64, hits uint32
+
+
+@dataclass(frozen=True)
+class SparsePlan:
+    """One table's part of a push, decided before anything changes."""
+
+    unique: np.ndarray  # sorted unique ids
+    summed: np.ndarray  # their summed gradients
+    present: np.ndarray  # bool per id: it has a row now
+    admitted: np.ndarray  # bool per id: it gets a row with this push
+
+    @property
+    def new_rows(self) -> int:
+        return int(np.count_nonzero(self.admitted))
+
+    @property
+    def dropped(self) -> int:
+        """Gradient rows dropped: ids without a row that admission turned away."""
+        return int(self.unique.shape[0] - np.count_nonzero(self.present | self.admitted))
+
+
+@dataclass(frozen=True)
+class SparseCounters:
+    admitted: int
+    evicted: int
+    dropped: int
+
+
+class SparseTable:
+    """Rows of one sparse table on one shard, with admission and eviction."""
+
+    kind = TableSpec.SPARSE
+
+    def __init__(self, spec: pserver_pb2.TableSpec, shard: int, num_shards: int,
+                 memory_cap: int = 0) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.dim = int(spec.dim)
+        self.id_space = int(spec.id_space)
+        self.shard, self.num_shards = shard, num_shards
+        self.policy = spec.policy
+        self.optimizer: Optimizer = make_optimizer(config_from_spec(spec.optimizer, spec.name))
+        self.uses_step = spec.optimizer.kind == pserver_pb2.OptimizerSpec.ADAM
+        self.tracks = sparse_policy.tracks_rows(self.policy)
+        local_ids = -(-(self.id_space - shard) // num_shards) if self.id_space else 0
+        self.index: RowIndex = (
+            DirectIndex(local_ids)
+            if self.id_space and local_ids <= MAX_DIRECT_IDS
+            else HashIndex()
+        )
+        self.sketch = (sparse_policy.CountMinSketch() if self.policy.admit_after > 1 else None)
+        bounds = [b for b in (self.policy.max_rows, memory_cap // self.row_bytes) if b > 0]
+        self.max_capacity = min(bounds) if bounds else 0  # 0: grow by 1.5x without bound
+        self.admitted = self.evicted = self.dropped = 0
+        self._tombstones: list[np.ndarray] = []
+        self._tombstone_count = 0
+        self.tombstones_overflowed = False
+        self.size = 0
+        self._allocate(0)
+
+    # -- storage ----------------------------------------------------------------------------
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes one row holds: id, value, optimizer slots, step, eviction bookkeeping."""
+        floats = self.dim * (1 + len(self.optimizer.slots))
+        return 9 + 4 * floats + (4 if self.uses_step else 0) + (
+            _TRACK_BYTES if self.tracks else 0)
+
+    def _allocate(self, capacity: int) -> None:
+        self.ids = np.empty(capacity, dtype=np.int64)
+        self.values = np.empty((capacity, self.dim), dtype=np.float32)
+        self.slots = {n: np.empty((capacity, self.dim), dtype=np.float32)
+                      for n in self.optimizer.slots}
+        self.steps = np.empty(capacity if self.uses_step else 0, dtype=np.int32)
+        self.changed = np.empty(capacity, dtype=np.bool_)  # pushed since the last snapshot
+        tracked = capacity if self.tracks else 0
+        self.touched_pass = np.empty(tracked, dtype=np.int32)
+        self.touched_at = np.empty(tracked, dtype=np.float64)
+        self.hits = np.empty(tracked, dtype=np.uint32)
+
+    def _row_arrays(self) -> list[np.ndarray]:
+        arrays: list[np.ndarray] = [self.ids, self.values, self.changed,
+                                    *self.slots.values()]
+        if self.uses_step:
+            arrays.append(self.steps)
+        if self.tracks:
+            arrays += [self.touched_pass, self.touched_at, self.hits]
+        return arrays
+
+    def _reserve(self, needed: int) -> None:
+        if needed <= self.ids.shape[0]:
+            return
+        if self.max_capacity:
+            # Allocated once at the bound: pages are committed only as rows are written.
+            capacity = max(needed, self.max_capacity)
+        else:
+            capacity = max(needed, self.ids.shape[0] * 3 // 2, 1024)
+        old = self._row_arrays()
+        self._allocate(capacity)
+        n = self.size
+        for new, previous in zip(self._row_arrays(), old, strict=True):
+            new[:n] = previous[:n]
+
+    def footprint(self, rows: int, evicting: int = 0) -> int:
+        """Bytes this table holds with ``rows`` rows (after evicting ``evicting``): rows, index
+        and sketch."""
+        sketch = self.sketch.nbytes if self.sketch is not None else 0
+        return rows * self.row_bytes + self.index.bytes_for(rows, evicting) + sketch
+
+    # -- validation -------------------------------------------------------------------------
+
+    def check_ids(self, ids: np.ndarray, what: str) -> None:
+        """Every id must be in range and belong to this shard; otherwise name the first bad one."""
+        if ids.ndim != 1 or ids.dtype != np.int64:
+            raise InvalidArgumentError(
+                f"{what} ids for table {self.name!r} must be int64 [n], got {ids.dtype} "
+                f"{list(ids.shape)}"
+            )
+        if ids.size == 0:
+            return
+        bad = ids < 0
+        if self.id_space:
+            bad |= ids >= self.id_space
+        if bad.any():
+            first = int(ids[np.flatnonzero(bad)[0]])
+            limit = f"[0, {self.id_space})" if self.id_space else "[0, 2^63)"
+            raise InvalidArgumentError(
+                f"{what} id {first} for table {self.name!r} is outside the id space {limit}"
+            )
+        foreign = ids % self.num_shards != self.shard
+        if foreign.any():
+            first = int(ids[np.flatnonzero(foreign)[0]])
+            raise InvalidArgumentError(
+                f"{what} id {first} for table {self.name!r} belongs to shard "
+                f"{first % self.num_shards}, not shard {self.shard} of {self.num_shards} "
+                "(ids shard by id % N)"
+            )
+
+    def check_rows(self, rows: np.ndarray, n: int, what: str) -> None:
+        if rows.dtype != np.float32 or rows.shape != (n, self.dim):
+            raise InvalidArgumentError(
+                f"{what} rows for table {self.name!r} must be float32 [{n}, {self.dim}], "
+                f"got {rows.dtype} {list(rows.shape)}"
+            )
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def lookup(self, unique_ids: np.ndarray) -> np.ndarray:
+        """Row numbers of ids (-1 where an id has no row)."""
+        return self.index.lookup(unique_ids // self.num_shards)
+
+    def gather(self, ids: np.ndarray) -> np.ndarray:
+        """Rows for ``ids`` in their order (duplicates allowed). An id with no row gets its
+        initial value, computed and not stored: only pushes create rows, so pulling ids that
+        are never trained costs no memory."""
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = self.lookup(unique)
+        present = rows >= 0
+        if present.all():
+            return self.values[rows[inverse]]
+        out = initial_values(self.spec.initializer, unique, self.dim)
+        out[present] = self.values[rows[present]]
+        return out[inverse]
+
+    # -- a push: plan (pure), compute, commit -----------------------------------------------
+
+    def plan(self, ids: np.ndarray, grads: np.ndarray, batch_seed: int) -> SparsePlan:
+        """Which ids train and which get a row, changing nothing."""
+        unique, summed = sum_duplicates(ids, grads)
+        present = self.lookup(unique) >= 0
+        absent = unique[~present]
+        estimates = self.sketch.estimate(absent) if self.sketch is not None else None
+        draws = (uniform01(batch_seed, absent, 1, 7)[:, 0]
+                 if self.policy.admit_probability else None)
+        admitted = np.zeros(unique.shape[0], dtype=bool)
+        if absent.size:
+            admitted[~present] = sparse_policy.admission(
+                self.policy, absent.shape[0], estimates, draws)
+        return SparsePlan(unique, summed, present, admitted)
+
+    def protected_rows(self, plan: SparsePlan) -> np.ndarray:
+        """Row numbers the push trains: eviction must leave them."""
+        rows = self.lookup(plan.unique[plan.present])
+        return rows[rows >= 0]
+
+    def compute(
+        self, plan: SparsePlan
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """The optimizer's update of the rows the push trains (admitted rows are created, with
+        their initial values: not a visible change), not yet committed."""
+        train = plan.present | plan.admitted
+        ids, grads = plan.unique[train], plan.summed[train]
+        rows = self._ensure_rows(ids)
+        steps = self.steps[rows] + 1 if self.uses_step else np.ones(rows.shape[0], np.int32)
+        param, slots = self.optimizer.step(
+            self.values[rows], grads, {n: a[rows] for n, a in self.slots.items()}, steps[:, None]
+        )
+        return rows, param, slots, steps if self.uses_step else None
+
+    def commit(
+        self, update: tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None],
+        plan: SparsePlan, pass_id: int, now: float,
+    ) -> None:
+        rows, param, slots, steps = update
+        self.values[rows] = param
+        for name, arr in slots.items():
+            self.slots[name][rows] = arr
+        if steps is not None:
+            self.steps[rows] = steps
+        self.changed[rows] = True
+        if self.tracks:
+            self.touched_pass[rows] = min(pass_id, np.iinfo(np.int32).max)
+            self.touched_at[rows] = now
+            self.hits[rows] += 1
+        if self.sketch is not None:
+            self.sketch.add(plan.unique[~plan.present])
+        self.admitted += plan.new_rows
+        self.dropped += plan.dropped
+
+    def _ensure_rows(self, unique_ids: np.ndarray) -> np.ndarray:
+        keys = unique_ids // self.num_shards
+        rows = self.index.lookup(keys)
+        missing = rows < 0
+        if missing.any():
+            new_ids = unique_ids[missing]
+            count = new_ids.shape[0]
+            new_rows = np.arange(self.size, self.size + count, dtype=np.int64)
+            self._reserve(self.size + count)
+            self.ids[new_rows] = new_ids
+            self.values[new_rows] = initial_values(self.spec.initializer, new_ids, self.dim)
+            for name, arr in self.slots.items():
+                arr[new_rows] = self.optimizer.slot_init(name)
+            if self.uses_step:
+                self.steps[new_rows] = 0
+            if self.tracks:
+                self.touched_pass[new_rows], self.touched_at[new_rows] = 0, 0.0
+                self.hits[new_rows] = 0
+            self.index.insert(keys[missing], new_rows)
+            self.size += count
+            rows[missing] = new_rows
+        return rows
+
+    # -- eviction ---------------------------------------------------------------------------
+
+    def choose_victims(self, count: int, protected: np.ndarray) -> np.ndarray:
+        """The ``count`` rows (at most) the policy evicts first, none in ``protected``."""
+        if not self.policy.evict or count <= 0:
+            return np.zeros(0, dtype=np.int64)
+        n = self.size
+        return sparse_policy.victims(self.policy, self.hits[:n], self.touched_at[:n], count,
+                                     np.unique(protected))
+
+    def expire(self, current_pass: int, now: float) -> int:
+        """Evict rows past their TTL; returns how many."""
+        if not (self.policy.ttl_passes or self.policy.ttl_seconds) or not self.size:
+            return 0
+        n = self.size
+        rows = sparse_policy.expired(self.policy, self.touched_pass[:n], self.touched_at[:n],
+                                     current_pass, now)
+        self.remove_rows(rows)
+        return int(rows.shape[0])
+
+    def remove_rows(self, victims: np.ndarray) -> None:
+        """Evict rows (sorted unique row numbers): the last rows move into their places."""
+        k = int(victims.shape[0])
+        if k == 0:
+            return
+        n = self.size
+        keep = n - k
+        evicted_ids = self.ids[victims].copy()
+        tail = np.arange(keep, n, dtype=np.int64)
+        movers = tail[~np.isin(tail, victims, assume_unique=True)]
+        holes = victims[victims < keep]
+        self.index.delete(evicted_ids // self.num_shards)
+        for arr in self._row_arrays():
+            arr[holes] = arr[movers]
+        self.index.reassign(self.ids[holes] // self.num_shards, holes)
+        self.size = keep
+        self.evicted += k
+        self._record_tombstones(evicted_ids)
+
+    def _record_tombstones(self, ids: np.ndarray) -> None:
+        if self._tombstone_count + ids.shape[0] > MAX_TOMBSTONES:
+            self._tombstones, self._tombstone_count = [], 0
+            self.tombstones_overflowed = True
+            return
+        self._tombstones.append(ids)
+        self._tombstone_count += ids.shape[0]
+
+    def take_tombstones(self) -> tuple[np.ndarray, bool]:
+        """(ids evicted since the last call, whether some were lost to the bound: the next
+        delta must then be a full copy), and forget them."""
+        ids = (np.concatenate(self._tombstones) if self._tombstones
+               else np.zeros(0, dtype=np.int64))
+        overflowed = self.tombstones_overflowed
+        self._tombstones, self._tombstone_count, self.tombstones_overflowed = [], 0, False
+        return ids, overflowed
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def copy_rows(self, changed_only: bool) -> SparseState:
+        """A copy of every row, or of the rows pushed since the last copy (a delta); either way
+        the change marks start over."""
+        n = self.size
+        rows = np.flatnonzero(self.changed[:n]) if changed_only else slice(0, n)
+        state = SparseState(
+            self.ids[rows].copy(), self.values[rows].copy(),
+            {k: v[rows].copy() for k, v in self.slots.items()},
+            self.steps[rows].copy() if self.uses_step else self.steps[:0].copy())
+        self.changed[:n] = False
+        return state
+
+    # -- restore ----------------------------------------------------------------------------
+
+    def load(
+        self, ids: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray],
+        steps: np.ndarray, current_pass: int = 0, now: float | None = None,
+    ) -> None:
+        """Replace every row (a restore). Arrays are trusted to be checksummed and consistent.
+        Eviction bookkeeping is not checkpointed: restored rows count as pushed once, now."""
+        n = ids.shape[0]
+        self.index = (
+            DirectIndex(self.index.capacity) if isinstance(self.index, DirectIndex)
+            else HashIndex(2 * n)
+        )
+        self.size = 0
+        self._allocate(max(n, self.max_capacity))
+        self.ids[:n], self.values[:n] = ids, values
+        for name in self.slots:
+            self.slots[name][:n] = slots[name]
+        if self.uses_step:
+            self.steps[:n] = steps
+        self.changed[:n] = False
+        if self.tracks:
+            self.touched_pass[:n] = min(current_pass, np.iinfo(np.int32).max)
+            self.touched_at[:n] = time.monotonic() if now is None else now
+            self.hits[:n] = 1
+        self.index.insert(ids // self.num_shards, np.arange(n, dtype=np.int64))
+        self.size = n
+
+    # -- figures ----------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held: allocated row arrays (a bounded table's are reserved, and count only
+        as far as rows were written), index and sketch."""
+        if self.max_capacity:
+            return self.footprint(self.size)
+        arrays = self._row_arrays() + ([] if self.uses_step else [self.steps])
+        sketch = self.sketch.nbytes if self.sketch is not None else 0
+        return int(sum(a.nbytes for a in arrays) + self.index.nbytes + sketch)
+
+    def counters(self) -> SparseCounters:
+        return SparseCounters(self.admitted, self.evicted, self.dropped)
+
+
+def batch_seed(pass_id: int, task_id: int, seq: int) -> int:
+    """The admission draw's seed for one batch: a retried batch draws the same."""
+    key = np.array([pass_id, task_id, seq], dtype=np.uint64)
+    mixed = splitmix64(splitmix64(splitmix64(key[:1]) ^ key[1:2]) ^ key[2:3])
+    return int(mixed[0] >> np.uint64(1))
+
+
+Table = DenseShard | SparseTable
+
+
+def make_table(spec: pserver_pb2.TableSpec, shard: int, num_shards: int,
+               memory_cap: int = 0) -> Table:
+    """A table for a normalized spec."""
+    if spec.kind == TableSpec.DENSE:
+        return DenseShard(spec, shard, num_shards)
+    return SparseTable(spec, shard, num_shards, memory_cap)

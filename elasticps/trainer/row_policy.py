@@ -1,0 +1,74 @@
+"""How a sparse table's rows are admitted and evicted, declared from the trainer:
+``SparseEmbedding(..., admit=Admit(after=2), evict=Evict(ttl_passes=3), max_rows=...)``.
+
+The pservers carry the policy out (docs/pserver.md, "Admission and eviction"); by default every
+pushed id gets a row and rows live as long as the table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from elasticps.errors import ConfigError
+from elasticps.proto import pserver_pb2
+
+Policy = pserver_pb2.SparsePolicy
+
+
+@dataclass(frozen=True)
+class Admit:
+    """An id gets a row at its ``after``-th push (counted in a fixed-size sketch on the
+    pserver), or, with ``probability`` > 0, at each push with that probability. Until then it
+    reads its initial value and its gradients are dropped (counted)."""
+
+    after: int = 1
+    probability: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.after <= 1000:
+            raise ConfigError(f"Admit(after={self.after!r}) must be in [1, 1000]")
+        if not (math.isfinite(self.probability) and 0 <= self.probability <= 1):
+            raise ConfigError(f"Admit(probability={self.probability!r}) must be in [0, 1]")
+        if self.probability and self.after > 1:
+            raise ConfigError("Admit takes after= or probability=, not both")
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Rows leave when unpushed for ``ttl_passes`` passes or ``ttl_seconds`` seconds, and, to
+    keep a table within ``max_rows`` or its pserver's memory cap, the least recently (``"lru"``)
+    or least often (``"lfu"``) pushed go first (None: never for room)."""
+
+    ttl_passes: int = 0
+    ttl_seconds: float = 0.0
+    policy: Literal["lru", "lfu"] | None = "lru"
+
+    def __post_init__(self) -> None:
+        if self.ttl_passes < 0:
+            raise ConfigError(f"Evict(ttl_passes={self.ttl_passes!r}) must be >= 0")
+        if not (math.isfinite(self.ttl_seconds) and self.ttl_seconds >= 0):
+            raise ConfigError(f"Evict(ttl_seconds={self.ttl_seconds!r}) must be finite, >= 0")
+        if self.policy not in ("lru", "lfu", None):
+            raise ConfigError(f"Evict(policy={self.policy!r}) is not 'lru', 'lfu' or None")
+
+
+def policy_proto(table: str, admit: Admit | None, evict: Evict | str | None,
+                 max_rows: int) -> pserver_pb2.SparsePolicy:
+    """The wire form; ``evict="lfu"`` is short for ``Evict(policy="lfu")``."""
+    if isinstance(evict, str):
+        evict = Evict(policy=evict)  # type: ignore[arg-type]  # checked in __post_init__
+    if max_rows < 0:
+        raise ConfigError(f"sparse table {table!r}: max_rows={max_rows!r} must be >= 0")
+    if max_rows and (evict is None or evict.policy is None):
+        evict = Evict(evict.ttl_passes, evict.ttl_seconds) if evict else Evict()
+    out = Policy(max_rows=max_rows)
+    if admit is not None:
+        out.admit_after = admit.after if admit.after > 1 else 0
+        out.admit_probability = admit.probability
+    if evict is not None:
+        out.ttl_passes, out.ttl_seconds = evict.ttl_passes, evict.ttl_seconds
+        out.evict = {"lru": Policy.LRU, "lfu": Policy.LFU, None: Policy.EVICT_UNSPECIFIED}[
+            evict.policy]
+    return out
