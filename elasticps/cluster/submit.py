@@ -45,7 +45,8 @@ KUBECTL_PROXY = "http://localhost:8001"  # where `kubectl proxy` serves the API 
 _DELETE_ORDER = [
     VOLCANO_JOB, BATCH_JOB, KINDS[("apps/v1", "Deployment")], KINDS[("apps/v1", "StatefulSet")],
     KINDS[("v1", "Service")], KINDS[("networking.k8s.io/v1", "NetworkPolicy")],
-    KINDS[("v1", "Secret")], KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")],
+    KINDS[("v1", "Secret")], KINDS[("v1", "ConfigMap")],
+    KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")],
     KINDS[("rbac.authorization.k8s.io/v1", "Role")], KINDS[("v1", "ServiceAccount")],
     KINDS[("v1", "PersistentVolumeClaim")],
 ]
