@@ -12,12 +12,20 @@ from typing import Any
 
 from elasticps.config import load_config
 from elasticps.errors import ConfigError
+from elasticps.launch.autoscale_policy import AutoscaleConfig
 from elasticps.launch.launcher import LaunchOptions, run_job
 
 RUN_EPILOG = """\
 examples:
   elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py --rows 200000
   elasticps run --store etcd://127.0.0.1:2379 --workdir /tmp/ctr examples/ctr/train.py
+  elasticps run --autoscale --max-trainers 4 --workdir /tmp/ctr examples/ctr/train.py
+
+With --autoscale the launcher adds a trainer while there is more work than trainers, the
+machine has an idle core for it (--autoscale-cpu) and the last step up raised samples/s by
+15%; it undoes a step that did not pay, shrinks the job when fewer tasks are left than
+trainers, and waits --autoscale-cooldown seconds after every change. Each decision is printed
+with its reason, put on the status page's timeline and kept in summary.json ("autoscale").
 
 The launcher prints `status: http://HOST:PORT/` (the master's status page) early, then a
 progress bar with ETA (on a terminal; plain lines every 10 s otherwise). While it runs and
@@ -58,6 +66,23 @@ def register(subparsers: Any) -> None:
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="the roles' log lines: text (default) or json lines "
                           "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
+    scaling = run.add_argument_group("autoscaling")
+    scaling.add_argument("--autoscale", action="store_true",
+                         help="add and remove trainers while the job runs, within "
+                         "[--min-trainers, --max-trainers], starting from --trainers")
+    scaling.add_argument("--min-trainers", type=int, default=1, metavar="A",
+                         help="fewest trainers with --autoscale (default 1)")
+    scaling.add_argument("--max-trainers", type=int, default=None, metavar="B",
+                         help="most trainers with --autoscale (default: this machine's cores)")
+    scaling.add_argument("--autoscale-cooldown", type=float, default=30.0, metavar="S",
+                         help="seconds after a change before the next, and before a step up "
+                         "is judged by its samples/s (default 30)")
+    scaling.add_argument("--autoscale-cpu", type=float, default=1.0, metavar="CORES",
+                         help="idle cores the machine must have to add a trainer (default 1; "
+                         "0 = ignore the CPU, e.g. when trainers wait on I/O)")
+    scaling.add_argument("--autoscale-min-gain", type=float, default=0.15, metavar="F",
+                         help="the rise in samples/s a step up must bring to be kept (default "
+                         "0.15 = 15%%; one that brings less is undone)")
     run.add_argument("--insecure", action="store_true",
                      help="run without TLS: no job CA, plaintext gRPC, the job token in clear "
                      "(a warning is printed; by default every gRPC port requires mutual TLS)")
@@ -81,8 +106,22 @@ def run_command(args: argparse.Namespace) -> int:
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
-        log_format=args.log_format, insecure=args.insecure)
+        log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args))
     return run_job(opts)
+
+
+def _autoscale(args: argparse.Namespace) -> AutoscaleConfig | None:
+    if not args.autoscale:
+        for flag, value, default in (("--min-trainers", args.min_trainers, 1),
+                                     ("--max-trainers", args.max_trainers, None)):
+            if value != default:
+                raise ConfigError(f"{flag}={value} needs --autoscale")
+        return None
+    most = args.max_trainers if args.max_trainers is not None else max(
+        args.min_trainers, args.trainers, os.cpu_count() or 1)
+    return AutoscaleConfig(args.min_trainers, most, cooldown_s=args.autoscale_cooldown,
+                           cpu_per_trainer=args.autoscale_cpu,
+                           min_gain=args.autoscale_min_gain)
 
 
 def trainer_command(args: argparse.Namespace) -> int:

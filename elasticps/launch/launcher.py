@@ -21,19 +21,22 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.launch.autoscale_policy import AutoscaleConfig
+from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
 from elasticps.launch.monitor import ReportStream, StatusMonitor
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.rpc.credentials import INSECURE_WARNING
 from elasticps.rpc.tls import write_job_identities
+from elasticps.store.api import Store
 from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 from elasticps.telemetry.logfmt import set_context
 
@@ -58,6 +61,8 @@ class LaunchOptions:
     python: str = sys.executable
     # No TLS: every role is told PADDLE_INSECURE=true and warns; the token travels in clear.
     insecure: bool = False
+    # Add and remove trainers by backlog, throughput and idle CPU (None: a fixed count).
+    autoscale: AutoscaleConfig | None = None
 
 
 def default_job_name(script: str) -> str:
@@ -70,6 +75,11 @@ def _validate(opts: LaunchOptions) -> None:
         raise ConfigError(f"--trainers={opts.trainers} must be >= 1")
     if opts.pservers < 1:
         raise ConfigError(f"--pservers={opts.pservers} must be >= 1")
+    if opts.autoscale is not None and not (
+            opts.autoscale.min_trainers <= opts.trainers <= opts.autoscale.max_trainers):
+        raise ConfigError(f"--trainers={opts.trainers} must be within --min-trainers="
+                          f"{opts.autoscale.min_trainers} and --max-trainers="
+                          f"{opts.autoscale.max_trainers}")
     if opts.standby_masters < 0:
         raise ConfigError(f"--standby-masters={opts.standby_masters} must be >= 0")
     if not Path(opts.script).is_file():
@@ -158,6 +168,8 @@ class Launch:
                                      max_restarts=opts.max_restarts,
                                      report=ReportStream(self.monitor))  # type: ignore[arg-type]
         self.scaler = TrainerScaler(self)
+        self.autoscaler = None if opts.autoscale is None else Autoscaler(
+            opts.autoscale, self.monitor.latest, self.scaler.store, self.monitor.say)
         set_context(job=self.job_name)
         self._wake = threading.Event()
         self.started = 0.0
@@ -184,6 +196,8 @@ class Launch:
             self.supervisor.start()
             self.monitor.start()
             while not self.supervisor.step().final:
+                if self.autoscaler is not None and self.supervisor.state is JobState.RUNNING:
+                    self.autoscaler.step(self.scaler.desired or self.opts.trainers)
                 self.scaler.step()
                 self._wake.wait(0.2)
                 self._wake.clear()
@@ -275,6 +289,8 @@ class Launch:
         summary["samples"] = samples
         summary["trainer_timers"] = {name: dict(p.timers) for name, p in progress.items()}
         summary["samples_per_sec"] = round(samples / train_s, 1) if train_s > 0 else None
+        if self.autoscaler is not None:
+            summary["autoscale"] = [asdict(r) for r in self.autoscaler.records]
         summary.update(result)
         summary.setdefault("passes", None)
         summary.setdefault("auc", None)
@@ -303,17 +319,21 @@ class TrainerScaler:
         return [name for name, p in procs.items()
                 if p.spec.role == "trainer" and p.poll() != 0]
 
+    def store(self) -> Store:
+        """The job's store, opened on first use (the launcher creates it before the roles)."""
+        if self._store is None:
+            from elasticps.store import open_store
+
+            self._store = open_store(self.launch.store_url, self.launch.job_name)
+        return self._store
+
     def step(self) -> None:
         now = time.monotonic()
         if now < self._next_poll or self.launch.supervisor.state is not JobState.RUNNING:
             return
         self._next_poll = now + self.poll_s
         try:
-            if self._store is None:
-                from elasticps.store import open_store
-
-                self._store = open_store(self.launch.store_url, self.launch.job_name)
-            kv = self._store.get(DESIRED_TRAINERS)
+            kv = self.store().get(DESIRED_TRAINERS)
             if kv is None:
                 return
             desired = decode_desired_trainers(kv.value)

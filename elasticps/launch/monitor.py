@@ -96,6 +96,13 @@ class StatusMonitor(threading.Thread):
         self.view: PlainLines | RichBar = RichBar(self.err) if tty else PlainLines(self.err)
         self._samples: list[tuple[float, float]] = []
         self._last_status: dict[str, Any] | None = None
+        # (master status, samples/s over the last 10 s), replaced whole on each tick so another
+        # thread (the autoscaler) reads a consistent pair without a lock.
+        self._latest: tuple[dict[str, Any] | None, float | None] = (None, None)
+
+    def latest(self) -> tuple[dict[str, Any] | None, float | None]:
+        """The master's last status document and the job's samples/s, as last seen."""
+        return self._latest
 
     def say(self, text: str) -> None:
         """A message for the user (above the bar on a terminal)."""
@@ -139,6 +146,7 @@ class StatusMonitor(threading.Thread):
         if len(self._samples) >= 2 and self._samples[-1][0] > self._samples[0][0]:
             sps = max(0.0, (self._samples[-1][1] - self._samples[0][1])
                       / (self._samples[-1][0] - self._samples[0][0]))
+        self._latest = (status, sps)
         if status is None and not progress:
             return  # nothing to show yet
         self.view.show(snapshot(status, progress, sps), now)

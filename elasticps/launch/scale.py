@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elasticps.errors import ConfigError
+
+if TYPE_CHECKING:
+    from elasticps.store.api import Store
 
 JOB_FILE = "job.json"
 MAX_TRAINERS = 1000
@@ -37,6 +40,13 @@ def job_location(workdir: str | None, job: str | None, store: str | None) -> tup
 
 def set_desired_trainers(store_url: str, job_name: str, trainers: int) -> None:
     from elasticps.store import open_store
+
+    with open_store(store_url, job_name) as store:
+        write_desired_trainers(store, trainers, "scale")
+
+
+def write_desired_trainers(store: Store, trainers: int, source: str, why: str = "") -> None:
+    """Ask the launcher for ``trainers`` trainers, and say so on the job's timeline."""
     from elasticps.store.keys import (
         DESIRED_TRAINERS,
         JobEvent,
@@ -47,13 +57,12 @@ def set_desired_trainers(store_url: str, job_name: str, trainers: int) -> None:
 
     if not 0 <= trainers <= MAX_TRAINERS:
         raise ConfigError(f"--trainers={trainers} must be within [0, {MAX_TRAINERS}]")
-    with open_store(store_url, job_name) as store:
-        kv = store.get(DESIRED_TRAINERS)
-        before = f" (was {decode_desired_trainers(kv.value)})" if kv is not None else ""
-        store.put(DESIRED_TRAINERS, encode_desired_trainers(trainers))
-        # the status page's timeline; the joins and leaves that follow are the master's
-        record_event(store, JobEvent("scale", "trainers",
-                                     f"asked for {trainers} trainer(s){before}", "scale"))
+    kv = store.get(DESIRED_TRAINERS)
+    before = f" (was {decode_desired_trainers(kv.value)})" if kv is not None else ""
+    store.put(DESIRED_TRAINERS, encode_desired_trainers(trainers))
+    # the status page's timeline; the joins and leaves that follow are the master's
+    record_event(store, JobEvent("scale", "trainers", f"asked for {trainers} trainer(s){before}"
+                                 + (f": {why}" if why else ""), source))
 
 
 def register(subparsers: Any) -> None:

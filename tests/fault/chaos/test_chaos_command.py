@@ -19,9 +19,11 @@ import pytest
 from elasticps.chaos.plan import KillRole, ScaleTrainers, preview
 
 HERE = Path(__file__).resolve().parent
-# 60 chunks x 3 passes: about 12 s of training for 2 trainers on 2 cores, long enough for three
-# kill cycles (a lease TTL of 2 s and a restart each) and a scale step, with room to spare.
-ROWS, ROWS_PER_CHUNK, PASSES, PSERVERS = 120_000, 2_000, 3, 2
+# 90 chunks x 3 passes: about 30 s under chaos on 2 cores, long enough for three kill cycles (a
+# lease TTL of 2 s and a restart each) and a scale step. The trainer kill comes last, after the
+# scale step has settled, and its replacement must register before the job ends: with 60 chunks
+# an idle machine left 3 s to spare and a loaded one none (the job finished first).
+ROWS, ROWS_PER_CHUNK, PASSES, PSERVERS = 180_000, 2_000, 3, 2
 BATCH_SIZE = 128  # tiny_ctr.py's
 SEED = 148  # master, pserver, a scale step to 3 trainers, trainer (tests/unit/chaos/test_plan.py)
 
