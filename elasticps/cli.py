@@ -28,7 +28,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.pserver.cli",    # pserver, checkpoint
     "elasticps.data.cli",       # data
     "elasticps.chaos.cli",      # chaos
-    "elasticps.cluster.cli",    # submit, delete
+    "elasticps.cluster.cli",    # submit, delete, list
+    "elasticps.cluster.code_cli",  # code pack|unpack
     "elasticps.jobs_cli",       # status, logs, ui (local and cluster jobs)
     "elasticps.store.cli",      # store
     "elasticps.config_cli",     # env

@@ -29,6 +29,7 @@ examples:
   elasticps logs --workdir /tmp/ctr trainer-1 -f     follow trainer 1 of a local job
   elasticps logs --workdir /tmp/ctr --role pserver --index 0 --tail 20
   elasticps logs ctr-1a2b3c --role master            a cluster job's master pod
+  elasticps logs ctr-1a2b3c --role trainer -f        follow every trainer pod, lines prefixed
 """
 
 
@@ -48,18 +49,21 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_status)
 
     p = subparsers.add_parser(
-        "logs", help="print the log of one process of a job",
-        description="Print the log of the INDEX-th process of ROLE (trainer 0 by default). "
-                    "A local job (--workdir) takes the role as its argument (trainer-1, "
-                    "master, pserver-0); a cluster job takes its JOB name.",
+        "logs", help="print the logs of a job's processes",
+        description="A cluster job (JOB): the logs of all its pods, or of one --role and "
+                    "--index, each line prefixed by its pod; with -f every chosen pod is "
+                    "followed at once. A local job (--workdir) takes the role as its argument "
+                    "(trainer-1, master, pserver-0) and prints that one process's log.",
         epilog=LOGS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", nargs="?", default=None, metavar="JOB|ROLE",
                    help="a cluster job's name, or a local job's role (with --workdir)")
     p.add_argument("--workdir", metavar="DIR", help="a local job's work directory")
-    p.add_argument("--role", default="trainer", choices=("master", "pserver", "trainer", "etcd"),
-                   help="which role (default: trainer)")
-    p.add_argument("--index", type=int, default=0, help="which process of that role "
-                                                        "(default: 0)")
+    p.add_argument("--role", default=None, choices=("master", "pserver", "trainer", "etcd"),
+                   help="which role (a cluster job: every role unless given; a local job: "
+                        "trainer)")
+    p.add_argument("--index", type=int, default=None,
+                   help="which process of that role (a cluster job: every one unless given, "
+                        "each line prefixed by its pod; a local job: 0)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines (a local job: until it ends)")
     p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
@@ -105,6 +109,8 @@ def run_logs(args: argparse.Namespace) -> int:
             and local_cli.is_role(args.target):
         args.workdir = "."
     if _local(args, args.target):
+        args.role = args.role or "trainer"
+        args.index = 0 if args.index is None else args.index
         return local_cli.run_logs(args)
     args.job = args.target
     return cluster_cli.run_logs(args)

@@ -1,4 +1,4 @@
-"""``elasticps submit | status | logs | delete``: run a job on Kubernetes or Volcano.
+"""``elasticps submit | status | logs | delete | list``: run a job on Kubernetes or Volcano.
 
 ``status`` and ``logs`` are registered by :mod:`elasticps.jobs_cli`, which sends them here for a
 cluster job and to :mod:`elasticps.launch.local_cli` for a local one.
@@ -76,6 +76,14 @@ def register(subparsers: Any) -> None:
     cluster_options(p)
     p.set_defaults(func=run_delete)
 
+    p = subparsers.add_parser(
+        "list", help="list the elasticps jobs of a namespace on the cluster",
+        description="List the elasticps jobs (Volcano Jobs, or plain Kubernetes trainer Jobs) "
+                    "of a namespace: name, backend, phase, trainers running/wanted, age.")
+    cluster_options(p)
+    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.set_defaults(func=run_list)
+
 
 def _client(args: argparse.Namespace) -> KubeClient:
     from elasticps.cluster.kube_client import KubeClient
@@ -128,12 +136,26 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    from elasticps.cluster.submit import pod_logs
+    from elasticps.cluster.job_logs import job_logs
 
-    lines = pod_logs(_client(args), args.job, args.namespace or user_namespace(),
+    lines = job_logs(_client(args), args.job, args.namespace or user_namespace(),
                      role=args.role, index=args.index, follow=args.follow, tail_lines=args.tail)
     for line in lines:
         print(line, flush=args.follow)
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from elasticps.cluster.job_list import format_table, list_jobs
+
+    namespace = args.namespace or user_namespace()
+    jobs = list_jobs(_client(args), namespace)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(j) for j in jobs], indent=2))
+    elif not jobs:
+        print(f"no elasticps jobs in namespace {namespace}")
+    else:
+        print(format_table(jobs))
     return 0
 
 

@@ -55,6 +55,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     (k.api_version, k.kind): k for k in (
         Kind("v1", "ServiceAccount", k8s.CoreV1Api, "service_account"),
         Kind("v1", "Secret", k8s.CoreV1Api, "secret"),
+        Kind("v1", "ConfigMap", k8s.CoreV1Api, "config_map"),
         Kind("v1", "Service", k8s.CoreV1Api, "service"),
         Kind("v1", "Pod", k8s.CoreV1Api, "pod"),
         Kind("v1", "PersistentVolumeClaim", k8s.CoreV1Api, "persistent_volume_claim"),

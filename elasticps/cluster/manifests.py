@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 
 from elasticps.cluster import render_kubernetes, render_volcano
+from elasticps.cluster.code_archive import CodeArchive, pack_code
 from elasticps.cluster.job_secrets import JobSecrets, new_token
 from elasticps.cluster.render_common import Names, etcd_hosts
 from elasticps.cluster.spec import Job
@@ -21,17 +22,20 @@ def job_secrets(job: Job) -> JobSecrets:
     return JobSecrets.generate(job, etcd_hosts(job))
 
 
-def render(job: Job, backend: str = "volcano", *,
-           secrets: JobSecrets | None = None) -> list[dict[str, Any]]:
-    """Every object of ``job`` for ``backend``, in creation order. Pure: without ``secrets``
-    the job's Secret holds placeholders (what a dry run shows)."""
+def render(job: Job, backend: str = "volcano", *, secrets: JobSecrets | None = None,
+           code: CodeArchive | None = None) -> list[dict[str, Any]]:
+    """Every object of ``job`` for ``backend``, in creation order. Without ``secrets`` the
+    job's Secret holds placeholders (what a dry run shows). The spec's ``code:`` directory is
+    packed here unless ``code`` is given (the only file reading; the rest is pure)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if secrets is None:
         secrets = JobSecrets.placeholder(job, etcd_hosts(job))
+    if code is None and job.code is not None:
+        code = pack_code(job.code)
     if backend == "volcano":
-        return render_volcano.render(job, secrets=secrets)
-    return render_kubernetes.render(job, secrets=secrets)
+        return render_volcano.render(job, secrets=secrets, code=code)
+    return render_kubernetes.render(job, secrets=secrets, code=code)
 
 
 class _NoAliasDumper(yaml.SafeDumper):

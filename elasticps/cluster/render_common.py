@@ -33,7 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
+from elasticps.cluster.render_code import add_code, code_config_map, config_map_name
 from elasticps.cluster.spec import Job, RoleResources
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE
 
@@ -294,8 +296,9 @@ def _volumes(job: Job, role: str) -> list[dict[str, Any]]:
 
 
 def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: list[str],
-                 trainer_index_path: str) -> dict[str, Any]:
-    """A pod template for one role; only the master mounts a service-account token."""
+                 trainer_index_path: str, code: CodeArchive | None = None) -> dict[str, Any]:
+    """A pod template for one role; only the master mounts a service-account token. With
+    ``code``, trainers unpack it into their working directory first."""
     env = role_env(job, role, pserver_hosts=pserver_hosts,
                    trainer_index_path=trainer_index_path)
     spec: dict[str, Any] = {
@@ -309,6 +312,8 @@ def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: lis
     volumes = _volumes(job, role)
     if volumes:
         spec["volumes"] = volumes
+    if code is not None and role == "trainer":
+        add_code(job, code, spec)
     return {"metadata": {"labels": labels(job, role), "annotations": dict(SCRAPE_ANNOTATIONS)},
             "spec": spec}
 
@@ -316,6 +321,13 @@ def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: lis
 def secret_object(job: Job, secrets: JobSecrets) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata(job, Names.of(job).secret),
             "type": "Opaque", "stringData": dict(secrets.values)}
+
+
+def code_objects(job: Job, code: CodeArchive | None) -> list[dict[str, Any]]:
+    """The ConfigMap with the user's code, when the spec ships it (``code: DIR``)."""
+    if code is None:
+        return []
+    return [code_config_map(metadata(job, config_map_name(job.job_name, code), "trainer"), code)]
 
 
 def common_objects(job: Job, secrets: JobSecrets) -> list[dict[str, Any]]:

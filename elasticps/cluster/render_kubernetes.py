@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import JobSecrets
 from elasticps.cluster.render_common import (
     PORT,
     Names,
+    code_objects,
     common_objects,
     metadata,
     namespace,
@@ -44,15 +46,17 @@ def pserver_hosts(job: Job) -> list[str]:
             for i in range(job.plan.pservers)]
 
 
-def render(job: Job, *, secrets: JobSecrets) -> list[dict[str, Any]]:
-    """Every object of the job, in the order they must be created."""
+def render(job: Job, *, secrets: JobSecrets,
+           code: CodeArchive | None = None) -> list[dict[str, Any]]:
+    """Every object of the job, in the order they must be created; ``code``: the packed
+    ``code:`` directory the trainers unpack."""
     names = Names.of(job)
     plan = job.plan
     hosts = pserver_hosts(job)
 
     def template(role: str, restart_policy: str) -> dict[str, Any]:
         return pod_template(job, role, restart_policy=restart_policy, pserver_hosts=hosts,
-                            trainer_index_path=TRAINER_INDEX_PATH)
+                            trainer_index_path=TRAINER_INDEX_PATH, code=code)
 
     pserver_service = {
         "apiVersion": "v1", "kind": "Service", "metadata": metadata(job, names.pserver, "pserver"),
@@ -84,5 +88,5 @@ def render(job: Job, *, secrets: JobSecrets) -> list[dict[str, Any]]:
                  "podReplacementPolicy": "Failed",
                  "template": template("trainer", "Never")},
     }
-    return [*common_objects(job, secrets), *etcd_objects(job), *network_policies(job),
-            pserver_service, master, pservers, trainers]
+    return [*common_objects(job, secrets), *code_objects(job, code), *etcd_objects(job),
+            *network_policies(job), pserver_service, master, pservers, trainers]

@@ -21,8 +21,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import JobSecrets
-from elasticps.cluster.render_common import Names, common_objects, metadata, pod_template
+from elasticps.cluster.render_common import (
+    Names,
+    code_objects,
+    common_objects,
+    metadata,
+    pod_template,
+)
 from elasticps.cluster.render_etcd import etcd_objects
 from elasticps.cluster.render_network import network_policies
 from elasticps.cluster.spec import Job
@@ -38,7 +45,7 @@ def pserver_hosts(job: Job) -> list[str]:
 
 
 def _task(job: Job, role: str, replicas: int, min_available: int,
-          policies: list[dict[str, Any]]) -> dict[str, Any]:
+          policies: list[dict[str, Any]], code: CodeArchive | None) -> dict[str, Any]:
     return {
         "name": role,
         "replicas": replicas,
@@ -46,11 +53,11 @@ def _task(job: Job, role: str, replicas: int, min_available: int,
         "policies": policies,
         "template": pod_template(job, role, restart_policy="OnFailure",
                                  pserver_hosts=pserver_hosts(job),
-                                 trainer_index_path=TRAINER_INDEX_PATH),
+                                 trainer_index_path=TRAINER_INDEX_PATH, code=code),
     }
 
 
-def volcano_job(job: Job) -> dict[str, Any]:
+def volcano_job(job: Job, code: CodeArchive | None = None) -> dict[str, Any]:
     plan = job.plan
     return {
         "apiVersion": API_VERSION, "kind": "Job",
@@ -63,17 +70,20 @@ def volcano_job(job: Job) -> dict[str, Any]:
                                 "--disable-network-policy=true"],
                         "env": []},
             "tasks": [
-                _task(job, "master", 1, 1, [dict(_RESTART_FAILED_POD)]),
-                _task(job, "pserver", plan.pservers, plan.pservers, [dict(_RESTART_FAILED_POD)]),
+                _task(job, "master", 1, 1, [dict(_RESTART_FAILED_POD)], code),
+                _task(job, "pserver", plan.pservers, plan.pservers,
+                      [dict(_RESTART_FAILED_POD)], code),
                 _task(job, "trainer", plan.trainers, plan.min_trainers,
                       [dict(_RESTART_FAILED_POD),
-                       {"event": "TaskCompleted", "action": "CompleteJob"}]),
+                       {"event": "TaskCompleted", "action": "CompleteJob"}], code),
             ],
         },
     }
 
 
-def render(job: Job, *, secrets: JobSecrets) -> list[dict[str, Any]]:
-    """Every object of the job, in the order they must be created."""
-    return [*common_objects(job, secrets), *etcd_objects(job), *network_policies(job),
-            volcano_job(job)]
+def render(job: Job, *, secrets: JobSecrets,
+           code: CodeArchive | None = None) -> list[dict[str, Any]]:
+    """Every object of the job, in the order they must be created; ``code``: the packed
+    ``code:`` directory the trainers unpack."""
+    return [*common_objects(job, secrets), *code_objects(job, code), *etcd_objects(job),
+            *network_policies(job), volcano_job(job, code)]

@@ -304,6 +304,9 @@ class Job:
     master_cpu: int | float | str = "500m"
     master_mem: str | int = "512Mi"
     data: Storage | str | None = None
+    # The trainers' code, shipped by `submit` (see cluster/code_archive.py); None: it is in
+    # the image. A relative path in a job.yaml is relative to that file.
+    code: str | Path | None = None
     checkpoint: Storage | str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
     etcd: EtcdSpec | Mapping[str, Any] | None = None
@@ -327,6 +330,7 @@ class Job:
         if not isinstance(self.insecure, bool):
             raise _fail("insecure", f"must be true or false, got {self.insecure!r}")
         set_(self, "data", None if self.data is None else Storage.parse("data", self.data))
+        set_(self, "code", _code_dir(self.code))
         set_(self, "checkpoint",
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
@@ -458,6 +462,10 @@ class Job:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"job spec {path} is not valid YAML: {exc}") from exc
+        if isinstance(data, Mapping) and isinstance(data.get("code"), str) \
+                and data["code"].strip():
+            # relative to the spec file, so `elasticps submit dir/job.yaml` works from anywhere
+            data = {**data, "code": str(Path(path).parent / data["code"].strip())}
         return cls.from_dict(data, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
@@ -467,7 +475,7 @@ class Job:
             value = getattr(self, f.name)
             if not f.init or value is None:
                 continue
-            if isinstance(value, Storage):
+            if isinstance(value, Storage | Path):
                 value = str(value)
             elif isinstance(value, EtcdSpec):
                 value = ({"deploy": True, "replicas": value.replicas, "image": value.image,
@@ -505,6 +513,16 @@ def warn_environment(job: Job, environ: Mapping[str, str]) -> bool:
         raise ConfigError(f"{exc} (in the environment of the submitting process)") from exc
     return warn_gpu_mismatch(job.job_name, job.plan.trainer.gpus, use_gpu,
                              "PADDLE_USE_GPU in this environment")
+
+
+def _code_dir(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | Path) or not str(value).strip():
+        raise _fail("code", f"must be a directory path, got {value!r:.80}")
+    if len(str(value)) > MAX_ENTRY_POINT:
+        raise _fail("code", f"is longer than {MAX_ENTRY_POINT} characters")
+    return str(value).strip()
 
 
 def _check_env(env: object) -> dict[str, str]:

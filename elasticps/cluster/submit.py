@@ -45,7 +45,8 @@ KUBECTL_PROXY = "http://localhost:8001"  # where `kubectl proxy` serves the API 
 _DELETE_ORDER = [
     VOLCANO_JOB, BATCH_JOB, KINDS[("apps/v1", "Deployment")], KINDS[("apps/v1", "StatefulSet")],
     KINDS[("v1", "Service")], KINDS[("networking.k8s.io/v1", "NetworkPolicy")],
-    KINDS[("v1", "Secret")], KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")],
+    KINDS[("v1", "Secret")], KINDS[("v1", "ConfigMap")],
+    KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")],
     KINDS[("rbac.authorization.k8s.io/v1", "Role")], KINDS[("v1", "ServiceAccount")],
     KINDS[("v1", "PersistentVolumeClaim")],
 ]
@@ -95,7 +96,7 @@ class JobStatus:
 
     def summary(self) -> str:
         lines = [f"job {self.job} (namespace {self.namespace}, {self.backend}): {self.phase}"]
-        for role, pods in sorted(self.by_role().items(), key=lambda kv: _role_order(kv[0])):
+        for role, pods in sorted(self.by_role().items(), key=lambda kv: role_order(kv[0])):
             ready = sum(p.ready for p in pods)
             restarts = sum(p.restarts for p in pods)
             lines.append(f"  {role:<8} {len(pods)} pod(s), {ready} ready, {restarts} restart(s)")
@@ -111,7 +112,7 @@ class JobStatus:
         return "\n".join(lines)
 
 
-def _role_order(role: str) -> tuple[int, str]:
+def role_order(role: str) -> tuple[int, str]:
     order = [*ROLES, "etcd"]
     return (order.index(role) if role in order else len(order), role)
 
@@ -271,7 +272,7 @@ def _pod_index(pod: dict[str, Any]) -> int | None:
     return None
 
 
-def _pod_info(pod: dict[str, Any]) -> PodInfo:
+def pod_info(pod: dict[str, Any]) -> PodInfo:
     meta = pod.get("metadata", {})
     status = pod.get("status", {})
     containers = status.get("containerStatuses") or []
@@ -288,7 +289,7 @@ def _pod_info(pod: dict[str, Any]) -> PodInfo:
     )
 
 
-def _batch_phase(job: dict[str, Any]) -> str:
+def batch_phase(job: dict[str, Any]) -> str:
     status = job.get("status", {})
     conditions = {c.get("type") for c in status.get("conditions") or []
                   if c.get("status") == "True"}
@@ -309,9 +310,9 @@ def job_status(client: KubeClient, name: str, namespace: str) -> JobStatus:
         trainer_job = client.get(BATCH_JOB, namespace, Names.of_name(name).trainer)
         if trainer_job is None:
             raise ClusterError(f"no elasticps job {name!r} in namespace {namespace!r}")
-        backend, phase = "kubernetes", _batch_phase(trainer_job)
-    pods = sorted((_pod_info(p) for p in client.list(POD, namespace, f"{LABEL_JOB}={name}")),
-                  key=lambda p: (_role_order(p.role), p.index if p.index is not None else -1,
+        backend, phase = "kubernetes", batch_phase(trainer_job)
+    pods = sorted((pod_info(p) for p in client.list(POD, namespace, f"{LABEL_JOB}={name}")),
+                  key=lambda p: (role_order(p.role), p.index if p.index is not None else -1,
                                  p.name))
     master: dict[str, Any] | None = None
     master_error: str | None = None
@@ -349,7 +350,7 @@ def pod_logs(client: KubeClient, name: str, namespace: str, *, role: str = "trai
     """Log lines of the ``index``-th pod of ``role`` (the newest pod holding that index)."""
     if role not in (*ROLES, "etcd"):
         raise ConfigError(f"role {role!r} is not one of {', '.join((*ROLES, 'etcd'))}")
-    pods = [_pod_info(p) for p in client.list(
+    pods = [pod_info(p) for p in client.list(
         POD, namespace, f"{LABEL_JOB}={name},{LABEL_ROLE}={role}")]
     if not pods:
         raise ClusterError(f"job {name!r} has no {role} pods in namespace {namespace!r}")

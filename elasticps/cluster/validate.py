@@ -178,6 +178,12 @@ def _template_problems(where: str, template: dict[str, Any],
     if account and account not in by_kind.get("ServiceAccount", {}):
         problems.append(f"{where}: serviceAccountName {account!r} is not among the objects")
     volumes = {v["name"] for v in spec.get("volumes", [])}
+    problems += _config_map_problems(where, spec, by_kind)
+    for container in spec.get("initContainers", []):
+        for mount in container.get("volumeMounts", []):
+            if mount["name"] not in volumes:
+                problems.append(f"{where} init container {container.get('name')}: "
+                                f"volumeMount {mount['name']!r} has no volume")
     for container in spec.get("containers", []):
         cwhere = f"{where} container {container.get('name')}"
         env = container.get("env", [])
@@ -202,6 +208,27 @@ def _template_problems(where: str, template: dict[str, Any],
             if mount["name"] not in volumes and not _claim_template(by_kind, mount["name"]):
                 problems.append(f"{cwhere}: volumeMount {mount['name']!r} has no volume")
         problems += _probe_problems(cwhere, container)
+    return problems
+
+
+def _config_map_problems(where: str, spec: dict[str, Any],
+                         by_kind: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """A configMap volume names a ConfigMap among the objects, and keys it holds."""
+    problems: list[str] = []
+    for volume in spec.get("volumes", []):
+        source = volume.get("configMap")
+        if source is None:
+            continue
+        config_map = by_kind.get("ConfigMap", {}).get(source.get("name"))
+        if config_map is None:
+            problems.append(f"{where}: volume {volume['name']!r} refers to missing ConfigMap "
+                            f"{source.get('name')!r}")
+            continue
+        keys = {*config_map.get("data", {}), *config_map.get("binaryData", {})}
+        for item in source.get("items", []):
+            if item.get("key") not in keys:
+                problems.append(f"{where}: volume {volume['name']!r} refers to key "
+                                f"{item.get('key')!r} missing from ConfigMap {source['name']!r}")
     return problems
 
 

@@ -31,6 +31,16 @@ Examples:
 """
 
 
+UPLOAD_EPILOG = """\
+examples:
+  elasticps data upload /data/ctr s3://ml-bucket/datasets -n team-ml
+      copies to s3://ml-bucket/datasets/team-ml/ctr; then `data: s3://ml-bucket/datasets/team-ml/ctr`
+      in the job spec (and PADDLE_DATA_SCHEMES covers s3 by itself)
+  elasticps data upload /data/ctr /mnt/nfs/datasets
+      a shared filesystem every node mounts
+"""
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -117,6 +127,43 @@ def register(subparsers: Any) -> None:
     inspect.add_argument("dataset", metavar="DIR", help="dataset directory or fsspec URL")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.set_defaults(func=run_inspect)
+
+    upload = actions.add_parser(
+        "upload", help="copy a dataset directory to storage a cluster job reads (resumable)",
+        description="Copy LOCAL_DIR to URL/NAMESPACE/NAME (any fsspec URL: s3://, gs://, a "
+        "shared filesystem path). Every file is read back and checked against its sha256 "
+        "before it takes its name, so a rerun after an interruption skips what is already "
+        "there; a file there with other content is refused unless --overwrite. Prints the "
+        "URL to put in the job spec's data: field.",
+        epilog=UPLOAD_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    upload.add_argument("local_dir", metavar="LOCAL_DIR", help="the dataset directory")
+    upload.add_argument("url", metavar="URL",
+                        help="storage root, e.g. s3://bucket/datasets or /mnt/shared/datasets")
+    upload.add_argument("-n", "--namespace", default=None,
+                        help="namespace of the jobs that will read it (default: "
+                             "$USER_NAMESPACE or 'default')")
+    upload.add_argument("--name", default=None,
+                        help="dataset name under the namespace (default: LOCAL_DIR's name)")
+    upload.add_argument("--overwrite", action="store_true",
+                        help="replace files at the destination whose content differs")
+    upload.set_defaults(func=run_upload)
+
+
+def run_upload(args: argparse.Namespace) -> int:
+    from elasticps.config import user_namespace
+    from elasticps.data.upload import upload
+
+    def report(path: str, copied: bool) -> None:
+        print(f"{'copied' if copied else 'already there'}: {path}", flush=True)
+
+    result = upload(args.local_dir, args.url, namespace=args.namespace or user_namespace(),
+                    name=args.name, overwrite=args.overwrite, on_file=report)
+    print(f"uploaded {args.local_dir} to {result.url}: {len(result.copied)} file(s) copied "
+          f"({result.bytes_copied:,} bytes), {len(result.skipped)} already there, all "
+          "verified by sha256")
+    print(f"job spec: data: {result.url}")
+    return 0
 
 
 def _progress(args: argparse.Namespace) -> bool | None:

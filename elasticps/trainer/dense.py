@@ -15,6 +15,7 @@ import torch
 
 from elasticps.errors import ConfigError, InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
+from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.optim import OptimizerSpec
 
 
@@ -25,6 +26,7 @@ class DenseSync:
         if sync_every < 1:
             raise ConfigError(f"dense_sync_every={sync_every!r} must be >= 1")
         self.sync_every = sync_every
+        self.placement: Placement = CPU  # where the module computes (the trainer sets it)
         self.params: dict[str, torch.nn.Parameter] = {
             name: p for name, p in model.named_parameters() if p.requires_grad
         }
@@ -47,7 +49,7 @@ class DenseSync:
 
     def values(self) -> dict[str, np.ndarray]:
         """Current local values (the initialising trainer sends these)."""
-        return {name: p.detach().numpy().copy() for name, p in self.params.items()}
+        return {name: self.placement.host(p).copy() for name, p in self.params.items()}
 
     def load(self, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite the module's parameters with pulled values."""
@@ -59,13 +61,16 @@ class DenseSync:
                 raise InvalidArgumentError(
                     f"dense table {name!r} holds {array.size} values, parameter needs {p.numel()}")
             with torch.no_grad():
-                np.copyto(p.detach().numpy(), array.reshape(p.shape))
+                if self.placement.copies:
+                    p.copy_(self.placement.tensor(array.reshape(p.shape)))
+                else:  # the CPU: straight into the parameter's memory
+                    np.copyto(p.detach().numpy(), array.reshape(p.shape))
 
     def grads(self) -> dict[str, np.ndarray]:
         """This batch's gradients; a parameter the batch did not reach pushes zeros."""
         out: dict[str, np.ndarray] = {}
         for name, p in self.params.items():
-            out[name] = (p.grad.numpy() if p.grad is not None
+            out[name] = (self.placement.host(p.grad) if p.grad is not None
                          else np.zeros(p.shape, dtype=np.float32))
         return out
 

@@ -51,7 +51,8 @@ class MetricAccumulator:
         self.samples += rows
         self.loss_sum += loss * rows
         if rows:
-            self._add(output.detach(), label.detach())
+            # the host: outputs of a CUDA model come back here, once per batch
+            self._add(output.detach().cpu(), label.detach().cpu())
 
     def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
         raise NotImplementedError

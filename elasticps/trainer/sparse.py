@@ -26,6 +26,7 @@ from elasticps.data.batch import Batch, TensorBatch
 from elasticps.errors import ConfigError, FailedPreconditionError, InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.trainer.api import ParameterClient
+from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.optim import OptimizerSpec
 from elasticps.trainer.row_policy import Admit, Evict, policy_proto
 
@@ -96,6 +97,7 @@ class SparseLayer(torch.nn.Module):
         self.initializer = initializer or RowInit()
         self.policy = policy_proto(table_name, admit, evict, max_rows)
         self._client: ParameterClient | None = None
+        self._placement: Placement = CPU
         self._rows: TableRows | None = None  # installed by the step runner for one batch
         self._pending: list[tuple[np.ndarray, torch.Tensor]] = []  # rows this layer pulled
 
@@ -118,9 +120,11 @@ class SparseLayer(torch.nn.Module):
             policy=self.policy,
         )
 
-    def bind(self, client: ParameterClient | None) -> None:
-        """Attach the pserver client the rows come from (the trainer does this)."""
+    def bind(self, client: ParameterClient | None, placement: Placement = CPU) -> None:
+        """Attach the pserver client the rows come from, and where they go (the trainer does
+        this)."""
         self._client = client
+        self._placement = placement
         self._rows = None
         self._pending.clear()
 
@@ -159,9 +163,9 @@ class SparseLayer(torch.nn.Module):
         if not parts:
             return None
         if len(parts) == 1:
-            return parts[0][0], parts[0][1].numpy()
+            return parts[0][0], self._placement.host(parts[0][1])
         return (np.concatenate([p[0] for p in parts]),
-                np.concatenate([p[1].numpy() for p in parts]))
+                np.concatenate([self._placement.host(p[1]) for p in parts]))
 
     # -- the lookup itself -------------------------------------------------------------------
 
@@ -187,11 +191,11 @@ class SparseLayer(torch.nn.Module):
         if flat is None:
             flat = self._derived(batch)
         uniq, inverse = self.unique_ids(flat)
-        leaf = torch.from_numpy(np.require(self.pull(uniq), np.float32, ["C", "W"]))
+        leaf = self._placement.tensor(np.require(self.pull(uniq), np.float32, ["C", "W"]))
         if torch.is_grad_enabled() and self.training:
             leaf.requires_grad_(True)
             self._pending.append((uniq, leaf))
-        return leaf, torch.from_numpy(inverse)
+        return leaf, self._placement.tensor(inverse)
 
     def _derived(self, batch: Batch | None) -> np.ndarray:
         ids = None if batch is None else self.ids_for(batch)

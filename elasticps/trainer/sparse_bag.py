@@ -99,12 +99,12 @@ class SparseEmbeddingBag(SparseLayer):
                                   "batch but has no column=...")
             bag = self.bag_of(batch)
             rows, positions = self._lookup(batch, None)
-            offsets = torch.from_numpy(bag.offsets)
+            offsets = self._placement.tensor(bag.offsets)
             if self.weighted:
                 if bag.weights is None:
                     raise ConfigError(f"SparseEmbeddingBag {self.table_name!r} is weighted but "
                                       f"column {self.column!r} has no per-value weights")
-                per_sample_weights = torch.from_numpy(bag.weights)
+                per_sample_weights = self._placement.tensor(bag.weights)
         else:
             if not isinstance(x, torch.Tensor):
                 raise ConfigError(f"SparseEmbeddingBag {self.table_name!r} takes a batch or id "
@@ -117,5 +117,6 @@ class SparseEmbeddingBag(SparseLayer):
             rows, positions = self._lookup(None, x.detach().cpu().numpy().reshape(-1))
             if per_sample_weights is not None and self.mode != "sum":
                 raise ConfigError("per-value weights need mode='sum'")
-        return functional.embedding_bag(positions, rows, offsets.to(torch.int64), mode=self.mode,
+        return functional.embedding_bag(positions, rows, offsets.to(positions.device, torch.int64),
+                               mode=self.mode,
                                per_sample_weights=per_sample_weights, include_last_offset=True)

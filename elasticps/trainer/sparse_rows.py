@@ -20,6 +20,7 @@ import torch
 from elasticps.data.batch import Batch
 from elasticps.errors import ConfigError
 from elasticps.trainer.api import ParameterClient
+from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.sparse import SparseLayer
 
 
@@ -35,13 +36,16 @@ class PulledRows:
 class TableRows:
     """One table's rows for one batch as a leaf tensor that every layer of the table uses."""
 
-    def __init__(self, pulled: PulledRows, batch: Batch | None, requires_grad: bool) -> None:
+    def __init__(self, pulled: PulledRows, batch: Batch | None, requires_grad: bool,
+                 placement: Placement = CPU) -> None:
         self.ids = pulled.ids
         self.batch = batch
-        self.leaf = torch.from_numpy(np.require(pulled.rows, np.float32, ["C", "W"]))
+        self.placement = placement
+        # On a GPU: pinned, then an asynchronous copy (device.py).
+        self.leaf = placement.tensor(np.require(pulled.rows, np.float32, ["C", "W"]))
         if requires_grad:
             self.leaf.requires_grad_(True)
-        self._positions = {layer: torch.from_numpy(pos)
+        self._positions = {layer: placement.tensor(pos)
                            for layer, pos in pulled.positions.items()}
 
     def positions_for(self, layer: SparseLayer, batch: Batch) -> torch.Tensor | None:
@@ -57,11 +61,11 @@ class TableRows:
         np.minimum(pos, self.ids.size - 1, out=pos)
         if not np.array_equal(self.ids[pos], flat):
             return None
-        return torch.from_numpy(pos.astype(np.int64, copy=False))
+        return self.placement.tensor(pos.astype(np.int64, copy=False))
 
     def grad(self) -> tuple[np.ndarray, np.ndarray] | None:
         grad = self.leaf.grad
-        return None if grad is None else (self.ids, grad.numpy())
+        return None if grad is None else (self.ids, self.placement.host(grad))
 
 
 class SparseTables:
@@ -86,6 +90,7 @@ class SparseTables:
                     raise ConfigError(f"sparse table {table!r} is used with two different "
                                       "admit/evict/max_rows settings; give them once, alike")
         self._installed: dict[str, TableRows] = {}
+        self.placement: Placement = CPU  # where the rows go (the trainer sets it)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.layers)
@@ -97,7 +102,7 @@ class SparseTables:
     def bind(self, client: ParameterClient | None) -> None:
         for layers in self.layers.values():
             for layer in layers:
-                layer.bind(client)
+                layer.bind(client, self.placement)
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -126,7 +131,7 @@ class SparseTables:
     def install(self, pulled: Mapping[str, PulledRows], batch: Batch | None,
                 requires_grad: bool) -> None:
         """Hand each layer its table's rows for ``batch`` (None for tables not pulled)."""
-        self._installed = {table: TableRows(rows, batch, requires_grad)
+        self._installed = {table: TableRows(rows, batch, requires_grad, self.placement)
                            for table, rows in pulled.items()}
         for table, layers in self.layers.items():
             rows = self._installed.get(table)

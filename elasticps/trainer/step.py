@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class StepResult:
     loss: float
-    output: torch.Tensor  # the model's output (detached), shaped like the labels where it fits
-    label: torch.Tensor  # the labels as the loss took them
+    output: torch.Tensor  # the model's output (detached, on the host), shaped like the labels
+    label: torch.Tensor  # the labels as the loss took them (on the host)
 
 
 @dataclass
@@ -136,7 +136,7 @@ class StepRunner:
         self.tables.install(fetched.sparse, batch, requires_grad=True)
         t1 = time.perf_counter()
         try:
-            tensors = batch.to_torch()
+            tensors = self.tables.placement.batch(batch)  # on the model's device
             self.model.train()
             self.dense.zero_grad()
             label = self.objective.target(tensors.label)
@@ -162,7 +162,8 @@ class StepRunner:
         self.timers["backward"] += t_backward - t_forward
         self.timers["collect_grads"] += t2 - t_backward
         self.timers["push_wait"] += t3 - t2
-        return StepResult(float(loss.detach()), output.detach(), label)
+        # The host's copies: metrics and event handlers read them with numpy.
+        return StepResult(float(loss.detach()), output.detach().cpu(), label.cpu())
 
     def wait_pushed(self) -> None:
         """Block until the last push is applied; re-raise its error if it failed."""

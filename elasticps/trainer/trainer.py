@@ -49,6 +49,7 @@ from elasticps.trainer.dataset_reader import (
     read_whole,
 )
 from elasticps.trainer.dense import DenseSync
+from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
@@ -79,7 +80,8 @@ class Trainer:
     or ``loss_fn(output, label, weight=w)`` if it has a ``weight`` parameter. ``feed`` maps a
     :class:`~elasticps.data.batch.TensorBatch` to the model's arguments (default:
     ``model(batch)``; see feed.py). ``label_kind`` (binary, float, multi_label, class) overrides
-    the one the dataset's schema declares.
+    the one the dataset's schema declares. ``device`` (default: ``cuda:0`` when the job's
+    ``PADDLE_USE_GPU`` is true, else the CPU) is where the model computes; see device.py.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Trainer:
         dense_sync_every: int = 1,
         prefetch: bool = True,
         progress_every: int = 20,
+        device: str | torch.device | Placement | None = None,
         **removed: Any,
     ) -> None:
         for name in removed:
@@ -112,6 +115,8 @@ class Trainer:
         self.feed = feed
         self.label_kind = label_kind
         self.progress_every = progress_every
+        self._device = device if isinstance(device, Placement | None) \
+            else Placement.for_device(device)
         self.dense = DenseSync(model, dense_sync_every)
         self.tables = SparseTables(model)
         clash = set(self.tables) & set(self.dense.names)
@@ -144,10 +149,27 @@ class Trainer:
     def attach(self, params: ParameterClient, master: TaskSource | None, name: str) -> None:
         """Use these clients (tests and :meth:`connect`); declares and initialises the tables."""
         self.params, self.master, self.name = params, master, name
+        self._place()
         params.declare_tables(self.table_specs())
         params.initialize(self.dense.values())
         self.dense.load(params.pull_dense(self.dense.names))
         self.tables.bind(params)
+
+    def _place(self) -> None:
+        """Move the model to its device (the Trainer's ``device``, else PADDLE_USE_GPU's) and
+        tell the dense and sparse sides where tensors go."""
+        placement = self._device or select_device(
+            self.config.use_gpu if self.config is not None else False)
+        self.model.to(placement.device)
+        self.dense.placement = placement
+        self.tables.placement = placement
+        if placement.device.type != "cpu":
+            log.info("Trainer %s computes on %s (pinned host memory, asynchronous copies).",
+                     self.name, placement.device)
+
+    @property
+    def placement(self) -> Placement:
+        return self.tables.placement
 
     def connect(self, config: Config | None = None) -> None:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
@@ -312,7 +334,7 @@ class Trainer:
     def pull_dense(self) -> dict[str, np.ndarray]:
         values = self._client().pull_dense(self.dense.names)
         self.dense.load(values)
-        return {name: p.detach().numpy().copy() for name, p in self.dense.params.items()}
+        return self.dense.values()
 
     def pull_rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sorted unique ``ids`` of ``table`` and their current rows."""
@@ -343,7 +365,7 @@ class Trainer:
                     self.tables.install(self.tables.pull(client, batch), batch,
                                         requires_grad=False)
                     try:
-                        tensors = batch.to_torch()
+                        tensors = self.placement.batch(batch)
                         label = objective.target(tensors.label)
                         output = objective.fit_output(
                             call_model(self.model, self.feed, tensors), label)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,6 +48,7 @@ class FakeKube:
     faults: list[Fault] = field(default_factory=list)
     logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     proxy_pages: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    live_logs: dict[tuple[str, str, str], queue.Queue[str | None]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -65,6 +68,10 @@ class FakeKube:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                live = fake.live_stream(self.command, self.path)
+                if live is not None:
+                    self._stream(live)
+                    return
                 status, body, ctype = fake.handle(self.command, self.path, raw, headers)
                 payload = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
@@ -72,6 +79,22 @@ class FakeKube:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _stream(self, lines: queue.Queue[str | None]) -> None:
+                # As the API server sends a followed log: chunked, a chunk as lines come,
+                # the last chunk when the container stops.
+                self.protocol_version = "HTTP/1.1"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                while (line := lines.get()) is not None:
+                    data = line.encode() + b"\n"
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.close_connection = True
 
             def do_GET(self) -> None:
                 self._handle()
@@ -122,6 +145,25 @@ class FakeKube:
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                        "containerStatuses": [{"name": "c", "restartCount": restarts}]},
         })
+
+    def live_log(self, namespace: str, pod: str, container: str) -> queue.Queue[str | None]:
+        """A followed log fed line by line by the test (None ends it): streamed as it comes."""
+        with self.lock:
+            return self.live_logs.setdefault((namespace, pod, container), queue.Queue())
+
+    def live_stream(self, method: str, raw_path: str) -> queue.Queue[str | None] | None:
+        split = urlsplit(raw_path)
+        query = parse_qs(split.query)
+        match = _ITEM.match(unquote(split.path))
+        if method != "GET" or match is None or match["sub"] != "log" \
+                or query.get("follow") != ["true"]:
+            return None
+        key = (match["ns"], match["name"], query.get("container", [""])[0])
+        with self.lock:
+            stream = self.live_logs.get(key)
+            if stream is not None:
+                self.requests.append(Recorded(method, unquote(split.path), query, None, {}))
+            return stream
 
     def paths(self, method: str | None = None) -> list[str]:
         return [r.path for r in self.requests if method is None or r.method == method]
@@ -175,6 +217,8 @@ class FakeKube:
                     ), "application/json"
                 stored = json.loads(json.dumps(body))
                 stored["metadata"].setdefault("uid", f"uid-{len(self.requests)}")
+                stored["metadata"].setdefault("creationTimestamp", time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                 if stored.get("kind") == "Secret" and "stringData" in stored:
                     # as the API server does: stringData is write-only, stored base64 in data
                     stored.setdefault("data", {}).update(

@@ -92,7 +92,7 @@ def test_submit_status_logs_delete_against_the_api(fake: FakeKube, tmp_path: Pat
 
     result = elasticps("logs", "ctr-demo", "-n", "team", "--kubeconfig", kubeconfig)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "pass 0 auc 0.71\n"
+    assert result.stdout == "[ctr-demo-trainer-0] pass 0 auc 0.71\n"
 
     result = elasticps("delete", "ctr-demo", "-n", "team", "--kubeconfig", kubeconfig)
     assert result.returncode == 0, result.stderr

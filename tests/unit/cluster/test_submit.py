@@ -321,3 +321,19 @@ def test_an_insecure_job_has_no_certificates_and_a_plain_status_page(
     assert "/services/ctr-master:http/proxy/" in handle.status_url()
     kinds = [r.body["kind"] for r in fake.requests if r.method == "POST"]
     assert kinds.count("NetworkPolicy") == 3  # policies do not depend on TLS
+
+
+def test_submit_sends_the_code_config_map_and_delete_removes_it(
+        fake: FakeKube, client: KubeClient, tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    spec = Job.from_dict({**SPEC, "code": str(tmp_path / "code")})
+    submit(spec, "kubernetes", client=client, secrets=secrets(), environ={})
+    posts = [r for r in fake.requests if r.method == "POST"]
+    maps = [r for r in posts if r.path == "/api/v1/namespaces/ml/configmaps"]
+    assert len(maps) == 1
+    assert maps[0].body["metadata"]["name"].startswith("ctr-code-")
+    assert posts.index(maps[0]) < next(i for i, r in enumerate(posts)
+                                       if r.path.endswith("/deployments"))
+    deleted = delete_job(client, "ctr", "ml")
+    assert f"ConfigMap/{maps[0].body['metadata']['name']}" in deleted

@@ -14,9 +14,11 @@ from torch import nn
 from elasticps.data.batch import Bag, Batch, TensorBatch
 from elasticps.proto import common_pb2
 from elasticps.trainer.dense import DenseSync
+from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.objective import Objective
 from elasticps.trainer.sparse import SparseEmbedding
 from elasticps.trainer.sparse_bag import SparseEmbeddingBag
+from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
 from tests.unit.trainer.sgd_tables import SgdTables, initial_table
 
@@ -83,7 +85,8 @@ def batches(count: int = 6, rows: int = 8) -> list[Batch]:
     return out
 
 
-def distributed(prefetch: bool, data: list[Batch]) -> tuple[SgdTables, Model]:
+def distributed(prefetch: bool, data: list[Batch],
+                placement: Placement = CPU) -> tuple[SgdTables, Model]:
     torch.manual_seed(0)
     model = Model(lambda t, cols: SparseEmbedding(t, IDS, DIMS[t], columns=cols),
                   lambda t, col, mode, w: SparseEmbeddingBag(t, IDS, DIMS[t], column=col,
@@ -91,8 +94,12 @@ def distributed(prefetch: bool, data: list[Batch]) -> tuple[SgdTables, Model]:
                                                              weighted=w))
     client = SgdTables(LR, DIMS)
     dense = DenseSync(model)
+    dense.placement = placement
+    tables = SparseTables(model)
+    tables.placement = placement
     client.initialize(dense.values())
-    runner = StepRunner(model, Objective("binary"), client, dense, prefetch=prefetch)
+    runner = StepRunner(model, Objective("binary"), client, dense, prefetch=prefetch,
+                        tables=tables)
     for k, batch in enumerate(data):
         runner.run(batch, common_pb2.BatchRef(seq=k), data[k + 1] if k + 1 < len(data) else None)
     runner.close()

@@ -1,0 +1,171 @@
+"""The user's code (``code: DIR`` in a job spec) as a deterministic, content-addressed archive.
+
+``submit`` packs the directory into a gzipped tar and ships it in a ConfigMap named after the
+archive's sha256; an init container in every trainer pod checks the hash and unpacks it into
+:data:`CODE_DIR`, the trainer's working directory. So a change to a script needs no new image.
+
+Deterministic: the same files give the same bytes (sorted paths, fixed mtimes, owners and
+modes, a gzip header without time or name), so the hash names the content and an unchanged
+directory resubmitted makes the same ConfigMap. Caches, virtual environments and version
+control (:data:`EXCLUDED_DIRS`, :data:`EXCLUDED_SUFFIXES`) stay out. A ConfigMap holds at most
+1 MiB, so the archive is limited to :data:`MAX_ARCHIVE_BYTES`; past it the error says what to
+do instead (bake the code into an image, or move data files out of the directory).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticps.errors import ConfigError
+
+CODE_DIR = "/workspace/code"  # where trainers find the unpacked code (their working directory)
+ARCHIVE_DIR = "/opt/elasticps/code-archive"  # where the ConfigMap is mounted
+ARCHIVE_KEY = "code.tar.gz"
+# A ConfigMap may hold 1 MiB; leave room for its metadata.
+MAX_ARCHIVE_BYTES = 1000 * 1024
+MAX_UNPACKED_BYTES = 64 * 2**20  # what the init container will write, whatever the archive says
+MAX_FILES = 10_000
+EXCLUDED_DIRS = frozenset({
+    ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
+    ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "node_modules", ".idea", ".vscode",
+    ".eggs",
+})
+EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".DS_Store", ".swp")
+
+
+@dataclass(frozen=True)
+class CodeArchive:
+    """A packed code directory: the gzipped tar, its sha256 and what is in it."""
+
+    data: bytes
+    sha256: str
+    files: tuple[str, ...]
+    unpacked_bytes: int
+
+    @property
+    def short_hash(self) -> str:
+        """What names the ConfigMap (``<job>-code-<short_hash>``)."""
+        return self.sha256[:12]
+
+
+def _fail(reason: str) -> ConfigError:
+    return ConfigError(f"job spec field 'code': {reason}")
+
+
+def _excluded(name: str) -> bool:
+    return name in EXCLUDED_DIRS or name.endswith(EXCLUDED_SUFFIXES)
+
+
+def code_files(root: Path) -> list[tuple[str, Path]]:
+    """``(path in the archive, file on disk)`` for every file packed, sorted by archive path.
+
+    A symlink is packed as the file it points to when that lies inside ``root``; one that
+    leaves it (or points to a directory) is refused, so the archive never holds what the user
+    did not mean to ship.
+    """
+    if not root.is_dir():
+        raise _fail(f"{str(root)!r} is not a directory")
+    resolved_root = root.resolve()
+    found: list[tuple[str, Path]] = []
+    for current, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not _excluded(d))
+        here = Path(current)
+        for name in [*dirs]:
+            if (here / name).is_symlink():
+                raise _fail(f"{str(here / name)!r} is a symlink to a directory; copy it in or "
+                            "leave it out")
+        for name in sorted(files):
+            if _excluded(name):
+                continue
+            path = here / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(resolved_root) or not target.is_file():
+                    raise _fail(f"{str(path)!r} is a symlink to {str(target)!r}, outside "
+                                f"{str(root)!r}; copy the file in or remove the link")
+            elif not path.is_file():
+                continue  # sockets, fifos: nothing a trainer can use
+            found.append((path.relative_to(root).as_posix(), path))
+    return sorted(found)
+
+
+def pack_code(directory: str | Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> CodeArchive:
+    """Pack ``directory`` deterministically; :class:`ConfigError` past the limits."""
+    root = Path(directory)
+    files = code_files(root)
+    if not files:
+        raise _fail(f"{str(root)!r} holds no files to ship")
+    if len(files) > MAX_FILES:
+        raise _fail(f"{str(root)!r} holds {len(files)} files, more than {MAX_FILES}")
+    raw = io.BytesIO()
+    total = 0
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for arcname, path in files:
+            content = path.read_bytes()
+            total += len(content)
+            if total > MAX_UNPACKED_BYTES:
+                raise _fail(f"{str(root)!r} holds more than {MAX_UNPACKED_BYTES // 2**20} MiB "
+                            "of files; keep datasets out of the code directory (see "
+                            "`elasticps data upload`)")
+            info = tarfile.TarInfo(arcname)
+            info.size = len(content)
+            info.mtime = 0
+            executable = path.stat().st_mode & stat.S_IXUSR
+            info.mode = 0o755 if executable else 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(content))
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
+        gz.write(raw.getvalue())
+    data = packed.getvalue()
+    if len(data) > max_bytes:
+        largest = sorted(files, key=lambda item: item[1].stat().st_size, reverse=True)[:3]
+        raise _fail(
+            f"{str(root)!r} packs to {len(data):,} bytes, more than the {max_bytes:,} a "
+            f"ConfigMap can carry (largest files: {', '.join(name for name, _ in largest)}); "
+            "move data out of it, or bake the code into an image and drop 'code'")
+    return CodeArchive(data, hashlib.sha256(data).hexdigest(), tuple(n for n, _ in files),
+                       total)
+
+
+def unpack_code(archive: str | Path, destination: str | Path, expected_sha256: str) -> int:
+    """Check ``archive`` against its hash and unpack it into ``destination`` (the init
+    container's job). Returns the number of files written. Refuses a wrong hash, more than
+    the limits, and any member that is not a plain file inside ``destination``."""
+    data = Path(archive).read_bytes()
+    if len(data) > MAX_ARCHIVE_BYTES:
+        raise ConfigError(f"code archive {archive} is {len(data):,} bytes, more than "
+                          f"{MAX_ARCHIVE_BYTES:,}")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected_sha256:
+        raise ConfigError(f"code archive {archive} has sha256 {actual}, not the expected "
+                          f"{expected_sha256}; it was changed after submission")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            members = tar.getmembers()
+            if len(members) > MAX_FILES or \
+                    sum(m.size for m in members) > MAX_UNPACKED_BYTES:
+                raise ConfigError(f"code archive {archive} unpacks to more than the limits "
+                                  f"({MAX_FILES} files, {MAX_UNPACKED_BYTES // 2**20} MiB)")
+            bad = [m.name for m in members if not m.isfile()]
+            if bad:
+                raise ConfigError(f"code archive {archive} holds entries that are not plain "
+                                  f"files: {bad[:5]}")
+            Path(destination).mkdir(parents=True, exist_ok=True)
+            # The "data" filter refuses absolute paths and '..', and drops special modes.
+            tar.extractall(destination, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ConfigError(f"code archive {archive} cannot be unpacked: {exc}") from exc
+    return len(members)
+
+
+__all__ = ["ARCHIVE_DIR", "ARCHIVE_KEY", "CODE_DIR", "MAX_ARCHIVE_BYTES", "CodeArchive",
+           "code_files", "pack_code", "unpack_code"]

@@ -1,0 +1,61 @@
+"""``elasticps code pack|unpack``: the user's code directory as ``submit`` ships it.
+
+``pack`` shows what a job's ``code: DIR`` would carry (files, size, hash) and can write the
+archive; ``unpack`` is what the trainers' init container runs (it checks the hash first).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+CODE_EPILOG = """\
+examples:
+  elasticps code pack examples/ctr
+      list the files `code: examples/ctr` would ship, with the archive's size and sha256
+  elasticps code unpack /opt/elasticps/code-archive/code.tar.gz /workspace/code --sha256 HEX
+      what a trainer pod's init container runs
+"""
+
+
+def register(subparsers: Any) -> None:
+    code = subparsers.add_parser(
+        "code", help="pack a code directory as `submit` ships it, or unpack it",
+        description="A job spec's `code: DIR` is packed into a deterministic archive (sorted "
+                    "files, fixed times; caches, .git and virtual environments left out), "
+                    "sent in a ConfigMap named after its sha256, and unpacked into "
+                    "/workspace/code in every trainer pod.",
+        epilog=CODE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = code.add_subparsers(dest="action", metavar="ACTION", required=True)
+    pack = actions.add_parser("pack", help="show (or write) the archive of a code directory")
+    pack.add_argument("directory", metavar="DIR")
+    pack.add_argument("--out", metavar="FILE", help="also write the archive to FILE")
+    pack.set_defaults(func=run_pack)
+    unpack = actions.add_parser("unpack", help="check an archive's hash and unpack it")
+    unpack.add_argument("archive", metavar="ARCHIVE")
+    unpack.add_argument("destination", metavar="DIR")
+    unpack.add_argument("--sha256", required=True, metavar="HEX",
+                        help="the hash the archive must have (from the pod spec)")
+    unpack.set_defaults(func=run_unpack)
+
+
+def run_pack(args: argparse.Namespace) -> int:
+    from elasticps.cluster.code_archive import pack_code
+
+    archive = pack_code(args.directory)
+    for name in archive.files:
+        print(name)
+    print(f"{len(archive.files)} files, {archive.unpacked_bytes:,} bytes, packed to "
+          f"{len(archive.data):,} bytes; sha256 {archive.sha256}")
+    if args.out:
+        Path(args.out).write_bytes(archive.data)
+    return 0
+
+
+def run_unpack(args: argparse.Namespace) -> int:
+    from elasticps.cluster.code_archive import unpack_code
+
+    count = unpack_code(args.archive, args.destination, args.sha256)
+    print(f"unpacked {count} files into {args.destination}")
+    return 0

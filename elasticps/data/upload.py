@@ -1,0 +1,171 @@
+"""``elasticps data upload``: copy a dataset directory to any fsspec URL, resumably and verified.
+
+Layout: ``URL/<namespace>/<name>/...`` (the namespace of the job that will read it, the name
+of the local directory by default), so users of one bucket or shared filesystem do not collide
+and a job's ``data:`` names exactly what was uploaded.
+
+Each file is copied to ``<file>.elasticps-partial``, read back and hashed, and only then moved to
+its name; so a file under its final name is always complete and verified, and an interrupted
+upload resumes by skipping every final file whose sha256 matches the local one. A final file
+with other content is refused (another dataset is there) unless ``overwrite``. Last, a record
+of every file's size and sha256 is written (``.elasticps-upload.json``): data first, then the
+record that says it is whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import fsspec
+
+from elasticps.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
+
+RECORD_NAME = ".elasticps-upload.json"
+PARTIAL_SUFFIX = ".elasticps-partial"
+CHUNK = 4 * 2**20
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass
+class UploadResult:
+    """What an upload did: the dataset's URL, and which files it copied or found in place."""
+
+    url: str
+    copied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    bytes_copied: int = 0
+
+
+def dataset_url(base_url: str, namespace: str, name: str) -> str:
+    """``base_url/namespace/name``: where a dataset of ``namespace`` lives under a storage URL."""
+    if not _NAMESPACE.match(namespace):
+        raise ConfigError(f"namespace {namespace!r} is not a DNS-1123 label")
+    if not _NAME.match(name):
+        raise ConfigError(f"dataset name {name!r} may hold only letters, digits, '.', '_' and "
+                          "'-' (and must not start with '.' or '-')")
+    return f"{base_url.rstrip('/')}/{namespace}/{name}"
+
+
+def local_files(root: Path) -> list[str]:
+    """Every regular file under ``root`` as a sorted relative POSIX path; partial copies and
+    the upload record of an earlier upload are not data."""
+    if not root.is_dir():
+        raise ConfigError(f"{str(root)!r} is not a directory")
+    found = []
+    for current, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in files:
+            path = Path(current) / name
+            if name == RECORD_NAME or name.endswith(PARTIAL_SUFFIX) or not path.is_file():
+                continue
+            found.append(path.relative_to(root).as_posix())
+    if not found:
+        raise ConfigError(f"{str(root)!r} holds no files to upload")
+    return sorted(found)
+
+
+def _sha256(stream: BinaryIO) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := stream.read(CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as stream:
+        while chunk := stream.read(CHUNK):
+            yield chunk
+
+
+def upload(local_dir: str | Path, base_url: str, *, namespace: str, name: str | None = None,
+           overwrite: bool = False,
+           on_file: Callable[[str, bool], None] | None = None) -> UploadResult:
+    """Copy ``local_dir`` to ``base_url/namespace/name``; see the module docstring.
+
+    ``on_file(path, copied)`` is called after each file is in place (copied or found there
+    already): progress for the CLI, and where tests interrupt an upload.
+    """
+    root = Path(local_dir)
+    files = local_files(root)
+    url = dataset_url(base_url, namespace, name or root.resolve().name)
+    try:
+        fs, dest = fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"cannot open {url!r}: {exc}") from exc
+    result = UploadResult(url)
+    record: dict[str, dict[str, Any]] = {}
+    for rel in files:
+        with (root / rel).open("rb") as stream:
+            sha, size = _sha256(stream)
+        record[rel] = {"size": size, "sha256": sha}
+        target = f"{dest.rstrip('/')}/{rel}"
+        try:
+            copied = not _in_place(fs, target, sha, size, url, rel, overwrite)
+            if copied:
+                _copy_verified(fs, root / rel, target, sha, url, rel)
+        except OSError as exc:
+            raise DataError(f"copying {rel} to {url} failed: {exc}; run the upload again to "
+                            "resume") from exc
+        if copied:
+            result.copied.append(rel)
+            result.bytes_copied += size
+        else:
+            result.skipped.append(rel)
+        if on_file is not None:
+            on_file(rel, copied)
+    with fs.open(f"{dest.rstrip('/')}/{RECORD_NAME}", "w") as out:
+        json.dump({"files": record}, out, indent=1, sort_keys=True)
+    logger.info("Uploaded %s to %s: %d file(s) copied (%d bytes), %d already there.",
+                root, url, len(result.copied), result.bytes_copied, len(result.skipped))
+    return result
+
+
+def _in_place(fs: Any, target: str, sha: str, size: int, url: str, rel: str,
+              overwrite: bool) -> bool:
+    """True when ``target`` already holds this file; DataError when it holds another one."""
+    if not fs.exists(target):
+        return False
+    if fs.size(target) == size:
+        with fs.open(target, "rb") as stream:
+            if _sha256(stream)[0] == sha:
+                return True
+    if overwrite:
+        return False
+    raise DataError(f"{url}/{rel} already exists with other content (its checksum differs "
+                    "from the local file's); refusing to overwrite it. Upload under another "
+                    "--name, or pass --overwrite to replace it")
+
+
+def _copy_verified(fs: Any, source: Path, target: str, sha: str, url: str, rel: str) -> None:
+    """Copy to a partial name, read it back, and move it to ``target`` only if it matches."""
+    partial = target + PARTIAL_SUFFIX
+    parent = target.rsplit("/", 1)[0]
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(partial, "wb") as out:
+        for chunk in _chunks(source):
+            out.write(chunk)
+    with fs.open(partial, "rb") as stream:
+        written, _ = _sha256(stream)
+    if written != sha:
+        fs.rm(partial)
+        raise DataError(f"{url}/{rel}: the copy's sha256 {written} does not match the local "
+                        f"file's {sha}; the copy was refused and removed. Check the storage "
+                        "and run the upload again")
+    fs.mv(partial, target)
+
+
+__all__ = ["RECORD_NAME", "UploadResult", "dataset_url", "local_files", "upload"]
