@@ -208,6 +208,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_MAX_MESSAGE_MB", "max_message_mb", _parse_int(1, 2047),
            "Largest request a pserver accepts, in MiB: size it to the largest push or dense "
            "initialisation of a shard (the master accepts at most 4 MiB)."),
+    EnvVar("PADDLE_MAX_CONCURRENT_RPCS", "max_concurrent_rpcs", _parse_int(1, 100_000),
+           "Calls a master or pserver runs or queues at once; more are refused unread "
+           "(RESOURCE_EXHAUSTED) and the clients retry them with backoff."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -252,6 +255,7 @@ class Config:
     insecure: bool = False
     health_port: int = 0
     max_message_mb: int = 256
+    max_concurrent_rpcs: int = 128
     data_schemes: tuple[str, ...] = ("file",)
 
     @property

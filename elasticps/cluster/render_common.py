@@ -62,9 +62,10 @@ COMMON_ENV = (
 )
 ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": (*COMMON_ENV, "PADDLE_HTTP_PORT", "PADDLE_HTTP_HOST", "PADDLE_HEALTH_PORT",
-               "PADDLE_DATA_SCHEMES"),
+               "PADDLE_DATA_SCHEMES", "PADDLE_MAX_CONCURRENT_RPCS"),
     "pserver": (*COMMON_ENV, "PADDLE_CHECKPOINT_URL", "PADDLE_CHECKPOINT_INTERVAL",
-                "PADDLE_CHECKPOINT_KEEP", "PADDLE_HEALTH_PORT", "PADDLE_MAX_MESSAGE_MB"),
+                "PADDLE_CHECKPOINT_KEEP", "PADDLE_HEALTH_PORT", "PADDLE_MAX_MESSAGE_MB",
+                "PADDLE_MAX_CONCURRENT_RPCS"),
     "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES"),
 }
 # Read by no role in a real job, so never rendered: the local launcher's work directory (a
@@ -81,7 +82,7 @@ _DEFAULT_VALUES = {
     "PADDLE_PORTS_NUM": "1", "PADDLE_PORTS_NUM_FOR_SPARSE": "0", "PADDLE_LEASE_TTL": "10",
     "PADDLE_CHECKPOINT_INTERVAL": "60", "PADDLE_CHECKPOINT_KEEP": "3",
     "PADDLE_LOG_FORMAT": "text",
-    "PADDLE_MAX_MESSAGE_MB": "256",
+    "PADDLE_MAX_MESSAGE_MB": "256", "PADDLE_MAX_CONCURRENT_RPCS": "128",
 }
 # The usual annotations a Prometheus scrape config keys on (kubernetes_sd pod role).
 SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),

@@ -43,11 +43,24 @@ _SERVER_MAP: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 )
 
 
+# gRPC answers RESOURCE_EXHAUSTED both for a server at its concurrent-call limit (worth
+# retrying) and for a message over a size limit, sent or received (never worth retrying); only
+# the message text tells them apart: "Sent/Received message larger than max (N vs. M)".
+_TOO_LARGE = "larger than max"
+
+
+def client_error_class(code: grpc.StatusCode, details: str) -> type[errors.ElasticPSError]:
+    """The class of the elasticps exception tree a call failing with ``code`` raises."""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return errors.RemoteError if _TOO_LARGE in details else errors.OverloadedError
+    return _CLIENT_MAP.get(code, errors.RemoteError)
+
+
 def raise_for_rpc_error(exc: grpc.RpcError, what: str = "call") -> NoReturn:
     """Re-raise a gRPC error as the matching class of the elasticps exception tree."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-    cls = _CLIENT_MAP.get(code, errors.RemoteError)
+    cls = client_error_class(code, details or "")
     message = f"{what} failed with {code.name}: {details}"
     if issubclass(cls, errors.RPCError):
         raise cls(message, code=code.name) from exc

@@ -42,6 +42,7 @@ GOOD = [
     ("PADDLE_INSECURE", "yes", "insecure", True),
     ("PADDLE_HEALTH_PORT", "7165", "health_port", 7165),
     ("PADDLE_MAX_MESSAGE_MB", "64", "max_message_mb", 64),
+    ("PADDLE_MAX_CONCURRENT_RPCS", "8", "max_concurrent_rpcs", 8),
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
 ]
 
@@ -76,6 +77,7 @@ BAD = [
     ("PADDLE_HEALTH_PORT", "70000"),
     ("PADDLE_MAX_MESSAGE_MB", "0"),
     ("PADDLE_MAX_MESSAGE_MB", "4096"),
+    ("PADDLE_MAX_CONCURRENT_RPCS", "0"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
 ]
 

@@ -8,6 +8,9 @@ import grpc
 import pytest
 
 from elasticps import errors
+from elasticps.master.client import MASTER_RETRY
+from elasticps.pserver.client import PSERVER_RETRY
+from elasticps.rpc.channel import RETRY_UNAVAILABLE
 from elasticps.rpc.status import raise_for_rpc_error, status_for
 
 
@@ -67,7 +70,7 @@ def test_domain_errors_are_not_rpc_errors_and_round_trip_through_their_status(
     (grpc.StatusCode.DEADLINE_EXCEEDED, errors.UnavailableError),
     (grpc.StatusCode.UNAUTHENTICATED, errors.UnauthenticatedError),
     (grpc.StatusCode.INTERNAL, errors.RemoteError),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.RemoteError),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.OverloadedError),
 ])
 def test_transport_failures_become_rpc_errors_carrying_the_status_name(
         code: grpc.StatusCode, cls: type[errors.RPCError]) -> None:
@@ -75,6 +78,22 @@ def test_transport_failures_become_rpc_errors_carrying_the_status_name(
         raise_for_rpc_error(FailedCall(code, "boom"), what="pserver shard 0 Push")
     assert info.value.code == code.name
     assert f"pserver shard 0 Push failed with {code.name}: boom" in str(info.value)
+
+
+def test_resource_exhausted_by_the_call_limit_is_retried_but_by_a_message_size_is_not() -> None:
+    # The two texts gRPC sends (grpc/_server.py; core's message size filter).
+    with pytest.raises(errors.OverloadedError) as full:
+        raise_for_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       "Concurrent RPC limit exceeded!"))
+    assert RETRY_UNAVAILABLE.is_retryable(full.value)
+    assert MASTER_RETRY.is_retryable(full.value)
+    assert PSERVER_RETRY.is_retryable(full.value)
+    for details in ("Received message larger than max (300 vs. 200)",
+                    "Sent message larger than max (300 vs. 200)"):
+        with pytest.raises(errors.RemoteError) as too_large:
+            raise_for_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED, details))
+        assert not PSERVER_RETRY.is_retryable(too_large.value)
+        assert not MASTER_RETRY.is_retryable(too_large.value)
 
 
 def test_out_of_range_and_aborted_map_onto_the_nearest_domain_error() -> None:
