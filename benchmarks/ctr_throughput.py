@@ -197,6 +197,7 @@ def main() -> int:
           f"(auc {result['auc_torch']:.4f}): ratio {result['ratio']:.3f}, auc difference "
           f"{result['auc_elasticps'] - result['auc_torch']:+.4f} (medians of {args.repeat}; "
           f"target ratio >= 0.9 within 0.003 auc)")
+    print("ratio per repeat: " + ", ".join(f"{r:.3f}" for r in result["ratio_per_repeat"]))
     profile = result["elasticps_step_profile_s"]
     total = sum(profile.values()) or 1.0
     print("elasticps trainer step profile: " + ", ".join(
@@ -220,6 +221,10 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     timers = [run["timers"] for run in runs]
     result: dict[str, Any] = {
         "elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
+        # Each repeat's own ratio: on a shared machine PyTorch's thread pool can collapse under
+        # load in one repeat (spinning threads on busy cores), which the medians hide.
+        "ratio_per_repeat": [round(float(r["elasticps_sps"]) / float(r["torch_sps"]), 3)
+                             for r in runs],
         "auc_elasticps": round(median("auc_elasticps"), 4),
         "auc_torch": round(median("auc_torch"), 4),
         "torch_threads": int(median("torch_threads")),
