@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.data.synth import synth_ctr
 from elasticps.errors import InvalidArgumentError, RemoteError
 from elasticps.master.client import MasterClient
@@ -61,7 +62,7 @@ def test_a_dataset_url_of_another_scheme_is_not_fetched(master: MasterServer, st
     try:
         url = f"http://127.0.0.1:{httpd.server_address[1]}/dataset"
         with pytest.raises(RemoteError, match="PADDLE_DATA_SCHEMES=file"):
-            client.set_dataset(url, 1, 1)
+            client.set_dataset(url, 1, 1, BatchPlan(100))
         assert Counting.requests == []
     finally:
         client.close()
@@ -76,7 +77,7 @@ def test_reasons_are_cut_and_names_bounded(master: MasterServer, store: Store, j
     client = MasterClient(store, job_credentials(job_name), "t0")
     try:
         client.register_trainer()
-        client.set_dataset(str(data), 1, 1)
+        client.set_dataset(str(data), 1, 1, BatchPlan(100))
         task = client.get_task(0).task
         assert client.task_failed(task, "x" * (2 << 20))
         record = store.get(task_key(task.task_id))  # what the master persisted

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.data.batching import BatchPlan
 from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
 from elasticps.store import Store, open_store
@@ -30,7 +31,8 @@ def store(tmp_path: Path, job_name: str) -> Iterator[Store]:
 
 def _serve(store: Store, job: str, http_host: str) -> Iterator[MasterServer]:
     options = MasterOptions(job=job, credentials=job_credentials(job, "master"),
-                            http_host=http_host, lease_ttl=2, dataset="synthetic://")
+                            http_host=http_host, lease_ttl=2, dataset="synthetic://",
+                            batch_plan=BatchPlan(25))
     server = MasterServer(store, options, lambda url: synthetic_chunks(4))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
