@@ -1,20 +1,25 @@
-"""CTR-DNN training throughput: elasticps (1 trainer + 1 pserver, real processes) against a
-single-process PyTorch training of the same model on the same batches.
+"""CTR-DNN training throughput and test AUC: elasticps (1 trainer + 1 pserver, real processes)
+against what a user would run instead, single-process PyTorch using the whole machine.
 
-    python benchmarks/ctr_throughput.py [--rows 100000] [--quick] [--json FILE]
+    python benchmarks/ctr_throughput.py [--rows 200000] [--quick] [--json FILE]
 
 Both sides read the same synthetic dataset (generated once into a temporary directory, or
-``--data``) in the same batch order, train the classic CTR-DNN (26 slots x dim 10 into one table,
-three 400-unit ReLU layers) with Adam, and count samples per second of training:
+``--data``) in the same batch order, train the classic CTR-DNN (26 slots x dim 10 into one
+1,000,001-row table, three 400-unit ReLU layers, batch 1000) with Adam 1e-3 for one pass, and
+report samples per second of training and the AUC on the held-out test split:
 
-- elasticps: ``elasticps run --trainers 1 --pservers 1 examples/ctr/train.py --data ...``; its
-  summary's ``samples_per_sec`` (samples trained / time in the training loop, which includes
-  fetching tasks and reading chunks), and the trainer's per-phase timers;
+- elasticps: ``elasticps run --trainers 1 --pservers 1 examples/ctr/train.py --data ...`` with
+  its default settings; its summary's ``samples_per_sec`` (samples trained / time in the
+  training loop, which includes fetching tasks and reading chunks), its ``auc`` (the exported
+  model scored on the test split) and the trainer's per-phase step timers;
 - PyTorch: ``torch.nn.Embedding(sparse=True)`` + ``SparseAdam`` for the table (lazy Adam, as the
   pservers run it), ``Adam`` for the dense layers, reading the same chunks with the same reader,
-  with as many torch threads as the elasticps trainer gets (``--threads``).
+  with torch's default threads (all of the machine's cores; ``--threads`` to override), then
+  scoring the same test split.
 
-Each side runs ``--repeat`` times; the medians are reported, with ratio = elasticps / torch.
+Each repeat runs PyTorch and then elasticps, in the same invocation, so both see the same load
+(the load average is recorded with each repeat); the medians of ``--repeat`` are reported, with
+ratio = elasticps / torch.
 With ``--tls-cost`` each repeat also runs elasticps with ``--insecure`` (no TLS), alternating
 which goes first, and reports the TLS / plaintext ratio of the medians: the cost of mutual TLS
 on the same machine, in the same minutes.
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,6 +48,7 @@ sys.path.insert(0, str(REPO / "examples/ctr"))
 from models import build  # noqa: E402
 
 from elasticps.data import FeatureConfig, open_dataset  # noqa: E402
+from elasticps.data.auc import auc  # noqa: E402
 from elasticps.data.batch import TensorBatch  # noqa: E402
 from elasticps.data.synth import synth_ctr  # noqa: E402
 
@@ -57,9 +64,10 @@ class ColumnsEmbedding(torch.nn.Embedding):
         return super().forward(torch.from_numpy(batch.source.stack_ids(self.columns)))
 
 
-def torch_run(data: str, args: argparse.Namespace) -> float:
-    """Samples per second of plain PyTorch on the same batches."""
-    torch.set_num_threads(args.threads)
+def torch_run(data: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Samples per second of plain PyTorch on the same batches, and its test AUC."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tables: dict[str, torch.nn.Embedding] = {}
 
@@ -90,7 +98,19 @@ def torch_run(data: str, args: argparse.Namespace) -> float:
             start = time.perf_counter()
             continue
         samples += len(batch)
-    return samples / (time.perf_counter() - start)
+    sps = samples / (time.perf_counter() - start)
+    return sps, test_auc(model, data, features)
+
+
+def test_auc(model: torch.nn.Module, data: str, features: FeatureConfig) -> float:
+    """AUC of ``model`` on the test split, as the CTR example scores its export."""
+    dataset = open_dataset(data)
+    labels, scores = [], []
+    with torch.no_grad():
+        for batch in dataset.split("test").iter_batches(8192, features=features):
+            scores.append(torch.sigmoid(model(batch.to_torch())).reshape(-1).numpy())
+            labels.append(batch.label.reshape(-1))
+    return auc(np.concatenate(labels), np.concatenate(scores))
 
 
 def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
@@ -104,7 +124,8 @@ def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
             "--seed", str(args.seed)]
     if args.no_prefetch:
         argv.append("--no-prefetch")
-    argv += ["--dense-sync-every", str(args.dense_sync_every)]
+    if args.dense_sync_every is not None:
+        argv += ["--dense-sync-every", str(args.dense_sync_every)]
     proc = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
@@ -115,20 +136,22 @@ def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--test-rows", type=int, default=20_000,
+                        help="held-out rows both sides are scored on")
+    parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--hidden", default="400,400,400")
     parser.add_argument("--id-space", type=int, default=1_000_001)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 1) // 2),
-                        help="torch threads of the PyTorch run (default: what `elasticps run` "
-                        "gives its one trainer next to one pserver, cpus // 2)")
-    parser.add_argument("--data", help="an existing dataset (default: generate one)")
-    parser.add_argument("--dense-sync-every", type=int, default=1,
-                        help="elasticps pulls dense parameters every this many batches "
-                             "(default 1: every batch, like the PyTorch run's exact parameters)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of the PyTorch run (default: torch's own default, "
+                        "every core: what a user running PyTorch alone gets)")
+    parser.add_argument("--data", help="an existing dataset with a test split (default: "
+                        "generate one)")
+    parser.add_argument("--dense-sync-every", type=int, default=None,
+                        help="pass --dense-sync-every to the elasticps job (default: its own)")
     parser.add_argument("--no-prefetch", action="store_true",
                         help="elasticps without communication overlap")
     parser.add_argument("--quick", action="store_true", help="20k rows, one repeat")
@@ -138,52 +161,85 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     if args.quick:
-        args.rows, args.repeat = 20_000, 1
+        args.rows, args.test_rows, args.repeat = 20_000, 5_000, 1
     args.hidden = tuple(int(h) for h in args.hidden.split(","))
     with tempfile.TemporaryDirectory(prefix="elasticps-bench-") as tmp:
         data = args.data
         if data is None:
             data = str(Path(tmp) / "data")
-            synth_ctr(data, args.rows, args.seed, test_rows=1000, progress=False)
-        torch_sps, eps_sps, plain_sps, timers = [], [], [], []
+            synth_ctr(data, args.rows, args.seed, test_rows=args.test_rows, progress=False)
+        runs: list[dict[str, object]] = []
         for i in range(args.repeat):
-            torch_sps.append(torch_run(data, args))
+            run: dict[str, object] = {"load_before": os.getloadavg()[0]}
+            run["torch_sps"], run["auc_torch"] = torch_run(data, args)
+            run["torch_threads"] = torch.get_num_threads()
             if args.tls_cost and i % 2:  # alternate the order: drift hits both alike
-                plain_sps.append(float(elasticps_run(  # type: ignore[arg-type]
-                    data, Path(tmp) / f"plain-{i}", args, insecure=True)["samples_per_sec"]))
+                run["plaintext_sps"] = elasticps_run(data, Path(tmp) / f"plain-{i}", args,
+                                                     insecure=True)["samples_per_sec"]
             summary = elasticps_run(data, Path(tmp) / f"run-{i}", args)
-            eps_sps.append(float(summary["samples_per_sec"]))  # type: ignore[arg-type]
-            timers.append(next(iter(summary["trainer_timers"].values())))  # type: ignore[union-attr]
+            run["elasticps_sps"], run["auc_elasticps"] = (summary["samples_per_sec"],
+                                                          summary["auc"])
+            run["timers"] = next(iter(summary["trainer_timers"].values()))  # type: ignore
             if args.tls_cost and not i % 2:
-                plain_sps.append(float(elasticps_run(  # type: ignore[arg-type]
-                    data, Path(tmp) / f"plain-{i}", args, insecure=True)["samples_per_sec"]))
-            plain = f", plaintext {plain_sps[-1]:,.0f}" if plain_sps else ""
-            print(f"run {i}: torch {torch_sps[-1]:,.0f} samples/s, elasticps "
-                  f"{eps_sps[-1]:,.0f} samples/s{plain}", flush=True)
-    t, e = statistics.median(torch_sps), statistics.median(eps_sps)
-    profile = {key: statistics.median(float(run[key]) for run in timers) for key in timers[0]}
-    result = {"elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
-              "rows": args.rows, "batch_size": args.batch_size, "hidden": list(args.hidden),
-              "repeat": args.repeat, "prefetch": not args.no_prefetch,
-              "dense_sync_every": args.dense_sync_every,
-              "torch_threads": args.threads,
-              "elasticps_runs": [round(x, 1) for x in eps_sps],
-              "torch_runs": [round(x, 1) for x in torch_sps],
-              "elasticps_step_profile_s": profile, "cpus": os.cpu_count()}
-    print(f"elasticps {e:,.0f} samples/s, PyTorch {t:,.0f} samples/s, ratio {e / t:.2f} "
-          f"(target >= 0.7; medians of {args.repeat})")
+                run["plaintext_sps"] = elasticps_run(data, Path(tmp) / f"plain-{i}", args,
+                                                     insecure=True)["samples_per_sec"]
+            run["load_after"] = os.getloadavg()[0]
+            runs.append(run)
+            plain = (f", plaintext {float(run['plaintext_sps']):,.0f}"  # type: ignore[arg-type]
+                     if args.tls_cost else "")
+            print(f"run {i}: torch {run['torch_sps']:,.0f} samples/s (auc "
+                  f"{run['auc_torch']:.4f}), elasticps {run['elasticps_sps']:,.0f} samples/s "
+                  f"(auc {run['auc_elasticps']:.4f}){plain}; load {run['load_before']:.2f} -> "
+                  f"{run['load_after']:.2f}", flush=True)
+    result = summarise(runs, args)
+    print(f"elasticps {result['elasticps_sps']:,.0f} samples/s (auc {result['auc_elasticps']:.4f})"
+          f", PyTorch with {result['torch_threads']} threads {result['torch_sps']:,.0f} samples/s "
+          f"(auc {result['auc_torch']:.4f}): ratio {result['ratio']:.3f}, auc difference "
+          f"{result['auc_elasticps'] - result['auc_torch']:+.4f} (medians of {args.repeat}; "
+          f"target ratio >= 0.9 within 0.003 auc)")
+    print("ratio per repeat: " + ", ".join(f"{r:.3f}" for r in result["ratio_per_repeat"]))
+    profile = result["elasticps_step_profile_s"]
     total = sum(profile.values()) or 1.0
     print("elasticps trainer step profile: " + ", ".join(
         f"{k} {100 * v / total:.0f}%" for k, v in profile.items()))
-    if plain_sps:
-        p = statistics.median(plain_sps)
-        result.update(plaintext_sps=round(p, 1), plaintext_runs=[round(x, 1) for x in plain_sps],
-                      tls_over_plaintext=round(e / p, 3))
-        print(f"elasticps with mutual TLS {e:,.0f} samples/s, with --insecure {p:,.0f} "
-              f"samples/s: TLS / plaintext {e / p:.3f}")
+    if args.tls_cost:
+        print(f"elasticps with mutual TLS {result['elasticps_sps']:,.0f} samples/s, with "
+              f"--insecure {result['plaintext_sps']:,.0f} samples/s: TLS / plaintext "
+              f"{result['tls_over_plaintext']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """Medians over the repeats, and every repeat's figures."""
+
+    def median(key: str) -> float:
+        return statistics.median(float(run[key]) for run in runs)
+
+    e, t = median("elasticps_sps"), median("torch_sps")
+    timers = [run["timers"] for run in runs]
+    result: dict[str, Any] = {
+        "elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
+        # Each repeat's own ratio: on a shared machine PyTorch's thread pool can collapse under
+        # load in one repeat (spinning threads on busy cores), which the medians hide.
+        "ratio_per_repeat": [round(float(r["elasticps_sps"]) / float(r["torch_sps"]), 3)
+                             for r in runs],
+        "auc_elasticps": round(median("auc_elasticps"), 4),
+        "auc_torch": round(median("auc_torch"), 4),
+        "torch_threads": int(median("torch_threads")),
+        "elasticps_step_profile_s": {k: round(statistics.median(float(r[k]) for r in timers), 3)
+                                     for k in timers[0]},
+        "rows": args.rows, "test_rows": args.test_rows, "batch_size": args.batch_size,
+        "hidden": list(args.hidden), "repeat": args.repeat, "prefetch": not args.no_prefetch,
+        "dense_sync_every": args.dense_sync_every, "cpus": os.cpu_count(),
+        "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in run.items()
+                  if k != "timers"} for run in runs],
+    }
+    if args.tls_cost:
+        p = median("plaintext_sps")
+        result.update(plaintext_sps=round(p, 1), tls_over_plaintext=round(e / p, 3))
+    return result
 
 
 if __name__ == "__main__":

@@ -219,6 +219,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "the shard lock)."),
     EnvVar("PADDLE_MAX_TABLES", "max_tables", _parse_int(1, 100_000),
            "Most tables a job may declare."),
+    EnvVar("PADDLE_MAX_CONCURRENT_RPCS", "max_concurrent_rpcs", _parse_int(1, 100_000),
+           "Calls a master or pserver runs or queues at once; more are refused unread "
+           "(RESOURCE_EXHAUSTED) and the clients retry them with backoff."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -267,6 +270,7 @@ class Config:
     pserver_memory_mb: int = 0
     max_ids_per_request: int = 1 << 20
     max_tables: int = 1000
+    max_concurrent_rpcs: int = 128
     data_schemes: tuple[str, ...] = ("file",)
 
     @property

@@ -19,6 +19,7 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
     ├── ClusterError                 Kubernetes / Volcano submission failed
     └── RPCError                     a remote call failed in transport; ``code`` is the status name
         ├── UnavailableError         UNAVAILABLE / DEADLINE_EXCEEDED: the peer may come back
+        ├── OverloadedError          RESOURCE_EXHAUSTED by the server's call limit: try later
         ├── UnauthenticatedError     UNAUTHENTICATED: missing or wrong job token
         └── RemoteError              any other status: a bug or resource problem on the peer
 
@@ -117,6 +118,15 @@ class UnavailableError(RPCError):
     """The peer cannot be reached or did not answer in time; it may come back."""
 
     default_code = "UNAVAILABLE"
+
+
+class OverloadedError(RPCError):
+    """The server refused the call unread because it already runs as many calls as it allows
+    (RESOURCE_EXHAUSTED); the same call may succeed a moment later, so clients retry it with
+    backoff. A message over the size limit is also RESOURCE_EXHAUSTED but never gets better:
+    that one is a :class:`RemoteError`."""
+
+    default_code = "RESOURCE_EXHAUSTED"
 
 
 class UnauthenticatedError(RPCError):

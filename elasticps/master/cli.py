@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         dataset=dataset, chunks_per_task=args.chunks_per_task,
         num_passes=args.num_passes, batch_plan=plan,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None
-        else config.num_pservers, metrics_port=config.metrics_port)
+        else config.num_pservers, metrics_port=config.metrics_port,
+        max_concurrent_rpcs=config.max_concurrent_rpcs)
     set_node(options.node)
     store = open_store(config.store, config.job_name)
     server = MasterServer(store, options)

@@ -23,7 +23,12 @@ from typing import Any, TypeVar
 import grpc
 
 from elasticps.data.batching import BatchPlan
-from elasticps.errors import LeaseExpiredError, StoreUnavailableError, UnavailableError
+from elasticps.errors import (
+    LeaseExpiredError,
+    OverloadedError,
+    StoreUnavailableError,
+    UnavailableError,
+)
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.channel import call, make_channel
@@ -36,9 +41,10 @@ log = logging.getLogger(__name__)
 Response = TypeVar("Response")
 
 # A master is away while a standby takes over (the election lease TTL plus a few seconds) and
-# while the store is down; both are worth waiting out. Any other error is the master's answer.
+# while the store is down, and full while more trainers call at once than it takes calls
+# (OverloadedError); all are worth waiting out. Any other error is the master's answer.
 MASTER_RETRY = RetryPolicy(deadline=300.0, initial_backoff=0.05, max_backoff=1.0,
-                           retryable=(UnavailableError, StoreUnavailableError))
+                           retryable=(UnavailableError, StoreUnavailableError, OverloadedError))
 
 
 class MasterClient:
@@ -91,7 +97,7 @@ class MasterClient:
 
         try:
             return self.retry.call(attempt, what=f"Trainer {self.trainer}: master {what}")
-        except (UnavailableError, StoreUnavailableError) as exc:
+        except (UnavailableError, StoreUnavailableError, OverloadedError) as exc:
             raise UnavailableError(
                 f"trainer {self.trainer} found no master for {self.retry.deadline:g}s "
                 f"({what}): {exc}") from exc

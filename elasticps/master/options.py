@@ -33,6 +33,7 @@ class MasterOptions:
     # policy.reconcile to match (with_reconcile does).
     num_pservers: int = 0
     reconcile_timeout: float = 30.0  # how long one round waits for a shard that is down
+    max_concurrent_rpcs: int = 128  # calls beyond are refused; clients retry (PADDLE_MAX_...)
     metrics_port: int = 0  # Prometheus /metrics of this process (0 = any free port)
     observe_interval: float = 1.0  # seconds between the status page's samples
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")

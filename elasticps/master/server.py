@@ -41,7 +41,8 @@ __all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 @contextlib.contextmanager
 def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram) -> Iterator[int]:
     """The ``Master`` gRPC service (and grpc.health) on ``options.port``; yields the port."""
-    server = make_server(options.credentials, max_receive_bytes=MASTER_MAX_RECEIVE_BYTES)
+    server = make_server(options.credentials, max_receive_bytes=MASTER_MAX_RECEIVE_BYTES,
+                         max_concurrent_rpcs=options.max_concurrent_rpcs)
     master_pb2_grpc.add_MasterServicer_to_server(TimedMasterServicer(state, dispatch), server)
     health = add_health(server)
     set_serving(health, True)  # only the elected leader serves at all

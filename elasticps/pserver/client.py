@@ -38,6 +38,7 @@ from google.protobuf import json_format
 from elasticps.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
+    OverloadedError,
     StoreValueError,
     UnavailableError,
 )
@@ -67,10 +68,12 @@ from elasticps.store.keys import (
 
 log = logging.getLogger(__name__)
 
-# A shard that is down (UNAVAILABLE) or restarted empty (FAILED_PRECONDITION until a trainer
-# initialises it again) is waited for; trainers pause instead of crashing.
+# A shard that is down (UNAVAILABLE), restarted empty (FAILED_PRECONDITION until a trainer
+# initialises it again) or full (RESOURCE_EXHAUSTED: more callers at once than its call limit)
+# is waited for; trainers pause instead of crashing.
 PSERVER_RETRY = RetryPolicy(deadline=600.0, initial_backoff=0.1, max_backoff=2.0,
-                            retryable=(UnavailableError, FailedPreconditionError))
+                            retryable=(UnavailableError, FailedPreconditionError,
+                                       OverloadedError))
 
 T = TypeVar("T")
 

@@ -124,7 +124,8 @@ class GrpcEndpoint:
 
     def __init__(self, config: Config) -> None:
         credentials = credentials_from_config(config)
-        self._server = make_server(credentials, max_receive_bytes=config.max_message_mb << 20)
+        self._server = make_server(credentials, max_receive_bytes=config.max_message_mb << 20,
+                                   max_concurrent_rpcs=config.max_concurrent_rpcs)
         port = bind(self._server, config.host, config.port, credentials)
         self.address = f"{config.host}:{port}"
         self._health_port = config.health_port

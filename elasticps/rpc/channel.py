@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from elasticps.errors import UnavailableError
+from elasticps.errors import OverloadedError, UnavailableError
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.server import CHANNEL_OPTIONS, TOKEN_METADATA_KEY
@@ -27,10 +27,11 @@ from elasticps.rpc.tls import peer_options
 
 Response = TypeVar("Response")
 
-# Retry a peer that is down or slow (UNAVAILABLE, DEADLINE_EXCEEDED); give it a deadline with
-# ``.within(seconds)``. Every other failure is an answer, not an outage, and is raised at once.
+# Retry a peer that is down, slow (UNAVAILABLE, DEADLINE_EXCEEDED) or full (RESOURCE_EXHAUSTED
+# by its call limit); give it a deadline with ``.within(seconds)``. Every other failure is an
+# answer, not an outage, and is raised at once.
 RETRY_UNAVAILABLE = RetryPolicy(deadline=0.0, initial_backoff=0.05, max_backoff=2.0,
-                                retryable=(UnavailableError,))
+                                retryable=(UnavailableError, OverloadedError))
 
 
 class _TokenAuth(grpc.UnaryUnaryClientInterceptor):

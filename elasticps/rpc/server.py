@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 TOKEN_METADATA_KEY = "x-elasticps-token"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 MAX_STREAMS_PER_CONNECTION = 32  # a trainer keeps a few calls in flight per server
+MAX_CONCURRENT_RPCS = 128  # per server (PADDLE_MAX_CONCURRENT_RPCS)
 MAX_TOKEN_BYTES = 1024  # a longer header is refused without comparing it
 
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -103,20 +104,25 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
 
 def make_server(credentials: JobCredentials, *, max_workers: int = 16,
-                max_receive_bytes: int = MAX_MESSAGE_BYTES) -> grpc.Server:
+                max_receive_bytes: int = MAX_MESSAGE_BYTES,
+                max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS) -> grpc.Server:
     """A gRPC server that checks the job token on every call. Add servicers, then :func:`bind`
     (which adds TLS unless ``credentials`` are insecure).
 
     Memory a peer can make it hold: requests are read only by a worker running an
     authenticated call, so at most ``max_workers x max_receive_bytes`` of request bodies.
+    Calls beyond ``max_concurrent_rpcs`` (running or queued for a worker) are answered
+    RESOURCE_EXHAUSTED unread; clients retry them (:class:`~elasticps.errors.OverloadedError`).
     """
+    if max_concurrent_rpcs < 1:
+        raise ConfigError(f"max_concurrent_rpcs={max_concurrent_rpcs!r} must be >= 1")
     if not credentials.token:
         raise ConfigError("a job token is required to start a server (set PADDLE_JOB_TOKEN)")
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[TokenInterceptor(credentials.token)],
         options=server_options(max_receive_bytes),
-        maximum_concurrent_rpcs=max_workers * 8,
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
 
 

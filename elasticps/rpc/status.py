@@ -45,11 +45,31 @@ _SERVER_MAP: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 )
 
 
+# RESOURCE_EXHAUSTED has three senders, told apart by the message text alone:
+# - gRPC's server at its concurrent-call limit, "Concurrent RPC limit exceeded!": worth a retry;
+# - gRPC on a message over a size limit, "Sent/Received message larger than max (N vs. M)": the
+#   same call never gets better;
+# - our servicers, a request over a cap of the job (ids, tables, memory) that changed nothing:
+#   the domain's ResourceExhaustedError, not retried either.
+_CALL_LIMIT = "Concurrent RPC limit exceeded"
+_TOO_LARGE = "larger than max"
+
+
+def client_error_class(code: grpc.StatusCode, details: str) -> type[errors.ElasticPSError]:
+    """The class of the elasticps exception tree a call failing with ``code`` raises."""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if _CALL_LIMIT in details:
+            return errors.OverloadedError
+        if _TOO_LARGE in details:
+            return errors.RemoteError
+    return _CLIENT_MAP.get(code, errors.RemoteError)
+
+
 def raise_for_rpc_error(exc: grpc.RpcError, what: str = "call") -> NoReturn:
     """Re-raise a gRPC error as the matching class of the elasticps exception tree."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-    cls = _CLIENT_MAP.get(code, errors.RemoteError)
+    cls = client_error_class(code, details or "")
     message = f"{what} failed with {code.name}: {details}"
     if issubclass(cls, errors.RPCError):
         raise cls(message, code=code.name) from exc

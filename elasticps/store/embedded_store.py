@@ -121,6 +121,9 @@ class _EmbeddedLease(ThreadedLease):
         self._store._revoke_lease(self.id)
 
 
+_WATCH_BATCH = 1000  # events one poll reads at most
+
+
 class _PollingWatch(QueueWatch):
     """Polls the events table from its own connection and thread."""
 
@@ -152,13 +155,14 @@ class _PollingWatch(QueueWatch):
     def _poll(self, conn: sqlite3.Connection) -> bool:
         prefix_len = len(self._store.prefix_bytes)
         try:
-            with conn:  # one read snapshot for the compaction check and the events
-                compacted = conn.execute(
-                    "SELECT value FROM meta WHERE name='compact_revision'").fetchone()[0]
+            with conn:  # one read snapshot for the revision, the compaction and the events
+                current, compacted = (int(row[0]) for row in conn.execute(
+                    "SELECT value FROM meta WHERE name IN ('revision', 'compact_revision') "
+                    "ORDER BY name DESC").fetchall())
                 rows = conn.execute(
                     "SELECT rev, type, key, value FROM events WHERE rev >= ? AND key >= ? "
-                    "AND key < ? ORDER BY rev, seq LIMIT 1000",
-                    (self._next_rev, self._start, self._end)).fetchall()
+                    "AND key < ? ORDER BY rev, seq LIMIT ?",
+                    (self._next_rev, self._start, self._end, _WATCH_BATCH)).fetchall()
         except sqlite3.Error as exc:
             log.warning("Watch on %s could not read events (%s); retrying.",
                         self._store.describe, exc)
@@ -169,14 +173,22 @@ class _PollingWatch(QueueWatch):
                 f"but events up to revision {compacted} were compacted; re-read the state and "
                 "watch from its revision + 1"))
             return False
+        if len(rows) == _WATCH_BATCH and rows[0][0] != rows[-1][0]:
+            # The limit may have cut the last revision's events: read that revision next time.
+            next_rev = int(rows[-1][0])
+            rows = [row for row in rows if row[0] != rows[-1][0]]
+        else:
+            # Every revision up to `current` is in this snapshot, and a revision's events are
+            # committed together: none at or below it can arrive later. Moving past revisions
+            # with no event for this prefix keeps a quiet watch in a busy job from scanning
+            # every later event on every poll (up to keep_revisions rows, 40 times a second).
+            next_rev = current + 1
         for rev, kind, key, value in rows:
             if self.cancelled:
                 return False
             self.deliver(Event(EventType(kind), bytes(key[prefix_len:]).decode(), bytes(value),
                                int(rev)))
-        if rows:
-            # A revision's events are committed together, so none can arrive later.
-            self._next_rev = int(rows[-1][0]) + 1
+        self._next_rev = max(self._next_rev, next_rev)
         return True
 
 

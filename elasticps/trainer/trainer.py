@@ -55,6 +55,7 @@ from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
+from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.result import default_result
 from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
@@ -242,8 +243,13 @@ class Trainer:
     def runner(self, objective: Objective | None = None) -> StepRunner:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
+        # The replica splits tables as the pservers do; only a clip norm sees the split.
+        own = (OwnDenseUpdate(self.dense.table_specs(self.optimizer),
+                              int(getattr(self.params, "num_shards", 1)))
+               if self.prefetch else None)
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
-                          prefetch=self.prefetch, feed=self.feed, tables=self.tables)
+                          prefetch=self.prefetch, feed=self.feed, tables=self.tables,
+                          own_update=own)
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,

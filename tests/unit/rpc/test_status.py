@@ -8,6 +8,9 @@ import grpc
 import pytest
 
 from elasticps import errors
+from elasticps.master.client import MASTER_RETRY
+from elasticps.pserver.client import PSERVER_RETRY
+from elasticps.rpc.channel import RETRY_UNAVAILABLE
 from elasticps.rpc.status import raise_for_rpc_error, status_for
 
 
@@ -77,6 +80,22 @@ def test_transport_failures_become_rpc_errors_carrying_the_status_name(
     assert f"pserver shard 0 Push failed with {code.name}: boom" in str(info.value)
 
 
+def test_resource_exhausted_by_the_call_limit_is_retried_but_by_a_message_size_is_not() -> None:
+    # The two texts gRPC sends (grpc/_server.py; core's message size filter).
+    with pytest.raises(errors.OverloadedError) as full:
+        raise_for_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       "Concurrent RPC limit exceeded!"))
+    assert RETRY_UNAVAILABLE.is_retryable(full.value)
+    assert MASTER_RETRY.is_retryable(full.value)
+    assert PSERVER_RETRY.is_retryable(full.value)
+    for details in ("Received message larger than max (300 vs. 200)",
+                    "Sent message larger than max (300 vs. 200)"):
+        with pytest.raises(errors.RemoteError) as too_large:
+            raise_for_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED, details))
+        assert not PSERVER_RETRY.is_retryable(too_large.value)
+        assert not MASTER_RETRY.is_retryable(too_large.value)
+
+
 def test_out_of_range_and_aborted_map_onto_the_nearest_domain_error() -> None:
     with pytest.raises(errors.InvalidArgumentError):
         raise_for_rpc_error(FailedCall(grpc.StatusCode.OUT_OF_RANGE, "x"))
@@ -89,3 +108,16 @@ def test_servers_answer_store_and_leadership_problems_as_unavailable() -> None:
     assert status_for(errors.StoreUnavailableError("down")) is grpc.StatusCode.UNAVAILABLE
     assert status_for(errors.ConfigError("bad")) is grpc.StatusCode.INVALID_ARGUMENT
     assert status_for(RuntimeError("bug")) is grpc.StatusCode.INTERNAL
+
+
+@pytest.mark.parametrize(("details", "cls"), [
+    ("Concurrent RPC limit exceeded!", errors.OverloadedError),  # gRPC's call limit: retried
+    ("Received message larger than max (300 vs. 100)", errors.RemoteError),  # never better
+    ("table 'emb' would hold 9 rows over its cap of 8", errors.ResourceExhaustedError),
+])
+def test_resource_exhausted_is_told_apart_by_who_sent_it(
+        details: str, cls: type[errors.ElasticPSError]) -> None:
+    with pytest.raises(cls) as info:
+        raise_for_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED, details), what="push")
+    assert type(info.value) is cls
+    assert isinstance(info.value, errors.RPCError) is (cls is not errors.ResourceExhaustedError)

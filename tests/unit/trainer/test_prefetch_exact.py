@@ -1,6 +1,8 @@
 """Several sparse layers per table, two tables of different dims, in one model: the step runner
 pulls each table once per batch and training equals a local PyTorch run of the same model,
-synchronously and with prefetch (whose staleness the reference reproduces)."""
+synchronously and with prefetch (whose staleness the reference reproduces); with prefetch and
+the trainer's own dense update (what Trainer runs), the dense values are not stale: only the
+sparse rows are."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from elasticps.proto import common_pb2
 from elasticps.trainer.dense import DenseSync
 from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.objective import Objective
+from elasticps.trainer.optim import SGD
+from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.sparse import SparseEmbedding
 from elasticps.trainer.sparse_bag import SparseEmbeddingBag
 from elasticps.trainer.sparse_rows import SparseTables
@@ -85,8 +89,8 @@ def batches(count: int = 6, rows: int = 8) -> list[Batch]:
     return out
 
 
-def distributed(prefetch: bool, data: list[Batch],
-                placement: Placement = CPU) -> tuple[SgdTables, Model]:
+def distributed(prefetch: bool, data: list[Batch], placement: Placement = CPU,
+                own_dense: bool = False) -> tuple[SgdTables, Model]:
     torch.manual_seed(0)
     model = Model(lambda t, cols: SparseEmbedding(t, IDS, DIMS[t], columns=cols),
                   lambda t, col, mode, w: SparseEmbeddingBag(t, IDS, DIMS[t], column=col,
@@ -98,17 +102,19 @@ def distributed(prefetch: bool, data: list[Batch],
     tables = SparseTables(model)
     tables.placement = placement
     client.initialize(dense.values())
+    own = OwnDenseUpdate(dense.table_specs(SGD(lr=LR)), 1) if own_dense else None
     runner = StepRunner(model, Objective("binary"), client, dense, prefetch=prefetch,
-                        tables=tables)
+                        tables=tables, own_update=own)
     for k, batch in enumerate(data):
         runner.run(batch, common_pb2.BatchRef(seq=k), data[k + 1] if k + 1 < len(data) else None)
     runner.close()
     return client, model
 
 
-def local(stale: bool, data: list[Batch]) -> dict[str, torch.Tensor]:
+def local(stale: bool, data: list[Batch], fresh_dense: bool = False) -> dict[str, torch.Tensor]:
     """One-process PyTorch SGD. ``stale``: batch k computes on the parameters after k-1
-    updates (batch 0 and 1 on the initial ones), as the prefetcher's pull(k) precedes push(k-1)."""
+    updates (batch 0 and 1 on the initial ones), as the prefetcher's pull(k) precedes push(k-1);
+    ``fresh_dense``: the dense parameters (not the tables) after k updates even so."""
     torch.manual_seed(0)
     tables = {t: nn.Parameter(torch.from_numpy(initial_table(t, IDS, d))) for t, d in DIMS.items()}
     model = Model(lambda t, cols: LocalEmbedding(tables[t], cols),
@@ -119,7 +125,8 @@ def local(stale: bool, data: list[Batch]) -> dict[str, torch.Tensor]:
         source = history[max(0, k - 1)] if stale else history[k]
         with torch.no_grad():
             for name, p in params.items():
-                p.copy_(source[name])
+                p.copy_(history[k][name] if fresh_dense and name.startswith("out.")
+                        else source[name])
                 p.grad = None
         loss = nn.functional.binary_cross_entropy_with_logits(
             model(batch.to_torch()), torch.from_numpy(batch.label))
@@ -129,11 +136,13 @@ def local(stale: bool, data: list[Batch]) -> dict[str, torch.Tensor]:
     return history[-1]
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["sync", "prefetch"])
-def test_several_layers_per_table_train_exactly_like_local_pytorch(prefetch: bool) -> None:
+@pytest.mark.parametrize(("prefetch", "own_dense"), [(False, False), (True, False), (True, True)],
+                         ids=["sync", "prefetch", "prefetch-own-dense"])
+def test_several_layers_per_table_train_exactly_like_local_pytorch(prefetch: bool,
+                                                                   own_dense: bool) -> None:
     data = batches()
-    client, _ = distributed(prefetch, data)
-    expected = local(stale=prefetch, data=data)
+    client, _ = distributed(prefetch, data, own_dense=own_dense)
+    expected = local(stale=prefetch, data=data, fresh_dense=own_dense)
     # One pull per table per batch: every layer's lookup came from its table's pull.
     sparse_pulls = [c for c in client.calls if c.startswith("pull_sparse")]
     assert sparse_pulls == ["pull_sparse a", "pull_sparse b"] * len(data)
@@ -150,3 +159,13 @@ def test_several_layers_per_table_train_exactly_like_local_pytorch(prefetch: boo
     moved = [i for i in touched["b"]
              if not np.allclose(client.rows[("b", i)], initial_table("b", IDS, 2)[i])]
     assert moved  # training changed the rows: not a comparison of two untouched copies
+
+
+def test_the_own_dense_update_is_what_removes_the_dense_staleness() -> None:
+    """The reference can tell the three apart: stale and fresh dense values end differently."""
+    data = batches()
+    stale = local(stale=True, data=data)["out.weight"]
+    fresh = local(stale=True, data=data, fresh_dense=True)["out.weight"]
+    assert not torch.allclose(stale, fresh, rtol=1e-5, atol=1e-6)
+    client, _ = distributed(True, data, own_dense=True)
+    np.testing.assert_allclose(client.dense["out.weight"], fresh.numpy(), rtol=1e-5, atol=1e-6)
