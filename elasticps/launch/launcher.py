@@ -197,7 +197,8 @@ class Launch:
             self.monitor.start()
             while not self.supervisor.step().final:
                 if self.autoscaler is not None and self.supervisor.state is JobState.RUNNING:
-                    self.autoscaler.step(self.scaler.desired or self.opts.trainers)
+                    asked = self.scaler.desired  # None until someone wrote the key
+                    self.autoscaler.step(self.opts.trainers if asked is None else asked)
                 self.scaler.step()
                 self._wake.wait(0.2)
                 self._wake.clear()
