@@ -192,6 +192,14 @@ class _PollingWatch(QueueWatch):
         return True
 
 
+# Errors of an open that races another process's last close (a missing file is not one).
+_TRANSIENT_OPEN = ("disk I/O error", "database is locked")
+
+
+class _TransientOpenError(sqlite3.OperationalError):
+    pass
+
+
 def _create_private(path: Path) -> None:
     """Create the database file readable by its owner only (0600) if it does not exist; SQLite
     gives its -wal and -shm files the database file's mode.
@@ -260,14 +268,32 @@ class EmbeddedStore(Store):
     # -- plumbing ------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        try:
+        """A connection, retried on a transient error: when the last connection of another
+        process closes, SQLite deletes the -wal and -shm files, and an open racing that answers
+        "disk I/O error" (seen once in a CI run) or "database is locked" without a busy wait."""
+        policy = RetryPolicy(deadline=self._busy_timeout, initial_backoff=0.01, max_backoff=0.2,
+                             retryable=(_TransientOpenError,))
+
+        def connect() -> sqlite3.Connection:
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
                                    check_same_thread=False)
-            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: safe against process crash
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
+            try:
+                conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: safe against a crash
+                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if any(text in str(exc) for text in _TRANSIENT_OPEN):
+                    raise _TransientOpenError(str(exc)) from exc
+                raise
+            except sqlite3.Error:
+                conn.close()
+                raise
+            return conn
+
+        try:
+            return policy.call(connect, what=f"opening {self.describe}")
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"cannot open {self.describe}: {exc}") from exc
-        return conn
 
     def _enable_wal(self) -> None:
         """Switch a new file to WAL. While another connection opening the same new file holds
