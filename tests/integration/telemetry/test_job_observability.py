@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -29,6 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from elasticps.data.synth import synth_ctr
+from elasticps.store.local_etcd import free_port
 from tests.browser import Browser
 from tests.helpers import REPO, kill_quietly, wait_for
 
@@ -71,12 +71,6 @@ def value(family: Any, **labels: str) -> float:
 def elasticps(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "elasticps", *args], env=ENV,
                           capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,6 @@ def elasticps(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         [sys.executable, "-m", "elasticps", *args], cwd=REPO, capture_output=True, text=True,
         timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    server = FakeKube().start()
-    yield server
-    server.stop()
 
 
 def test_example_has_top_level_trainers() -> None:

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,18 +24,6 @@ from tests.unit.cluster.fake_kube import FakeKube
 from tests.unit.cluster.test_submit import SPEC, secrets
 
 MANAGED = {"app.kubernetes.io/managed-by": "elasticps"}
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    server = FakeKube().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(fake: FakeKube, tmp_path: Path) -> KubeClient:
-    return KubeClient.from_kubeconfig(str(fake.kubeconfig(tmp_path / "kubeconfig")))
 
 
 def add_role_pods(fake: FakeKube, job: str, *, trainers: int = 2, pservers: int = 1,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +48,6 @@ EXPECTED_PATHS["kubernetes"] = [
     "/apis/apps/v1/namespaces/ml/statefulsets",
     "/apis/batch/v1/namespaces/ml/jobs",
 ]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    server = FakeKube().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(fake: FakeKube, tmp_path: Path) -> KubeClient:
-    return KubeClient.from_kubeconfig(str(fake.kubeconfig(tmp_path / "kubeconfig")))
 
 
 def job() -> Job:
