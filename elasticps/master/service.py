@@ -1,8 +1,10 @@
 """The ``Master`` gRPC servicer: the task queue, persisted before every answer.
 
-Every handler takes one lock, steps the :class:`~elasticps.master.task_queue.TaskQueue`, writes
-the resulting delta through :class:`~elasticps.master.snapshot.QueueSnapshot` (a fenced store
-transaction) and only then answers. If the write cannot be made the caller gets an error, never
+Every handler takes one lock, steps the :class:`~elasticps.master.task_queue.TaskQueue` and
+stages the resulting delta's writes (:class:`~elasticps.master.snapshot.QueueSnapshot`'s fenced
+transactions) with the :class:`~elasticps.master.group_commit.GroupCommit`; it leaves the lock,
+waits until its change is stored (in one transaction with those of calls that came meanwhile)
+and only then answers. If the write cannot be made the caller gets an error, never
 an acknowledgement: NotLeaderError (we were deposed) answers UNAVAILABLE so the client goes to
 the new master, and marks this servicer :attr:`deposed` so the process exits and is restarted
 from the store.
@@ -29,6 +31,7 @@ from elasticps.errors import (
     NotLeaderError,
     StoreUnavailableError,
 )
+from elasticps.master.group_commit import GroupCommit
 from elasticps.master.reconcile_policy import Reconciliation
 from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot
 from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
@@ -72,6 +75,7 @@ class MasterState:
         self.chunk_lister = chunk_lister
         self.clock = clock
         self.persist_retry = PERSIST_RETRY.within(persist_retry_s)
+        self.commits = GroupCommit(self._write, snapshot.max_ops)
         self.lock = threading.RLock()
         self.deposed = threading.Event()
         self.dataset: DatasetRecord | None = None
@@ -90,20 +94,28 @@ class MasterState:
             self.dataset, self.queue = loaded.dataset, loaded.queue
             self.persist(loaded.delta)
 
-    def persist(self, delta: Delta, with_meta: Sequence[Op] = ()) -> None:
-        """Write ``delta`` (and ``with_meta`` in the transaction of the meta record); retry a
-        store outage for ``persist_retry_s``, then give up the lead.
+    def stage(self, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
+        """Encode ``delta`` (and ``with_meta``, with the meta record) for the group commit;
+        the ticket an answer must :meth:`settle` before it goes out.
 
-        Called with the lock held, so no answer goes out before its change is stored.
+        Called with the lock held, so the writes describe the queue as this call left it. A
+        call that changed nothing gets the newest ticket: its answer may rest on changes
+        staged before it.
         """
         if (delta.empty and not with_meta) or self.queue is None:
-            return
+            return self.commits.latest()
+        ticket = 0
+        for ops in self.snapshot.delta_transactions(self.queue, delta, with_meta):
+            ticket = self.commits.stage(ops)
+        return ticket
+
+    def settle(self, ticket: int) -> None:
+        """Block until every change staged up to ``ticket`` is stored (called without the
+        lock, so other calls stage theirs meanwhile and share the transaction); give up the
+        lead if the store refuses or stays unreachable."""
         started = self.clock()
-        queue = self.queue
         try:
-            self.persist_retry.call(lambda: self.snapshot.write_delta(queue, delta, with_meta),
-                                    what=f"Master {self.node} of job {self.job}: persisting a "
-                                         "change")
+            self.commits.wait(ticket)
         except NotLeaderError:
             self._depose("a write was fenced off: another master holds the lock")
             raise
@@ -112,8 +124,20 @@ class MasterState:
             raise NotLeaderError(
                 f"master {self.node} of job {self.job} could not persist a change: {exc}"
             ) from exc
-        self.persist_seconds += self.clock() - started
-        self.persist_count += 1
+        with self.lock:
+            self.persist_seconds += self.clock() - started
+            self.persist_count += 1
+
+    def persist(self, delta: Delta, with_meta: Sequence[Op] = ()) -> None:
+        """:meth:`stage` and :meth:`settle` in one, for callers that keep the lock (rare
+        events: a lost trainer, expired leases, a reconciliation)."""
+        self.settle(self.stage(delta, with_meta))
+
+    def _write(self, ops: list[Op]) -> None:
+        """One group's transaction, retrying a store outage for ``persist_retry_s``."""
+        self.persist_retry.call(lambda: self.snapshot.write(ops),
+                                what=f"Master {self.node} of job {self.job}: persisting a "
+                                     "change")
 
     def _depose(self, why: str) -> None:
         if not self.deposed.is_set():
@@ -231,10 +255,11 @@ class MasterState:
             return True
 
     def note_finished(self, records: int) -> None:
-        now = self.clock()
-        self._finishes.append((now, records))
-        while self._finishes and self._finishes[0][0] < now - THROUGHPUT_WINDOW_S:
-            self._finishes.popleft()
+        with self.lock:
+            now = self.clock()
+            self._finishes.append((now, records))
+            while self._finishes and self._finishes[0][0] < now - THROUGHPUT_WINDOW_S:
+                self._finishes.popleft()
 
     def throughput(self) -> float:
         now = self.clock()
@@ -333,7 +358,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             queue = state.check_serving()
             result, delta = queue.get_task(check_name(request.trainer, "trainer"),
                                            request.pass_id, state.clock())
-            state.persist(delta)
+            ticket = state.stage(delta)
             response = master_pb2.GetTaskResponse(
                 outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
                                                   pass_id=result.pass_id, reason=result.reason)
@@ -341,7 +366,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                 assert state.dataset is not None
                 response.task.CopyFrom(task_message(result.task, state.dataset,
                                                     queue.policy.task_lease))
-            return response
+        state.settle(ticket)
+        return response
 
     @rpc_handler
     def ReportProgress(  # noqa: N802 - gRPC's method name
@@ -354,9 +380,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                                                  request.task_id,
                                                  request.epoch, request.records_done,
                                                  state.clock())
-            state.persist(delta)
-            return master_pb2.ReportProgressResponse(still_owner=reply.accepted,
-                                                     reason=reply.reason)
+            ticket = state.stage(delta)
+        state.settle(ticket)
+        return master_pb2.ReportProgressResponse(still_owner=reply.accepted, reason=reply.reason)
 
     @rpc_handler
     def TaskFinished(  # noqa: N802 - gRPC's method name
@@ -369,10 +395,11 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                                                request.task_id, request.epoch,
                                                request.records, state.clock(),
                                                batches=request.batches)
-            state.persist(delta)
-            if not delta.empty:
-                state.note_finished(request.records)
-            return master_pb2.TaskFinishedResponse(accepted=reply.accepted, reason=reply.reason)
+            ticket = state.stage(delta)
+        state.settle(ticket)
+        if not delta.empty:
+            state.note_finished(request.records)
+        return master_pb2.TaskFinishedResponse(accepted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
     def TaskFailed(  # noqa: N802 - gRPC's method name
@@ -385,11 +412,12 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             reply, delta = queue.task_failed(check_name(request.trainer, "trainer"),
                                              request.task_id, request.epoch, reason,
                                              state.clock())
-            state.persist(delta)
-            if reply.accepted and not delta.empty:
-                log.warning("Master %s of job %s: trainer %s failed task %d: %s.", state.node,
-                            state.job, request.trainer, request.task_id, reason)
-            return master_pb2.TaskFailedResponse(accepted=reply.accepted, reason=reply.reason)
+            ticket = state.stage(delta)
+        state.settle(ticket)
+        if reply.accepted and not delta.empty:
+            log.warning("Master %s of job %s: trainer %s failed task %d: %s.", state.node,
+                        state.job, request.trainer, request.task_id, reason)
+        return master_pb2.TaskFailedResponse(accepted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
     def RequestSaveModel(  # noqa: N802 - gRPC's method name
@@ -401,9 +429,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             reply, delta = queue.request_save_model(check_name(request.trainer, "trainer"),
                                                     request.block_seconds,
                                                     state.clock())
-            state.persist(delta)
-            return master_pb2.RequestSaveModelResponse(granted=reply.accepted,
-                                                       reason=reply.reason)
+            ticket = state.stage(delta)
+        state.settle(ticket)
+        return master_pb2.RequestSaveModelResponse(granted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
     def Status(  # noqa: N802 - gRPC's method name

@@ -176,7 +176,8 @@ class QueueSnapshot:
 
     # ------------------------------------------------------------------------------ writing
 
-    def _commit(self, ops: Sequence[Op]) -> None:
+    def write(self, ops: Sequence[Op]) -> None:
+        """Commit ``ops`` in one fenced transaction, counting what was written."""
         self.commit(ops)
         self.txns += 1
         self.bytes_written += sum(len(op.key) + len(op.value) for op in ops
@@ -185,18 +186,18 @@ class QueueSnapshot:
     def write_dataset(self, dataset: DatasetRecord, queue: TaskQueue) -> None:
         """Write a new job's dataset and initial meta: parts first, then the header (the
         commit mark), so a master killed half-way leaves no header and starts over."""
-        self._commit([Delete(STATE_PREFIX, prefix=True)])
+        self.write([Delete(STATE_PREFIX, prefix=True)])
         digest = hashlib.sha256()
         parts = 0
         for parts, part in enumerate(_chunk_parts(dataset.chunks, self.part_bytes), start=1):
             digest.update(part)
-            self._commit([Put(f"{CHUNKS_PREFIX}{parts - 1:06d}", part)])
+            self.write([Put(f"{CHUNKS_PREFIX}{parts - 1:06d}", part)])
         header = {"version": FORMAT_VERSION, "url": dataset.url,
                   "chunks_per_task": dataset.chunks_per_task, "num_passes": dataset.num_passes,
                   "plan": dataset.plan.to_dict(), "num_chunks": len(dataset.chunks),
                   "parts": parts,
                   "sha256": digest.hexdigest()}
-        self._commit([Put(META_KEY, encode_meta(queue.meta_record())),
+        self.write([Put(META_KEY, encode_meta(queue.meta_record())),
                       Put(DATASET_KEY, _dumps(header))])
 
     @staticmethod
@@ -214,21 +215,28 @@ class QueueSnapshot:
         meta: list[Op] = [Put(META_KEY, encode_meta(queue.meta_record()))] if delta.meta else []
         return ops, meta
 
-    def write_delta(self, queue: TaskQueue, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
-        """Persist what ``delta`` says changed, the meta record and ``with_meta`` in the last
-        transaction (one transaction when it all fits); returns the bytes written."""
+    def delta_transactions(self, queue: TaskQueue, delta: Delta,
+                           with_meta: Sequence[Op] = ()) -> list[list[Op]]:
+        """The transactions that persist what ``delta`` says changed, in order: task and
+        failure records first if they do not all fit, then the meta record with ``with_meta``
+        (one transaction when it all fits). Encoded now, from ``queue`` as it is."""
         records, meta = self.ops_for(queue, delta)
         last = [*meta, *with_meta]
         if not records and not last:
-            return 0
+            return []
         if len(last) > self.max_ops:
             raise StoreError(f"{len(last)} records must be written atomically, more than one "
                              f"transaction's {self.max_ops}")
-        before = self.bytes_written
         cut = max(0, len(records) + len(last) - self.max_ops)
-        for start in range(0, cut, self.max_ops):
-            self._commit(records[start:min(start + self.max_ops, cut)])
-        self._commit([*records[cut:], *last])
+        txns = [records[start:min(start + self.max_ops, cut)]
+                for start in range(0, cut, self.max_ops)]
+        return [*txns, [*records[cut:], *last]]
+
+    def write_delta(self, queue: TaskQueue, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
+        """Persist ``delta`` now (:meth:`delta_transactions`); returns the bytes written."""
+        before = self.bytes_written
+        for ops in self.delta_transactions(queue, delta, with_meta):
+            self.write(ops)
         return self.bytes_written - before
 
     # ------------------------------------------------------------------------------ reading
