@@ -129,17 +129,17 @@ class TimedSource:
 class GradientWorker(TaskWorker):
     """Each batch: pull its sparse rows and the dense values, 'compute', push both gradients."""
 
-    def __init__(self, params: PServerClient | None, spec: SimSpec, index: int) -> None:
+    def __init__(self, params: PServerClient | None, spec: SimSpec, index: int,
+                 dense_grads: dict[str, np.ndarray]) -> None:
         self.params = params
         self.compute_s = spec.compute_ms / 1e3
         rng = np.random.default_rng(spec.seed + index)
         # A Zipf head and a long tail, as CTR slots are; a few batches cycled to spare the CPU.
         self.id_batches = [np.unique(rng.zipf(1.2, spec.batch_size * SLOTS) % VOCAB)
-                           for _ in range(4)]
+                           for _ in range(4 if params is not None else 0)]
         self.row_grads = [rng.standard_normal((ids.size, DIM)).astype(np.float32) * 1e-3
                           for ids in self.id_batches]
-        self.dense_grads = {name: rng.standard_normal(shape).astype(np.float32) * 1e-3
-                            for name, shape in dense_shapes().items()}
+        self.dense_grads = dense_grads  # read only: one copy per process
         self.steps = 0
         self.pull_rows = self.push_rows = 0
         self.pull_s: list[float] = []
@@ -172,7 +172,7 @@ def one_batch(chunk: master_pb2.Chunk, start: int) -> Iterator[range]:
 
 
 def simulate_trainer(spec: SimSpec, index: int, store: Store, results: list[dict[str, Any]],
-                     start: threading.Barrier) -> None:
+                     start: threading.Barrier, dense_grads: dict[str, np.ndarray]) -> None:
     name = spec.trainers[index]
     credentials = JobCredentials(spec.job, TOKEN, TlsIdentity.load(Path(spec.tls_dir)))
     outcome: dict[str, Any] = {"trainer": name, "error": None}
@@ -184,7 +184,7 @@ def simulate_trainer(spec: SimSpec, index: int, store: Store, results: list[dict
         if spec.pservers:
             params = PServerClient(store, credentials, spec.pservers, deadline=120, name=name)
         master = MasterClient(store, credentials, name, retry_for=120, lease_ttl=10)
-        worker = GradientWorker(params, spec, index)
+        worker = GradientWorker(params, spec, index, dense_grads)
         source = TimedSource(master)
         start.wait(timeout=300)
         outcome["started"] = time.time()
@@ -212,7 +212,7 @@ class RetryCounter(logging.Handler):
     """Counts the clients' retries (overloaded servers, failovers) as they log them."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)
         self.count = 0
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -223,19 +223,30 @@ def run_worker(spec_path: str) -> int:
     """``--worker SPEC``: simulate ``spec.trainers`` as threads, write their figures as JSON."""
     spec = SimSpec(**json.loads(Path(spec_path).read_text()))
     retries = RetryCounter()
-    logging.getLogger("elasticps.retry").addHandler(retries)
-    logging.getLogger("elasticps.retry").propagate = False
+    retry_log = logging.getLogger("elasticps.retry")
+    retry_log.addHandler(retries)
+    retry_log.setLevel(logging.DEBUG)  # a first retry is logged at DEBUG: count those too
+    retry_log.propagate = False
     store = open_store(spec.store_url, spec.job)
     results: list[dict[str, Any]] = []
-    start = threading.Barrier(len(spec.trainers))
-    threads = [threading.Thread(target=simulate_trainer, args=(spec, i, store, results, start),
-                                daemon=True) for i in range(len(spec.trainers))]
+    cpu_started: list[float] = []
+    # The CPU the trainers use from the moment all are set up (not imports and set-up).
+    start = threading.Barrier(len(spec.trainers),
+                              action=lambda: cpu_started.append(time.process_time()))
+    rng = np.random.default_rng(spec.seed)
+    dense_grads = {name: rng.standard_normal(shape).astype(np.float32) * 1e-3
+                   for name, shape in dense_shapes().items()} if spec.pservers else {}
+    threads = [threading.Thread(target=simulate_trainer,
+                                args=(spec, i, store, results, start, dense_grads), daemon=True)
+               for i in range(len(spec.trainers))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     store.close()
-    Path(spec.out).write_text(json.dumps({"trainers": results, "retries": retries.count}))
+    cpu_s = time.process_time() - cpu_started[0] if cpu_started else 0.0
+    Path(spec.out).write_text(json.dumps({"trainers": results, "retries": retries.count,
+                                          "cpu_s": cpu_s}))
     return 0
 
 
@@ -316,8 +327,10 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
     cluster = Cluster(directory, store_url, trainers, pservers, batch_size, tasks_per_trainer)
     names = [f"trainer-{i}" for i in range(trainers)]
     workers = []
+    cpu: dict[str, float] = {}
     try:
         cluster.start()
+        master_before = time.process_time()
         for k in range(min(processes, trainers)):
             spec = SimSpec(job=cluster.job, store_url=store_url,
                            tls_dir=str(cluster.identities["trainer"]), pservers=pservers,
@@ -332,6 +345,7 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
         for _, proc in workers:
             proc.wait(timeout=3600)
+        cpu["master_cpu_s"] = time.process_time() - master_before  # this process = the master
         state = cluster.master.master_state if cluster.master else None
         master_status = state.status() if state is not None else {}
     finally:
@@ -351,7 +365,9 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         doc = json.loads(path.read_text())
         outcomes += doc["trainers"]
         retries += doc["retries"]
-    return summarise(trainers, pservers, outcomes, retries, master_status)
+        cpu["trainers_cpu_s"] = cpu.get("trainers_cpu_s", 0.0) + doc["cpu_s"]
+    return {**summarise(trainers, pservers, outcomes, retries, master_status),
+            **{key: round(value, 3) for key, value in cpu.items()}}
 
 
 def summarise(trainers: int, pservers: int, outcomes: list[dict[str, Any]], retries: int,
@@ -399,7 +415,8 @@ def print_row(row: dict[str, Any]) -> None:
           f"push {row['push_rows_per_s']:11,.0f} rows/s  pull {row['pull_rows_per_s']:11,.0f} "
           f"rows/s  push p50/p99 {row['p50_ms']}/{row['p99_ms']} ms  task p50/p99 "
           f"{row['task_p50_ms']}/{row['task_p99_ms']} ms  errors {row['errors']}  "
-          f"retries {row['retries']}  ({row['wall_s']:.1f} s)", flush=True)
+          f"retries {row['retries']}  ({row['wall_s']:.1f} s; CPU s master "
+          f"{row.get('master_cpu_s')}, trainers {row.get('trainers_cpu_s')})", flush=True)
 
 
 def int_list(text: str) -> list[int]:

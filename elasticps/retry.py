@@ -9,8 +9,10 @@ Two ways to use it:
 
 - :meth:`RetryPolicy.call` (and :meth:`RetryPolicy.call_async`) runs a function until it
   succeeds, raises an error that is not retryable, or the deadline passes (then the last error
-  is raised as it was). It logs the first retry and then one line per ``log_every`` seconds,
-  naming what is retried and for how long.
+  is raised as it was). An operation that recovers within ``quiet_for`` seconds (a busy
+  server's refusal, a brief blip) is logged at DEBUG only: a thousand trainers meeting a busy
+  master must not flood the logs. Past that it logs a WARNING, then one line per ``log_every``
+  seconds, naming what is retried and for how long.
 - :meth:`RetryPolicy.backoff` hands out the delays alone, for loops that are not "call until it
   works" (a watch re-created forever, polling a master that says "later").
 
@@ -51,6 +53,7 @@ class RetryPolicy:
     max_backoff: float = 1.0
     retryable: tuple[type[BaseException], ...] = ()
     log_every: float = 10.0  # seconds between "still retrying" log lines
+    quiet_for: float = 1.0  # retries within this many seconds of the first failure: DEBUG only
     clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
     sleep: Sleep = field(default=time.sleep, repr=False, compare=False)
     rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
@@ -116,7 +119,10 @@ class RetryPolicy:
                             what, backoff.elapsed(), self.deadline, exc)
             return None
         now = self.clock()
-        if now - backoff.logged_at >= self.log_every:
+        if backoff.elapsed() < self.quiet_for:
+            if backoff.attempts == 1:
+                log.debug("%s failed (%s); retrying with backoff.", what, exc)
+        elif now - backoff.logged_at >= self.log_every:
             backoff.logged_at = now
             log.warning("%s failed (%s); retrying with backoff for up to %.0fs more "
                         "(attempt %d).", what, exc, backoff.remaining(), backoff.attempts)

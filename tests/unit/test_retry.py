@@ -168,10 +168,21 @@ def test_retries_are_logged_once_then_every_log_every_seconds(
         policy(fake, deadline=30.0, log_every=10.0).call(fn, what="Trainer t0: master GetTask")
     lines = [r.getMessage() for r in caplog.records]
     retrying = [line for line in lines if "retrying" in line]
-    assert 3 <= len(retrying) <= 4  # at t=0, ~10, ~20 (and ~30 at most), not once per attempt
+    assert 3 <= len(retrying) <= 4  # at t~1, ~11, ~21 (and ~30 at most), not once per attempt
     assert len(calls) > 2 * len(retrying)
     assert all(line.startswith("Trainer t0: master GetTask failed (try ") for line in retrying)
     assert lines[-1].startswith("Trainer t0: master GetTask: giving up after 30.0s")
+
+
+def test_an_operation_that_recovers_within_quiet_for_logs_no_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeTime()
+    fn, calls = failing(3)  # waits of at most 0.1 + 0.2 + 0.4 s: recovered within 1 s
+    with caplog.at_level(logging.DEBUG, logger="elasticps.retry"):
+        policy(fake, deadline=30.0).call(fn, what="Trainer t0: master GetTask")
+    assert len(calls) == 4
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]  # the first retry, quietly
+    assert caplog.records[0].getMessage().startswith("Trainer t0: master GetTask failed (try 1)")
 
 
 def test_within_changes_only_the_deadline() -> None:

@@ -1,0 +1,39 @@
+"""`benchmarks/scale_sim.py --quick` as a smoke test: a real etcd, the real master, a real
+pserver process and 8 or 16 simulated trainers finish every task once, without errors, and
+the JSON carries the figures scripts read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO
+
+CONTRACT = ("task_round_trips_per_s", "push_rows_per_s", "pull_rows_per_s", "p50_ms", "p99_ms",
+            "errors")
+
+
+def test_quick_scale_simulation_completes_every_task_without_errors(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scale_sim.py"), "--quick",
+                          "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = {(r["trainers"], r["pservers"]): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(8, 0), (16, 0), (8, 1), (16, 1)}
+    for (trainers, pservers), row in rows.items():
+        assert all(key in row for key in CONTRACT), sorted(row)
+        assert row["errors"] == 0, row
+        assert row["job_state"] == "succeeded", row
+        # --quick: 5 tasks per trainer for the master alone, 2 (of one batch) with pservers.
+        assert row["tasks"] == trainers * (2 if pservers else 5), row
+        assert row["task_round_trips_per_s"] > 0
+        if pservers:
+            assert row["steps"] == row["tasks"]
+            assert row["push_rows_per_s"] > 0
+            assert row["pull_rows_per_s"] > 0
+            assert 0 < row["p50_ms"] <= row["p99_ms"]
+        else:
+            assert row["steps"] == 0
+            assert row["push_rows_per_s"] == 0
