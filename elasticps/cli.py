@@ -23,14 +23,13 @@ from elasticps.version import __version__
 # Order is the order of `elasticps --help`.
 COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.launch.cli",     # run, trainer
-    "elasticps.launch.scale",   # scale
     "elasticps.master.cli",     # master
     "elasticps.pserver.cli",    # pserver, checkpoint
     "elasticps.data.cli",       # data
     "elasticps.chaos.cli",      # chaos
-    "elasticps.cluster.cli",    # submit, delete, list
+    "elasticps.cluster.cli",    # submit, delete, list, autoscale
     "elasticps.cluster.code_cli",  # code pack|unpack
-    "elasticps.jobs_cli",       # status, logs, ui (local and cluster jobs)
+    "elasticps.jobs_cli",       # status, logs, scale, ui (local and cluster jobs)
     "elasticps.store.cli",      # store
     "elasticps.config_cli",     # env
 )

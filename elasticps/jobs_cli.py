@@ -1,9 +1,10 @@
-"""``elasticps status | logs | ui``: one shape for local and cluster jobs.
+"""``elasticps status | logs | scale | ui``: one shape for local and cluster jobs.
 
 ``elasticps status JOB`` and ``elasticps logs JOB --role R --index I`` read a cluster job (its
 pods, through the Kubernetes API); with ``--workdir DIR`` (or run inside a job's work
 directory, which holds ``job.json``) they read a job started by ``elasticps run`` instead,
 and ``logs`` takes the role as its argument: ``elasticps logs --workdir DIR trainer-1 -f``.
+``elasticps scale`` changes the trainer count of either kind of job while it runs.
 ``elasticps ui DIR`` serves the status page of a local job, finished or not.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from elasticps.cluster import cli as cluster_cli
 from elasticps.errors import ConfigError
 from elasticps.launch import local_cli
+from elasticps.launch import scale as local_scale
 from elasticps.launch.scale import JOB_FILE
 
 STATUS_EPILOG = """\
@@ -30,6 +32,15 @@ examples:
   elasticps logs --workdir /tmp/ctr --role pserver --index 0 --tail 20
   elasticps logs ctr-1a2b3c --role master            a cluster job's master pod
   elasticps logs ctr-1a2b3c --role trainer -f        follow every trainer pod, lines prefixed
+"""
+
+
+SCALE_EPILOG = """\
+examples:
+  elasticps scale --workdir /tmp/ctr --trainers 4      a job started by `elasticps run`
+  elasticps scale ctr-1a2b3c --store etcd://127.0.0.1:2379 --trainers 1
+  elasticps scale ctr-1a2b3c -n team-ml --trainers 8   a cluster job (Volcano task replicas
+                                                       or the trainers' Indexed Job)
 """
 
 
@@ -69,6 +80,25 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
     cluster_cli.cluster_options(p)
     p.set_defaults(func=run_logs)
+
+    p = subparsers.add_parser(
+        "scale", help="add or remove trainers of a running job (no restart of anyone)",
+        description="Ask a running job for N trainers. A local job (--workdir, or JOB --store "
+                    "URL): the launcher starts trainers or sends the newest SIGTERM within a "
+                    "second. A cluster job (JOB): its trainer count is patched through the API "
+                    "server, within the spec's min_trainers/max_trainers. A trainer that is "
+                    "removed leaves gracefully: its task goes back to the queue, not counted "
+                    "as a failure.",
+        epilog=SCALE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", nargs="?", default=None, metavar="JOB",
+                   help="the job's name: a cluster job, or a local one with --store")
+    p.add_argument("--workdir", default=None, metavar="DIR",
+                   help="a local job's work directory (holds job.json)")
+    p.add_argument("--store", default=None, metavar="URL", help="a local job's store URL")
+    p.add_argument("--trainers", type=int, required=True, metavar="N",
+                   help="the number of trainers the job should have")
+    cluster_cli.cluster_options(p)
+    p.set_defaults(func=run_scale)
 
     p = subparsers.add_parser(
         "ui", help="serve the status page of a local job, running or finished",
@@ -114,3 +144,9 @@ def run_logs(args: argparse.Namespace) -> int:
         return local_cli.run_logs(args)
     args.job = args.target
     return cluster_cli.run_logs(args)
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    if args.store is not None or _local(args, args.job):
+        return local_scale.scale_command(args)
+    return cluster_cli.run_scale(args)

@@ -84,6 +84,28 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     p.set_defaults(func=run_list)
 
+    p = subparsers.add_parser(
+        "autoscale", help="grow and shrink a cluster job's trainers while it runs",
+        description="Watch a cluster job through the API server and change its trainer count "
+                    "within the spec's min_trainers/max_trainers: one more trainer while there "
+                    "is work for it and the last one found room (no trainer pod Pending), kept "
+                    "only if the job's samples/s rose by --min-gain; fewer when fewer tasks are "
+                    "left than trainers. Runs until the job finishes; stop and restart it any "
+                    "time (it keeps no state the job needs). Needs read access to the job, its "
+                    "pods and its Secret, and patch on the job.",
+        epilog="example:\n  elasticps autoscale ctr-1a2b3c -n team-ml --interval 15\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", metavar="JOB", help="the job_name")
+    p.add_argument("--interval", type=float, default=15.0, metavar="S",
+                   help="seconds between looks (default 15)")
+    p.add_argument("--cooldown", type=float, default=60.0, metavar="S",
+                   help="seconds after a change before the next is judged (default 60)")
+    p.add_argument("--min-gain", type=float, default=0.15, metavar="F",
+                   help="a step up is kept only if samples/s rose by this fraction (default "
+                        "0.15)")
+    cluster_options(p)
+    p.set_defaults(func=run_autoscale)
+
 
 def _client(args: argparse.Namespace) -> KubeClient:
     from elasticps.cluster.kube_client import KubeClient
@@ -156,6 +178,33 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"no elasticps jobs in namespace {namespace}")
     else:
         print(format_table(jobs))
+    return 0
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    from elasticps.cluster.trainer_scale import scale_trainers
+
+    namespace = args.namespace or user_namespace()
+    before = scale_trainers(_client(args), args.job, namespace, args.trainers)
+    print(f"elasticps scale: job {args.job} in namespace {namespace} asked for {args.trainers} "
+          f"trainer(s) (was {before.trainers}; bounds [{before.min_trainers}, "
+          f"{before.max_trainers}])")
+    return 0
+
+
+def run_autoscale(args: argparse.Namespace) -> int:
+    from elasticps.cluster.autoscaler import ClusterAutoscaler, ClusterSettings
+
+    if args.interval <= 0 or args.cooldown < 0 or args.min_gain < 0:
+        raise ConfigError(f"--interval={args.interval} must be > 0, --cooldown="
+                          f"{args.cooldown} and --min-gain={args.min_gain} >= 0")
+    namespace = args.namespace or user_namespace()
+    scaler = ClusterAutoscaler(_client(args), args.job, namespace,
+                               ClusterSettings(cooldown_s=args.cooldown, min_gain=args.min_gain))
+    print(f"elasticps autoscale: watching job {args.job} in namespace {namespace} every "
+          f"{args.interval:g}s")
+    phase = scaler.run(args.interval)
+    print(f"elasticps autoscale: job {args.job} is {phase}")
     return 0
 
 

@@ -100,7 +100,7 @@ def _status_message(exc: ApiException) -> str:
 
 
 class KubeClient:
-    """Create, read, list and delete the job's objects; read pod logs; proxy to a Service."""
+    """Create, read, patch, list and delete the job's objects; read pod logs; proxy to a Service."""
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self.api_client = api_client
@@ -207,6 +207,26 @@ class KubeClient:
             if exc.status == 404:
                 return None
             raise
+
+    def patch(self, kind: Kind, namespace: str, name: str,
+              ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """Apply a JSON Patch (RFC 6902) to the object; its ``test`` ops make the change
+        conditional on what was read (a failed test is a 422 KubeAPIError, nothing changed)."""
+        action = f"patch {kind.label} {name!r} in namespace {namespace!r}"
+        # The generated client would pick merge-patch for a custom object (and its own choice
+        # over a header); a JSON Patch must say so.
+        options: dict[str, Any] = {"_preload_content": False,
+                                   "_content_type": "application/json-patch+json",
+                                   "_request_timeout": REQUEST_TIMEOUT}
+
+        def run() -> Any:
+            if kind.api is None:
+                return k8s.CustomObjectsApi(self.api_client).patch_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, ops, **options)
+            method = getattr(self._typed(kind), f"patch_namespaced_{kind.snake}")
+            return method(name, namespace, ops, **options)
+
+        return _json(self._call(action, run))
 
     def list(self, kind: Kind, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """Objects matching ``label_selector``; empty when the API (e.g. a CRD) is not served."""

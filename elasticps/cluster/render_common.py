@@ -137,6 +137,17 @@ def metadata(job: Job, name: str, role: str | None = None) -> dict[str, Any]:
     return {"name": name, "namespace": namespace(job), "labels": labels(job, role)}
 
 
+# The spec's trainer bounds, on the object that holds the trainer count: `elasticps scale` and
+# the cluster autoscaler read them there (cluster/trainer_scale.py), without the spec file.
+MIN_TRAINERS_ANNOTATION = "elasticps.io/min-trainers"
+MAX_TRAINERS_ANNOTATION = "elasticps.io/max-trainers"
+
+
+def trainer_bounds(job: Job) -> dict[str, str]:
+    return {MIN_TRAINERS_ANNOTATION: str(job.plan.min_trainers),
+            MAX_TRAINERS_ANNOTATION: str(job.plan.max_trainers)}
+
+
 def etcd_hosts(job: Job) -> tuple[str, ...]:
     """DNS names of the job's own etcd members (none when it uses an existing etcd)."""
     if not job.etcd_spec.deploy:

@@ -31,6 +31,7 @@ from elasticps.cluster.render_common import (
     namespace,
     pod_template,
     selector,
+    trainer_bounds,
 )
 from elasticps.cluster.render_etcd import etcd_objects
 from elasticps.cluster.render_network import network_policies
@@ -80,7 +81,8 @@ def render(job: Job, *, secrets: JobSecrets,
     }
     trainers = {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": metadata(job, names.trainer, "trainer"),
+        "metadata": {**metadata(job, names.trainer, "trainer"),
+                     "annotations": trainer_bounds(job)},
         "spec": {"completionMode": "Indexed", "completions": plan.trainers,
                  "parallelism": plan.trainers,
                  "backoffLimitPerIndex": TRAINER_BACKOFF_PER_INDEX,

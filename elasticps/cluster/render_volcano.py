@@ -29,6 +29,7 @@ from elasticps.cluster.render_common import (
     common_objects,
     metadata,
     pod_template,
+    trainer_bounds,
 )
 from elasticps.cluster.render_etcd import etcd_objects
 from elasticps.cluster.render_network import network_policies
@@ -61,7 +62,7 @@ def volcano_job(job: Job, code: CodeArchive | None = None) -> dict[str, Any]:
     plan = job.plan
     return {
         "apiVersion": API_VERSION, "kind": "Job",
-        "metadata": metadata(job, Names.of(job).job),
+        "metadata": {**metadata(job, Names.of(job).job), "annotations": trainer_bounds(job)},
         "spec": {
             "schedulerName": "volcano",
             "queue": job.queue,

@@ -1,7 +1,7 @@
-"""``elasticps run --autoscale``: the launcher's side of :mod:`.autoscale_policy`.
+"""``elasticps run --autoscale``: the launcher's side of :mod:`elasticps.autoscale_policy`.
 
 Once a second (from the launcher's loop, like :class:`~elasticps.launch.launcher.TrainerScaler`)
-it gathers an :class:`~.autoscale_policy.Observation` — the master's status (backlog, live
+it gathers an :class:`~elasticps.autoscale_policy.Observation` — the master's status (backlog, live
 trainers) and the job's samples/s as the status monitor last saw them, the machine's idle cores
 from ``/proc/stat`` — and writes a decision to ``launcher/desired_trainers``, the key
 ``elasticps scale`` writes: the scaler then starts or retires trainers as for a person. Every
@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from elasticps.errors import ElasticPSError
-from elasticps.launch.autoscale_policy import (
+from elasticps.autoscale_policy import (
     AutoscaleConfig,
     AutoscaleState,
     Decision,
     Observation,
+    backlog,
     decide,
 )
+from elasticps.errors import ElasticPSError
 from elasticps.launch.cpu_idle import IdleCores
 from elasticps.launch.scale import write_desired_trainers
 from elasticps.store.api import Store
@@ -32,22 +33,6 @@ from elasticps.store.api import Store
 log = logging.getLogger(__name__)
 
 LatestFn = Callable[[], tuple[dict[str, Any] | None, float | None]]
-
-
-def backlog(status: Mapping[str, Any]) -> int | None:
-    """Tasks not done yet, this pass and the passes to come; None while the master has no
-    dataset or the job is over."""
-    tasks, passes, pass_id = (_count(status.get(k)) for k in ("num_tasks", "num_passes", "pass"))
-    counts = status.get("counts")
-    if status.get("state") != "running" or not isinstance(counts, dict) or (
-            tasks is None or passes is None or pass_id is None):
-        return None
-    this_pass = (_count(counts.get("todo", 0)) or 0) + (_count(counts.get("pending", 0)) or 0)
-    return this_pass + max(0, passes - pass_id - 1) * tasks
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)

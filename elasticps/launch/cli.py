@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import load_config
 from elasticps.errors import ConfigError
-from elasticps.launch.autoscale_policy import AutoscaleConfig
 from elasticps.launch.launcher import LaunchOptions, run_job
 
 RUN_EPILOG = """\

@@ -26,9 +26,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
-from elasticps.launch.autoscale_policy import AutoscaleConfig
 from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
 from elasticps.launch.monitor import ReportStream, StatusMonitor

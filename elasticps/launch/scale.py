@@ -1,10 +1,11 @@
-"""``elasticps scale``: change the number of trainers of a running local job.
+"""``elasticps scale`` of a local job: change the number of trainers of a running job.
 
 The launcher (``elasticps run``) follows the store key ``launcher/desired_trainers``: when it
 grows it starts trainers; when it shrinks it sends SIGTERM to the newest trainers, which leave
 gracefully (their pending tasks go back to todo at once, without counting as a failure). This
 command writes that key; it finds the job through ``WORKDIR/job.json`` (written by the launcher)
-or through ``JOB --store URL``.
+or through ``JOB --store URL``. (The command, for local and cluster jobs, is in
+:mod:`elasticps.jobs_cli`; :mod:`elasticps.cluster.trainer_scale` changes a cluster job's.)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from elasticps.errors import ConfigError
 
@@ -63,22 +64,6 @@ def write_desired_trainers(store: Store, trainers: int, source: str, why: str = 
     # the status page's timeline; the joins and leaves that follow are the master's
     record_event(store, JobEvent("scale", "trainers", f"asked for {trainers} trainer(s){before}"
                                  + (f": {why}" if why else ""), source))
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "scale", help="add or remove trainers of a running job (no restart of anyone)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  elasticps scale --workdir /tmp/ctr --trainers 4\n"
-               "  elasticps scale ctr-1a2b3c --store etcd://127.0.0.1:2379 --trainers 1\n")
-    parser.add_argument("job", nargs="?", default=None, metavar="JOB",
-                        help="job name (with --store), instead of --workdir")
-    parser.add_argument("--workdir", default=None, metavar="DIR",
-                        help="the job's launcher workdir (holds job.json)")
-    parser.add_argument("--store", default=None, metavar="URL", help="the job's store URL")
-    parser.add_argument("--trainers", type=int, required=True, metavar="N",
-                        help="the number of trainers the job should have")
-    parser.set_defaults(func=scale_command)
 
 
 def scale_command(args: argparse.Namespace) -> int:

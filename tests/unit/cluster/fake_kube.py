@@ -1,7 +1,7 @@
 """A small in-process HTTP server speaking the Kubernetes API's JSON for the calls elasticps
-makes: create / read / list (labelSelector) / delete objects of any collection, pod logs, and
-the service proxy. It records every request and can be told to fail chosen ones, so the client
-paths are exercised over real HTTP without a cluster."""
+makes: create / read / list (labelSelector) / patch (JSON Patch) / delete objects of any
+collection, pod logs, and the service proxy. It records every request and can be told to fail
+chosen ones, so the client paths are exercised over real HTTP without a cluster."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+import jsonpatch
+import jsonpointer
 
 _ITEM = re.compile(
     r"^(?P<collection>/(?:api/v1|apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+))"
@@ -103,6 +106,9 @@ class FakeKube:
                 self._handle()
 
             def do_DELETE(self) -> None:
+                self._handle()
+
+            def do_PATCH(self) -> None:
                 self._handle()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -238,6 +244,17 @@ class FakeKube:
                                          f"{match['plural']} \"{name}\" not found"), \
                     "application/json"
             if method == "GET" and name is not None:
+                return 200, items[name], "application/json"
+            if method == "PATCH" and name is not None:
+                if headers.get("content-type") != "application/json-patch+json":
+                    return 415, self._status(415, "UnsupportedMediaType",
+                                             str(headers.get("content-type"))), \
+                        "application/json"
+                try:
+                    items[name] = jsonpatch.apply_patch(items[name], body)
+                except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+                    return 422, self._status(422, "Invalid", f"the patch failed: {exc}"), \
+                        "application/json"
                 return 200, items[name], "application/json"
             if method == "DELETE" and name is not None:
                 del items[name]

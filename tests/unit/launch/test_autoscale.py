@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.errors import ConfigError
-from elasticps.launch.autoscale_policy import (
+from elasticps.autoscale_policy import (
     AutoscaleConfig,
     AutoscaleState,
     Observation,
+    backlog,
     decide,
 )
-from elasticps.launch.autoscaler import Autoscaler, backlog
+from elasticps.errors import ConfigError
+from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.cpu_idle import IdleCores, parse_cpu_line
 from elasticps.store import Store, open_store
 from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers, read_events

@@ -1,9 +1,12 @@
-"""When to add or remove a trainer: a pure policy over what the job and the machine report.
+"""When to add or remove a trainer: a pure policy over what the job and its machines report.
 
 :func:`decide` takes the policy's memory (:class:`AutoscaleState`) and one
 :class:`Observation` and returns the next memory and, maybe, a :class:`Decision`. Nothing here
-reads a clock, a store or ``/proc``: the launcher's :mod:`~elasticps.launch.autoscaler` gathers
-the observation and carries the decision out, so every rule is tested over scripted load.
+reads a clock, a store, ``/proc`` or an API server: the launcher's
+:mod:`~elasticps.launch.autoscaler` (one machine) and :mod:`~elasticps.cluster.autoscaler` (a
+cluster, through the API server) gather the observation and carry the decision out, so every
+rule is tested over scripted load. The same rules run in both places; on a cluster "idle
+cores" is whether the last trainer added found room (no trainer pod left Pending).
 
 The rules, first match wins:
 
@@ -25,7 +28,9 @@ The rules, first match wins:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from elasticps.errors import ConfigError
 
@@ -114,3 +119,19 @@ def decide(cfg: AutoscaleConfig, state: AutoscaleState,
     return replace(changed, rate_before_up=obs.samples_per_s), Decision(
         obs.desired + 1, f"{obs.backlog} tasks left, {obs.idle_cores:.1f} idle cores, "
         f"{obs.samples_per_s / max(obs.live, 1):,.0f} samples/s per trainer")
+
+
+def backlog(status: Mapping[str, Any]) -> int | None:
+    """Tasks not done yet, this pass and the passes to come, from the master's status
+    document; None while the master has no dataset or the job is over."""
+    tasks, passes, pass_id = (_count(status.get(k)) for k in ("num_tasks", "num_passes", "pass"))
+    counts = status.get("counts")
+    if status.get("state") != "running" or not isinstance(counts, dict) or (
+            tasks is None or passes is None or pass_id is None):
+        return None
+    this_pass = (_count(counts.get("todo", 0)) or 0) + (_count(counts.get("pending", 0)) or 0)
+    return this_pass + max(0, passes - pass_id - 1) * tasks
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
