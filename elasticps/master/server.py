@@ -34,6 +34,9 @@ from elasticps.telemetry.role import RoleTelemetry
 
 # The master's requests are small (names, ids, a dataset URL, a bounded failure reason).
 MASTER_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
+# A master call mostly waits for its group commit (service.py): more workers waiting means
+# more calls share each store transaction. Bounded memory: workers x MASTER_MAX_RECEIVE_BYTES.
+MASTER_RPC_WORKERS = 64
 
 __all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 
@@ -41,7 +44,8 @@ __all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 @contextlib.contextmanager
 def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram) -> Iterator[int]:
     """The ``Master`` gRPC service (and grpc.health) on ``options.port``; yields the port."""
-    server = make_server(options.credentials, max_receive_bytes=MASTER_MAX_RECEIVE_BYTES,
+    server = make_server(options.credentials, max_workers=MASTER_RPC_WORKERS,
+                         max_receive_bytes=MASTER_MAX_RECEIVE_BYTES,
                          max_concurrent_rpcs=options.max_concurrent_rpcs)
     master_pb2_grpc.add_MasterServicer_to_server(TimedMasterServicer(state, dispatch), server)
     health = add_health(server)
