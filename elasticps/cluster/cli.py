@@ -112,16 +112,29 @@ def run_submit(args: argparse.Namespace) -> int:
     client = None if args.dry_run else _client(args)
     handle = submit(job, args.backend, dry_run=args.dry_run, client=client,
                     spec_path=args.spec)
+    code = _code_line(handle)
     if args.dry_run:
         sys.stdout.write(handle.yaml())
         print(f"elasticps submit --dry-run: the Secret of job {job.job_name} is not printed; "
               f"create it with `elasticps submit {args.spec} --secret-only`.", file=sys.stderr)
+        if code:
+            print(f"{code} (dry run: nothing uploaded)", file=sys.stderr)
         return 0
     print(f"submitted job {job.job_name} to namespace {job.plan.namespace} ({args.backend}, "
           f"{len(handle.manifests)} objects)")
+    if code:
+        print(code)
     print(f"status: elasticps status {job.job_name} -n {job.plan.namespace}")
     print(f"status page (with `kubectl proxy`): {handle.status_url()}")
     return 0
+
+
+def _code_line(handle: Any) -> str | None:
+    location = handle.code_location()
+    if location is None:
+        return None
+    return (f"code: {len(handle.code.files)} file(s), {len(handle.code.data):,} bytes packed, "
+            f"sha256 {handle.code.sha256}, from {location}")
 
 
 def run_status(args: argparse.Namespace) -> int:
