@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from elasticps.config import user_namespace
@@ -83,6 +84,10 @@ def register(subparsers: Any) -> None:
     cluster_options(p)
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     p.set_defaults(func=run_list)
+
+    # `elasticps data upload DIR pvc://CLAIM` (parsed by elasticps.data.cli, a layer below)
+    # is carried out here, through a transfer Job.
+    subparsers.choices["data"].set_defaults(upload_to_claim=run_claim_upload)
 
 
 def _client(args: argparse.Namespace) -> KubeClient:
@@ -169,6 +174,21 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"no elasticps jobs in namespace {namespace}")
     else:
         print(format_table(jobs))
+    return 0
+
+
+def run_claim_upload(args: argparse.Namespace, report: Callable[[str, bool], None]) -> int:
+    from elasticps.cluster.claim_upload import upload_to_claim
+    from elasticps.cluster.spec import DEFAULT_IMAGE
+
+    result = upload_to_claim(_client(args), args.local_dir, args.url,
+                             namespace=args.namespace or user_namespace(), name=args.name,
+                             overwrite=args.overwrite, image=args.image or DEFAULT_IMAGE,
+                             ready_timeout=args.ready_timeout, on_file=report)
+    print(f"uploaded {args.local_dir} to {result.url}: {len(result.copied)} file(s) copied "
+          f"({result.bytes_copied:,} bytes), {len(result.skipped)} already there, all "
+          "verified by sha256 in the transfer pod; its Job was deleted")
+    print(f"job spec: data: {result.url}")
     return 0
 
 
