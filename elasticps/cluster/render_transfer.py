@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from elasticps.cluster.render_common import LABEL_MANAGED_BY
 from elasticps.data.receive import DEFAULT_IDLE_TIMEOUT, RECEIVER_PORT
 
 CLAIM_MOUNT = "/mnt/claim"
@@ -51,7 +52,7 @@ def transfer_name(dataset: str, suffix: str) -> str:
 
 def _metadata(transfer: Transfer) -> dict[str, Any]:
     return {"name": transfer.name, "namespace": transfer.namespace,
-            "labels": {"app.kubernetes.io/name": "elasticps",
+            "labels": {LABEL_MANAGED_BY: "elasticps",
                        "app.kubernetes.io/component": "transfer",
                        LABEL_TRANSFER: transfer.name}}
 
