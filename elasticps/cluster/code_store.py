@@ -102,6 +102,8 @@ def fetch_code(url: str, expected_sha256: str, destination: str | Path,
                         raise ConfigError(f"code archive {url} is more than {limits.name}")
                     digest.update(block)
                     out.write(block)
+        except ConfigError:
+            raise  # past the limit: already says so
         except (OSError, ValueError, ImportError) as exc:
             raise ConfigError(f"cannot fetch the code archive {url}: {exc}") from exc
         check_hash(url, digest.hexdigest(), expected_sha256)

@@ -129,7 +129,8 @@ def test_the_limit_is_code_limit_and_named(tmp_path: Path) -> None:
     archive = pack_code(code, code_limits(url_job(code, "s3://b")))
     publish_code(archive, str(tmp_path / "store"))
     small = CodeLimits(2**20, 2**20, "the limit of 1,048,576 bytes (--limit)", "raise it")
-    with pytest.raises(ConfigError, match=r"is more than the limit of 1,048,576 bytes"):
+    with pytest.raises(ConfigError, match=r"^code archive \S+ is more than the limit of "
+                                          r"1,048,576 bytes"):
         fetch_code(archive_url(str(tmp_path / "store"), archive.sha256), archive.sha256,
                    tmp_path / "out", small)
     assert list((tmp_path / "out").iterdir()) == []
