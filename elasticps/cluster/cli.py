@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from elasticps.config import user_namespace
@@ -106,6 +107,10 @@ def register(subparsers: Any) -> None:
     cluster_options(p)
     p.set_defaults(func=run_autoscale)
 
+    # `elasticps data upload DIR pvc://CLAIM` (parsed by elasticps.data.cli, a layer below)
+    # is carried out here, through a transfer Job.
+    subparsers.choices["data"].set_defaults(upload_to_claim=run_claim_upload)
+
 
 def _client(args: argparse.Namespace) -> KubeClient:
     from elasticps.cluster.kube_client import KubeClient
@@ -134,16 +139,29 @@ def run_submit(args: argparse.Namespace) -> int:
     client = None if args.dry_run else _client(args)
     handle = submit(job, args.backend, dry_run=args.dry_run, client=client,
                     spec_path=args.spec)
+    code = _code_line(handle)
     if args.dry_run:
         sys.stdout.write(handle.yaml())
         print(f"elasticps submit --dry-run: the Secret of job {job.job_name} is not printed; "
               f"create it with `elasticps submit {args.spec} --secret-only`.", file=sys.stderr)
+        if code:
+            print(f"{code} (dry run: nothing uploaded)", file=sys.stderr)
         return 0
     print(f"submitted job {job.job_name} to namespace {job.plan.namespace} ({args.backend}, "
           f"{len(handle.manifests)} objects)")
+    if code:
+        print(code)
     print(f"status: elasticps status {job.job_name} -n {job.plan.namespace}")
     print(f"status page (with `kubectl proxy`): {handle.status_url()}")
     return 0
+
+
+def _code_line(handle: Any) -> str | None:
+    location = handle.code_location()
+    if location is None:
+        return None
+    return (f"code: {len(handle.code.files)} file(s), {len(handle.code.data):,} bytes packed, "
+            f"sha256 {handle.code.sha256}, from {location}")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -205,6 +223,21 @@ def run_autoscale(args: argparse.Namespace) -> int:
           f"{args.interval:g}s")
     phase = scaler.run(args.interval)
     print(f"elasticps autoscale: job {args.job} is {phase}")
+    return 0
+
+
+def run_claim_upload(args: argparse.Namespace, report: Callable[[str, bool], None]) -> int:
+    from elasticps.cluster.claim_upload import upload_to_claim
+    from elasticps.cluster.spec import DEFAULT_IMAGE
+
+    result = upload_to_claim(_client(args), args.local_dir, args.url,
+                             namespace=args.namespace or user_namespace(), name=args.name,
+                             overwrite=args.overwrite, image=args.image or DEFAULT_IMAGE,
+                             ready_timeout=args.ready_timeout, on_file=report)
+    print(f"uploaded {args.local_dir} to {result.url}: {len(result.copied)} file(s) copied "
+          f"({result.bytes_copied:,} bytes), {len(result.skipped)} already there, all "
+          "verified by sha256 in the transfer pod; its Job was deleted")
+    print(f"job spec: data: {result.url}")
     return 0
 
 

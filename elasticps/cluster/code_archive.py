@@ -8,8 +8,10 @@ Deterministic: the same files give the same bytes (sorted paths, fixed mtimes, o
 modes, a gzip header without time or name), so the hash names the content and an unchanged
 directory resubmitted makes the same ConfigMap. Caches, virtual environments and version
 control (:data:`EXCLUDED_DIRS`, :data:`EXCLUDED_SUFFIXES`) stay out. A ConfigMap holds at most
-1 MiB, so the archive is limited to :data:`MAX_ARCHIVE_BYTES`; past it the error says what to
-do instead (bake the code into an image, or move data files out of the directory).
+1 MiB, so the archive is limited to :data:`MAX_ARCHIVE_BYTES` (:data:`CONFIG_MAP_LIMITS`);
+past it the error says what to do instead (``code_url``: the archive through storage, under
+the spec's ``code_limit``; see :mod:`elasticps.cluster.code_store`; or bake the code into an
+image, or move data files out of the directory).
 """
 
 from __future__ import annotations
@@ -31,13 +33,38 @@ ARCHIVE_KEY = "code.tar.gz"
 # A ConfigMap may hold 1 MiB; leave room for its metadata.
 MAX_ARCHIVE_BYTES = 1000 * 1024
 MAX_UNPACKED_BYTES = 64 * 2**20  # what the init container will write, whatever the archive says
+# With code_url (the archive on storage): the spec's code_limit, on the archive and its contents.
+DEFAULT_CODE_LIMIT = 256 * 2**20
 MAX_FILES = 10_000
+READ_BLOCK = 2**20
 EXCLUDED_DIRS = frozenset({
     ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
     ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "node_modules", ".idea", ".vscode",
     ".eggs",
 })
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".DS_Store", ".swp")
+
+
+@dataclass(frozen=True)
+class CodeLimits:
+    """How big a code archive may be on its route: packed, unpacked, and what to do past it."""
+
+    archive_bytes: int
+    unpacked_bytes: int
+    # names the limit in errors: "the 1,024,000 a ConfigMap can carry" / "code_limit=256Mi"
+    name: str
+    advice: str
+
+    def __post_init__(self) -> None:
+        if self.archive_bytes < 1 or self.unpacked_bytes < 1:
+            raise ConfigError(f"code limits must be positive, got {self.archive_bytes} and "
+                              f"{self.unpacked_bytes} bytes")
+
+
+CONFIG_MAP_LIMITS = CodeLimits(
+    MAX_ARCHIVE_BYTES, MAX_UNPACKED_BYTES, f"the {MAX_ARCHIVE_BYTES:,} a ConfigMap can carry",
+    "move data out of it, set 'code_url' to ship it through storage, or bake the code into "
+    "an image and drop 'code'")
 
 
 @dataclass(frozen=True)
@@ -96,8 +123,8 @@ def code_files(root: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def pack_code(directory: str | Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> CodeArchive:
-    """Pack ``directory`` deterministically; :class:`ConfigError` past the limits."""
+def pack_code(directory: str | Path, limits: CodeLimits = CONFIG_MAP_LIMITS) -> CodeArchive:
+    """Pack ``directory`` deterministically; :class:`ConfigError` past ``limits``."""
     root = Path(directory)
     files = code_files(root)
     if not files:
@@ -110,9 +137,9 @@ def pack_code(directory: str | Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> C
         for arcname, path in files:
             content = path.read_bytes()
             total += len(content)
-            if total > MAX_UNPACKED_BYTES:
-                raise _fail(f"{str(root)!r} holds more than {MAX_UNPACKED_BYTES // 2**20} MiB "
-                            "of files; keep datasets out of the code directory (see "
+            if total > limits.unpacked_bytes:
+                raise _fail(f"{str(root)!r} holds more than {limits.unpacked_bytes:,} bytes of "
+                            f"files; {limits.advice} (datasets belong in storage: see "
                             "`elasticps data upload`)")
             info = tarfile.TarInfo(arcname)
             info.size = len(content)
@@ -126,35 +153,53 @@ def pack_code(directory: str | Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> C
     with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
         gz.write(raw.getvalue())
     data = packed.getvalue()
-    if len(data) > max_bytes:
+    if len(data) > limits.archive_bytes:
         largest = sorted(files, key=lambda item: item[1].stat().st_size, reverse=True)[:3]
         raise _fail(
-            f"{str(root)!r} packs to {len(data):,} bytes, more than the {max_bytes:,} a "
-            f"ConfigMap can carry (largest files: {', '.join(name for name, _ in largest)}); "
-            "move data out of it, or bake the code into an image and drop 'code'")
+            f"{str(root)!r} packs to {len(data):,} bytes, more than {limits.name} (largest "
+            f"files: {', '.join(name for name, _ in largest)}); {limits.advice}")
     return CodeArchive(data, hashlib.sha256(data).hexdigest(), tuple(n for n, _ in files),
                        total)
 
 
-def unpack_code(archive: str | Path, destination: str | Path, expected_sha256: str) -> int:
+def sha256_of_file(path: str | Path, max_bytes: int) -> str:
+    """The file's sha256, read in blocks; :class:`ConfigError` past ``max_bytes``."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as stream:
+        while block := stream.read(READ_BLOCK):
+            size += len(block)
+            if size > max_bytes:
+                raise ConfigError(f"code archive {path} is more than {max_bytes:,} bytes")
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_hash(where: str, actual: str, expected: str) -> None:
+    if actual != expected:
+        raise ConfigError(f"code archive {where} has sha256 {actual}, not the expected "
+                          f"{expected}; it was changed after submission")
+
+
+def unpack_code(archive: str | Path, destination: str | Path, expected_sha256: str,
+                limits: CodeLimits = CONFIG_MAP_LIMITS) -> int:
     """Check ``archive`` against its hash and unpack it into ``destination`` (the init
     container's job). Returns the number of files written. Refuses a wrong hash, more than
     the limits, and any member that is not a plain file inside ``destination``."""
-    data = Path(archive).read_bytes()
-    if len(data) > MAX_ARCHIVE_BYTES:
-        raise ConfigError(f"code archive {archive} is {len(data):,} bytes, more than "
-                          f"{MAX_ARCHIVE_BYTES:,}")
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected_sha256:
-        raise ConfigError(f"code archive {archive} has sha256 {actual}, not the expected "
-                          f"{expected_sha256}; it was changed after submission")
+    check_hash(str(archive), sha256_of_file(archive, limits.archive_bytes), expected_sha256)
+    return extract_verified(archive, destination, limits)
+
+
+def extract_verified(archive: str | Path, destination: str | Path, limits: CodeLimits) -> int:
+    """Unpack an archive whose hash was checked; the members are checked before any is
+    written. Streams from the file, so a big archive needs no memory to match."""
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        with tarfile.open(archive, mode="r:gz") as tar:
             members = tar.getmembers()
             if len(members) > MAX_FILES or \
-                    sum(m.size for m in members) > MAX_UNPACKED_BYTES:
+                    sum(m.size for m in members) > limits.unpacked_bytes:
                 raise ConfigError(f"code archive {archive} unpacks to more than the limits "
-                                  f"({MAX_FILES} files, {MAX_UNPACKED_BYTES // 2**20} MiB)")
+                                  f"({MAX_FILES} files, {limits.unpacked_bytes:,} bytes)")
             bad = [m.name for m in members if not m.isfile()]
             if bad:
                 raise ConfigError(f"code archive {archive} holds entries that are not plain "
@@ -167,5 +212,7 @@ def unpack_code(archive: str | Path, destination: str | Path, expected_sha256: s
     return len(members)
 
 
-__all__ = ["ARCHIVE_DIR", "ARCHIVE_KEY", "CODE_DIR", "MAX_ARCHIVE_BYTES", "CodeArchive",
-           "code_files", "pack_code", "unpack_code"]
+__all__ = ["ARCHIVE_DIR", "ARCHIVE_KEY", "CODE_DIR", "CONFIG_MAP_LIMITS", "DEFAULT_CODE_LIMIT",
+           "MAX_ARCHIVE_BYTES",
+           "CodeArchive", "CodeLimits", "check_hash", "code_files", "extract_verified",
+           "pack_code", "sha256_of_file", "unpack_code"]

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client as k8s
@@ -317,6 +318,55 @@ class KubeClient:
                                   target, namespace, path=path, _headers=headers or None,
                                   _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
         return bytes(response.data)
+
+
+    def pod_proxy(self, namespace: str, pod: str, port: int, method: str, path: str, *,
+                  headers: dict[str, str] | None = None, body: Any = None,
+                  timeout: float | None = REQUEST_TIMEOUT) -> tuple[int, bytes]:
+        """One HTTP request to a pod's port through the API server's pod proxy
+        (``/api/v1/namespaces/NS/pods/POD:PORT/proxy/PATH``); ``path`` is already
+        percent-encoded and may carry a query. ``body`` may be a file object: it is streamed
+        (give its Content-Length in ``headers``). Returns the pod's status and body; an
+        error of the API server itself (no such pod, forbidden) is a :class:`KubeAPIError`.
+
+        Not through the generated client: it reads a request body into memory, and a
+        dataset file can be gigabytes."""
+        action = f"{method} {path.split('?')[0]} on pod {pod}:{port} in namespace {namespace!r}"
+        url = (f"{self.host}/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}:{port}"
+               f"/proxy/{path.lstrip('/')}")
+        sent = dict(headers or {})
+        for setting in self.api_client.configuration.auth_settings().values():
+            if setting["in"] == "header" and setting["value"]:
+                sent[setting["key"]] = setting["value"]
+        try:
+            response = self.api_client.rest_client.pool_manager.request(
+                method, url, body=body, headers=sent, preload_content=True, retries=False,
+                timeout=urllib3.Timeout(connect=REQUEST_TIMEOUT, read=timeout))
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterError(f"cannot reach the Kubernetes API server at {self.host} to "
+                               f"{action}: {_root_cause(exc)}") from exc
+        data = bytes(response.data)
+        if _from_api_server(response.status, response.headers, data):
+            raise self._translate(action, _api_exception(response.status, response.reason, data))
+        return response.status, data
+
+
+def _api_exception(status: int, reason: str | None, data: bytes) -> ApiException:
+    exc = ApiException(status=status, reason=reason)
+    exc.body = data.decode("utf-8", errors="replace")
+    return exc
+
+
+def _from_api_server(status: int, headers: Any, data: bytes) -> bool:
+    """Whether an error answer comes from the API server (a Status object) rather than the
+    pod: the proxy passes the pod's own answers through unchanged."""
+    if status < 400 or "json" not in str(headers.get("Content-Type", "")):
+        return False
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("kind") == "Status"
 
 
 def _json(response: Any) -> dict[str, Any]:

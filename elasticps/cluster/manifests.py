@@ -8,6 +8,7 @@ import yaml
 
 from elasticps.cluster import render_kubernetes, render_volcano
 from elasticps.cluster.code_archive import CodeArchive, pack_code
+from elasticps.cluster.code_store import code_limits
 from elasticps.cluster.job_secrets import JobSecrets, new_token
 from elasticps.cluster.render_common import Names, etcd_hosts
 from elasticps.cluster.spec import Job
@@ -32,7 +33,7 @@ def render(job: Job, backend: str = "volcano", *, secrets: JobSecrets | None = N
     if secrets is None:
         secrets = JobSecrets.placeholder(job, etcd_hosts(job))
     if code is None and job.code is not None:
-        code = pack_code(job.code)
+        code = pack_code(job.code, code_limits(job))
     if backend == "volcano":
         return render_volcano.render(job, secrets=secrets, code=code)
     return render_kubernetes.render(job, secrets=secrets, code=code)

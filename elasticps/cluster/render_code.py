@@ -1,5 +1,7 @@
-"""The user's code in the trainer pods: a ConfigMap holding the archive, and an init container
-that checks its hash and unpacks it into the trainers' working directory.
+"""The user's code in the trainer pods: an init container that checks the archive's hash and
+unpacks it into the trainers' working directory. The archive comes from a ConfigMap (``code``
+alone) or from storage (``code_url``: the init container fetches it; see
+:mod:`elasticps.cluster.code_store`).
 
 Why an init container and not the ConfigMap mounted as files: a ConfigMap's keys cannot hold
 directories, its files are read-only symlinks, and it loses executable bits; unpacking into
@@ -14,11 +16,14 @@ import base64
 from typing import Any
 
 from elasticps.cluster.code_archive import ARCHIVE_DIR, ARCHIVE_KEY, CODE_DIR, CodeArchive
+from elasticps.cluster.code_store import archive_url, code_limits
+from elasticps.cluster.quantity import format_memory
 from elasticps.cluster.spec import Job
 
 CODE_VOLUME = "code"
 ARCHIVE_VOLUME = "code-archive"
 UNPACK_CONTAINER = "unpack-code"
+FETCH_CONTAINER = "fetch-code"
 CONFIG_MAP_MODE = 0o444
 # The emptyDir the code is unpacked into: what the init container may write, and no more.
 CODE_VOLUME_LIMIT = "128Mi"
@@ -37,26 +42,37 @@ def code_config_map(metadata: dict[str, Any], archive: CodeArchive) -> dict[str,
 def add_code(job: Job, archive: CodeArchive, spec: dict[str, Any]) -> None:
     """Give a trainer pod spec the unpacked code as its working directory (in place)."""
     trainer = spec["containers"][0]
-    unpack = {
+    init: dict[str, Any] = {
         "name": UNPACK_CONTAINER,
         "image": job.image,
         "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
-        "command": ["elasticps", "code", "unpack", f"{ARCHIVE_DIR}/{ARCHIVE_KEY}", CODE_DIR,
-                    "--sha256", archive.sha256],
         # the trainer's own requests: an init container never raises the pod's total, and
         # requests = limits keeps the pod Guaranteed
         "resources": trainer["resources"],
-        "volumeMounts": [
-            {"name": ARCHIVE_VOLUME, "mountPath": ARCHIVE_DIR, "readOnly": True},
-            {"name": CODE_VOLUME, "mountPath": CODE_DIR},
-        ],
     }
-    spec["initContainers"] = [unpack]
-    trainer["workingDir"] = CODE_DIR
-    trainer.setdefault("volumeMounts", []).append({"name": CODE_VOLUME, "mountPath": CODE_DIR})
-    spec.setdefault("volumes", []).extend([
-        {"name": ARCHIVE_VOLUME, "configMap": {
+    code_mount = {"name": CODE_VOLUME, "mountPath": CODE_DIR}
+    if job.code_url is None:
+        init["command"] = ["elasticps", "code", "unpack", f"{ARCHIVE_DIR}/{ARCHIVE_KEY}",
+                           CODE_DIR, "--sha256", archive.sha256]
+        init["volumeMounts"] = [
+            {"name": ARCHIVE_VOLUME, "mountPath": ARCHIVE_DIR, "readOnly": True}, code_mount]
+        volumes: list[dict[str, Any]] = [{"name": ARCHIVE_VOLUME, "configMap": {
             "name": config_map_name(job.job_name, archive), "defaultMode": CONFIG_MAP_MODE,
-            "items": [{"key": ARCHIVE_KEY, "path": ARCHIVE_KEY}]}},
-        {"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_LIMIT}},
-    ])
+            "items": [{"key": ARCHIVE_KEY, "path": ARCHIVE_KEY}]}}]
+        size_limit = CODE_VOLUME_LIMIT
+    else:
+        limit = code_limits(job).archive_bytes
+        init["name"] = FETCH_CONTAINER
+        init["command"] = ["elasticps", "code", "fetch", archive_url(job.code_url, archive.sha256),
+                           "--sha256", archive.sha256, "--into", CODE_DIR, "--limit", str(limit)]
+        # the spec's env (where storage credentials go) and nothing of the job's own secrets
+        if job.env:
+            init["env"] = [{"name": name, "value": value} for name, value in job.env.items()]
+        init["volumeMounts"] = [code_mount]
+        volumes = []
+        size_limit = format_memory(2 * limit)  # the archive and its contents, side by side
+    spec["initContainers"] = [init]
+    trainer["workingDir"] = CODE_DIR
+    trainer.setdefault("volumeMounts", []).append(dict(code_mount))
+    spec.setdefault("volumes", []).extend(
+        [*volumes, {"name": CODE_VOLUME, "emptyDir": {"sizeLimit": size_limit}}])

@@ -335,8 +335,9 @@ def secret_object(job: Job, secrets: JobSecrets) -> dict[str, Any]:
 
 
 def code_objects(job: Job, code: CodeArchive | None) -> list[dict[str, Any]]:
-    """The ConfigMap with the user's code, when the spec ships it (``code: DIR``)."""
-    if code is None:
+    """The ConfigMap with the user's code, when the spec ships it that way (``code: DIR``
+    without ``code_url``)."""
+    if code is None or job.code_url is not None:  # code_url: fetched from storage instead
         return []
     return [code_config_map(metadata(job, config_map_name(job.job_name, code), "trainer"), code)]
 

@@ -70,6 +70,7 @@ MAX_ETCD_STORAGE = 2**40  # 1Ti per member
 MAX_ENV_ENTRIES = 256
 MAX_ENV_VALUE = 32 * 1024
 MAX_ENTRY_POINT = 4096
+MAX_CODE_LIMIT = 8 * 2**30  # code_limit: what an init container may fetch and unpack
 
 # PADDLE_* variables a job's `env:` may set; every other one is filled in by the renderer from
 # the spec (or is unknown), so setting it there would be silently overridden or a typo.
@@ -308,6 +309,10 @@ class Job:
     # The trainers' code, shipped by `submit` (see cluster/code_archive.py); None: it is in
     # the image. A relative path in a job.yaml is relative to that file.
     code: str | Path | None = None
+    # Where `submit` puts the packed code for the trainers' init container to fetch (any
+    # fsspec URL the cluster can read), instead of a ConfigMap; and how big it may be then.
+    code_url: str | None = None
+    code_limit: str | int | None = None
     checkpoint: Storage | str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
     etcd: EtcdSpec | Mapping[str, Any] | None = None
@@ -332,6 +337,8 @@ class Job:
             raise _fail("insecure", f"must be true or false, got {self.insecure!r}")
         set_(self, "data", None if self.data is None else Storage.parse("data", self.data))
         set_(self, "code", _code_dir(self.code))
+        set_(self, "code_url", _code_url(self.code_url, self.code))
+        set_(self, "code_limit", _code_limit(self.code_limit, self.code_url))
         set_(self, "checkpoint",
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
@@ -524,6 +531,31 @@ def _code_dir(value: object) -> str | None:
     if len(str(value)) > MAX_ENTRY_POINT:
         raise _fail("code", f"is longer than {MAX_ENTRY_POINT} characters")
     return str(value).strip()
+
+
+def _code_url(value: object, code: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _fail("code_url", f"must be a URL, got {value!r:.80}")
+    text = value.strip().rstrip("/")
+    if len(text) > MAX_ENTRY_POINT:
+        raise _fail("code_url", f"is longer than {MAX_ENTRY_POINT} characters")
+    if text.startswith("pvc://") or not (_URL.match(text) or text.startswith("/")):
+        raise _fail("code_url", f"{text!r} is not a URL (s3://, gs://, file:///...) or an "
+                                "absolute path that the trainers' pods can read")
+    if code is None:
+        raise _fail("code_url", "needs 'code': the directory whose archive goes there")
+    return text
+
+
+def _code_limit(value: object, code_url: str | None) -> str | None:
+    if value is None:
+        return None
+    if code_url is None:
+        raise _fail("code_limit", "applies only with 'code_url'; a ConfigMap carries at most "
+                                  "1,024,000 bytes whatever the limit")
+    return format_memory(_memory("code_limit", value, MAX_CODE_LIMIT))
 
 
 def _check_env(env: object) -> dict[str, str]:

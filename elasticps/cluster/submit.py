@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from elasticps.cluster.code_archive import CodeArchive, pack_code
+from elasticps.cluster.code_store import archive_url, code_limits, publish_code
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.kube_client import (
     BATCH_JOB,
@@ -31,6 +33,7 @@ from elasticps.cluster.kube_client import (
     kind_of,
 )
 from elasticps.cluster.manifests import dry_run_yaml, job_secrets, render
+from elasticps.cluster.render_code import config_map_name
 from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE, ROLES, Names, secret_object
 from elasticps.cluster.spec import Job, warn_environment
 from elasticps.cluster.validate import check_manifests
@@ -128,6 +131,15 @@ class SubmittedJob:
     manifests: list[dict[str, Any]] = field(default_factory=list)
     job: Job | None = None
     spec_path: str = "JOB.yaml"
+    code: CodeArchive | None = None  # the packed ``code:`` directory, when the spec ships one
+
+    def code_location(self) -> str | None:
+        """Where the trainers get the code from: the ConfigMap or the archive's URL."""
+        if self.code is None or self.job is None:
+            return None
+        if self.job.code_url is None:
+            return f"ConfigMap {config_map_name(self.name, self.code)}"
+        return archive_url(self.job.code_url, self.code.sha256)
 
     @property
     def dry_run(self) -> bool:
@@ -195,14 +207,19 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
         secrets = None
     elif secrets is None:
         secrets = job_secrets(job)
-    objects = render(job, backend, secrets=secrets)
+    code = None if job.code is None else pack_code(job.code, code_limits(job))
+    objects = render(job, backend, secrets=secrets, code=code)
     if check:
         check_manifests(objects)
     handle = SubmittedJob(job.job_name, job.plan.namespace, backend, None, objects, job,
-                          spec_path)
+                          spec_path, code)
     if dry_run:
         return handle
     handle.client = client if client is not None else KubeClient.from_kubeconfig()
+    if code is not None and job.code_url is not None:
+        # before any pod exists that would fetch it; content-addressed, so a failed
+        # submission leaves nothing that needs removing
+        publish_code(code, job.code_url)
     _create_all(handle.client, job, objects)
     logger.info("Submitted job %s to namespace %s (%s, %d objects); status page: %s",
                 job.job_name, job.plan.namespace, backend, len(objects), handle.status_url())

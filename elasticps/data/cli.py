@@ -13,6 +13,7 @@ from elasticps.data.writer import (
     DEFAULT_COMPRESSION,
     DEFAULT_ROWS_PER_CHUNK,
 )
+from elasticps.errors import ConfigError
 
 DATA_EPILOG = """\
 Examples:
@@ -38,6 +39,15 @@ examples:
       in the job spec (and PADDLE_DATA_SCHEMES covers s3 by itself)
   elasticps data upload /data/ctr /mnt/nfs/datasets
       a shared filesystem every node mounts
+  elasticps data upload /data/ctr pvc://datasets -n team-ml
+      into the PersistentVolumeClaim `datasets` of namespace team-ml, at team-ml/ctr in it,
+      through a short-lived transfer Job; then `data: pvc://datasets/team-ml/ctr`
+"""
+
+RECEIVE_EPILOG = """\
+examples:
+  elasticps data receive --dir /mnt/claim/team-ml/ctr --token-file /etc/elasticps-transfer/token
+      what the transfer Job of `elasticps data upload DIR pvc://CLAIM` runs in its pod
 """
 
 
@@ -131,7 +141,9 @@ def register(subparsers: Any) -> None:
     upload = actions.add_parser(
         "upload", help="copy a dataset directory to storage a cluster job reads (resumable)",
         description="Copy LOCAL_DIR to URL/NAMESPACE/NAME (any fsspec URL: s3://, gs://, a "
-        "shared filesystem path). Every file is read back and checked against its sha256 "
+        "shared filesystem path; or pvc://CLAIM[/PATH], a PersistentVolumeClaim of the "
+        "namespace, written by a transfer Job that receives the files through the API "
+        "server's pod proxy). Every file is read back and checked against its sha256 "
         "before it takes its name, so a rerun after an interruption skips what is already "
         "there; a file there with other content is refused unless --overwrite. Prints the "
         "URL to put in the job spec's data: field.",
@@ -147,7 +159,35 @@ def register(subparsers: Any) -> None:
                         help="dataset name under the namespace (default: LOCAL_DIR's name)")
     upload.add_argument("--overwrite", action="store_true",
                         help="replace files at the destination whose content differs")
+    claim = upload.add_argument_group("pvc:// only (the transfer Job)")
+    claim.add_argument("--kubeconfig", metavar="FILE",
+                       help="kubeconfig to use (default: $KUBECONFIG or ~/.kube/config)")
+    claim.add_argument("--context", help="kubeconfig context (default: its current context)")
+    claim.add_argument("--image", default=None,
+                       help="image of the transfer Job (default: elasticps's own image)")
+    claim.add_argument("--ready-timeout", type=_positive, default=300, metavar="SECONDS",
+                       help="how long to wait for the transfer pod to be ready (default 300)")
     upload.set_defaults(func=run_upload)
+
+    receive = actions.add_parser(
+        "receive", help="receive an upload into a directory (the transfer Job's server)",
+        description="Serve plain HTTP on --port for `elasticps data upload DIR pvc://...`, "
+        "which reaches it through the API server's pod proxy: files are written under a "
+        "temporary name, checked against their sha256 and renamed; requests need the token "
+        "in --token-file; paths out of --dir are refused. Exits 0 when the upload is over, "
+        "1 after --idle-timeout seconds without a request.",
+        epilog=RECEIVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    receive.add_argument("--dir", required=True, metavar="DIR", help="where the files go")
+    receive.add_argument("--token-file", required=True, metavar="FILE",
+                         help="file holding the per-transfer token (mounted from a Secret)")
+    receive.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    receive.add_argument("--port", type=_non_negative, default=None, metavar="PORT",
+                         help="port to bind (default 8080; 0: the kernel picks, printed)")
+    receive.add_argument("--max-bytes", type=_positive, default=None, metavar="N",
+                         help="largest file accepted (default 64 GiB)")
+    receive.add_argument("--idle-timeout", type=_positive, default=3600, metavar="SECONDS",
+                         help="stop after this long without a request (default 3600)")
+    receive.set_defaults(func=run_receive)
 
 
 def run_upload(args: argparse.Namespace) -> int:
@@ -157,6 +197,14 @@ def run_upload(args: argparse.Namespace) -> int:
     def report(path: str, copied: bool) -> None:
         print(f"{'copied' if copied else 'already there'}: {path}", flush=True)
 
+    if args.url.startswith("pvc://"):
+        # The cluster layer (above this one) puts its transfer-Job upload on the `data`
+        # parser as `upload_to_claim` (elasticps/cluster/cli.py).
+        upload_to_claim = getattr(args, "upload_to_claim", None)
+        if upload_to_claim is None:
+            raise ConfigError(f"{args.url}: uploads into a PersistentVolumeClaim need the "
+                              "cluster commands, which this `elasticps` was built without")
+        return int(upload_to_claim(args, report))
     result = upload(args.local_dir, args.url, namespace=args.namespace or user_namespace(),
                     name=args.name, overwrite=args.overwrite, on_file=report)
     print(f"uploaded {args.local_dir} to {result.url}: {len(result.copied)} file(s) copied "
@@ -164,6 +212,23 @@ def run_upload(args: argparse.Namespace) -> int:
           "verified by sha256")
     print(f"job spec: data: {result.url}")
     return 0
+
+
+def run_receive(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from elasticps.data.receive import (
+        DEFAULT_MAX_BYTES,
+        RECEIVER_PORT,
+        Receiver,
+        read_token,
+        serve,
+    )
+
+    receiver = Receiver(Path(args.dir), read_token(args.token_file),
+                        args.max_bytes or DEFAULT_MAX_BYTES)
+    return serve(receiver, args.host, RECEIVER_PORT if args.port is None else args.port,
+                 idle_timeout=args.idle_timeout)
 
 
 def _progress(args: argparse.Namespace) -> bool | None:

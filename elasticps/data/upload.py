@@ -19,10 +19,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import fsspec
 
@@ -84,10 +84,53 @@ def _sha256(stream: BinaryIO) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
+def file_chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as stream:
         while chunk := stream.read(CHUNK):
             yield chunk
+
+
+class Destination(Protocol):
+    """Where :func:`upload_to` puts a dataset: an fsspec URL here, a PersistentVolumeClaim
+    through a transfer Job in :mod:`elasticps.cluster.claim_upload`. Every route keeps the
+    same promises: a file under its final name was verified, a different one is refused
+    unless ``overwrite``, the record comes last."""
+
+    url: str
+
+    def in_place(self, rel: str, sha: str, size: int, overwrite: bool) -> bool:
+        """True when ``rel`` there already holds this content; DataError when it holds
+        another (unless ``overwrite``)."""
+
+    def put(self, rel: str, source: Path, sha: str, size: int) -> None:
+        """Copy ``source`` to ``rel``, verified by ``sha`` before it takes the name."""
+
+    def write_record(self, data: bytes) -> None:
+        """Write the upload record (:data:`RECORD_NAME`), after every file."""
+
+
+class FsspecDestination:
+    """A dataset directory on any fsspec URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.fs, dest = fsspec.core.url_to_fs(url)
+        except (ValueError, ImportError) as exc:
+            raise ConfigError(f"cannot open {url!r}: {exc}") from exc
+        self.root = dest.rstrip("/")
+
+    def in_place(self, rel: str, sha: str, size: int, overwrite: bool) -> bool:
+        return in_place(self.fs, f"{self.root}/{rel}", sha, size, f"{self.url}/{rel}",
+                        overwrite)
+
+    def put(self, rel: str, source: Path, sha: str, size: int) -> None:
+        copy_verified(self.fs, file_chunks(source), f"{self.root}/{rel}", sha,
+                      f"{self.url}/{rel}")
+
+    def write_record(self, data: bytes) -> None:
+        with self.fs.open(f"{self.root}/{RECORD_NAME}", "wb") as out:
+            out.write(data)
 
 
 def upload(local_dir: str | Path, base_url: str, *, namespace: str, name: str | None = None,
@@ -99,26 +142,28 @@ def upload(local_dir: str | Path, base_url: str, *, namespace: str, name: str | 
     already): progress for the CLI, and where tests interrupt an upload.
     """
     root = Path(local_dir)
-    files = local_files(root)
+    local_files(root)  # a missing or empty directory is named before the URL is opened
     url = dataset_url(base_url, namespace, name or root.resolve().name)
-    try:
-        fs, dest = fsspec.core.url_to_fs(url)
-    except (ValueError, ImportError) as exc:
-        raise ConfigError(f"cannot open {url!r}: {exc}") from exc
-    result = UploadResult(url)
+    return upload_to(root, FsspecDestination(url), overwrite=overwrite, on_file=on_file)
+
+
+def upload_to(root: Path, destination: Destination, *, overwrite: bool = False,
+              on_file: Callable[[str, bool], None] | None = None) -> UploadResult:
+    """Copy every file of ``root`` to ``destination`` (skipping verified ones), then the
+    record of sizes and checksums."""
+    result = UploadResult(destination.url)
     record: dict[str, dict[str, Any]] = {}
-    for rel in files:
+    for rel in local_files(root):
         with (root / rel).open("rb") as stream:
             sha, size = _sha256(stream)
         record[rel] = {"size": size, "sha256": sha}
-        target = f"{dest.rstrip('/')}/{rel}"
         try:
-            copied = not _in_place(fs, target, sha, size, url, rel, overwrite)
+            copied = not destination.in_place(rel, sha, size, overwrite)
             if copied:
-                _copy_verified(fs, root / rel, target, sha, url, rel)
+                destination.put(rel, root / rel, sha, size)
         except OSError as exc:
-            raise DataError(f"copying {rel} to {url} failed: {exc}; run the upload again to "
-                            "resume") from exc
+            raise DataError(f"copying {rel} to {destination.url} failed: {exc}; run the upload "
+                            "again to resume") from exc
         if copied:
             result.copied.append(rel)
             result.bytes_copied += size
@@ -126,16 +171,16 @@ def upload(local_dir: str | Path, base_url: str, *, namespace: str, name: str | 
             result.skipped.append(rel)
         if on_file is not None:
             on_file(rel, copied)
-    with fs.open(f"{dest.rstrip('/')}/{RECORD_NAME}", "w") as out:
-        json.dump({"files": record}, out, indent=1, sort_keys=True)
+    destination.write_record(json.dumps({"files": record}, indent=1, sort_keys=True).encode())
     logger.info("Uploaded %s to %s: %d file(s) copied (%d bytes), %d already there.",
-                root, url, len(result.copied), result.bytes_copied, len(result.skipped))
+                root, destination.url, len(result.copied), result.bytes_copied,
+                len(result.skipped))
     return result
 
 
-def _in_place(fs: Any, target: str, sha: str, size: int, url: str, rel: str,
-              overwrite: bool) -> bool:
-    """True when ``target`` already holds this file; DataError when it holds another one."""
+def in_place(fs: Any, target: str, sha: str, size: int, where: str, overwrite: bool) -> bool:
+    """True when ``target`` already holds this content; DataError when it holds another one
+    (unless ``overwrite``). ``where`` names it in the error."""
     if not fs.exists(target):
         return False
     if fs.size(target) == size:
@@ -144,28 +189,31 @@ def _in_place(fs: Any, target: str, sha: str, size: int, url: str, rel: str,
                 return True
     if overwrite:
         return False
-    raise DataError(f"{url}/{rel} already exists with other content (its checksum differs "
+    raise DataError(f"{where} already exists with other content (its checksum differs "
                     "from the local file's); refusing to overwrite it. Upload under another "
                     "--name, or pass --overwrite to replace it")
 
 
-def _copy_verified(fs: Any, source: Path, target: str, sha: str, url: str, rel: str) -> None:
-    """Copy to a partial name, read it back, and move it to ``target`` only if it matches."""
+def copy_verified(fs: Any, chunks: Iterable[bytes], target: str, sha: str, where: str) -> None:
+    """Write ``chunks`` to a partial name, read it back, and move it to ``target`` only if its
+    sha256 is ``sha``; a mismatching copy is removed and refused (DataError)."""
     partial = target + PARTIAL_SUFFIX
     parent = target.rsplit("/", 1)[0]
     if parent:
         fs.makedirs(parent, exist_ok=True)
     with fs.open(partial, "wb") as out:
-        for chunk in _chunks(source):
+        for chunk in chunks:
             out.write(chunk)
     with fs.open(partial, "rb") as stream:
         written, _ = _sha256(stream)
     if written != sha:
         fs.rm(partial)
-        raise DataError(f"{url}/{rel}: the copy's sha256 {written} does not match the local "
-                        f"file's {sha}; the copy was refused and removed. Check the storage "
-                        "and run the upload again")
+        raise DataError(f"{where}: the copy's sha256 {written} does not match the local "
+                        f"file's {sha}; the copy was refused and removed. Check the storage and "
+                        "run the upload again")
     fs.mv(partial, target)
 
 
-__all__ = ["RECORD_NAME", "UploadResult", "dataset_url", "local_files", "upload"]
+__all__ = ["PARTIAL_SUFFIX", "RECORD_NAME", "Destination", "FsspecDestination", "UploadResult",
+           "copy_verified", "dataset_url", "file_chunks", "in_place", "local_files", "upload",
+           "upload_to"]

@@ -1,16 +1,21 @@
 """A small in-process HTTP server speaking the Kubernetes API's JSON for the calls elasticps
 makes: create / read / list (labelSelector) / patch (JSON Patch) / delete objects of any
-collection, pod logs, and the service proxy. It records every request and can be told to fail
-chosen ones, so the client paths are exercised over real HTTP without a cluster."""
+collection, pod logs, the service proxy, and the pod proxy (forwarded, as the API server does,
+to a real server a test starts on a local port to stand for the pod). It records every request,
+can be told to fail chosen ones, and calls a test's hooks when objects are created or deleted
+(standing for the controllers that would start and stop pods), so the client paths are
+exercised over real HTTP without a cluster."""
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import queue
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +29,10 @@ _ITEM = re.compile(
     r"^(?P<collection>/(?:api/v1|apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+))"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>.+))?)?$"
 )
+
+_POD_PROXY = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/:]+):(?P<port>[0-9]+)/proxy"
+    r"(?P<rest>/.*)?$")
 
 
 @dataclass
@@ -54,6 +63,10 @@ class FakeKube:
     live_logs: dict[tuple[str, str, str], queue.Queue[str | None]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
+    # (namespace, pod) -> the local port of the server standing for that pod
+    pod_ports: dict[tuple[str, str], int] = field(default_factory=dict)
+    on_create: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    on_delete: list[Callable[[str, str], None]] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -76,6 +89,14 @@ class FakeKube:
                     self._stream(live)
                     return
                 status, body, ctype = fake.handle(self.command, self.path, raw, headers)
+                if self.command == "POST" and status == 201:
+                    for hook in fake.on_create:
+                        hook(body)
+                if self.command == "DELETE" and status == 200:
+                    match = _ITEM.match(unquote(urlsplit(self.path).path))
+                    assert match is not None
+                    for gone in fake.on_delete:
+                        gone(match["collection"], match["name"])
                 payload = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
@@ -109,6 +130,9 @@ class FakeKube:
                 self._handle()
 
             def do_PATCH(self) -> None:
+                self._handle()
+
+            def do_PUT(self) -> None:
                 self._handle()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -174,6 +198,37 @@ class FakeKube:
     def paths(self, method: str | None = None) -> list[str]:
         return [r.path for r in self.requests if method is None or r.method == method]
 
+    # -- the pod proxy ------------------------------------------------------------------
+
+    def _proxy_to_pod(self, method: str, match: re.Match[str], query: str, raw: bytes,
+                      headers: dict[str, str]) -> tuple[int, Any, str]:
+        """Forward to the server standing for the pod, as the API server's pod proxy does: the
+        rest of the path as sent (still percent-encoded), the caller's headers but its
+        credentials, the pod's answer unchanged; an unreachable pod is a 503 Status."""
+        ns, pod = unquote(match["ns"]), unquote(match["pod"])
+        with self.lock:
+            self.requests.append(Recorded(method, unquote(match[0]), parse_qs(query), None,
+                                          headers))
+            port = self.pod_ports.get((ns, pod))
+        if port is None:
+            return 404, self._status(404, "NotFound", f'pods "{pod}" not found'), \
+                "application/json"
+        sent = {k: v for k, v in headers.items()
+                if k not in ("authorization", "host", "content-length", "connection")}
+        target = (match["rest"] or "/") + (f"?{query}" if query else "")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            connection.request(method, target, body=raw, headers=sent)
+            response = connection.getresponse()
+            return response.status, response.read(), \
+                response.getheader("Content-Type") or "text/plain"
+        except OSError as exc:
+            return 503, self._status(503, "ServiceUnavailable",
+                                     f"error trying to reach service: {exc}"), \
+                "application/json"
+        finally:
+            connection.close()
+
     # -- the API ------------------------------------------------------------------------
 
     @staticmethod
@@ -186,6 +241,9 @@ class FakeKube:
         split = urlsplit(raw_path)
         path = unquote(split.path)  # the API server routes on the decoded path
         query = parse_qs(split.query)
+        pod_proxy = _POD_PROXY.match(split.path)
+        if pod_proxy is not None:
+            return self._proxy_to_pod(method, pod_proxy, split.query, raw, headers)
         body = json.loads(raw) if raw else None
         with self.lock:
             self.requests.append(Recorded(method, path, query, body, headers))

@@ -21,6 +21,7 @@ from elasticps.cluster.code_archive import (
     ARCHIVE_DIR,
     CODE_DIR,
     MAX_ARCHIVE_BYTES,
+    CodeLimits,
     pack_code,
     unpack_code,
 )
@@ -88,8 +89,9 @@ def test_past_the_limit_is_a_clear_error_naming_the_largest_file(tmp_path: Path)
     with pytest.raises(ConfigError, match=r"job spec field 'code'.*more than the 1,024,000 "
                                           r"a ConfigMap can carry.*weights\.bin"):
         pack_code(code)
-    with pytest.raises(ConfigError, match="more than the 100 a ConfigMap"):
-        pack_code(make_code(tmp_path / "small"), max_bytes=100)
+    tight = CodeLimits(100, 10**6, "code_limit=100", "raise 'code_limit'")
+    with pytest.raises(ConfigError, match=r"more than code_limit=100 .*raise 'code_limit'"):
+        pack_code(make_code(tmp_path / "small"), tight)
 
 
 def test_bad_directories_are_refused(tmp_path: Path) -> None:
