@@ -202,17 +202,26 @@ class ShardState:
         """Rows for ``ids`` in their order; an id without a row reads as its initial value and
         the table does not grow (rows come from pushes only). A pull of more than
         ``PULL_CHUNK`` ids takes the lock once per chunk, so a push may land between chunks."""
+        return self.pull_held(name, ids, held=False)[0]
+
+    def pull_held(self, name: str, ids: np.ndarray, held: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`pull_sparse`, and (when ``held``) whether each id has a row, read under the
+        same lock as its value."""
         self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "pull")
         with self.lock:
             table = self._sparse(name)
             table.check_ids(ids, "pulled")
             if ids.shape[0] <= PULL_CHUNK:
-                return table.gather(ids)
-        parts = []
+                return table.gather(ids), table.held(ids) if held else None
+        parts, marks = [], []
         for start in range(0, ids.shape[0], PULL_CHUNK):
+            chunk = ids[start:start + PULL_CHUNK]
             with self.lock:
-                parts.append(self._sparse(name).gather(ids[start:start + PULL_CHUNK]))
-        return np.concatenate(parts)
+                parts.append(self._sparse(name).gather(chunk))
+                if held:
+                    marks.append(self._sparse(name).held(chunk))
+        return np.concatenate(parts), np.concatenate(marks) if held else None
 
     # -- push -------------------------------------------------------------------------------
 

@@ -187,6 +187,10 @@ class SparseTable:
         """Row numbers of ids (-1 where an id has no row)."""
         return self.index.lookup(unique_ids // self.num_shards)
 
+    def held(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each id has a row (an export holds only those)."""
+        return self.lookup(ids) >= 0
+
     def gather(self, ids: np.ndarray) -> np.ndarray:
         """Rows for ``ids`` in their order (duplicates allowed). An id with no row gets its
         initial value, computed and not stored: only pushes create rows, so pulling ids that

@@ -355,6 +355,22 @@ class Trainer:
             rows[start:start + step] = client.pull_sparse(table, uniq[start:start + step])
         return uniq, rows
 
+    def held_rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of the sorted unique ``ids``, those with a row on the pservers, and their rows (an id
+        not admitted yet or evicted has none: it is not part of the model)."""
+        client = self._client()
+        if table not in self.tables.layers:
+            raise ConfigError(f"no sparse table {table!r}; tables: {sorted(self.tables)}")
+        layer = self.tables.first(table)
+        uniq, _ = layer.unique_ids(np.asarray(ids))
+        keep = np.zeros(uniq.size, dtype=bool)
+        rows = np.empty((uniq.size, layer.dim), dtype=np.float32)
+        step = 1 << 18  # bounded messages for big tables
+        for start in range(0, uniq.size, step):
+            rows[start:start + step], keep[start:start + step] = client.pull_held(
+                table, uniq[start:start + step])
+        return uniq[keep], rows[keep]
+
     def evaluate(self, data: Any) -> dict[str, float]:
         """Metrics of the current parameters on ``data`` (no gradients pushed): a reader
         (``elasticps.reader.cloud(url)``), a dataset URL, or an iterable of batches. Works
@@ -390,10 +406,13 @@ class Trainer:
 
     def export(self, directory: str | os.PathLike[str],
                ids: Mapping[str, np.ndarray] | Any = None,
-               meta: Mapping[str, Any] | None = None) -> Path:
-        """Export dense values, the rows of ``ids`` per sparse table, and what each sparse layer
-        reads (see export.py). ``ids``: a mapping ``{table: ids}``, or data (reader, URL,
-        batches) whose ids the layers read; default: the data :meth:`train` read."""
+               meta: Mapping[str, Any] | None = None,
+               parent: str | os.PathLike[str] | None = None) -> Path:
+        """Export dense values, the rows the pservers hold for ``ids`` per sparse table, and
+        what each sparse layer reads (see export.py). ``ids``: a mapping ``{table: ids}``, or
+        data (reader, URL, batches) whose ids the layers read; default: the data :meth:`train`
+        read. ``parent``: a previous export's directory; this export is then a delta of it
+        (changed rows, tombstones for rows gone, dense values)."""
         if ids is None:
             if self._trained_on is None:
                 raise ConfigError("export() without ids needs a trained model (or pass ids)")
@@ -407,12 +426,12 @@ class Trainer:
             raise ConfigError(f"no ids to export for sparse table(s) {missing}: their layers "
                               "read no columns; pass ids={table: ids}")
         dense = self.pull_dense()
-        sparse = {table: self.pull_rows(table, table_ids) for table, table_ids in ids.items()}
+        sparse = {table: self.held_rows(table, table_ids) for table, table_ids in ids.items()}
         layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
         url = self._trained_on.dataset_url if self._trained_on is not None else None
         schema: Schema | None = dataset_schema(url) if url is not None else None
         return export_model(directory, dense, sparse, layers, meta,
-                            schema=None if schema is None else schema.to_dict())
+                            schema=None if schema is None else schema.to_dict(), parent=parent)
 
 
 def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
