@@ -34,12 +34,14 @@ from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.limits import ShardLimits, declared_bytes
 from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import (
+    COUNTED,
     SparseCounters,
     SparsePlan,
     SparseTable,
     Table,
     batch_seed,
     make_table,
+    table_counters,
 )
 from elasticps.pserver.tables import DenseShard, normalize_spec
 
@@ -388,7 +390,8 @@ class ShardState:
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
                 dense=dense, sparse=sparse, applied=self.applied.copy(),
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
-                          "skipped_nonfinite": self.skipped_nonfinite},
+                          "skipped_nonfinite": self.skipped_nonfinite,
+                          **table_counters(sparse_tables)},
                 delta=as_delta, tombstones=tombstones,
             )
             return snap, self.version
@@ -412,6 +415,8 @@ class ShardState:
             else:
                 s = snap.sparse[spec.name]
                 table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock())
+                table.admitted, table.evicted, table.dropped = (
+                    snap.counters.get(f"sparse.{spec.name}.{what}", 0) for what in COUNTED)
             tables[spec.name] = table
         with self.lock:
             self.tables = tables

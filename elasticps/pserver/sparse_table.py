@@ -400,6 +400,15 @@ class SparseTable:
         return SparseCounters(self.admitted, self.evicted, self.dropped)
 
 
+COUNTED = ("admitted", "evicted", "dropped")  # per-table counters a checkpoint keeps
+
+
+def table_counters(tables: list[SparseTable]) -> dict[str, int]:
+    """The checkpoint's counters of sparse tables: ``sparse.<table>.<admitted|evicted|dropped>``
+    (so a restored shard goes on counting, and ``checkpoint inspect`` shows them)."""
+    return {f"sparse.{t.name}.{what}": int(getattr(t, what)) for t in tables for what in COUNTED}
+
+
 def batch_seed(pass_id: int, task_id: int, seq: int) -> int:
     """The admission draw's seed for one batch: a retried batch draws the same."""
     key = np.array([pass_id, task_id, seq], dtype=np.uint64)
