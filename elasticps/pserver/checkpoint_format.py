@@ -16,7 +16,16 @@ bytes; no code is ever executed to read it). Tensors:
 ``applied.counts``                    int64 [k, 3]     (pass, task, applications); optional
 ``applied.floor``                     int64 [1]        passes below it were pruned; optional
 ``sparse.<table>.tombstones``         int64 [k]        a delta's ids evicted since its parent
+``sparse.<table>.touched_pass``       int32 [rows]     pass of each row's last push; optional
+``sparse.<table>.pushed_unix``        float64 [rows]   unix time of its last push; optional
+``sparse.<table>.hits``               uint32 [rows]    its push count; optional
+``sparse.<table>.sketch``             uint16 [4, w]    the admission sketch's counters; optional
+``sparse.<table>.sketch_aging``       int64 [1]        pushes counted since it last halved
 ====================================  ==========================================
+
+The optional per-row tensors are written for tables that evict (the eviction bookkeeping), the
+sketch for tables that admit after k pushes; a file without them restores rows as pushed once,
+at restore time, and an empty sketch (what older files meant).
 
 A **delta** (an incremental checkpoint, :mod:`.checkpoint_delta`) has the same layout; its
 metadata holds ``delta: {"parent": "<id>"}``, its sparse tensors hold only the rows pushed since
@@ -48,12 +57,13 @@ from google.protobuf import json_format
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import DenseState, RowBookkeeping, ShardSnapshot, SparseState
 
 FORMAT = "elasticps.pserver.checkpoint"
 VERSION = 1
 _DTYPES: dict[np.dtype[Any], str] = {
-    np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32"
+    np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32",
+    np.dtype("<f8"): "F64", np.dtype("<u4"): "U32", np.dtype("<u2"): "U16",
 }
 _FROM_CODE: dict[str, np.dtype[Any]] = {code: dtype for dtype, code in _DTYPES.items()}
 
@@ -71,6 +81,16 @@ def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
         for slot, arr in sparse.slots.items():
             tensors[f"sparse.{name}.slot.{slot}"] = arr
         tensors[f"sparse.{name}.steps"] = sparse.steps
+        book = sparse.bookkeeping
+        if book is not None:
+            if book.hits.shape[0] == sparse.ids.shape[0]:
+                tensors[f"sparse.{name}.touched_pass"] = book.touched_pass
+                tensors[f"sparse.{name}.pushed_unix"] = book.pushed_unix
+                tensors[f"sparse.{name}.hits"] = book.hits
+            if book.sketch is not None:
+                tensors[f"sparse.{name}.sketch"] = book.sketch
+                tensors[f"sparse.{name}.sketch_aging"] = np.array([book.sketch_aging],
+                                                                  dtype=np.int64)
         if snap.delta:
             tensors[f"sparse.{name}.tombstones"] = snap.tombstones.get(
                 name, np.zeros(0, dtype=np.int64))
@@ -227,6 +247,34 @@ def _delta_parent(metadata: dict[str, Any]) -> str:
     return parent
 
 
+_BOOK: dict[str, np.dtype[Any]] = {
+    ".touched_pass": np.dtype("<i4"), ".pushed_unix": np.dtype("<f8"), ".hits": np.dtype("<u4")}
+
+
+def _bookkeeping(tensors: dict[str, np.ndarray], prefix: str,
+                 rows: int) -> RowBookkeeping | None:
+    """A table's optional bookkeeping tensors, checked; None when the file has none."""
+    per_row = {key: tensors.get(prefix + key) for key in _BOOK}
+    sketch = tensors.get(prefix + ".sketch")
+    aging = tensors.get(prefix + ".sketch_aging")
+    if all(a is None for a in per_row.values()) and sketch is None:
+        return None
+    for key, dtype in _BOOK.items():
+        array = per_row[key]
+        if array is not None and (array.dtype != dtype or array.shape != (rows,)):
+            raise CheckpointError(f"checkpoint tensor {prefix}{key} is not {dtype} [{rows}]")
+    if sketch is not None and (sketch.ndim != 2 or sketch.dtype != np.dtype("<u2")
+                               or aging is None or aging.shape != (1,)):
+        raise CheckpointError(f"checkpoint tensor {prefix}.sketch is not uint16 [depth, "
+                              "width] with its sketch_aging")
+    if any(a is None for a in per_row.values()):  # a table that admits but does not evict
+        per_row = {key: np.zeros(0).astype(dtype) for key, dtype in _BOOK.items()}
+    return RowBookkeeping(
+        np.array(per_row[".touched_pass"]), np.array(per_row[".pushed_unix"]),
+        np.array(per_row[".hits"]), None if sketch is None else np.array(sketch),
+        0 if aging is None else int(aging[0]))
+
+
 def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> ShardSnapshot:
     """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable).
 
@@ -258,9 +306,11 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
                 dense[spec.name] = DenseState(np.array(tensors[prefix + ".value"]), slots,
                                               int(metadata["dense_steps"][spec.name]))
             else:
+                ids = np.array(tensors[prefix + ".ids"])
                 sparse[spec.name] = SparseState(
-                    np.array(tensors[prefix + ".ids"]), np.array(tensors[prefix + ".value"]),
-                    slots, np.array(tensors[prefix + ".steps"]))
+                    ids, np.array(tensors[prefix + ".value"]),
+                    slots, np.array(tensors[prefix + ".steps"]),
+                    _bookkeeping(tensors, prefix, ids.shape[0]))
         floor = tensors.get("applied.floor")
         applied = AppliedSet.from_arrays(
             tensors["applied.tasks"], tensors["applied.extra"], tensors.get("applied.counts"),

@@ -97,6 +97,8 @@ class ShardState:
         self.shard, self.num_shards = shard, num_shards
         self.limits = limits or ShardLimits()
         self.clock = clock  # TTL eviction's time; a test steps it
+        # Unix time: checkpoints keep push times in it (a test steps it with the clock).
+        self.wall_clock: Callable[[], float] = time.time
         self.current_pass = 0  # the newest pass pushed: TTL in passes counts from it
         self._last_sweep = clock()
         self.lock = threading.Lock()
@@ -381,7 +383,7 @@ class ShardState:
                         table.values.copy(), {k: v.copy() for k, v in table.slots.items()},
                         table.step)
                     continue
-                sparse[name] = table.copy_rows(changed_only=as_delta)
+                sparse[name] = table.copy_rows(as_delta, self.clock(), self.wall_clock())
                 evicted, _ = table.take_tombstones()
                 if as_delta:
                     tombstones[name] = evicted
@@ -414,7 +416,8 @@ class ShardState:
                 table.values, table.slots, table.step = state.values, state.slots, state.step
             else:
                 s = snap.sparse[spec.name]
-                table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock())
+                table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock(),
+                           s.bookkeeping, self.wall_clock())
                 table.admitted, table.evicted, table.dropped = (
                     snap.counters.get(f"sparse.{spec.name}.{what}", 0) for what in COUNTED)
             tables[spec.name] = table

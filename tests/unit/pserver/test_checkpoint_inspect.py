@@ -15,7 +15,10 @@ from elasticps.pserver.shard import BatchKey, ShardState
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
 POLICY = pserver_pb2.SparsePolicy
-ROW_BYTES = 8 + 3 * 4 * 3 + 4  # id, value + Adam's two slots (dim 3, float32), int32 step
+# id, value + Adam's two slots (dim 3, float32), int32 step, then the eviction bookkeeping:
+# last pass (int32), last push (float64), push count (uint32)
+ROW_BYTES = 8 + 3 * 4 * 3 + 4 + 4 + 8 + 4
+SKETCH_BYTES = 4 * (1 << 20) * 2 + 8  # the admission sketch's uint16 counters and its aging
 
 
 def _state() -> ShardState:
@@ -56,10 +59,11 @@ def test_inspect_shows_counters_bytes_and_the_chain(tmp_path: Path) -> None:
     newest = {t["name"]: t for t in reports[ids[-1]]["tables"]}["emb"]
     assert (newest["admitted"], newest["evicted"], newest["dropped"]) == (
         counters.admitted, counters.evicted, counters.dropped)
-    assert newest["bytes"] == newest["rows"] * ROW_BYTES + 8 * newest["tombstones"]
+    assert newest["bytes"] == (newest["rows"] * ROW_BYTES + 8 * newest["tombstones"]
+                               + SKETCH_BYTES)
     base = {t["name"]: t for t in reports[ids[0]]["tables"]}
     assert base["emb"]["rows"] == rows[0]
-    assert base["emb"]["bytes"] == rows[0] * ROW_BYTES
+    assert base["emb"]["bytes"] == rows[0] * ROW_BYTES + SKETCH_BYTES
     assert "tombstones" not in base["emb"]
     assert base["w"]["bytes"] == 6 * 4  # SGD: the values only
     text = format_report(reports[ids[-1]])
