@@ -57,6 +57,7 @@ from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.result import default_result
+from elasticps.trainer.row_policy import policy_from_settings
 from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
@@ -144,8 +145,17 @@ class Trainer:
 
     def table_specs(self) -> list[pserver_pb2.TableSpec]:
         specs = self.dense.table_specs(self.optimizer)
-        specs += [self.tables.first(t).table_spec(self.optimizer) for t in self.tables]
-        return specs
+        sparse = [self.tables.first(t).table_spec(self.optimizer) for t in self.tables]
+        # The job spec's tables: (PADDLE_SPARSE_POLICIES) replace what the layers declare.
+        settings = self.config.sparse_policy_settings if self.config is not None else {}
+        unknown = sorted(set(settings) - set(self.tables))
+        if unknown:
+            raise ConfigError(f"the job declares policies for {unknown}, which are not sparse "
+                              f"tables of this model; its tables: {sorted(self.tables)}")
+        for spec in sparse:
+            if spec.name in settings:
+                spec.policy.CopyFrom(policy_from_settings(spec.name, settings[spec.name]))
+        return specs + sparse
 
     def attach(self, params: ParameterClient, master: TaskSource | None, name: str) -> None:
         """Use these clients (tests and :meth:`connect`); declares and initialises the tables."""
