@@ -210,15 +210,75 @@ def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             tensors[name] = np.frombuffer(
                 data, dtype=dtype, count=count, offset=base + start
             ).reshape(entry["shape"])
-    except (ValueError, KeyError, TypeError, struct.error, RecursionError,
-            UnicodeDecodeError) as exc:
+    except _READ_ERRORS as exc:
         raise CheckpointError(f"not an elasticps checkpoint file: {exc!s:.200}") from exc
+    _check_format(metadata)
+    return metadata, tensors
+
+
+def _check_format(metadata: dict[str, Any]) -> None:
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
         raise CheckpointError(
             f"checkpoint format {metadata.get('format')!r:.60} version "
             f"{metadata.get('version')!r:.20} is not {FORMAT!r} version {VERSION}"
         )
-    return metadata, tensors
+
+
+_READ_ERRORS = (ValueError, KeyError, TypeError, struct.error, RecursionError,
+                UnicodeDecodeError)
+
+
+def read_stream(handle: BinaryIO, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray], str]:
+    """(metadata, tensors, sha256 hex of all ``size`` bytes) of a checkpoint file, read from
+    ``handle`` once: each tensor goes straight into its own array, so a restore never holds a
+    copy of the whole file. Checked as :func:`parse` checks (tensors must not overlap); the
+    caller compares the digest before anything read is used."""
+    digest = hashlib.sha256()
+
+    def read(count: int) -> bytes:
+        data = handle.read(count)
+        if len(data) != count:
+            raise ValueError(f"the file ends {count - len(data)} bytes early (truncated)")
+        digest.update(data)
+        return data
+
+    def read_into(view: memoryview) -> None:
+        done = 0
+        while done < len(view):
+            got = handle.readinto(view[done:])  # type: ignore[attr-defined]
+            if not got:
+                raise ValueError(f"the file ends {len(view) - done} bytes early (truncated)")
+            done += got
+        digest.update(view)
+
+    try:
+        (header_len,) = struct.unpack("<Q", read(8))
+        if header_len > min(size - 8, MAX_HEADER_BYTES):
+            raise ValueError(f"header length {header_len} exceeds the file ({size} bytes)")
+        metadata, header = _check_header(json.loads(read(header_len)), size)
+        base, position = 8 + header_len, 0
+        tensors: dict[str, np.ndarray] = {}
+        for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
+            start, stop = entry["data_offsets"]
+            if not position <= start <= stop <= size - base:
+                raise ValueError(f"tensor {name} lies outside the file or overlaps another")
+            dtype = _FROM_CODE[entry["dtype"]]
+            count = (stop - start) // dtype.itemsize
+            if count * dtype.itemsize != stop - start or count != math.prod(entry["shape"]):
+                raise ValueError(f"tensor {name} has {stop - start} bytes for shape "
+                                 f"{entry['shape']}")
+            if start > position:
+                read(start - position)
+            array = np.empty(count, dtype=dtype)
+            read_into(memoryview(array.data).cast("B"))
+            tensors[name] = array.reshape(entry["shape"])
+            position = stop
+        while base + position < size:  # bytes after the last tensor still count in the digest
+            position += len(read(min(size - base - position, 1 << 20)))
+    except _READ_ERRORS as exc:
+        raise CheckpointError(f"not an elasticps checkpoint file: {exc!s:.200}") from exc
+    _check_format(metadata)
+    return metadata, tensors, digest.hexdigest()
 
 
 def _check_metadata(metadata: dict[str, Any]) -> None:
@@ -275,13 +335,16 @@ def _bookkeeping(tensors: dict[str, np.ndarray], prefix: str,
         0 if aging is None else int(aging[0]))
 
 
-def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> ShardSnapshot:
-    """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable).
+def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray],
+                copy: bool = True) -> ShardSnapshot:
+    """Rebuild a ShardSnapshot. Arrays are copied out of the file buffer, so they are writable;
+    ``copy=False`` for arrays already owned (:func:`read_stream`'s) takes them as they are.
 
     The metadata's fields and the arrays' ranks are checked first; anything inconsistent is a
     CheckpointError, so a bad checkpoint is skipped rather than crashing the pserver.
     """
     _check_metadata(metadata)
+    own = np.array if copy else np.asarray
     for name, want in (("applied.tasks", 2), ("applied.extra", 2), ("applied.counts", 2)):
         array = tensors.get(name)
         if array is None and name == "applied.counts":
@@ -300,16 +363,16 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
         for spec in specs:
             is_dense = spec.kind == pserver_pb2.TableSpec.DENSE
             prefix = ("dense." if is_dense else "sparse.") + spec.name
-            slots = {key.rsplit(".slot.", 1)[1]: np.array(arr) for key, arr in tensors.items()
+            slots = {key.rsplit(".slot.", 1)[1]: own(arr) for key, arr in tensors.items()
                      if key.startswith(prefix + ".slot.")}
             if spec.kind == pserver_pb2.TableSpec.DENSE:
-                dense[spec.name] = DenseState(np.array(tensors[prefix + ".value"]), slots,
+                dense[spec.name] = DenseState(own(tensors[prefix + ".value"]), slots,
                                               int(metadata["dense_steps"][spec.name]))
             else:
-                ids = np.array(tensors[prefix + ".ids"])
+                ids = own(tensors[prefix + ".ids"])
                 sparse[spec.name] = SparseState(
-                    ids, np.array(tensors[prefix + ".value"]),
-                    slots, np.array(tensors[prefix + ".steps"]),
+                    ids, own(tensors[prefix + ".value"]),
+                    slots, own(tensors[prefix + ".steps"]),
                     _bookkeeping(tensors, prefix, ids.shape[0]))
         floor = tensors.get("applied.floor")
         applied = AppliedSet.from_arrays(
@@ -320,7 +383,7 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
             applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},
             delta=bool(parent), parent=parent,
-            tombstones={spec.name: np.array(tensors.get(f"sparse.{spec.name}.tombstones",
+            tombstones={spec.name: own(tensors.get(f"sparse.{spec.name}.tombstones",
                                                         np.zeros(0, np.int64)))
                         for spec in specs if parent and spec.kind == pserver_pb2.TableSpec.SPARSE},
         )
