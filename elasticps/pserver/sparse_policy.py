@@ -163,11 +163,15 @@ def victims(
     score[protected] = np.inf
     if count >= n:
         return np.arange(n, dtype=np.int64)
-    if ids is None:
-        return np.sort(np.argpartition(score, count - 1)[:count]).astype(np.int64)
-    # O(n): every row below the count-th score goes; of those equal to it, the smallest ids.
-    kth = np.partition(score, count - 1)[count - 1]
-    below = np.flatnonzero(score < kth)
-    tied = np.flatnonzero(score == kth)
-    tied = tied[np.argsort(ids[tied], kind="stable")[:count - below.size]]
-    return np.sort(np.concatenate([below, tied])).astype(np.int64)
+    order = np.argpartition(score, count - 1)
+    chosen = order[:count]
+    if ids is not None:
+        # Of the rows equal to the count-th score, the smallest ids go (O(n), and no more
+        # memory than the partition: a full table chooses victims under the memory cap).
+        kth = score[order[count - 1]]
+        at_kth = score[chosen] == kth
+        tied = np.flatnonzero(score == kth)
+        if tied.size > np.count_nonzero(at_kth):
+            pick = tied[np.argsort(ids[tied], kind="stable")[:np.count_nonzero(at_kth)]]
+            chosen = np.concatenate([chosen[~at_kth], pick])
+    return np.sort(chosen).astype(np.int64)
