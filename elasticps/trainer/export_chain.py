@@ -125,6 +125,13 @@ def _table(link: Link, table: str, meta: dict[str, Any]) -> tuple[np.ndarray, np
 def apply_link(state: State | None, link: Link) -> State:
     """The model after ``link``: a full export replaces ``state``; a delta applies on it and
     must name it as its parent."""
+    try:
+        return _apply(state, link)
+    except (KeyError, TypeError, AttributeError) as exc:  # a manifest that lacks a field
+        raise ExportChainError(f"{link.directory}/{MANIFEST} is malformed: {exc!r:.200}") from exc
+
+
+def _apply(state: State | None, link: Link) -> State:
     missing = [name for name in link.manifest.get("dense", {}) if name not in link.tensors]
     if missing:
         raise ExportChainError(f"{link.directory}: dense tensor(s) {missing} are missing")

@@ -104,6 +104,11 @@ def test_a_corrupt_delta_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ExportChainError, match="does not match the SHA-256"):
         load_export(tmp_path / "b")
     weights.write_bytes(good)
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    del manifest["sparse"]["t"]["tombstones"]
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ExportChainError, match=r"b/manifest.json is malformed.*tombstones"):
+        load_export(tmp_path / "b")
     (tmp_path / "b" / "manifest.json").write_text('{"format": "elasticps.model/1", "ki')
     with pytest.raises(ExportChainError, match=r"b/manifest.json is not JSON"):
         load_export(tmp_path / "b")
