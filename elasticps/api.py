@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticps.cluster.spec import Job, sparse_policies_env
 from elasticps.config import Config, current
 from elasticps.errors import ConfigError
 from elasticps.store import open_store
@@ -67,10 +69,12 @@ class LocalJobHandle:
 
     in_job = False
 
-    def __init__(self, argv: list[str], workdir: Path) -> None:
+    def __init__(self, argv: list[str], workdir: Path,
+                 env: Mapping[str, str] | None = None) -> None:
         self.argv = argv
         self.workdir = workdir
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self._url: str | None = None
         self._url_ready = threading.Event()
         self._reader = threading.Thread(target=self._pump, name="elasticps-launcher-out",
@@ -126,7 +130,10 @@ def _launch_locally(job: Any, workdir: str | None) -> LocalJobHandle:
     if name:
         argv += ["--job-name", str(name)]
     argv += [script, *sys.argv[1:]]
-    return LocalJobHandle(argv, target)
+    # A cluster Job's tables: reach the local trainers as they would a cluster's.
+    policies = sparse_policies_env(job) if isinstance(job, Job) else ""
+    return LocalJobHandle(argv, target,
+                          {"PADDLE_SPARSE_POLICIES": policies} if policies else None)
 
 
 def dist_train(

@@ -14,6 +14,7 @@ the README's table is generated from the same rows by ``elasticps env``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -122,6 +123,35 @@ def _parse_str(text: str) -> str:
     return text.strip()
 
 
+# The keys a table's policy may set (elasticps.trainer.row_policy gives them their meaning).
+POLICY_KEYS = frozenset({"admit_after", "admit_probability", "evict", "ttl_passes",
+                         "ttl_seconds", "max_rows"})
+
+
+def _parse_sparse_policies(text: str) -> str:
+    """``{"table": {"admit_after": 2, "evict": "lru", ...}, ...}`` as canonical JSON ("" for
+    none); the values' ranges are checked where they are used (row_policy)."""
+    if not text.strip():
+        return ""
+    try:
+        policies = json.loads(text)
+    except ValueError:
+        raise ValueError("is not JSON") from None
+    if not isinstance(policies, dict):
+        raise ValueError("must be a JSON object of {table: {setting: value}}")
+    for table, settings in policies.items():
+        if not isinstance(settings, dict):
+            raise ValueError(f"table {table!r}: must map settings to values")
+        unknown = sorted(set(settings) - POLICY_KEYS)
+        if unknown:
+            raise ValueError(f"table {table!r}: unknown setting(s) {unknown}; known: "
+                             f"{sorted(POLICY_KEYS)}")
+        for key, value in settings.items():
+            if not (value is None or isinstance(value, str | int | float)):
+                raise ValueError(f"table {table!r}: {key}={value!r} is not a number or string")
+    return json.dumps(policies, sort_keys=True, separators=(",", ":"))
+
+
 def _parse_log_format(text: str) -> str:
     fmt = text.strip().lower() or "text"
     if fmt not in ("text", "json"):
@@ -182,6 +212,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Seconds between pserver checkpoints."),
     EnvVar("PADDLE_CHECKPOINT_KEEP", "checkpoint_keep", _parse_int(1, MAX_CHECKPOINT_KEEP),
            "Checkpoints kept per pserver slot."),
+    EnvVar("PADDLE_SPARSE_POLICIES", "sparse_policies", _parse_sparse_policies,
+           "Trainers: admission/eviction per sparse table, JSON {table: {admit_after, "
+           "admit_probability, evict, ttl_passes, ttl_seconds, max_rows}}; replaces what the "
+           "model's layers declare for those tables (rendered from a job spec's tables:)."),
     EnvVar("PADDLE_CHECKPOINT_DELTAS", "checkpoint_deltas", _parse_int(0, 1000),
            "Incremental pserver checkpoints between two full ones (0 = every checkpoint is "
            "full): a delta holds only the sparse rows pushed since the previous checkpoint."),
@@ -257,6 +291,7 @@ class Config:
     checkpoint_interval: float = 60.0
     checkpoint_keep: int = 3
     checkpoint_deltas: int = 0
+    sparse_policies: str = ""  # canonical JSON; see sparse_policy_settings
     lease_ttl: int = 5
     http_port: int = 0
     workdir: str | None = None
@@ -279,6 +314,11 @@ class Config:
         if self.num_pservers is not None:
             return self.num_pservers
         return max(1, len(self.pservers))
+
+    @property
+    def sparse_policy_settings(self) -> dict[str, dict[str, Any]]:
+        """PADDLE_SPARSE_POLICIES as {table: {setting: value}} (empty: the layers decide)."""
+        return json.loads(self.sparse_policies) if self.sparse_policies else {}
 
     def to_env(self) -> dict[str, str]:
         """The environment that reproduces this config in a child process."""

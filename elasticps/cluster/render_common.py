@@ -36,7 +36,7 @@ from typing import Any
 from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.render_code import add_code, code_config_map, config_map_name
-from elasticps.cluster.spec import Job, RoleResources
+from elasticps.cluster.spec import Job, RoleResources, sparse_policies_env
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE
 
 PORT = 7164
@@ -78,7 +78,7 @@ NOT_RENDERED_ENV = ("PADDLE_WORKDIR",)
 # is insecure.
 OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": ("PADDLE_DATA", "PADDLE_TLS_DIR"), "pserver": ("PADDLE_TLS_DIR",),
-    "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR"),
+    "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR", "PADDLE_SPARSE_POLICIES"),
 }
 # Defaults written explicitly so a pod's environment documents itself.
 _DEFAULT_VALUES = {
@@ -210,6 +210,8 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         values["PADDLE_DATA"] = job.data_storage.location_in_pod(DATA_MOUNT)
     if not job.insecure:
         values["PADDLE_TLS_DIR"] = TLS_MOUNT
+    if job.tables:
+        values["PADDLE_SPARSE_POLICIES"] = sparse_policies_env(job)
     for key, value in job.env.items():  # the spec checked that only tunable PADDLE_* appear
         values[key] = value
     wanted = [*ROLE_ENV[role], *(k for k in OPTIONAL_ROLE_ENV[role] if k in values)]

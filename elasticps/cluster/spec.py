@@ -20,6 +20,7 @@ Derivation rules (documented in docs/cluster.md):
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import shlex
@@ -40,6 +41,7 @@ from elasticps.config import (
     user_namespace,
 )
 from elasticps.errors import ConfigError
+from elasticps.trainer.row_policy import policy_from_settings
 from elasticps.version import __version__
 
 DEFAULT_IMAGE = f"elasticps/elasticps:{__version__}"
@@ -315,6 +317,10 @@ class Job:
     code_limit: str | int | None = None
     checkpoint: Storage | str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
+    # Admission/eviction per sparse table, {table: {admit_after, admit_probability, evict,
+    # ttl_passes, ttl_seconds, max_rows}}: replaces what the model's layers declare for those
+    # tables; rendered as the trainers' PADDLE_SPARSE_POLICIES.
+    tables: Mapping[str, Any] = field(default_factory=dict)
     etcd: EtcdSpec | Mapping[str, Any] | None = None
     queue: str = "default"
     local: bool = False
@@ -343,6 +349,7 @@ class Job:
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
         set_(self, "env", _check_env(self.env))
+        set_(self, "tables", _check_tables(self.tables))
         set_(self, "plan", self._make_plan(namespace))
 
     def _make_plan(self, namespace: str) -> JobPlan:
@@ -585,6 +592,38 @@ def _check_env(env: object) -> dict[str, str]:
                 raise _fail(name, str(exc)) from exc
         checked[key] = text
     return dict(sorted(checked.items()))
+
+
+MAX_TABLE_POLICIES = 1000  # the pservers' default PADDLE_MAX_TABLES
+
+
+def _check_tables(tables: object) -> dict[str, dict[str, Any]]:
+    """Each table's policy settings, checked as the trainers will apply them."""
+    if not isinstance(tables, Mapping):
+        raise _fail("tables", f"must be a mapping of table: {{admit_after: .., evict: .., "
+                              f"max_rows: ..}}, got {tables!r:.80}")
+    if len(tables) > MAX_TABLE_POLICIES:
+        raise _fail("tables", f"has {len(tables)} entries, more than {MAX_TABLE_POLICIES}")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, settings in tables.items():
+        where = f"tables.{name}"
+        if not isinstance(name, str) or not name.strip():
+            raise _fail(where, "is not a table name")
+        if not isinstance(settings, Mapping):
+            raise _fail(where, f"must map settings to values, got {settings!r:.80}")
+        try:
+            policy_from_settings(name, settings)
+        except ConfigError as exc:
+            raise _fail(where, str(exc)) from exc
+        checked[name] = dict(settings)
+    return dict(sorted(checked.items()))
+
+
+def sparse_policies_env(job: Job) -> str:
+    """The trainers' PADDLE_SPARSE_POLICIES for the job's ``tables:`` ("" when none)."""
+    if not job.tables:
+        return ""
+    return json.dumps(job.tables, sort_keys=True, separators=(",", ":"))
 
 
 def _trainer_command(entry_point: object) -> tuple[str, ...]:

@@ -457,7 +457,10 @@ class PullSparseRequest(_message.Message):
 
     TABLE_FIELD_NUMBER: _builtins.int
     IDS_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     table: _builtins.str
+    held: _builtins.bool
+    """also answer which ids have a row (an export leaves out the others)"""
     @_builtins.property
     def ids(self) -> _common_pb2.Tensor:
         """INT64 [n]; every id must belong to this shard"""
@@ -467,10 +470,11 @@ class PullSparseRequest(_message.Message):
         *,
         table: _builtins.str = ...,
         ids: _common_pb2.Tensor | None = ...,
+        held: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "ids", b"ids", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -481,16 +485,24 @@ class PullSparseResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ROWS_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def rows(self) -> _common_pb2.Tensor: ...
+    def rows(self) -> _common_pb2.Tensor:
+        """[n, dim]"""
+
+    @_builtins.property
+    def held(self) -> _common_pb2.Tensor:
+        """BOOL [n] when asked: the id has a row (pushed, admitted, not evicted)"""
+
     def __init__(
         self,
         *,
         rows: _common_pb2.Tensor | None = ...,
+        held: _common_pb2.Tensor | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "rows", b"rows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "rows", b"rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fsspec
+import numpy as np
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver import checkpoint_format as fmt
@@ -265,29 +266,30 @@ class ShardCheckpoints:
 
     # -- load -------------------------------------------------------------------------------
 
-    def read_verified(self, manifest: Manifest) -> bytes:
-        """The data file's bytes if its size and sha256 match the manifest."""
+    def read_verified(self, manifest: Manifest
+                      ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The data file's (metadata, tensors) if its size and sha256 match the manifest. The
+        file is streamed into the tensors' own arrays (one pass, hashed on the way), never held
+        whole; nothing is returned before the digest is checked."""
         path = self._path(data_name(manifest.id, manifest.writer))
         try:
             on_disk = self.fs.size(path)
             if on_disk != manifest.size:  # checked before reading: never read a huge file
                 raise CheckpointError(f"checkpoint {manifest.id}: {path} has {on_disk} bytes, "
                                       f"the manifest says {manifest.size} (truncated?)")
-            data = self.fs.cat_file(path)
+            with self.fs.open(path, "rb") as handle:
+                metadata, tensors, digest = fmt.read_stream(handle, manifest.size)
         except (OSError, FileNotFoundError) as exc:
             raise CheckpointError(f"checkpoint {manifest.id}: cannot read {path}: {exc}") from exc
-        if len(data) != manifest.size:
-            raise CheckpointError(
-                f"checkpoint {manifest.id}: {path} has {len(data)} bytes, the manifest says "
-                f"{manifest.size} (truncated?)"
-            )
-        digest = hashlib.sha256(data).hexdigest()
+        except CheckpointError as exc:
+            raise CheckpointError(f"checkpoint {manifest.id}: {path}: {exc} (truncated or "
+                                  "corrupt)") from exc
         if digest != manifest.sha256:
             raise CheckpointError(
                 f"checkpoint {manifest.id}: sha256 of {path} is {digest}, the manifest says "
                 f"{manifest.sha256} (corrupt)"
             )
-        return bytes(data)
+        return metadata, tensors
 
     def load_newest(self) -> tuple[ShardSnapshot, Manifest] | None:
         """The newest checkpoint whose checksum holds, or None if there is none."""
@@ -311,7 +313,7 @@ class ShardCheckpoints:
         """The state ``manifest`` restores: its base with every delta of its chain applied."""
         state: ShardSnapshot | None = None
         for link in chain(manifest, published):
-            part = fmt.to_snapshot(*fmt.parse(self.read_verified(link)))
+            part = fmt.to_snapshot(*self.read_verified(link), copy=False)
             if part.parent != link.parent:
                 raise CheckpointError(f"checkpoint {link.id}: its file names parent "
                                       f"{part.parent or 'none'}, its manifest "

@@ -20,7 +20,7 @@ import numpy as np
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver.checkpoint_manifest import Manifest
-from elasticps.pserver.snapshot import ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import RowBookkeeping, ShardSnapshot, SparseState
 
 
 def apply_delta(base: ShardSnapshot, delta: ShardSnapshot) -> ShardSnapshot:
@@ -47,12 +47,28 @@ def apply_delta(base: ShardSnapshot, delta: ShardSnapshot) -> ShardSnapshot:
              for slot, arr in old.slots.items()},
             np.concatenate([old.steps[keep], change.steps])
             if old.steps.shape[0] == old.ids.shape[0] else change.steps[:0],
+            _bookkeeping(old.bookkeeping, keep, change.bookkeeping, change.ids.shape[0]),
         )
     return ShardSnapshot(
         shard=delta.shard, num_shards=delta.num_shards, specs=delta.specs,
         initialized=delta.initialized, dense=delta.dense, sparse=sparse, applied=delta.applied,
         counters=delta.counters,
     )
+
+
+def _bookkeeping(old: RowBookkeeping | None, keep: np.ndarray,
+                 change: RowBookkeeping | None, changed: int) -> RowBookkeeping | None:
+    """The kept rows' bookkeeping then the delta's rows', and the delta's sketch (whole in every
+    checkpoint); without the rows' (a link that lacks it) rows restart their bookkeeping."""
+    if change is None:
+        return None
+    if old is None or old.hits.shape[0] != keep.shape[0] or change.hits.shape[0] != changed:
+        return RowBookkeeping(np.zeros(0, np.int32), np.zeros(0, np.float64),
+                              np.zeros(0, np.uint32), change.sketch, change.sketch_aging)
+    return RowBookkeeping(
+        np.concatenate([old.touched_pass[keep], change.touched_pass]),
+        np.concatenate([old.pushed_unix[keep], change.pushed_unix]),
+        np.concatenate([old.hits[keep], change.hits]), change.sketch, change.sketch_aging)
 
 
 def chain(newest: Manifest, published: Sequence[Manifest]) -> list[Manifest]:

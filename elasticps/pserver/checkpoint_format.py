@@ -16,7 +16,16 @@ bytes; no code is ever executed to read it). Tensors:
 ``applied.counts``                    int64 [k, 3]     (pass, task, applications); optional
 ``applied.floor``                     int64 [1]        passes below it were pruned; optional
 ``sparse.<table>.tombstones``         int64 [k]        a delta's ids evicted since its parent
+``sparse.<table>.touched_pass``       int32 [rows]     pass of each row's last push; optional
+``sparse.<table>.pushed_unix``        float64 [rows]   unix time of its last push; optional
+``sparse.<table>.hits``               uint32 [rows]    its push count; optional
+``sparse.<table>.sketch``             uint16 [4, w]    the admission sketch's counters; optional
+``sparse.<table>.sketch_aging``       int64 [1]        pushes counted since it last halved
 ====================================  ==========================================
+
+The optional per-row tensors are written for tables that evict (the eviction bookkeeping), the
+sketch for tables that admit after k pushes; a file without them restores rows as pushed once,
+at restore time, and an empty sketch (what older files meant).
 
 A **delta** (an incremental checkpoint, :mod:`.checkpoint_delta`) has the same layout; its
 metadata holds ``delta: {"parent": "<id>"}``, its sparse tensors hold only the rows pushed since
@@ -48,12 +57,13 @@ from google.protobuf import json_format
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import DenseState, RowBookkeeping, ShardSnapshot, SparseState
 
 FORMAT = "elasticps.pserver.checkpoint"
 VERSION = 1
 _DTYPES: dict[np.dtype[Any], str] = {
-    np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32"
+    np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32",
+    np.dtype("<f8"): "F64", np.dtype("<u4"): "U32", np.dtype("<u2"): "U16",
 }
 _FROM_CODE: dict[str, np.dtype[Any]] = {code: dtype for dtype, code in _DTYPES.items()}
 
@@ -71,6 +81,16 @@ def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
         for slot, arr in sparse.slots.items():
             tensors[f"sparse.{name}.slot.{slot}"] = arr
         tensors[f"sparse.{name}.steps"] = sparse.steps
+        book = sparse.bookkeeping
+        if book is not None:
+            if book.hits.shape[0] == sparse.ids.shape[0]:
+                tensors[f"sparse.{name}.touched_pass"] = book.touched_pass
+                tensors[f"sparse.{name}.pushed_unix"] = book.pushed_unix
+                tensors[f"sparse.{name}.hits"] = book.hits
+            if book.sketch is not None:
+                tensors[f"sparse.{name}.sketch"] = book.sketch
+                tensors[f"sparse.{name}.sketch_aging"] = np.array([book.sketch_aging],
+                                                                  dtype=np.int64)
         if snap.delta:
             tensors[f"sparse.{name}.tombstones"] = snap.tombstones.get(
                 name, np.zeros(0, dtype=np.int64))
@@ -190,15 +210,75 @@ def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             tensors[name] = np.frombuffer(
                 data, dtype=dtype, count=count, offset=base + start
             ).reshape(entry["shape"])
-    except (ValueError, KeyError, TypeError, struct.error, RecursionError,
-            UnicodeDecodeError) as exc:
+    except _READ_ERRORS as exc:
         raise CheckpointError(f"not an elasticps checkpoint file: {exc!s:.200}") from exc
+    _check_format(metadata)
+    return metadata, tensors
+
+
+def _check_format(metadata: dict[str, Any]) -> None:
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
         raise CheckpointError(
             f"checkpoint format {metadata.get('format')!r:.60} version "
             f"{metadata.get('version')!r:.20} is not {FORMAT!r} version {VERSION}"
         )
-    return metadata, tensors
+
+
+_READ_ERRORS = (ValueError, KeyError, TypeError, struct.error, RecursionError,
+                UnicodeDecodeError)
+
+
+def read_stream(handle: BinaryIO, size: int) -> tuple[dict[str, Any], dict[str, np.ndarray], str]:
+    """(metadata, tensors, sha256 hex of all ``size`` bytes) of a checkpoint file, read from
+    ``handle`` once: each tensor goes straight into its own array, so a restore never holds a
+    copy of the whole file. Checked as :func:`parse` checks (tensors must not overlap); the
+    caller compares the digest before anything read is used."""
+    digest = hashlib.sha256()
+
+    def read(count: int) -> bytes:
+        data = handle.read(count)
+        if len(data) != count:
+            raise ValueError(f"the file ends {count - len(data)} bytes early (truncated)")
+        digest.update(data)
+        return data
+
+    def read_into(view: memoryview) -> None:
+        done = 0
+        while done < len(view):
+            got = handle.readinto(view[done:])  # type: ignore[attr-defined]
+            if not got:
+                raise ValueError(f"the file ends {len(view) - done} bytes early (truncated)")
+            done += got
+        digest.update(view)
+
+    try:
+        (header_len,) = struct.unpack("<Q", read(8))
+        if header_len > min(size - 8, MAX_HEADER_BYTES):
+            raise ValueError(f"header length {header_len} exceeds the file ({size} bytes)")
+        metadata, header = _check_header(json.loads(read(header_len)), size)
+        base, position = 8 + header_len, 0
+        tensors: dict[str, np.ndarray] = {}
+        for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
+            start, stop = entry["data_offsets"]
+            if not position <= start <= stop <= size - base:
+                raise ValueError(f"tensor {name} lies outside the file or overlaps another")
+            dtype = _FROM_CODE[entry["dtype"]]
+            count = (stop - start) // dtype.itemsize
+            if count * dtype.itemsize != stop - start or count != math.prod(entry["shape"]):
+                raise ValueError(f"tensor {name} has {stop - start} bytes for shape "
+                                 f"{entry['shape']}")
+            if start > position:
+                read(start - position)
+            array = np.empty(count, dtype=dtype)
+            read_into(memoryview(array.data).cast("B"))
+            tensors[name] = array.reshape(entry["shape"])
+            position = stop
+        while base + position < size:  # bytes after the last tensor still count in the digest
+            position += len(read(min(size - base - position, 1 << 20)))
+    except _READ_ERRORS as exc:
+        raise CheckpointError(f"not an elasticps checkpoint file: {exc!s:.200}") from exc
+    _check_format(metadata)
+    return metadata, tensors, digest.hexdigest()
 
 
 def _check_metadata(metadata: dict[str, Any]) -> None:
@@ -227,13 +307,44 @@ def _delta_parent(metadata: dict[str, Any]) -> str:
     return parent
 
 
-def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> ShardSnapshot:
-    """Rebuild a ShardSnapshot (arrays are copied out of the file buffer, so they are writable).
+_BOOK: dict[str, np.dtype[Any]] = {
+    ".touched_pass": np.dtype("<i4"), ".pushed_unix": np.dtype("<f8"), ".hits": np.dtype("<u4")}
+
+
+def _bookkeeping(tensors: dict[str, np.ndarray], prefix: str,
+                 rows: int) -> RowBookkeeping | None:
+    """A table's optional bookkeeping tensors, checked; None when the file has none."""
+    per_row = {key: tensors.get(prefix + key) for key in _BOOK}
+    sketch = tensors.get(prefix + ".sketch")
+    aging = tensors.get(prefix + ".sketch_aging")
+    if all(a is None for a in per_row.values()) and sketch is None:
+        return None
+    for key, dtype in _BOOK.items():
+        array = per_row[key]
+        if array is not None and (array.dtype != dtype or array.shape != (rows,)):
+            raise CheckpointError(f"checkpoint tensor {prefix}{key} is not {dtype} [{rows}]")
+    if sketch is not None and (sketch.ndim != 2 or sketch.dtype != np.dtype("<u2")
+                               or aging is None or aging.shape != (1,)):
+        raise CheckpointError(f"checkpoint tensor {prefix}.sketch is not uint16 [depth, "
+                              "width] with its sketch_aging")
+    if any(a is None for a in per_row.values()):  # a table that admits but does not evict
+        per_row = {key: np.zeros(0).astype(dtype) for key, dtype in _BOOK.items()}
+    return RowBookkeeping(
+        np.array(per_row[".touched_pass"]), np.array(per_row[".pushed_unix"]),
+        np.array(per_row[".hits"]), None if sketch is None else np.array(sketch),
+        0 if aging is None else int(aging[0]))
+
+
+def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray],
+                copy: bool = True) -> ShardSnapshot:
+    """Rebuild a ShardSnapshot. Arrays are copied out of the file buffer, so they are writable;
+    ``copy=False`` for arrays already owned (:func:`read_stream`'s) takes them as they are.
 
     The metadata's fields and the arrays' ranks are checked first; anything inconsistent is a
     CheckpointError, so a bad checkpoint is skipped rather than crashing the pserver.
     """
     _check_metadata(metadata)
+    own = np.array if copy else np.asarray
     for name, want in (("applied.tasks", 2), ("applied.extra", 2), ("applied.counts", 2)):
         array = tensors.get(name)
         if array is None and name == "applied.counts":
@@ -252,15 +363,17 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
         for spec in specs:
             is_dense = spec.kind == pserver_pb2.TableSpec.DENSE
             prefix = ("dense." if is_dense else "sparse.") + spec.name
-            slots = {key.rsplit(".slot.", 1)[1]: np.array(arr) for key, arr in tensors.items()
+            slots = {key.rsplit(".slot.", 1)[1]: own(arr) for key, arr in tensors.items()
                      if key.startswith(prefix + ".slot.")}
             if spec.kind == pserver_pb2.TableSpec.DENSE:
-                dense[spec.name] = DenseState(np.array(tensors[prefix + ".value"]), slots,
+                dense[spec.name] = DenseState(own(tensors[prefix + ".value"]), slots,
                                               int(metadata["dense_steps"][spec.name]))
             else:
+                ids = own(tensors[prefix + ".ids"])
                 sparse[spec.name] = SparseState(
-                    np.array(tensors[prefix + ".ids"]), np.array(tensors[prefix + ".value"]),
-                    slots, np.array(tensors[prefix + ".steps"]))
+                    ids, own(tensors[prefix + ".value"]),
+                    slots, own(tensors[prefix + ".steps"]),
+                    _bookkeeping(tensors, prefix, ids.shape[0]))
         floor = tensors.get("applied.floor")
         applied = AppliedSet.from_arrays(
             tensors["applied.tasks"], tensors["applied.extra"], tensors.get("applied.counts"),
@@ -270,7 +383,7 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Sha
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
             applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},
             delta=bool(parent), parent=parent,
-            tombstones={spec.name: np.array(tensors.get(f"sparse.{spec.name}.tombstones",
+            tombstones={spec.name: own(tensors.get(f"sparse.{spec.name}.tombstones",
                                                         np.zeros(0, np.int64)))
                         for spec in specs if parent and spec.kind == pserver_pb2.TableSpec.SPARSE},
         )

@@ -12,7 +12,9 @@ import numpy as np
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.checkpoint_delta import chain
 from elasticps.pserver.checkpoint_manifest import Manifest, data_name
+from elasticps.pserver.sparse_table import COUNTED
 
 
 def _manifest_paths(fs: Any, path: str) -> list[str]:
@@ -37,7 +39,7 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
                   data=data_path, size=manifest.size, sha256=manifest.sha256,
                   created=datetime.datetime.fromtimestamp(manifest.created_unix,
                                                           datetime.UTC).isoformat(),
-                  parent=manifest.parent)
+                  parent=manifest.parent, chain=_chain(fs, manifest_path))
     try:
         data = fs.cat_file(data_path)
     except FileNotFoundError:
@@ -69,15 +71,41 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
         }
         if spec.kind == pserver_pb2.TableSpec.DENSE:
             entry.update(shape=list(spec.shape), slice=int(snap.dense[spec.name].values.size),
-                         step=snap.dense[spec.name].step)
+                         step=snap.dense[spec.name].step,
+                         bytes=_bytes(tensors, f"dense.{spec.name}."))
         else:
             entry.update(dim=spec.dim, id_space=spec.id_space or "unbounded",
-                         rows=int(snap.sparse[spec.name].ids.size))
+                         rows=int(snap.sparse[spec.name].ids.size),
+                         bytes=_bytes(tensors, f"sparse.{spec.name}."),
+                         **{what: snap.counters.get(f"sparse.{spec.name}.{what}")
+                            for what in COUNTED})
             if snap.delta:
                 entry["tombstones"] = int(snap.tombstones.get(spec.name, np.zeros(0)).size)
         tables.append(entry)
     report["tables"] = tables
     return report
+
+
+def _bytes(tensors: dict[str, np.ndarray], prefix: str) -> int:
+    """Bytes a table's tensors take in the file."""
+    return int(sum(a.nbytes for name, a in tensors.items() if name.startswith(prefix)))
+
+
+def _chain(fs: Any, manifest_path: str) -> list[str] | str:
+    """The ids of the checkpoint's chain, base first, from the manifests beside it; or why the
+    chain is broken (a restore would skip this checkpoint)."""
+    directory = manifest_path.rsplit("/", 1)[0]
+    published = []
+    for path in sorted(fs.glob(f"{directory}/ckpt-*.json")):
+        try:
+            published.append(Manifest.from_json(fs.cat_file(path)))
+        except CheckpointError:
+            continue  # reported on its own line
+    newest = Manifest.from_json(fs.cat_file(manifest_path))
+    try:
+        return [m.id for m in chain(newest, published)]
+    except CheckpointError as exc:
+        return f"broken: {exc}"
 
 
 def inspect_url(url: str) -> list[dict[str, Any]]:
@@ -110,15 +138,26 @@ def format_report(report: dict[str, Any]) -> str:
     if report.get("parent"):
         lines.append(f"  delta    of checkpoint {report['parent']}: sparse tables hold the rows "
                      "pushed since it, and the ids evicted since (tombstones)")
+    links = report.get("chain")
+    if isinstance(links, list) and len(links) > 1:
+        lines.append(f"  chain    {' <- '.join(links)} (base first; a restore applies them in "
+                     "order)")
+    elif isinstance(links, str):
+        lines.append(f"  chain    {links}")
     lines.append(f"  format   {report['format']} v{report['version']}  initialised "
                  f"{report['initialized']}  applied batches {report['applied_batches']} "
                  f"in {report['applied_tasks']} tasks")
     for t in report["tables"]:
         if t["kind"] == "dense":
-            what = f"shape {t['shape']}, slice of {t['slice']} values, step {t['step']}"
+            what = (f"shape {t['shape']}, slice of {t['slice']} values, step {t['step']}, "
+                    f"{t['bytes']} bytes")
         else:
             what = f"dim {t['dim']}, id space {t['id_space']}, {t['rows']} rows"
             if "tombstones" in t:
-                what += f" changed, {t['tombstones']} evicted"
+                what += f" changed, {t['tombstones']} evicted since the parent"
+            what += f", {t['bytes']} bytes"
+            if t.get("admitted") is not None:  # older checkpoints did not keep the counters
+                what += (f"; since the shard began: {t['admitted']} admitted, {t['evicted']} "
+                         f"evicted, {t['dropped']} gradients dropped")
         lines.append(f"  table    {t['name']}: {t['kind']} {what}; {t['optimizer']} lr={t['lr']}")
     return "\n".join(lines)

@@ -385,6 +385,17 @@ class PServerClient:
 
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Rows for ``ids`` (int64 [n]) in their order, float32 [n, dim]."""
+        return self._pull(table, ids, held=False)[0]
+
+    def pull_held(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows for ``ids`` in their order, and whether each id has a row on its shard (an
+        export holds only those: a row not admitted yet or evicted is not part of the model)."""
+        rows, held = self._pull(table, ids, held=True)
+        assert held is not None
+        return rows, held
+
+    def _pull(self, table: str, ids: np.ndarray, held: bool
+              ) -> tuple[np.ndarray, np.ndarray | None]:
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             raise InvalidArgumentError(
@@ -392,21 +403,28 @@ class PServerClient:
             )
         unique, inverse = np.unique(ids.astype(np.int64, copy=False), return_inverse=True)
         _, groups = self._route(unique)
-        requests = [pserver_pb2.PullSparseRequest(table=table, ids=encode_tensor(unique[g]))
+        requests = [pserver_pb2.PullSparseRequest(table=table, ids=encode_tensor(unique[g]),
+                                                  held=held)
                     for g in groups]
         futures = [self._pool.submit(self._call, i, "PullSparse", r)
                    for i, r in enumerate(requests) if groups[i].size]
         rows: np.ndarray | None = None
+        marks = np.zeros(unique.size, dtype=np.bool_)
         for i, future in zip([i for i, g in enumerate(groups) if g.size], futures, strict=True):
-            part = decode_tensor(future.result().rows, dtype=np.float32,
+            response = future.result()
+            part = decode_tensor(response.rows, dtype=np.float32,
                                  shape=(groups[i].size, None), name=f"rows from shard {i}")
             if rows is None:
                 rows = np.empty((unique.size, part.shape[1]), dtype=np.float32)
             rows[groups[i]] = part
+            if held:
+                marks[groups[i]] = decode_tensor(response.held, dtype=np.bool_,
+                                                 shape=(groups[i].size,),
+                                                 name=f"held marks from shard {i}")
         if rows is None:
             dim = int(self._tables()[table].dim) if table in self._tables() else 0
-            return np.zeros((0, dim), dtype=np.float32)
-        return rows[inverse]
+            return np.zeros((0, dim), dtype=np.float32), marks if held else None
+        return rows[inverse], marks[inverse] if held else None
 
     # -- push -------------------------------------------------------------------------------
 

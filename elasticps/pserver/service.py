@@ -113,8 +113,10 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         self, request: pserver_pb2.PullSparseRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PullSparseResponse:
         ids = decode_tensor(request.ids, dtype=np.int64, shape=(None,), name="ids")
-        rows = self.state.pull_sparse(request.table, ids)
-        return pserver_pb2.PullSparseResponse(rows=encode_tensor(rows))
+        rows, held = self.state.pull_held(request.table, ids, held=request.held)
+        if held is None:
+            return pserver_pb2.PullSparseResponse(rows=encode_tensor(rows))
+        return pserver_pb2.PullSparseResponse(rows=encode_tensor(rows), held=encode_tensor(held))
 
     @rpc_handler
     def Push(  # noqa: N802

@@ -34,12 +34,14 @@ from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.limits import ShardLimits, declared_bytes
 from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import (
+    COUNTED,
     SparseCounters,
     SparsePlan,
     SparseTable,
     Table,
     batch_seed,
     make_table,
+    table_counters,
 )
 from elasticps.pserver.tables import DenseShard, normalize_spec
 
@@ -95,6 +97,8 @@ class ShardState:
         self.shard, self.num_shards = shard, num_shards
         self.limits = limits or ShardLimits()
         self.clock = clock  # TTL eviction's time; a test steps it
+        # Unix time: checkpoints keep push times in it (a test steps it with the clock).
+        self.wall_clock: Callable[[], float] = time.time
         self.current_pass = 0  # the newest pass pushed: TTL in passes counts from it
         self._last_sweep = clock()
         self.lock = threading.Lock()
@@ -202,17 +206,26 @@ class ShardState:
         """Rows for ``ids`` in their order; an id without a row reads as its initial value and
         the table does not grow (rows come from pushes only). A pull of more than
         ``PULL_CHUNK`` ids takes the lock once per chunk, so a push may land between chunks."""
+        return self.pull_held(name, ids, held=False)[0]
+
+    def pull_held(self, name: str, ids: np.ndarray, held: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`pull_sparse`, and (when ``held``) whether each id has a row, read under the
+        same lock as its value."""
         self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "pull")
         with self.lock:
             table = self._sparse(name)
             table.check_ids(ids, "pulled")
             if ids.shape[0] <= PULL_CHUNK:
-                return table.gather(ids)
-        parts = []
+                return table.gather(ids), table.held(ids) if held else None
+        parts, marks = [], []
         for start in range(0, ids.shape[0], PULL_CHUNK):
+            chunk = ids[start:start + PULL_CHUNK]
             with self.lock:
-                parts.append(self._sparse(name).gather(ids[start:start + PULL_CHUNK]))
-        return np.concatenate(parts)
+                parts.append(self._sparse(name).gather(chunk))
+                if held:
+                    marks.append(self._sparse(name).held(chunk))
+        return np.concatenate(parts), np.concatenate(marks) if held else None
 
     # -- push -------------------------------------------------------------------------------
 
@@ -370,7 +383,7 @@ class ShardState:
                         table.values.copy(), {k: v.copy() for k, v in table.slots.items()},
                         table.step)
                     continue
-                sparse[name] = table.copy_rows(changed_only=as_delta)
+                sparse[name] = table.copy_rows(as_delta, self.clock(), self.wall_clock())
                 evicted, _ = table.take_tombstones()
                 if as_delta:
                     tombstones[name] = evicted
@@ -379,7 +392,8 @@ class ShardState:
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
                 dense=dense, sparse=sparse, applied=self.applied.copy(),
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
-                          "skipped_nonfinite": self.skipped_nonfinite},
+                          "skipped_nonfinite": self.skipped_nonfinite,
+                          **table_counters(sparse_tables)},
                 delta=as_delta, tombstones=tombstones,
             )
             return snap, self.version
@@ -402,7 +416,10 @@ class ShardState:
                 table.values, table.slots, table.step = state.values, state.slots, state.step
             else:
                 s = snap.sparse[spec.name]
-                table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock())
+                table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock(),
+                           s.bookkeeping, self.wall_clock())
+                table.admitted, table.evicted, table.dropped = (
+                    snap.counters.get(f"sparse.{spec.name}.{what}", 0) for what in COUNTED)
             tables[spec.name] = table
         with self.lock:
             self.tables = tables

@@ -18,11 +18,28 @@ class DenseState:
 
 
 @dataclass
+class RowBookkeeping:
+    """What eviction and admission know of a table's rows, so a restore does not forget it:
+    per row the pass and wall-clock time (unix seconds) of its last push and its push count,
+    and the admission sketch's counters (whole, in every checkpoint; None: the table admits
+    every id)."""
+
+    touched_pass: np.ndarray  # int32 [rows]
+    pushed_unix: np.ndarray  # float64 [rows]
+    hits: np.ndarray  # uint32 [rows]
+    sketch: np.ndarray | None = None  # uint16 [depth, width]
+    sketch_aging: int = 0  # increments since the sketch last halved
+
+
+@dataclass
 class SparseState:
     ids: np.ndarray
     values: np.ndarray
     slots: dict[str, np.ndarray]
     steps: np.ndarray
+    # None: the table tracks nothing, or the checkpoint predates bookkeeping (restored rows
+    # then count as pushed once, at restore time).
+    bookkeeping: RowBookkeeping | None = None
 
 
 @dataclass

@@ -101,6 +101,18 @@ class CountMinSketch:
     def nbytes(self) -> int:
         return int(self.counters.nbytes)
 
+    @property
+    def since_aging(self) -> int:
+        return self._since_aging
+
+    def restore(self, counters: np.ndarray | None, since_aging: int) -> None:
+        """Take a checkpoint's counts; ones of another shape (another sketch size) are
+        ignored: the sketch starts empty, as before checkpoints kept it."""
+        if counters is None or counters.shape != self.counters.shape:
+            return
+        self.counters[:] = counters
+        self._since_aging = int(since_aging)
+
 
 def admission(
     policy: pserver_pb2.SparsePolicy, count: int, estimates: np.ndarray | None,
@@ -131,10 +143,13 @@ def expired(
 
 def victims(
     policy: pserver_pb2.SparsePolicy, hits: np.ndarray, touched_at: np.ndarray, count: int,
-    protected: np.ndarray,
+    protected: np.ndarray, ids: np.ndarray | None = None,
 ) -> np.ndarray:
     """Row numbers of the ``count`` rows to evict (sorted): least recently pushed (LRU) or least
-    often (LFU, the least recent first among equals); never a row in ``protected``."""
+    often (LFU, the least recent first among equals); never a row in ``protected``. Rows equal
+    in that order go by smaller id (with ``ids``), not by where they sit, so a shard restored
+    from a checkpoint (rows in another order) evicts the same rows as the one it was saved
+    from."""
     n = hits.shape[0]
     count = min(count, n - protected.shape[0])
     if count <= 0:
@@ -146,5 +161,17 @@ def victims(
     else:
         score = touched_at.astype(np.float64)
     score[protected] = np.inf
-    chosen = np.argpartition(score, count - 1)[:count] if count < n else np.arange(n)
+    if count >= n:
+        return np.arange(n, dtype=np.int64)
+    order = np.argpartition(score, count - 1)
+    chosen = order[:count]
+    if ids is not None:
+        # Of the rows equal to the count-th score, the smallest ids go (O(n), and no more
+        # memory than the partition: a full table chooses victims under the memory cap).
+        kth = score[order[count - 1]]
+        at_kth = score[chosen] == kth
+        tied = np.flatnonzero(score == kth)
+        if tied.size > np.count_nonzero(at_kth):
+            pick = tied[np.argsort(ids[tied], kind="stable")[:np.count_nonzero(at_kth)]]
+            chosen = np.concatenate([chosen[~at_kth], pick])
     return np.sort(chosen).astype(np.int64)

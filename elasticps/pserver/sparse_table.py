@@ -24,7 +24,7 @@ from elasticps.pserver import sparse_policy
 from elasticps.pserver.hashing import splitmix64, uniform01
 from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
-from elasticps.pserver.snapshot import SparseState
+from elasticps.pserver.snapshot import RowBookkeeping, SparseState
 from elasticps.pserver.tables import (
     MAX_DIRECT_IDS,
     DenseShard,
@@ -187,6 +187,10 @@ class SparseTable:
         """Row numbers of ids (-1 where an id has no row)."""
         return self.index.lookup(unique_ids // self.num_shards)
 
+    def held(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each id has a row (an export holds only those)."""
+        return self.lookup(ids) >= 0
+
     def gather(self, ids: np.ndarray) -> np.ndarray:
         """Rows for ``ids`` in their order (duplicates allowed). An id with no row gets its
         initial value, computed and not stored: only pushes create rows, so pulling ids that
@@ -286,7 +290,7 @@ class SparseTable:
             return np.zeros(0, dtype=np.int64)
         n = self.size
         return sparse_policy.victims(self.policy, self.hits[:n], self.touched_at[:n], count,
-                                     np.unique(protected))
+                                     np.unique(protected), self.ids[:n])
 
     def expire(self, current_pass: int, now: float) -> int:
         """Evict rows past their TTL; returns how many."""
@@ -336,26 +340,43 @@ class SparseTable:
 
     # -- snapshots --------------------------------------------------------------------------
 
-    def copy_rows(self, changed_only: bool) -> SparseState:
+    def copy_rows(self, changed_only: bool, now: float = 0.0,
+                  wall: float = 0.0) -> SparseState:
         """A copy of every row, or of the rows pushed since the last copy (a delta); either way
-        the change marks start over."""
+        the change marks start over. ``now`` (the shard's clock) and ``wall`` (unix time) turn
+        the rows' push times into unix seconds, which outlive this process."""
         n = self.size
         rows = np.flatnonzero(self.changed[:n]) if changed_only else slice(0, n)
         state = SparseState(
             self.ids[rows].copy(), self.values[rows].copy(),
             {k: v[rows].copy() for k, v in self.slots.items()},
-            self.steps[rows].copy() if self.uses_step else self.steps[:0].copy())
+            self.steps[rows].copy() if self.uses_step else self.steps[:0].copy(),
+            self._bookkeeping(rows, now, wall))
         self.changed[:n] = False
         return state
+
+    def _bookkeeping(self, rows: np.ndarray | slice, now: float,
+                     wall: float) -> RowBookkeeping | None:
+        if not self.tracks and self.sketch is None:
+            return None
+        tracked = rows if self.tracks else slice(0, 0)
+        return RowBookkeeping(
+            self.touched_pass[tracked].copy(), self.touched_at[tracked] + (wall - now),
+            self.hits[tracked].copy(),
+            None if self.sketch is None else self.sketch.counters.copy(),
+            0 if self.sketch is None else self.sketch.since_aging)
 
     # -- restore ----------------------------------------------------------------------------
 
     def load(
         self, ids: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray],
         steps: np.ndarray, current_pass: int = 0, now: float | None = None,
+        bookkeeping: RowBookkeeping | None = None, wall: float | None = None,
     ) -> None:
         """Replace every row (a restore). Arrays are trusted to be checksummed and consistent.
-        Eviction bookkeeping is not checkpointed: restored rows count as pushed once, now."""
+        With ``bookkeeping`` rows keep their last pass, push time (``wall``: unix time now) and
+        count, and the sketch its counts; without (an older checkpoint) restored rows count as
+        pushed once, now."""
         n = ids.shape[0]
         self.index = (
             DirectIndex(self.index.capacity) if isinstance(self.index, DirectIndex)
@@ -369,10 +390,20 @@ class SparseTable:
         if self.uses_step:
             self.steps[:n] = steps
         self.changed[:n] = False
-        if self.tracks:
+        now = time.monotonic() if now is None else now
+        kept = bookkeeping is not None and bookkeeping.hits.shape[0] == n
+        if self.tracks and kept:
+            assert bookkeeping is not None
+            self.touched_pass[:n] = bookkeeping.touched_pass
+            self.touched_at[:n] = bookkeeping.pushed_unix + (
+                now - (time.time() if wall is None else wall))
+            self.hits[:n] = bookkeeping.hits
+        elif self.tracks:
             self.touched_pass[:n] = min(current_pass, np.iinfo(np.int32).max)
-            self.touched_at[:n] = time.monotonic() if now is None else now
+            self.touched_at[:n] = now
             self.hits[:n] = 1
+        if self.sketch is not None and bookkeeping is not None:
+            self.sketch.restore(bookkeeping.sketch, bookkeeping.sketch_aging)
         self.index.insert(ids // self.num_shards, np.arange(n, dtype=np.int64))
         self.size = n
 
@@ -394,6 +425,15 @@ class SparseTable:
 
     def counters(self) -> SparseCounters:
         return SparseCounters(self.admitted, self.evicted, self.dropped)
+
+
+COUNTED = ("admitted", "evicted", "dropped")  # per-table counters a checkpoint keeps
+
+
+def table_counters(tables: list[SparseTable]) -> dict[str, int]:
+    """The checkpoint's counters of sparse tables: ``sparse.<table>.<admitted|evicted|dropped>``
+    (so a restored shard goes on counting, and ``checkpoint inspect`` shows them)."""
+    return {f"sparse.{t.name}.{what}": int(getattr(t, what)) for t in tables for what in COUNTED}
 
 
 def batch_seed(pass_id: int, task_id: int, seq: int) -> int:

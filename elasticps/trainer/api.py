@@ -28,6 +28,10 @@ class ParameterClient(Protocol):
 
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray: ...
 
+    def pull_held(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of ``ids`` and whether each has a row on the pservers (what an export holds)."""
+        ...
+
     def push(
         self,
         batch: common_pb2.BatchRef,

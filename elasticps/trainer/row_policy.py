@@ -8,9 +8,11 @@ pushed id gets a row and rows live as long as the table.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from elasticps.config import POLICY_KEYS
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
 
@@ -52,6 +54,41 @@ class Evict:
             raise ConfigError(f"Evict(ttl_seconds={self.ttl_seconds!r}) must be finite, >= 0")
         if self.policy not in ("lru", "lfu", None):
             raise ConfigError(f"Evict(policy={self.policy!r}) is not 'lru', 'lfu' or None")
+
+
+def policy_from_settings(table: str, settings: Mapping[str, Any]) -> pserver_pb2.SparsePolicy:
+    """The policy a job spec's ``tables: {T: {...}}`` (or PADDLE_SPARSE_POLICIES) declares:
+    ``admit_after``/``admit_probability`` as :class:`Admit`, ``ttl_passes``/``ttl_seconds``
+    and ``evict`` ("lru", "lfu" or "none": nothing leaves for room) as :class:`Evict`, and
+    ``max_rows``; ConfigError naming the table and the bad setting. Unset settings keep the
+    defaults (every pushed id gets a row, kept for the table's life)."""
+    unknown = sorted(set(settings) - POLICY_KEYS)
+    if unknown:
+        raise ConfigError(f"sparse table {table!r}: unknown setting(s) {unknown}; known: "
+                          f"{sorted(POLICY_KEYS)}")
+    get = settings.get
+    for key in ("admit_after", "ttl_passes", "max_rows"):
+        if not isinstance(get(key, 0), int) or isinstance(get(key, 0), bool):
+            raise ConfigError(f"sparse table {table!r}: {key}={get(key)!r} is not an integer")
+    for key in ("admit_probability", "ttl_seconds"):
+        if not isinstance(get(key, 0), int | float) or isinstance(get(key, 0), bool):
+            raise ConfigError(f"sparse table {table!r}: {key}={get(key)!r} is not a number")
+    evict = get("evict")  # unset: as the layers' evict=None (max_rows alone means LRU)
+    if evict not in ("lru", "lfu", "none", None):
+        raise ConfigError(f"sparse table {table!r}: evict={evict!r} is not 'lru', 'lfu' or "
+                          "'none'")
+    if not 1 <= get("admit_after", 1) <= 1000:
+        raise ConfigError(f"sparse table {table!r}: admit_after={get('admit_after')!r} must be "
+                          "in [1, 1000] (1: every pushed id gets a row)")
+    try:
+        admit = Admit(get("admit_after", 1), float(get("admit_probability", 0.0)))
+        expiry = Evict(int(get("ttl_passes", 0)), float(get("ttl_seconds", 0.0)),
+                       None if evict in ("none", None) else evict)
+        return policy_proto(table, admit, expiry, int(get("max_rows", 0)))
+    except ConfigError as exc:
+        named = str(exc) if str(exc).startswith("sparse table") else \
+            f"sparse table {table!r}: {exc}"
+        raise ConfigError(named) from exc
 
 
 def policy_proto(table: str, admit: Admit | None, evict: Evict | str | None,

@@ -57,6 +57,7 @@ from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.result import default_result
+from elasticps.trainer.row_policy import policy_from_settings
 from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
@@ -144,8 +145,17 @@ class Trainer:
 
     def table_specs(self) -> list[pserver_pb2.TableSpec]:
         specs = self.dense.table_specs(self.optimizer)
-        specs += [self.tables.first(t).table_spec(self.optimizer) for t in self.tables]
-        return specs
+        sparse = [self.tables.first(t).table_spec(self.optimizer) for t in self.tables]
+        # The job spec's tables: (PADDLE_SPARSE_POLICIES) replace what the layers declare.
+        settings = self.config.sparse_policy_settings if self.config is not None else {}
+        unknown = sorted(set(settings) - set(self.tables))
+        if unknown:
+            raise ConfigError(f"the job declares policies for {unknown}, which are not sparse "
+                              f"tables of this model; its tables: {sorted(self.tables)}")
+        for spec in sparse:
+            if spec.name in settings:
+                spec.policy.CopyFrom(policy_from_settings(spec.name, settings[spec.name]))
+        return specs + sparse
 
     def attach(self, params: ParameterClient, master: TaskSource | None, name: str) -> None:
         """Use these clients (tests and :meth:`connect`); declares and initialises the tables."""
@@ -355,6 +365,22 @@ class Trainer:
             rows[start:start + step] = client.pull_sparse(table, uniq[start:start + step])
         return uniq, rows
 
+    def held_rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of the sorted unique ``ids``, those with a row on the pservers, and their rows (an id
+        not admitted yet or evicted has none: it is not part of the model)."""
+        client = self._client()
+        if table not in self.tables.layers:
+            raise ConfigError(f"no sparse table {table!r}; tables: {sorted(self.tables)}")
+        layer = self.tables.first(table)
+        uniq, _ = layer.unique_ids(np.asarray(ids))
+        keep = np.zeros(uniq.size, dtype=bool)
+        rows = np.empty((uniq.size, layer.dim), dtype=np.float32)
+        step = 1 << 18  # bounded messages for big tables
+        for start in range(0, uniq.size, step):
+            rows[start:start + step], keep[start:start + step] = client.pull_held(
+                table, uniq[start:start + step])
+        return uniq[keep], rows[keep]
+
     def evaluate(self, data: Any) -> dict[str, float]:
         """Metrics of the current parameters on ``data`` (no gradients pushed): a reader
         (``elasticps.reader.cloud(url)``), a dataset URL, or an iterable of batches. Works
@@ -390,10 +416,13 @@ class Trainer:
 
     def export(self, directory: str | os.PathLike[str],
                ids: Mapping[str, np.ndarray] | Any = None,
-               meta: Mapping[str, Any] | None = None) -> Path:
-        """Export dense values, the rows of ``ids`` per sparse table, and what each sparse layer
-        reads (see export.py). ``ids``: a mapping ``{table: ids}``, or data (reader, URL,
-        batches) whose ids the layers read; default: the data :meth:`train` read."""
+               meta: Mapping[str, Any] | None = None,
+               parent: str | os.PathLike[str] | None = None) -> Path:
+        """Export dense values, the rows the pservers hold for ``ids`` per sparse table, and
+        what each sparse layer reads (see export.py). ``ids``: a mapping ``{table: ids}``, or
+        data (reader, URL, batches) whose ids the layers read; default: the data :meth:`train`
+        read. ``parent``: a previous export's directory; this export is then a delta of it
+        (changed rows, tombstones for rows gone, dense values)."""
         if ids is None:
             if self._trained_on is None:
                 raise ConfigError("export() without ids needs a trained model (or pass ids)")
@@ -407,12 +436,12 @@ class Trainer:
             raise ConfigError(f"no ids to export for sparse table(s) {missing}: their layers "
                               "read no columns; pass ids={table: ids}")
         dense = self.pull_dense()
-        sparse = {table: self.pull_rows(table, table_ids) for table, table_ids in ids.items()}
+        sparse = {table: self.held_rows(table, table_ids) for table, table_ids in ids.items()}
         layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
         url = self._trained_on.dataset_url if self._trained_on is not None else None
         schema: Schema | None = dataset_schema(url) if url is not None else None
         return export_model(directory, dense, sparse, layers, meta,
-                            schema=None if schema is None else schema.to_dict())
+                            schema=None if schema is None else schema.to_dict(), parent=parent)
 
 
 def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:

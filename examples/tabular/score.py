@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,8 +35,7 @@ from models import TabularModel
 
 from elasticps.data import open_dataset
 from elasticps.data.schema import Schema
-
-EXPORT_FORMAT = "elasticps.model/1"
+from elasticps.trainer.export_chain import ExportChainError, load_export
 
 
 class Placeholder(nn.Module):
@@ -50,13 +48,12 @@ class Placeholder(nn.Module):
 def load_model(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     """The exported model (eval mode), and the export's manifest."""
     directory = Path(directory)
-    manifest = json.loads((directory / "manifest.json").read_text())
-    if manifest.get("format") != EXPORT_FORMAT:
-        raise SystemExit(f"{directory} is not an elasticps model export (format "
-                         f"{manifest.get('format')!r})")
+    try:  # a full export, or the newest delta of a chain (base + deltas applied)
+        tensors, manifest = load_export(directory)
+    except ExportChainError as exc:
+        raise SystemExit(str(exc)) from exc
     if manifest.get("schema") is None:
         raise SystemExit(f"{directory}: the export records no dataset schema to build from")
-    tensors = load_file(str(directory / manifest["weights"]))
     meta = manifest["meta"]
     model = TabularModel(Schema.from_dict(manifest["schema"]), lambda *a: Placeholder(),
                          lambda *a: Placeholder(), kind=meta["model"],

@@ -46,6 +46,8 @@ GOOD = [
     ("PADDLE_MAX_IDS_PER_REQUEST", "1000", "max_ids_per_request", 1000),
     ("PADDLE_MAX_TABLES", "20", "max_tables", 20),
     ("PADDLE_CHECKPOINT_DELTAS", "8", "checkpoint_deltas", 8),
+    ("PADDLE_SPARSE_POLICIES", ' {"emb": {"max_rows": 5,  "admit_after": 2}} ', "sparse_policies",
+     '{"emb":{"admit_after":2,"max_rows":5}}'),
     ("PADDLE_MAX_CONCURRENT_RPCS", "8", "max_concurrent_rpcs", 8),
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
 ]
@@ -85,6 +87,7 @@ BAD = [
     ("PADDLE_MAX_IDS_PER_REQUEST", "0"),
     ("PADDLE_MAX_TABLES", "0"),
     ("PADDLE_CHECKPOINT_DELTAS", "-1"),
+    ("PADDLE_SPARSE_POLICIES", "{emb}"),
     ("PADDLE_MAX_CONCURRENT_RPCS", "0"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
 ]

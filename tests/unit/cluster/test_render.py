@@ -45,7 +45,9 @@ JOBS: dict[str, dict[str, Any]] = {
               "data": "s3://ctr-bucket/criteo-1tb", "checkpoint": "pvc://ctr-ckpt/large",
               "etcd": {"replicas": 3, "storage": "8Gi"}, "queue": "ml-prod",
               "env": {"PADDLE_CHECKPOINT_INTERVAL": 300, "PADDLE_LEASE_TTL": 15,
-                      "NCCL_DEBUG": "WARN"}},
+                      "NCCL_DEBUG": "WARN"},
+              "tables": {"features": {"admit_after": 2, "max_rows": 50_000_000,
+                                      "ttl_passes": 3}}},
 }
 
 
@@ -135,7 +137,9 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
         names = [e["name"] for e in container["env"]]
         assert len(names) == len(set(names))
         assert set(ROLE_ENV[role]) <= set(names), role
-        assert set(OPTIONAL_ROLE_ENV[role]) <= set(names), role  # both jobs give data
+        optional = set(OPTIONAL_ROLE_ENV[role]) - (set() if job.tables else
+                                                   {"PADDLE_SPARSE_POLICIES"})
+        assert optional <= set(names), role  # both jobs give data
         config = load_config(env=_resolve(container["env"], index=1))
         assert config.role == role
         assert config.job_name == job.job_name
@@ -162,6 +166,10 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
         assert pserver.checkpoint_interval == 300
         assert pserver.lease_ttl == 15
         assert pserver.checkpoint_url == "/checkpoints/large"
+        # The spec's tables: reach the trainers (only them), as the settings written.
+        trainer = load_config(env=trainer_env)
+        assert trainer.sparse_policy_settings == JOBS["large"]["tables"]
+        assert pserver.sparse_policy_settings == {}
 
 
 def test_store_url_lists_every_etcd_member_or_the_given_endpoints() -> None:

@@ -64,6 +64,12 @@ class SgdTables:
                 return np.zeros((0, self.dims[table]), np.float32)
             return np.stack([self._row(table, int(i)).copy() for i in ids])
 
+    def pull_held(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and whether each was pushed (a pull of an unseen id keeps nothing here)."""
+        with self.lock:
+            held = np.array([(table, int(i)) in self.rows for i in ids], dtype=np.bool_)
+        return self.pull_sparse(table, ids), held
+
     def push(self, batch: common_pb2.BatchRef, dense_grads: Mapping[str, np.ndarray],
              sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
         with self.lock:

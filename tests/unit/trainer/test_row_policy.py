@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 
+from elasticps.config import load_config
 from elasticps.errors import ConfigError
 from elasticps.nn import Admit, Evict, SparseEmbedding, SparseEmbeddingBag
 from elasticps.proto import pserver_pb2
 from elasticps.trainer.optim import SGD
 from elasticps.trainer.sparse_rows import SparseTables
+from elasticps.trainer.trainer import Trainer
 
 POLICY = pserver_pb2.SparsePolicy
+SPEC = pserver_pb2.TableSpec
 
 
 def _spec(layer: SparseEmbedding | SparseEmbeddingBag) -> pserver_pb2.TableSpec:
@@ -53,3 +59,43 @@ def test_a_shared_table_needs_one_policy() -> None:
                                  "b": SparseEmbedding("t", 0, 4)})
     with pytest.raises(ConfigError, match="two different admit/evict/max_rows"):
         SparseTables(model)
+
+
+class TwoTables(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = SparseEmbedding("emb", 0, 4, columns="c", admit=Admit(after=3))
+        self.b = SparseEmbedding("ads", 0, 4, columns="d", max_rows=7)
+
+
+def _policies(trainer: Trainer) -> dict[str, pserver_pb2.SparsePolicy]:
+    return {s.name: s.policy for s in trainer.table_specs() if s.kind == SPEC.SPARSE}
+
+
+def test_the_job_specs_tables_replace_what_the_layers_declare() -> None:
+    """PADDLE_SPARSE_POLICIES (rendered from a job spec's tables:) reaches the table specs."""
+    trainer = Trainer(TwoTables(), prefetch=False)
+    assert _policies(trainer) == {"emb": POLICY(admit_after=3),
+                                  "ads": POLICY(max_rows=7, evict=POLICY.LRU)}
+    trainer.config = load_config(env={"PADDLE_SPARSE_POLICIES": json.dumps(
+        {"emb": {"admit_probability": 0.25, "evict": "lfu", "max_rows": 100}})})
+    assert _policies(trainer) == {
+        "emb": POLICY(admit_probability=0.25, evict=POLICY.LFU, max_rows=100),
+        "ads": POLICY(max_rows=7, evict=POLICY.LRU)}  # not named: the layer's
+    trainer.config = load_config(env={"PADDLE_SPARSE_POLICIES": '{"emb": {}}'})
+    assert _policies(trainer)["emb"] == POLICY()  # named with nothing: the defaults
+    trainer.config = load_config(env={"PADDLE_SPARSE_POLICIES": '{"clicks": {"max_rows": 5}}'})
+    with pytest.raises(ConfigError, match=r"\['clicks'\], which are not sparse tables"):
+        trainer.table_specs()
+
+
+@pytest.mark.parametrize(("value", "match"), [
+    ("not json", "is not JSON"),
+    ('["emb"]', "must be a JSON object"),
+    ('{"emb": 3}', "'emb': must map settings"),
+    ('{"emb": {"max_row": 3}}', r"unknown setting\(s\) \['max_row'\]"),
+])
+def test_bad_policy_env_is_refused_naming_it(value: str, match: str) -> None:
+    with pytest.raises(ConfigError, match="PADDLE_SPARSE_POLICIES") as info:
+        load_config(env={"PADDLE_SPARSE_POLICIES": value})
+    assert re.search(match, str(info.value))
