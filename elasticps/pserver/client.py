@@ -438,7 +438,30 @@ class PServerClient:
                     if g.size:
                         requests[i].sparse.append(pserver_pb2.SparseGrad(
                             table=name, grad=encode_sparse(ids[g], rows[g])))
-        return self._fan_out("Push", requests)
+        futures = [self._pool.submit(self._push_until_closed, i, r)
+                   for i, r in enumerate(requests)]
+        return [f.result() for f in futures]
+
+    def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest
+                           ) -> pserver_pb2.PushResponse:
+        """Push; in sync mode a shard answers ``pending`` while the step's barrier is open,
+        and the same push is sent again (the shard knows it: it waits on, adds nothing)."""
+        while True:
+            response: pserver_pb2.PushResponse = self._call(slot, "Push", request)
+            if not response.pending or self._closed.is_set():
+                return response
+
+    def join_round(self, trainer: str) -> None:
+        """Sync mode: every shard's step barrier waits for ``trainer``'s pushes from now on
+        (it began a task)."""
+        request = pserver_pb2.RoundMemberRequest(trainer=trainer)
+        self._fan_out("JoinRound", [request] * self.num_shards)
+
+    def leave_round(self, trainer: str) -> None:
+        """Sync mode: every shard's step barrier stops waiting for ``trainer`` (it ended a
+        task); its next push or join makes it a member again."""
+        request = pserver_pb2.RoundMemberRequest(trainer=trainer)
+        self._fan_out("LeaveRound", [request] * self.num_shards)
 
     # -- stats and lifecycle ----------------------------------------------------------------
 

@@ -129,8 +129,25 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         _unique_names((s.table for s in request.sparse), "sparse gradient")
         sparse = {s.table: decode_sparse(s.grad, name=f"sparse gradient[{s.table!r}]")
                   for s in request.sparse}
-        result = self.state.push(batch, dense, sparse, drop=request.drop)
-        return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped)
+        result = self.state.push(batch, dense, sparse, drop=request.drop,
+                                 trainer=request.batch.trainer)
+        return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped,
+                                        pending=result.pending)
+
+    @rpc_handler
+    def JoinRound(  # noqa: N802
+        self, request: pserver_pb2.RoundMemberRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.RoundMemberResponse:
+        check_name(request.trainer, "trainer name")
+        self.state.join_round(request.trainer)
+        return pserver_pb2.RoundMemberResponse()
+
+    @rpc_handler
+    def LeaveRound(  # noqa: N802
+        self, request: pserver_pb2.RoundMemberRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.RoundMemberResponse:
+        self.state.leave_round(request.trainer)
+        return pserver_pb2.RoundMemberResponse()
 
     @rpc_handler
     def Stats(  # noqa: N802
@@ -144,6 +161,8 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
             shard=stats.shard, num_shards=stats.num_shards, initialized=stats.initialized,
             applied_batches=stats.applied_batches, restored_from=stats.restored_from,
             incarnation=self.incarnation, last_checkpoint=self._last_checkpoint(),
+            mode=stats.mode, rounds=stats.rounds, round_waiting=stats.round_waiting,
+            round_members=stats.round_members,
         )
 
     @rpc_handler

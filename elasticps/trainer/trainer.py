@@ -240,15 +240,25 @@ class Trainer:
             return self._objective
         return Objective(kind or "binary", self.loss_fn)
 
+    @property
+    def mode(self) -> str:
+        """The job's training mode (PADDLE_TRAINING_MODE; async outside a job)."""
+        return self.config.mode if self.config is not None else "async"
+
     def runner(self, objective: Objective | None = None) -> StepRunner:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
+        # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale.
+        prefetch = self.prefetch and self.mode != "sync"
+        if self.mode == "sync" and self.dense.sync_every != 1:
+            raise ConfigError(f"dense_sync_every={self.dense.sync_every} does not fit sync mode: "
+                              "every step must start from the combined step before it (use 1)")
         # The replica splits tables as the pservers do; only a clip norm sees the split.
         own = (OwnDenseUpdate(self.dense.table_specs(self.optimizer),
                               int(getattr(self.params, "num_shards", 1)))
-               if self.prefetch else None)
+               if prefetch else None)
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
-                          prefetch=self.prefetch, feed=self.feed, tables=self.tables,
+                          prefetch=prefetch, feed=self.feed, tables=self.tables,
                           own_update=own)
 
     def train(self, reader: Any, num_passes: int,
@@ -295,7 +305,8 @@ class Trainer:
         runner = self.runner(objective)
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
-                                on_progress=on_progress, evaluate=evaluate)
+                                on_progress=on_progress, evaluate=evaluate,
+                                sync_rounds=self.params if self.mode == "sync" else None)
             self._worker = worker
             TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
                      report_every=self.progress_every, stop=self.stop).run()
