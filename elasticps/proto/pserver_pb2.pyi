@@ -529,9 +529,16 @@ class PushRequest(_message.Message):
     DENSE_FIELD_NUMBER: _builtins.int
     SPARSE_FIELD_NUMBER: _builtins.int
     DROP_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    COVERS_FIELD_NUMBER: _builtins.int
     drop: _builtins.bool
     """The client found NaN/Inf somewhere in this batch (maybe in another shard's part): record
     the batch as applied, change nothing, count it as skipped. Keeps the drop consistent.
+    """
+    delta: _builtins.bool
+    """Geo mode: dense and sparse hold parameter DELTAS (a trainer's local training since its last
+    push), added as they are, with no optimizer step. A delta covers several batches: batch and
+    covers; it is applied only if none of them was, and then all are recorded as applied.
     """
     @_builtins.property
     def batch(self) -> _common_pb2.BatchRef:
@@ -543,6 +550,8 @@ class PushRequest(_message.Message):
 
     @_builtins.property
     def sparse(self) -> _containers.RepeatedCompositeFieldContainer[Global___SparseGrad]: ...
+    @_builtins.property
+    def covers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BatchRef]: ...
     def __init__(
         self,
         *,
@@ -550,10 +559,12 @@ class PushRequest(_message.Message):
         dense: _abc.Iterable[Global___NamedTensor] | None = ...,
         sparse: _abc.Iterable[Global___SparseGrad] | None = ...,
         drop: _builtins.bool = ...,
+        delta: _builtins.bool = ...,
+        covers: _abc.Iterable[_common_pb2.BatchRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "dense", b"dense", "drop", b"drop", "sparse", b"sparse"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "covers", b"covers", "delta", b"delta", "dense", b"dense", "drop", b"drop", "sparse", b"sparse"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

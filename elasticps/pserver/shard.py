@@ -249,6 +249,10 @@ class ShardState:
             if self.applied.contains(batch.pass_id, batch.task_id, batch.seq):
                 self.duplicates += 1
                 return PushResult(applied=False, skipped=False)
+            if self.mode == "geo":
+                raise InvalidArgumentError(
+                    f"shard {self.shard} runs in geo mode and takes parameter deltas, not "
+                    "gradients: every role of a job needs the same PADDLE_TRAINING_MODE")
             finite = all(np.isfinite(g).all() for g in dense.values()) and all(
                 np.isfinite(rows).all() for _, rows in sparse.values()
             )
@@ -274,9 +278,46 @@ class ShardState:
             table.check_ids(ids, "pushed")
             table.check_rows(rows, ids.shape[0], "gradient")
 
+    def push_delta(
+        self,
+        batches: list[BatchKey],
+        dense: Mapping[str, np.ndarray],
+        sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> PushResult:
+        """Geo mode: add a trainer's parameter deltas, which cover ``batches``, at most once:
+        if any of them is recorded as applied nothing changes (the master's pass-end
+        reconciliation hands out again whichever were not), else all are recorded."""
+        if not batches:
+            raise InvalidArgumentError("a delta push must name the batches it covers")
+        for batch in batches:
+            batch.check()
+        with self.lock:
+            self._require_initialized("pushes")
+            if self.mode != "geo":
+                raise InvalidArgumentError(
+                    f"shard {self.shard} runs in {self.mode} mode and takes gradients, not geo "
+                    "deltas: every role of a job needs the same PADDLE_TRAINING_MODE")
+            self._validate(dense, sparse)
+            if len(set(batches)) != len(batches):
+                raise InvalidArgumentError("a delta push names one batch twice")
+            if any(self.applied.contains(b.pass_id, b.task_id, b.seq) for b in batches):
+                self.duplicates += 1
+                return PushResult(applied=False, skipped=False)
+            finite = all(np.isfinite(g).all() for g in dense.values()) and all(
+                np.isfinite(rows).all() for _, rows in sparse.values())
+            if finite:
+                first = batches[0]
+                self._apply(batch_seed(first.pass_id, first.task_id, first.seq), dense, sparse,
+                            max(b.pass_id for b in batches), delta=True)
+            for batch in batches:
+                self._record(batch, skipped=not finite)
+            return PushResult(applied=True, skipped=not finite)
+
     def _apply(self, seed: int, dense: Mapping[str, np.ndarray],
-               sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int) -> None:
-        """One optimizer step of validated, finite gradients, all or nothing."""
+               sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
+               delta: bool = False) -> None:
+        """One optimizer step of validated, finite gradients (or, geo, the deltas added),
+        all or nothing."""
         dense_tables = {name: self._dense(name) for name in dense}
         sparse_tables = {name: self._sparse(name) for name in sparse}
         # Decide everything before changing anything: which ids get rows, which rows make
@@ -285,9 +326,10 @@ class ShardState:
         victims = self._make_room(plans)
         for name, rows in victims.items():
             self._sparse(name).remove_rows(rows)
-        dense_updates = [(t, t.compute(dense[n])) for n, t in dense_tables.items()]
-        sparse_updates = [(t, plans[n], t.compute(plans[n]))
-                          for n, t in sparse_tables.items()]
+        dense_updates = [(t, t.compute_delta(dense[n]) if delta else t.compute(dense[n]))
+                         for n, t in dense_tables.items()]
+        sparse_updates = [(t, plans[n], t.compute_delta(plans[n]) if delta
+                           else t.compute(plans[n])) for n, t in sparse_tables.items()]
         for dense_table, dense_update in dense_updates:
             dense_table.commit(dense_update)
         now = self.clock()

@@ -88,11 +88,11 @@ class StepWorker(TaskWorker):
             self._publish()
 
     def flush(self) -> None:
-        self.runner.wait_pushed()
+        self.runner.flush()
 
     def abandon(self) -> None:
         self.runner.drop_prefetch()
-        self.runner.wait_pushed()
+        self.runner.flush()
 
     def end_task(self, task: master_pb2.Task, how: TaskEnd) -> None:
         if how is TaskEnd.FINISHED:

@@ -53,6 +53,7 @@ from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
+from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
@@ -248,15 +249,23 @@ class Trainer:
     def runner(self, objective: Objective | None = None) -> StepRunner:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
-        # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale.
-        prefetch = self.prefetch and self.mode != "sync"
-        if self.mode == "sync" and self.dense.sync_every != 1:
-            raise ConfigError(f"dense_sync_every={self.dense.sync_every} does not fit sync mode: "
-                              "every step must start from the combined step before it (use 1)")
+        # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale;
+        # geo mode trains a local copy, pulled once a window.
+        prefetch = self.prefetch and self.mode == "async"
+        if self.mode != "async" and self.dense.sync_every != 1:
+            raise ConfigError(f"dense_sync_every={self.dense.sync_every} does not fit "
+                              f"{self.mode} mode: every step must load the values it trains "
+                              "(the combined step's in sync, the local copy's in geo; use 1)")
         # The replica splits tables as the pservers do; only a clip norm sees the split.
         own = (OwnDenseUpdate(self.dense.table_specs(self.optimizer),
                               int(getattr(self.params, "num_shards", 1)))
                if prefetch else None)
+        if self.mode == "geo":
+            assert self.config is not None
+            geo = GeoParams(self.params, self.config.geo_steps)
+            return StepRunner(self.model, objective or self.objective(), geo, self.dense,
+                              prefetch=False, feed=self.feed, tables=self.tables,
+                              on_flush=geo.flush)
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
                           prefetch=prefetch, feed=self.feed, tables=self.tables,
                           own_update=own)
@@ -313,6 +322,7 @@ class Trainer:
             self.stats = worker.finish()
         finally:
             runner.close()
+            self.tables.bind(self.params)  # geo: the runner had bound its local copy
         log.info("Trainer %s finished training: %d samples in %d batches, %.1fs.", self.name,
                  self.stats.samples, self.stats.batches, self.stats.train_s)
         if not self.stop.is_set():
