@@ -61,17 +61,18 @@ def _grads(w: np.ndarray, unique: np.ndarray, rows: np.ndarray, ids: np.ndarray,
     pooled = table[torch.tensor(np.searchsorted(unique, ids))].sum(1)
     logits = pooled @ wt[:DIM] + torch.tensor(x) @ wt[DIM:]
     torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor(y)).backward()
-    assert wt.grad is not None and table.grad is not None
+    assert wt.grad is not None
+    assert table.grad is not None
     return wt.grad.numpy(), table.grad.numpy()
 
 
-def _step(pull_dense, pull_rows, ids, x, y):  # noqa: ANN001, ANN202 (two kinds of callers)
+def _step(pull_dense, pull_rows, ids, x, y):
     unique = np.unique(ids)
     dense, rows = _grads(pull_dense(), unique, pull_rows(unique), ids, x, y)
     return {"w": dense}, {"emb": (unique, rows)}
 
 
-def _one_big_trainer(data) -> ShardState:  # noqa: ANN001
+def _one_big_trainer(data) -> ShardState:
     """The reference: one trainer with batch K*B on one in-process shard (two shards over
     gRPC hold the same values: test_processes.py checks that split)."""
     shard = ShardState(0, 1)
@@ -94,7 +95,7 @@ class _Trainer:
         store.put(trainer_key(name), TrainerRegistration().encode(), self.lease.id)
         self.client = PServerClient(store, job_credentials(job), 2, deadline=60, name=name)
 
-    def push(self, task: int, seq: int, dense, sparse):  # noqa: ANN001, ANN201
+    def push(self, task: int, seq: int, dense, sparse):
         ref = common_pb2.BatchRef(pass_id=0, task_id=task, seq=seq, trainer=self.name)
         return self.client.push(ref, dense, sparse)
 
@@ -137,8 +138,8 @@ def test_k_trainers_with_batch_b_match_one_trainer_with_batch_kb(sync_job) -> No
             t = trainers[i]
             for seq, (ids, x, y) in enumerate(data):
                 part = slice(i * B, (i + 1) * B)
-                dense, sparse = _step(lambda: t.client.pull_dense(["w"])["w"],  # noqa: B023
-                                      lambda u: t.client.pull_sparse("emb", u),  # noqa: B023
+                dense, sparse = _step(lambda: t.client.pull_dense(["w"])["w"],
+                                      lambda u: t.client.pull_sparse("emb", u),
                                       ids[part], x[part], y[part])
                 assert all(r.applied for r in t.push(i, seq, dense, sparse))
 
