@@ -42,6 +42,8 @@ class LocalJob:
     pservers: int = 1
     job_name: str | None = None
     local: bool = True
+    mode: str = "async"  # async, sync or geo (elasticps run --mode)
+    geo_steps: int | None = None
 
 
 class TrainerHandle:
@@ -125,6 +127,9 @@ def _launch_locally(job: Any, workdir: str | None) -> LocalJobHandle:
     name = getattr(job, "job_name", None)
     if name:
         argv += ["--job-name", str(name)]
+    argv += ["--mode", str(getattr(job, "mode", "async") or "async")]
+    if getattr(job, "geo_steps", None):
+        argv += ["--geo-steps", str(job.geo_steps)]
     argv += [script, *sys.argv[1:]]
     return LocalJobHandle(argv, target)
 

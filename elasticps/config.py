@@ -122,6 +122,7 @@ def _parse_str(text: str) -> str:
     return text.strip()
 
 
+MAX_GEO_STEPS = 100_000
 MODES = ("async", "sync", "geo")  # how trainers' updates reach the pservers (docs/architecture.md)
 
 
@@ -236,7 +237,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "How trainers update the pservers: async (each batch's gradients applied as they "
            "come), sync (every step's gradients of all training trainers averaged, then applied "
            "once) or geo (trainers train a local copy and push parameter deltas)."),
-    EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, 100_000),
+    EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, MAX_GEO_STEPS),
            "geo mode: local steps a trainer takes between two pushes of its deltas."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
