@@ -18,7 +18,6 @@ local copy lives for one window for sparse rows and for the whole run for dense 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,16 +28,53 @@ from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optim
 from elasticps.pserver.tables import sum_duplicates
 
 
-@dataclass
 class _LocalRows:
-    """One sparse table's rows this window has pulled: sorted ids, base and trained copies."""
+    """One sparse table's rows this window has pulled: base and trained copies and the local
+    optimizer state, in arrival order (grown by doubling, so adding rows rarely copies), found
+    through a sorted view of their ids."""
 
-    ids: np.ndarray
-    base: np.ndarray
-    local: np.ndarray
-    slots: dict[str, np.ndarray]
-    steps: np.ndarray
-    touched: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    def __init__(self, dim: int, slots: Sequence[str], slot_init: Mapping[str, float]) -> None:
+        self.size = 0
+        self.ids = np.zeros(0, np.int64)
+        self.base = np.zeros((0, dim), np.float32)
+        self.local = np.zeros((0, dim), np.float32)
+        self.slots = {n: np.zeros((0, dim), np.float32) for n in slots}
+        self.slot_init = dict(slot_init)
+        self.steps = np.zeros(0, np.int64)
+        self.touched = np.zeros(0, bool)
+        self._sorted = np.zeros(0, np.int64)  # ids[:size] sorted
+        self._order = np.zeros(0, np.int64)  # their positions
+
+    def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, found) of ``ids``: positions are valid where found."""
+        at = np.searchsorted(self._sorted, ids)
+        at = np.minimum(at, max(self.size - 1, 0))
+        found = (self._sorted[at] == ids) if self.size else np.zeros(ids.shape, bool)
+        return self._order[at] if self.size else at, found
+
+    def add(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        n, k = self.size, ids.shape[0]
+        if n + k > self.ids.shape[0]:
+            capacity = max(2 * self.ids.shape[0], n + k, 1024)
+            self.ids = _grown(self.ids, capacity, n)
+            self.base, self.local = _grown(self.base, capacity, n), _grown(self.local, capacity, n)
+            self.slots = {name: _grown(a, capacity, n) for name, a in self.slots.items()}
+            self.steps, self.touched = _grown(self.steps, capacity, n), _grown(self.touched,
+                                                                                capacity, n)
+        new = slice(n, n + k)
+        self.ids[new], self.base[new], self.local[new] = ids, rows, rows
+        for name, arr in self.slots.items():
+            arr[new] = self.slot_init[name]
+        self.steps[new], self.touched[new] = 0, False
+        self.size = n + k
+        self._order = np.argsort(self.ids[:self.size], kind="stable")
+        self._sorted = self.ids[:self.size][self._order]
+
+
+def _grown(array: np.ndarray, capacity: int, keep: int) -> np.ndarray:
+    out = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+    out[:keep] = array[:keep]
+    return out
 
 
 class GeoParams:
@@ -100,32 +136,17 @@ class GeoParams:
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         held = self._rows.get(table)
-        new = np.setdiff1d(ids, held.ids) if held is not None else np.unique(ids)
-        if new.size or held is None:
-            held = self._add_rows(table, new, self.client.pull_sparse(table, new))
-        return held.local[np.searchsorted(held.ids, ids)]
-
-    def _add_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> _LocalRows:
-        optimizer = self._optimizer(table)
-        slots = {n: np.full(rows.shape, optimizer.slot_init(n), np.float32)
-                 for n in optimizer.slots}
-        held = self._rows.get(table)
-        fresh = _LocalRows(ids, rows.copy(), rows.copy(), slots, np.zeros(ids.shape[0], np.int64),
-                           np.zeros(ids.shape[0], bool))
-        if held is not None:
-            merged_ids = np.concatenate([held.ids, ids])
-            order = np.argsort(merged_ids, kind="stable")
-
-            def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-                return np.concatenate([a, b])[order]
-
-            fresh = _LocalRows(merged_ids[order], merged(held.base, fresh.base),
-                               merged(held.local, fresh.local),
-                               {n: merged(held.slots[n], fresh.slots[n]) for n in slots},
-                               merged(held.steps, fresh.steps),
-                               merged(held.touched, fresh.touched))
-        self._rows[table] = fresh
-        return fresh
+        if held is None:
+            optimizer = self._optimizer(table)
+            held = _LocalRows(int(self.client.specs()[table].dim), optimizer.slots,
+                              {n: optimizer.slot_init(n) for n in optimizer.slots})
+            self._rows[table] = held
+        _, found = held.find(ids)
+        if not found.all():
+            new = np.unique(ids[~found])
+            held.add(new, self.client.pull_sparse(table, new))
+        at, _ = held.find(ids)
+        return held.local[at]
 
     def push(self, batch: common_pb2.BatchRef, dense_grads: Mapping[str, np.ndarray],
              sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -160,7 +181,10 @@ class GeoParams:
             return
         unique, summed = sum_duplicates(ids, grads)
         held = self._rows[table]
-        at = np.searchsorted(held.ids, unique)
+        at, found = held.find(unique)
+        if not found.all():  # a gradient for a row this window never pulled
+            raise ConfigError(f"geo mode: table {table!r} got gradients for ids it did not "
+                              f"pull, e.g. {unique[~found][:3].tolist()}")
         steps = held.steps[at] + 1
         values, slots = self._optimizer(table).step(
             held.local[at], summed, {n: a[at] for n, a in held.slots.items()}, steps[:, None])
@@ -175,9 +199,11 @@ class GeoParams:
         window, self._window = self._window, []
         if window:
             dense = {name: self._local[name] - self._base[name] for name in self._local}
-            sparse = {table: (held.ids[held.touched],
-                              held.local[held.touched] - held.base[held.touched])
-                      for table, held in self._rows.items() if held.touched.any()}
+            sparse = {}
+            for table, held in self._rows.items():
+                touched = np.flatnonzero(held.touched[:held.size])
+                if touched.size:
+                    sparse[table] = (held.ids[touched], held.local[touched] - held.base[touched])
             self.client.push_delta(window, dense, sparse)
             self.pushed += 1
         self._base.clear()
