@@ -335,7 +335,6 @@ class ShardState:
         now = self.clock()
         for sparse_table, plan, sparse_update in sparse_updates:
             sparse_table.commit(sparse_update, plan, pass_id, now)
-        self._recent.append(time.monotonic())
         self._sweep(pass_id, now)
 
     def _record(self, batch: BatchKey, *, skipped: bool) -> None:
@@ -344,6 +343,7 @@ class ShardState:
             self.skipped_nonfinite += 1
         else:
             self.pushes += 1
+            self._recent.append(time.monotonic())  # pushes/s counts batches in every mode
         self.version += 1
 
     # -- sync mode's step barrier (sync_round.py) -------------------------------------------
