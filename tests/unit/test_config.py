@@ -48,6 +48,8 @@ GOOD = [
     ("PADDLE_CHECKPOINT_DELTAS", "8", "checkpoint_deltas", 8),
     ("PADDLE_MAX_CONCURRENT_RPCS", "8", "max_concurrent_rpcs", 8),
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
+    ("PADDLE_TRAINING_MODE", " Sync ", "mode", "sync"),
+    ("PADDLE_GEO_STEPS", "25", "geo_steps", 25),
 ]
 
 # (variable, malformed value)
@@ -87,6 +89,9 @@ BAD = [
     ("PADDLE_CHECKPOINT_DELTAS", "-1"),
     ("PADDLE_MAX_CONCURRENT_RPCS", "0"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
+    ("PADDLE_TRAINING_MODE", "bsp"),
+    ("PADDLE_GEO_STEPS", "0"),
+    ("PADDLE_GEO_STEPS", "100001"),
 ]
 
 
