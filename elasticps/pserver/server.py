@@ -125,7 +125,12 @@ class GrpcEndpoint:
 
     def __init__(self, config: Config) -> None:
         credentials = credentials_from_config(config)
-        self._server = make_server(credentials, max_receive_bytes=config.max_message_mb << 20,
+        # Sync mode: a push holds its thread while its step's barrier is open, so every call
+        # the server admits gets a thread (the pool starts them only when needed); otherwise
+        # 16 waiting pushes would keep the 17th trainer's push, which closes the round, queued.
+        workers = config.max_concurrent_rpcs if config.mode == "sync" else 16
+        self._server = make_server(credentials, max_workers=workers,
+                                   max_receive_bytes=config.max_message_mb << 20,
                                    max_concurrent_rpcs=config.max_concurrent_rpcs)
         port = bind(self._server, config.host, config.port, credentials)
         self.address = f"{config.host}:{port}"
