@@ -44,6 +44,8 @@ class LocalJob:
     pservers: int = 1
     job_name: str | None = None
     local: bool = True
+    mode: str = "async"  # async, sync or geo (elasticps run --mode)
+    geo_steps: int | None = None
 
 
 class TrainerHandle:
@@ -129,6 +131,9 @@ def _launch_locally(job: Any, workdir: str | None) -> LocalJobHandle:
     name = getattr(job, "job_name", None)
     if name:
         argv += ["--job-name", str(name)]
+    argv += ["--mode", str(getattr(job, "mode", "async") or "async")]
+    if getattr(job, "geo_steps", None):
+        argv += ["--geo-steps", str(job.geo_steps)]
     argv += [script, *sys.argv[1:]]
     # A cluster Job's tables: reach the local trainers as they would a cluster's.
     policies = sparse_policies_env(job) if isinstance(job, Job) else ""

@@ -152,6 +152,17 @@ def _parse_sparse_policies(text: str) -> str:
     return json.dumps(policies, sort_keys=True, separators=(",", ":"))
 
 
+MAX_GEO_STEPS = 100_000
+MODES = ("async", "sync", "geo")  # how trainers' updates reach the pservers (docs/architecture.md)
+
+
+def _parse_mode(text: str) -> str:
+    mode = text.strip().lower() or "async"
+    if mode not in MODES:
+        raise ValueError(f"is not one of {', '.join(MODES)}")
+    return mode
+
+
 def _parse_log_format(text: str) -> str:
     fmt = text.strip().lower() or "text"
     if fmt not in ("text", "json"):
@@ -256,6 +267,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_MAX_CONCURRENT_RPCS", "max_concurrent_rpcs", _parse_int(1, 100_000),
            "Calls a master or pserver runs or queues at once; more are refused unread "
            "(RESOURCE_EXHAUSTED) and the clients retry them with backoff."),
+    EnvVar("PADDLE_TRAINING_MODE", "mode", _parse_mode,
+           "How trainers update the pservers: async (each batch's gradients applied as they "
+           "come), sync (every step's gradients of all training trainers averaged, then applied "
+           "once) or geo (trainers train a local copy and push parameter deltas)."),
+    EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, MAX_GEO_STEPS),
+           "geo mode: local steps a trainer takes between two pushes of its deltas."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -307,6 +324,8 @@ class Config:
     max_tables: int = 1000
     max_concurrent_rpcs: int = 128
     data_schemes: tuple[str, ...] = ("file",)
+    mode: str = "async"
+    geo_steps: int = 10
 
     @property
     def pserver_count(self) -> int:

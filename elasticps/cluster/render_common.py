@@ -37,6 +37,7 @@ from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.render_code import add_code, code_config_map, config_map_name
 from elasticps.cluster.spec import Job, RoleResources, sparse_policies_env
+from elasticps.config import Config
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE
 
 PORT = 7164
@@ -68,8 +69,9 @@ ROLE_ENV: dict[str, tuple[str, ...]] = {
     "pserver": (*COMMON_ENV, "PADDLE_CHECKPOINT_URL", "PADDLE_CHECKPOINT_INTERVAL",
                 "PADDLE_CHECKPOINT_KEEP", "PADDLE_HEALTH_PORT", "PADDLE_MAX_MESSAGE_MB",
                 "PADDLE_PSERVER_MEMORY_MB", "PADDLE_MAX_IDS_PER_REQUEST", "PADDLE_MAX_TABLES",
-                "PADDLE_CHECKPOINT_DELTAS", "PADDLE_MAX_CONCURRENT_RPCS"),
-    "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES"),
+                "PADDLE_CHECKPOINT_DELTAS", "PADDLE_MAX_CONCURRENT_RPCS", "PADDLE_TRAINING_MODE"),
+    "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES", "PADDLE_TRAINING_MODE",
+                "PADDLE_GEO_STEPS"),
 }
 # Read by no role in a real job, so never rendered: the local launcher's work directory (a
 # cluster job's scripts take their paths from `data:`/`checkpoint:`).
@@ -202,6 +204,8 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         "PADDLE_HEALTH_PORT": str(HEALTH_PORT),
         "PADDLE_INSECURE": "true" if job.insecure else "false",
         "PADDLE_DATA_SCHEMES": data_schemes(job),
+        "PADDLE_TRAINING_MODE": job.mode,
+        "PADDLE_GEO_STEPS": str(job.geo_steps or Config.geo_steps),
         "PADDLE_CHECKPOINT_URL": (job.checkpoint_storage.location_in_pod(CHECKPOINT_MOUNT)
                                   if job.checkpoint_storage else CHECKPOINT_MOUNT),
         **_DEFAULT_VALUES,

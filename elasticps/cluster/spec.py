@@ -35,8 +35,10 @@ import yaml
 from elasticps.cluster.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 from elasticps.config import (
     ENV_VARS,
+    MAX_GEO_STEPS,
     MAX_PSERVERS,
     MAX_TRAINERS,
+    MODES,
     load_config,
     user_namespace,
 )
@@ -327,6 +329,10 @@ class Job:
     # No TLS anywhere (gRPC, the status page, the job's etcd): only for a cluster network you
     # trust; every role warns at start. `elasticps submit --insecure` sets it.
     insecure: bool = False
+    # How trainers update the pservers: async, sync or geo (docs/architecture.md, "Modes");
+    # geo_steps: a geo trainer's local steps between two pushes of its deltas (default 10).
+    mode: str = "async"
+    geo_steps: int | None = None
     plan: JobPlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -350,6 +356,12 @@ class Job:
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
         set_(self, "env", _check_env(self.env))
         set_(self, "tables", _check_tables(self.tables))
+        if self.mode not in MODES:
+            raise _fail("mode", f"{self.mode!r} is not one of {', '.join(MODES)}")
+        if self.geo_steps is not None:
+            _count("geo_steps", self.geo_steps, 1, MAX_GEO_STEPS)
+            if self.mode != "geo":
+                raise _fail("geo_steps", f"is for mode: geo (this job's mode is {self.mode})")
         set_(self, "plan", self._make_plan(namespace))
 
     def _make_plan(self, namespace: str) -> JobPlan:

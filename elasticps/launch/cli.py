@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.autoscale_policy import AutoscaleConfig
-from elasticps.config import load_config
+from elasticps.config import MODES, load_config
 from elasticps.errors import ConfigError
 from elasticps.launch.launcher import LaunchOptions, run_job
 
@@ -20,6 +20,7 @@ examples:
   elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py --rows 200000
   elasticps run --store etcd://127.0.0.1:2379 --workdir /tmp/ctr examples/ctr/train.py
   elasticps run --autoscale --max-trainers 4 --workdir /tmp/ctr examples/ctr/train.py
+  elasticps run --trainers 2 --mode sync --workdir /tmp/ctr examples/ctr/train.py
 
 With --autoscale the launcher adds a trainer while there is more work than trainers, the
 machine has an idle core for it (--autoscale-cpu) and the last step up raised samples/s by
@@ -63,6 +64,14 @@ def register(subparsers: Any) -> None:
                      help="extra master processes waiting in the election; one takes over "
                      "within PADDLE_LEASE_TTL when the leader dies (default 1; 0 = the "
                      "restarted master takes over)")
+    run.add_argument("--mode", choices=MODES, default=None,
+                     help="how trainers update the pservers: async (default: each batch "
+                     "applied as it comes), sync (each step's gradients of every training "
+                     "trainer averaged at the pservers, then applied once) or geo (trainers "
+                     "train a local copy and push parameter deltas every --geo-steps)")
+    run.add_argument("--geo-steps", type=int, default=None, metavar="K",
+                     help="geo mode: local steps between two pushes of a trainer's deltas "
+                     "(default 10)")
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="the roles' log lines: text (default) or json lines "
                           "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
@@ -106,8 +115,15 @@ def run_command(args: argparse.Namespace) -> int:
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
-        log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args))
+        log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args),
+        mode=args.mode, geo_steps=_geo_steps(args))
     return run_job(opts)
+
+
+def _geo_steps(args: argparse.Namespace) -> int | None:
+    if args.geo_steps is not None and args.mode not in ("geo", None):
+        raise ConfigError(f"--geo-steps={args.geo_steps} needs --mode geo")
+    return args.geo_steps
 
 
 def _autoscale(args: argparse.Namespace) -> AutoscaleConfig | None:

@@ -63,6 +63,8 @@ class LaunchOptions:
     insecure: bool = False
     # Add and remove trainers by backlog, throughput and idle CPU (None: a fixed count).
     autoscale: AutoscaleConfig | None = None
+    mode: str | None = None  # PADDLE_TRAINING_MODE of every role (None: the env's, or async)
+    geo_steps: int | None = None  # PADDLE_GEO_STEPS (geo mode; None: the default)
 
 
 def default_job_name(script: str) -> str:
@@ -97,7 +99,8 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         num_gradient_servers=opts.trainers, port=0, workdir=str(workdir),
         checkpoint_url=base_env.get("PADDLE_CHECKPOINT_URL") or str(workdir / "checkpoints"),
         **({"log_format": opts.log_format} if opts.log_format else {}),
-        insecure=opts.insecure,
+        insecure=opts.insecure, **({"mode": opts.mode} if opts.mode else {}),
+        **({"geo_steps": opts.geo_steps} if opts.geo_steps is not None else {}),
     )
     env = {**base_env, **config.to_env()}
     env.pop("PADDLE_TLS_DIR", None)  # each role gets its own identity below

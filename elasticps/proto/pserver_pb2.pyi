@@ -541,9 +541,16 @@ class PushRequest(_message.Message):
     DENSE_FIELD_NUMBER: _builtins.int
     SPARSE_FIELD_NUMBER: _builtins.int
     DROP_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    COVERS_FIELD_NUMBER: _builtins.int
     drop: _builtins.bool
     """The client found NaN/Inf somewhere in this batch (maybe in another shard's part): record
     the batch as applied, change nothing, count it as skipped. Keeps the drop consistent.
+    """
+    delta: _builtins.bool
+    """Geo mode: dense and sparse hold parameter DELTAS (a trainer's local training since its last
+    push), added as they are, with no optimizer step. A delta covers several batches: batch and
+    covers; it is applied only if none of them was, and then all are recorded as applied.
     """
     @_builtins.property
     def batch(self) -> _common_pb2.BatchRef:
@@ -555,6 +562,8 @@ class PushRequest(_message.Message):
 
     @_builtins.property
     def sparse(self) -> _containers.RepeatedCompositeFieldContainer[Global___SparseGrad]: ...
+    @_builtins.property
+    def covers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BatchRef]: ...
     def __init__(
         self,
         *,
@@ -562,10 +571,12 @@ class PushRequest(_message.Message):
         dense: _abc.Iterable[Global___NamedTensor] | None = ...,
         sparse: _abc.Iterable[Global___SparseGrad] | None = ...,
         drop: _builtins.bool = ...,
+        delta: _builtins.bool = ...,
+        covers: _abc.Iterable[_common_pb2.BatchRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "dense", b"dense", "drop", b"drop", "sparse", b"sparse"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "covers", b"covers", "delta", b"delta", "dense", b"dense", "drop", b"drop", "sparse", b"sparse"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -577,19 +588,25 @@ class PushResponse(_message.Message):
 
     APPLIED_FIELD_NUMBER: _builtins.int
     SKIPPED_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
     applied: _builtins.bool
     """false when this BatchRef was already applied (a duplicate)"""
     skipped: _builtins.bool
     """true when the gradient held NaN/Inf and was dropped (counted)"""
+    pending: _builtins.bool
+    """Sync mode: the step's barrier did not close within the server's wait (another trainer has
+    not pushed yet); nothing was applied. Send the same push again to keep waiting.
+    """
     def __init__(
         self,
         *,
         applied: _builtins.bool = ...,
         skipped: _builtins.bool = ...,
+        pending: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "skipped", b"skipped"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "pending", b"pending", "skipped", b"skipped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -663,6 +680,10 @@ class StatsResponse(_message.Message):
     RESTORED_FROM_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
     LAST_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    ROUND_WAITING_FIELD_NUMBER: _builtins.int
+    ROUND_MEMBERS_FIELD_NUMBER: _builtins.int
     pushes: _builtins.int
     pushes_per_sec: _builtins.float
     duplicates: _builtins.int
@@ -678,6 +699,14 @@ class StatsResponse(_message.Message):
     """random per process start"""
     last_checkpoint: _builtins.str
     """id of the newest checkpoint this process wrote or restored"""
+    mode: _builtins.str
+    """the job's training mode: async, sync or geo"""
+    rounds: _builtins.int
+    """sync: step barriers closed (each applied one combined step)"""
+    round_waiting: _builtins.int
+    """sync: pushes waiting in the open barrier now"""
+    round_members: _builtins.int
+    """sync: trainers the open barrier waits for"""
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStats]: ...
     def __init__(
@@ -695,10 +724,14 @@ class StatsResponse(_message.Message):
         restored_from: _builtins.str = ...,
         incarnation: _builtins.str = ...,
         last_checkpoint: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        rounds: _builtins.int = ...,
+        round_waiting: _builtins.int = ...,
+        round_members: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_batches", b"applied_batches", "duplicates", b"duplicates", "incarnation", b"incarnation", "initialized", b"initialized", "last_checkpoint", b"last_checkpoint", "num_shards", b"num_shards", "pushes", b"pushes", "pushes_per_sec", b"pushes_per_sec", "restored_from", b"restored_from", "shard", b"shard", "skipped_nonfinite", b"skipped_nonfinite", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_batches", b"applied_batches", "duplicates", b"duplicates", "incarnation", b"incarnation", "initialized", b"initialized", "last_checkpoint", b"last_checkpoint", "mode", b"mode", "num_shards", b"num_shards", "pushes", b"pushes", "pushes_per_sec", b"pushes_per_sec", "restored_from", b"restored_from", "round_members", b"round_members", "round_waiting", b"round_waiting", "rounds", b"rounds", "shard", b"shard", "skipped_nonfinite", b"skipped_nonfinite", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -827,6 +860,40 @@ class PruneAppliedResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PruneAppliedResponse: _TypeAlias = PruneAppliedResponse  # noqa: Y015
+
+@_typing.final
+class RoundMemberRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRAINER_FIELD_NUMBER: _builtins.int
+    trainer: _builtins.str
+    def __init__(
+        self,
+        *,
+        trainer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["trainer", b"trainer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoundMemberRequest: _TypeAlias = RoundMemberRequest  # noqa: Y015
+
+@_typing.final
+class RoundMemberResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoundMemberResponse: _TypeAlias = RoundMemberResponse  # noqa: Y015
 
 @_typing.final
 class CheckpointRequest(_message.Message):

@@ -79,6 +79,16 @@ class ParameterServerStub:
                 request_serializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointRequest.SerializeToString,
                 response_deserializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointResponse.FromString,
                 _registered_method=True)
+        self.JoinRound = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/JoinRound',
+                request_serializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberResponse.FromString,
+                _registered_method=True)
+        self.LeaveRound = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/LeaveRound',
+                request_serializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberResponse.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -148,6 +158,21 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinRound(self, request, context):
+        """Sync mode: the step barrier waits for this trainer's push from now on (it began a task).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveRound(self, request, context):
+        """Sync mode: the step barrier no longer waits for this trainer (it ended a task and may wait
+        for work, so the other trainers' steps must not wait for it); a push rejoins it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +220,16 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Checkpoint,
                     request_deserializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointRequest.FromString,
                     response_serializer=elasticps_dot_proto_dot_pserver__pb2.CheckpointResponse.SerializeToString,
+            ),
+            'JoinRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinRound,
+                    request_deserializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberResponse.SerializeToString,
+            ),
+            'LeaveRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveRound,
+                    request_deserializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_pserver__pb2.RoundMemberResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +475,60 @@ class ParameterServer:
             '/elasticps.v1.ParameterServer/Checkpoint',
             elasticps_dot_proto_dot_pserver__pb2.CheckpointRequest.SerializeToString,
             elasticps_dot_proto_dot_pserver__pb2.CheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/JoinRound',
+            elasticps_dot_proto_dot_pserver__pb2.RoundMemberRequest.SerializeToString,
+            elasticps_dot_proto_dot_pserver__pb2.RoundMemberResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/LeaveRound',
+            elasticps_dot_proto_dot_pserver__pb2.RoundMemberRequest.SerializeToString,
+            elasticps_dot_proto_dot_pserver__pb2.RoundMemberResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -243,6 +243,10 @@ class PServerClient:
         for table in responses[0].tables:
             self._specs[table.name] = table
 
+    def specs(self) -> dict[str, pserver_pb2.TableSpec]:
+        """The declared tables by name, as the pservers completed their specs."""
+        return dict(self._tables())
+
     def _tables(self) -> dict[str, pserver_pb2.TableSpec]:
         if not self._specs:
             response = self._call(0, "DeclareTables", pserver_pb2.DeclareTablesRequest())
@@ -443,20 +447,63 @@ class PServerClient:
             log.warning("Trainer %s drops batch (pass %d, task %d, seq %d): its gradients hold "
                         "NaN or Inf.", self.name, batch.pass_id, batch.task_id, batch.seq)
         else:
-            for name, grad in dense_grads.items():
-                flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
-                for i, part in enumerate(np.array_split(flat, self.num_shards)):
-                    requests[i].dense.append(
-                        pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
-            for name, (ids, rows) in sparse_grads.items():
-                ids = np.asarray(ids, dtype=np.int64)
-                rows = np.asarray(rows, dtype=np.float32)
-                _, groups = self._route(ids)
-                for i, g in enumerate(groups):
-                    if g.size:
-                        requests[i].sparse.append(pserver_pb2.SparseGrad(
-                            table=name, grad=encode_sparse(ids[g], rows[g])))
+            self._split(requests, dense_grads, sparse_grads)
+        futures = [self._pool.submit(self._push_until_closed, i, r)
+                   for i, r in enumerate(requests)]
+        return [f.result() for f in futures]
+
+    def push_delta(
+        self,
+        batches: list[common_pb2.BatchRef],
+        dense_deltas: Mapping[str, np.ndarray],
+        sparse_deltas: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> list[pserver_pb2.PushResponse]:
+        """Geo mode: one atomic Push per shard of parameter deltas covering ``batches``."""
+        if not batches:
+            raise InvalidArgumentError("a delta push must cover at least one batch")
+        requests = [pserver_pb2.PushRequest(batch=batches[0], covers=batches[1:], delta=True)
+                    for _ in range(self.num_shards)]
+        self._split(requests, dense_deltas, sparse_deltas)
         return self._fan_out("Push", requests)
+
+    def _split(self, requests: list[pserver_pb2.PushRequest],
+               dense: Mapping[str, np.ndarray],
+               sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Each shard's part of dense and sparse values, into its request."""
+        for name, grad in dense.items():
+            flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
+            for i, part in enumerate(np.array_split(flat, self.num_shards)):
+                requests[i].dense.append(
+                    pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
+        for name, (ids, rows) in sparse.items():
+            ids = np.asarray(ids, dtype=np.int64)
+            rows = np.asarray(rows, dtype=np.float32)
+            _, groups = self._route(ids)
+            for i, g in enumerate(groups):
+                if g.size:
+                    requests[i].sparse.append(pserver_pb2.SparseGrad(
+                        table=name, grad=encode_sparse(ids[g], rows[g])))
+
+    def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest
+                           ) -> pserver_pb2.PushResponse:
+        """Push; in sync mode a shard answers ``pending`` while the step's barrier is open,
+        and the same push is sent again (the shard knows it: it waits on, adds nothing)."""
+        while True:
+            response: pserver_pb2.PushResponse = self._call(slot, "Push", request)
+            if not response.pending or self._closed.is_set():
+                return response
+
+    def join_round(self, trainer: str) -> None:
+        """Sync mode: every shard's step barrier waits for ``trainer``'s pushes from now on
+        (it began a task)."""
+        request = pserver_pb2.RoundMemberRequest(trainer=trainer)
+        self._fan_out("JoinRound", [request] * self.num_shards)
+
+    def leave_round(self, trainer: str) -> None:
+        """Sync mode: every shard's step barrier stops waiting for ``trainer`` (it ended a
+        task); its next push or join makes it a member again."""
+        request = pserver_pb2.RoundMemberRequest(trainer=trainer)
+        self._fan_out("LeaveRound", [request] * self.num_shards)
 
     # -- stats and lifecycle ----------------------------------------------------------------
 

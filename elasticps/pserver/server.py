@@ -61,6 +61,7 @@ from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
 from elasticps.pserver.limits import ShardLimits
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState
+from elasticps.pserver.sync_members import RoundMembers
 from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics, TimedServicer
 from elasticps.rpc import bind, credentials_from_config, make_server
 from elasticps.rpc.health import add_health, serve_health, set_serving
@@ -124,7 +125,12 @@ class GrpcEndpoint:
 
     def __init__(self, config: Config) -> None:
         credentials = credentials_from_config(config)
-        self._server = make_server(credentials, max_receive_bytes=config.max_message_mb << 20,
+        # Sync mode: a push holds its thread while its step's barrier is open, so every call
+        # the server admits gets a thread (the pool starts them only when needed); otherwise
+        # 16 waiting pushes would keep the 17th trainer's push, which closes the round, queued.
+        workers = config.max_concurrent_rpcs if config.mode == "sync" else 16
+        self._server = make_server(credentials, max_workers=workers,
+                                   max_receive_bytes=config.max_message_mb << 20,
                                    max_concurrent_rpcs=config.max_concurrent_rpcs)
         port = bind(self._server, config.host, config.port, credentials)
         self.address = f"{config.host}:{port}"
@@ -246,8 +252,10 @@ class PServerProcess(Lifecycle[PServerState]):
         limits = ShardLimits(memory_bytes=self.config.pserver_memory_mb << 20,
                              max_ids_per_request=self.config.max_ids_per_request,
                              max_tables=self.config.max_tables)
-        state = ShardState(self.slot, self.num_shards, limits)
+        state = ShardState(self.slot, self.num_shards, limits, mode=self.config.mode)
         self.shard = state
+        if state.rounds is not None:  # sync: the barrier forgets trainers that die
+            self._stack.enter_context(RoundMembers(self.store, state, self.node).following())
         checkpoints = self._restore(state)
         checkpoint_now: CheckpointNow | None = None
         if checkpoints is not None:
@@ -257,8 +265,8 @@ class PServerProcess(Lifecycle[PServerState]):
                                  checkpoint_now, rpc=self.metrics.rpc)
         self._endpoint.serve(servicer)
         self._stack.callback(self._endpoint.stop, 2.0)  # pushed last: the first thing undone
-        log.info("%s is serving at %s (initialised: %s).", self.node, self._address,
-                 state.initialized)
+        log.info("%s is serving at %s (initialised: %s, %s mode).", self.node, self._address,
+                 state.initialized, state.mode)
         return S.SERVING
 
     def _serve(self) -> PServerState:

@@ -127,12 +127,36 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
                 "a push must carry its BatchRef (pass_id, task_id, seq): exactly-once needs it"
             )
         batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq)
-        dense = _named(request.dense, "dense gradient")
-        _unique_names((s.table for s in request.sparse), "sparse gradient")
-        sparse = {s.table: decode_sparse(s.grad, name=f"sparse gradient[{s.table!r}]")
+        what = "delta" if request.delta else "gradient"
+        dense = _named(request.dense, f"dense {what}")
+        _unique_names((s.table for s in request.sparse), f"sparse {what}")
+        sparse = {s.table: decode_sparse(s.grad, name=f"sparse {what}[{s.table!r}]")
                   for s in request.sparse}
-        result = self.state.push(batch, dense, sparse, drop=request.drop)
-        return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped)
+        if request.delta:
+            covered = [batch] + [BatchKey(b.pass_id, b.task_id, b.seq) for b in request.covers]
+            result = self.state.push_delta(covered, dense, sparse)
+            return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped)
+        if request.covers:
+            raise InvalidArgumentError("covers is for delta pushes (geo mode) only")
+        result = self.state.push(batch, dense, sparse, drop=request.drop,
+                                 trainer=request.batch.trainer)
+        return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped,
+                                        pending=result.pending)
+
+    @rpc_handler
+    def JoinRound(  # noqa: N802
+        self, request: pserver_pb2.RoundMemberRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.RoundMemberResponse:
+        check_name(request.trainer, "trainer name")
+        self.state.join_round(request.trainer)
+        return pserver_pb2.RoundMemberResponse()
+
+    @rpc_handler
+    def LeaveRound(  # noqa: N802
+        self, request: pserver_pb2.RoundMemberRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.RoundMemberResponse:
+        self.state.leave_round(request.trainer)
+        return pserver_pb2.RoundMemberResponse()
 
     @rpc_handler
     def Stats(  # noqa: N802
@@ -146,6 +170,8 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
             shard=stats.shard, num_shards=stats.num_shards, initialized=stats.initialized,
             applied_batches=stats.applied_batches, restored_from=stats.restored_from,
             incarnation=self.incarnation, last_checkpoint=self._last_checkpoint(),
+            mode=stats.mode, rounds=stats.rounds, round_waiting=stats.round_waiting,
+            round_members=stats.round_members,
         )
 
     @rpc_handler

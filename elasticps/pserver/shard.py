@@ -43,11 +43,15 @@ from elasticps.pserver.sparse_table import (
     make_table,
     table_counters,
 )
+from elasticps.pserver.sync_round import Contribution, SyncRounds, average
 from elasticps.pserver.tables import DenseShard, normalize_spec
 
 _RATE_WINDOW_S = 10.0
 PULL_CHUNK = 1 << 16  # ids per lock hold in a pull: a huge pull never stalls pushes for long
 _SWEEP_INTERVAL_S = 1.0  # TTL sweeps: at most this often, and whenever a new pass begins
+# Sync mode: how long a push waits in an open round before it is answered ``pending`` (the
+# client sends it again), well under the clients' call timeout.
+SYNC_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class BatchKey:
 class PushResult:
     applied: bool  # False: a duplicate of an applied batch
     skipped: bool  # True: dropped for non-finite values (still recorded as applied)
+    pending: bool = False  # sync mode: its round is still open; nothing applied yet
 
 
 @dataclass(frozen=True)
@@ -85,13 +90,17 @@ class ShardStats:
     skipped_nonfinite: int
     applied_batches: int
     restored_from: str
+    mode: str = "async"
+    rounds: int = 0  # sync: step barriers closed
+    round_waiting: int = 0  # sync: pushes in the open round
+    round_members: int = 0  # sync: trainers the open round waits for
 
 
 class ShardState:
     """Tables, optimizer state and applied batches of shard ``shard`` of ``num_shards``."""
 
     def __init__(self, shard: int, num_shards: int, limits: ShardLimits | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, mode: str = "async") -> None:
         if not 0 <= shard < num_shards:
             raise InvalidArgumentError(f"shard {shard} is not in [0, {num_shards})")
         self.shard, self.num_shards = shard, num_shards
@@ -102,6 +111,10 @@ class ShardState:
         self.current_pass = 0  # the newest pass pushed: TTL in passes counts from it
         self._last_sweep = clock()
         self.lock = threading.Lock()
+        self.mode = mode
+        # Sync mode: the step barrier; its waiters wait on the shard's own lock.
+        self.rounds = SyncRounds() if mode == "sync" else None
+        self._round_closed = threading.Condition(self.lock)
         self.tables: dict[str, Table] = {}
         self.initialized = False
         self.applied = AppliedSet()
@@ -235,51 +248,183 @@ class ShardState:
         dense: Mapping[str, np.ndarray],
         sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
         drop: bool = False,
+        *,
+        trainer: str = "",
+        wait_s: float = SYNC_WAIT_S,
     ) -> PushResult:
-        """Apply one batch's gradients for this shard at most once, atomically."""
+        """Apply one batch's gradients for this shard at most once, atomically. In sync mode
+        the batch joins the open round instead, and the call returns once the round is
+        applied, or after ``wait_s`` with ``pending=True`` (nothing applied yet)."""
         batch.check()
         with self.lock:
             self._require_initialized("pushes")
-            dense_tables = {name: self._dense(name) for name in dense}
-            sparse_tables = {name: self._sparse(name) for name in sparse}
-            for name, grad in dense.items():
-                dense_tables[name].check_values(grad, "gradient")
-            for name, (ids, rows) in sparse.items():
-                self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "push")
-                sparse_tables[name].check_ids(ids, "pushed")
-                sparse_tables[name].check_rows(rows, ids.shape[0], "gradient")
+            self._validate(dense, sparse)
             if self.applied.contains(batch.pass_id, batch.task_id, batch.seq):
                 self.duplicates += 1
                 return PushResult(applied=False, skipped=False)
+            if self.mode == "geo":
+                raise InvalidArgumentError(
+                    f"shard {self.shard} runs in geo mode and takes parameter deltas, not "
+                    "gradients: every role of a job needs the same PADDLE_TRAINING_MODE")
             finite = all(np.isfinite(g).all() for g in dense.values()) and all(
                 np.isfinite(rows).all() for _, rows in sparse.values()
             )
+            if self.rounds is not None:
+                return self._push_to_round(Contribution(
+                    trainer, (batch.pass_id, batch.task_id, batch.seq), dense, sparse,
+                    drop or not finite), wait_s)
             if drop or not finite:
-                self.applied.add(batch.pass_id, batch.task_id, batch.seq)
-                self.skipped_nonfinite += 1
-                self.version += 1
+                self._record(batch, skipped=True)
                 return PushResult(applied=True, skipped=True)
-            # Decide everything before changing anything: which ids get rows, which rows make
-            # room for them (or RESOURCE_EXHAUSTED); then compute every update, then commit.
-            seed = batch_seed(batch.pass_id, batch.task_id, batch.seq)
-            plans = {n: t.plan(*sparse[n], seed) for n, t in sparse_tables.items()}
-            victims = self._make_room(plans)
-            for name, rows in victims.items():
-                self._sparse(name).remove_rows(rows)
-            dense_updates = [(t, t.compute(dense[n])) for n, t in dense_tables.items()]
-            sparse_updates = [(t, plans[n], t.compute(plans[n]))
-                              for n, t in sparse_tables.items()]
-            for dense_table, dense_update in dense_updates:
-                dense_table.commit(dense_update)
-            now = self.clock()
-            for sparse_table, plan, sparse_update in sparse_updates:
-                sparse_table.commit(sparse_update, plan, batch.pass_id, now)
-            self.applied.add(batch.pass_id, batch.task_id, batch.seq)
-            self.pushes += 1
-            self.version += 1
-            self._recent.append(time.monotonic())
-            self._sweep(batch.pass_id, now)
+            self._apply(batch_seed(batch.pass_id, batch.task_id, batch.seq), dense, sparse,
+                        batch.pass_id)
+            self._record(batch, skipped=False)
             return PushResult(applied=True, skipped=False)
+
+    def _validate(self, dense: Mapping[str, np.ndarray],
+                  sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        for name, grad in dense.items():
+            self._dense(name).check_values(grad, "gradient")
+        for name, (ids, rows) in sparse.items():
+            table = self._sparse(name)
+            self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "push")
+            table.check_ids(ids, "pushed")
+            table.check_rows(rows, ids.shape[0], "gradient")
+
+    def push_delta(
+        self,
+        batches: list[BatchKey],
+        dense: Mapping[str, np.ndarray],
+        sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> PushResult:
+        """Geo mode: add a trainer's parameter deltas, which cover ``batches``, at most once:
+        if any of them is recorded as applied nothing changes (the master's pass-end
+        reconciliation hands out again whichever were not), else all are recorded."""
+        if not batches:
+            raise InvalidArgumentError("a delta push must name the batches it covers")
+        for batch in batches:
+            batch.check()
+        with self.lock:
+            self._require_initialized("pushes")
+            if self.mode != "geo":
+                raise InvalidArgumentError(
+                    f"shard {self.shard} runs in {self.mode} mode and takes gradients, not geo "
+                    "deltas: every role of a job needs the same PADDLE_TRAINING_MODE")
+            self._validate(dense, sparse)
+            if len(set(batches)) != len(batches):
+                raise InvalidArgumentError("a delta push names one batch twice")
+            if any(self.applied.contains(b.pass_id, b.task_id, b.seq) for b in batches):
+                self.duplicates += 1
+                return PushResult(applied=False, skipped=False)
+            finite = all(np.isfinite(g).all() for g in dense.values()) and all(
+                np.isfinite(rows).all() for _, rows in sparse.values())
+            if finite:
+                first = batches[0]
+                self._apply(batch_seed(first.pass_id, first.task_id, first.seq), dense, sparse,
+                            max(b.pass_id for b in batches), delta=True)
+            for batch in batches:
+                self._record(batch, skipped=not finite)
+            return PushResult(applied=True, skipped=not finite)
+
+    def _apply(self, seed: int, dense: Mapping[str, np.ndarray],
+               sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
+               delta: bool = False) -> None:
+        """One optimizer step of validated, finite gradients (or, geo, the deltas added),
+        all or nothing."""
+        dense_tables = {name: self._dense(name) for name in dense}
+        sparse_tables = {name: self._sparse(name) for name in sparse}
+        # Decide everything before changing anything: which ids get rows, which rows make
+        # room for them (or RESOURCE_EXHAUSTED); then compute every update, then commit.
+        plans = {n: t.plan(*sparse[n], seed) for n, t in sparse_tables.items()}
+        victims = self._make_room(plans)
+        for name, rows in victims.items():
+            self._sparse(name).remove_rows(rows)
+        dense_updates = [(t, t.compute_delta(dense[n]) if delta else t.compute(dense[n]))
+                         for n, t in dense_tables.items()]
+        sparse_updates = [(t, plans[n], t.compute_delta(plans[n]) if delta
+                           else t.compute(plans[n])) for n, t in sparse_tables.items()]
+        for dense_table, dense_update in dense_updates:
+            dense_table.commit(dense_update)
+        now = self.clock()
+        for sparse_table, plan, sparse_update in sparse_updates:
+            sparse_table.commit(sparse_update, plan, pass_id, now)
+        self._sweep(pass_id, now)
+
+    def _record(self, batch: BatchKey, *, skipped: bool) -> None:
+        self.applied.add(batch.pass_id, batch.task_id, batch.seq)
+        if skipped:
+            self.skipped_nonfinite += 1
+        else:
+            self.pushes += 1
+            self._recent.append(time.monotonic())  # pushes/s counts batches in every mode
+        self.version += 1
+
+    # -- sync mode's step barrier (sync_round.py) -------------------------------------------
+
+    def _push_to_round(self, contribution: Contribution, wait_s: float) -> PushResult:
+        assert self.rounds is not None
+        if not contribution.trainer:
+            raise InvalidArgumentError(
+                "in sync mode every push must name its trainer (BatchRef.trainer): the step "
+                "barrier waits for trainers by name")
+        mine = self.rounds.offer(contribution)
+        self._close_round_if_ready()
+        give_up = time.monotonic() + wait_s
+        while not mine.done:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                return PushResult(applied=False, skipped=False, pending=True)
+            self._round_closed.wait(left)
+        if mine.error is not None:
+            raise mine.error
+        if mine is not contribution:  # the same batch was already in the round: a duplicate
+            self.duplicates += 1
+            return PushResult(applied=False, skipped=False)
+        return PushResult(applied=mine.applied, skipped=mine.skipped)
+
+    def join_round(self, trainer: str) -> None:
+        """Sync mode: the open round (and every later one) waits for ``trainer``'s push."""
+        with self.lock:
+            if self.rounds is not None:
+                self.rounds.join(trainer)
+
+    def leave_round(self, trainer: str) -> bool:
+        """``trainer`` is no longer waited for (sync mode; a no-op otherwise); closes the
+        round if it waited only for it. True if it was a member."""
+        with self.lock:
+            if self.rounds is None or not self.rounds.leave(trainer):
+                return False
+            self._close_round_if_ready()
+            return True
+
+    def round_members(self) -> set[str]:
+        with self.lock:
+            return set(self.rounds.members) if self.rounds is not None else set()
+
+    def _close_round_if_ready(self) -> None:
+        """Apply the open round if every member has contributed: the finite contributions'
+        mean as one step, every contribution's batch recorded (the dropped ones as skipped)."""
+        assert self.rounds is not None
+        if not self.rounds.ready():
+            return
+        closed = self.rounds.take()
+        kept = [c for c in closed if not c.drop]
+        error: Exception | None = None
+        if kept:
+            try:
+                dense, sparse = average(kept)
+                self._apply(batch_seed(*kept[0].batch), dense, sparse,
+                            max(c.batch[0] for c in kept))
+            except Exception as exc:  # e.g. RESOURCE_EXHAUSTED: nothing changed, all hear it
+                error = exc
+        for c in closed:
+            if c.drop or error is None:
+                c.applied, c.skipped = True, c.drop
+                self._record(BatchKey(*c.batch), skipped=c.drop)
+            else:
+                c.error = error  # every waiter of the round hears it; their retries re-offer
+            c.done = True
+        self._round_closed.notify_all()
 
     # -- capacity ---------------------------------------------------------------------------
 
@@ -446,6 +591,10 @@ class ShardState:
                 pushes=self.pushes, pushes_per_sec=recent / _RATE_WINDOW_S,
                 duplicates=self.duplicates, skipped_nonfinite=self.skipped_nonfinite,
                 applied_batches=len(self.applied), restored_from=self.restored_from,
+                mode=self.mode,
+                rounds=self.rounds.rounds if self.rounds is not None else 0,
+                round_waiting=len(self.rounds.pending) if self.rounds is not None else 0,
+                round_members=len(self.rounds.members) if self.rounds is not None else 0,
             )
 
 

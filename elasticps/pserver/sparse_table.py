@@ -239,6 +239,17 @@ class SparseTable:
         )
         return rows, param, slots, steps if self.uses_step else None
 
+    def compute_delta(
+        self, plan: SparsePlan
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """Geo mode: the rows plus a trainer's summed deltas (a row the trainer pulled without
+        one started from its initial value, as it does here); optimizer state is left alone."""
+        train = plan.present | plan.admitted
+        rows = self._ensure_rows(plan.unique[train])
+        steps = self.steps[rows] if self.uses_step else None
+        return (rows, self.values[rows] + plan.summed[train],
+                {n: a[rows] for n, a in self.slots.items()}, steps)
+
     def commit(
         self, update: tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None],
         plan: SparsePlan, pass_id: int, now: float,

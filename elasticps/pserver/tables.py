@@ -153,6 +153,10 @@ class DenseShard:
         step = np.array([self.step + 1], dtype=np.int64)
         return self.optimizer.step(self.values, grad, self.slots, step)
 
+    def compute_delta(self, delta: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Geo mode: the values plus a trainer's delta; the optimizer state is left alone."""
+        return self.values + delta, self.slots
+
     def commit(self, update: tuple[np.ndarray, dict[str, np.ndarray]]) -> None:
         self.values, self.slots = update[0].astype(np.float32, copy=False), update[1]
         self.step += 1

@@ -39,6 +39,10 @@ class ParameterClient(Protocol):
         sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
     ) -> Any: ...
 
+    def join_round(self, trainer: str) -> None: ...  # sync mode: steps wait for trainer
+
+    def leave_round(self, trainer: str) -> None: ...  # sync mode: they no longer do
+
     def close(self) -> None: ...
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -87,6 +88,7 @@ class StepRunner:
         feed: Feed | None = None,
         tables: SparseTables | None = None,
         own_update: OwnDenseUpdate | None = None,
+        on_flush: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.objective = objective
@@ -102,6 +104,7 @@ class StepRunner:
         self._next_batch: object | None = None
         self._push: Future[None] | None = None
         self.own_update = own_update if prefetch else None
+        self.on_flush = on_flush  # geo mode: push the window's deltas (trainer/geo.py)
         # (dense values batch k ran on, the same after its update) until batch k+1 loads them
         self._own: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
         self._step = 0
@@ -196,6 +199,12 @@ class StepRunner:
         if push is not None:
             push.result()
 
+    def flush(self) -> None:
+        """Every batch trained so far is applied on the pservers when this returns."""
+        self.wait_pushed()
+        if self.on_flush is not None:
+            self.on_flush()
+
     def drop_prefetch(self) -> None:
         """Forget a prefetch for a batch that will not run (end of a task)."""
         nxt, self._next = self._next, None
@@ -207,7 +216,7 @@ class StepRunner:
     def close(self) -> None:
         try:
             self.drop_prefetch()
-            self.wait_pushed()
+            self.flush()
         finally:
             if self._comm is not None:
                 self._comm.shutdown(wait=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elasticps.proto import common_pb2, master_pb2
+from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.events import BeginPass, EndIteration, EndPass, Event
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.task_batches import TaskBatch, batch_length
@@ -47,6 +48,7 @@ class StepWorker(TaskWorker):
         on_progress: Callable[[LoopStats], None] | None = None,
         evaluate: Callable[[], dict[str, float]] | None = None,
         publish_every: float = 2.0,
+        sync_rounds: ParameterClient | None = None,
     ) -> None:
         self.runner = runner
         self.trainer_name = trainer_name
@@ -54,6 +56,10 @@ class StepWorker(TaskWorker):
         self.on_progress = on_progress or (lambda stats: None)
         self.evaluate = evaluate  # test-set metrics at each pass end (``test_*`` in EndPass)
         self.publish_every = publish_every
+        # Sync mode: the pservers' step barriers wait for this trainer from its first batch of
+        # a task to the task's end (then it may wait for work or evaluate: nobody waits).
+        self.sync_rounds = sync_rounds
+        self._in_round = False
         self.stats = LoopStats()
         self._metrics = runner.objective.metrics()
         self._batch_in_pass = 0
@@ -66,6 +72,9 @@ class StepWorker(TaskWorker):
         self.handler(BeginPass(pass_id))
 
     def train(self, item: TaskBatch, next_batch: Any | None) -> None:
+        if self.sync_rounds is not None and not self._in_round:
+            self.sync_rounds.join_round(self.trainer_name)
+            self._in_round = True
         ref = common_pb2.BatchRef(pass_id=item.pass_id, task_id=item.task_id, seq=item.seq,
                                   trainer=self.trainer_name)
         result = self.runner.run(item.batch, ref, next_batch)
@@ -79,15 +88,18 @@ class StepWorker(TaskWorker):
             self._publish()
 
     def flush(self) -> None:
-        self.runner.wait_pushed()
+        self.runner.flush()
 
     def abandon(self) -> None:
         self.runner.drop_prefetch()
-        self.runner.wait_pushed()
+        self.runner.flush()
 
     def end_task(self, task: master_pb2.Task, how: TaskEnd) -> None:
         if how is TaskEnd.FINISHED:
             self.stats.tasks += 1
+        if self.sync_rounds is not None and self._in_round:
+            self._in_round = False
+            self.sync_rounds.leave_round(self.trainer_name)
 
     def end_pass(self, pass_id: int) -> None:
         result = self._metrics.result()

@@ -53,6 +53,7 @@ from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
+from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
@@ -250,15 +251,33 @@ class Trainer:
             return self._objective
         return Objective(kind or "binary", self.loss_fn)
 
+    @property
+    def mode(self) -> str:
+        """The job's training mode (PADDLE_TRAINING_MODE; async outside a job)."""
+        return self.config.mode if self.config is not None else "async"
+
     def runner(self, objective: Objective | None = None) -> StepRunner:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
+        # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale;
+        # geo mode trains a local copy, pulled once a window.
+        prefetch = self.prefetch and self.mode == "async"
+        if self.mode != "async" and self.dense.sync_every != 1:
+            raise ConfigError(f"dense_sync_every={self.dense.sync_every} does not fit "
+                              f"{self.mode} mode: every step must load the values it trains "
+                              "(the combined step's in sync, the local copy's in geo; use 1)")
         # The replica splits tables as the pservers do; only a clip norm sees the split.
         own = (OwnDenseUpdate(self.dense.table_specs(self.optimizer),
                               int(getattr(self.params, "num_shards", 1)))
-               if self.prefetch else None)
+               if prefetch else None)
+        if self.mode == "geo":
+            assert self.config is not None
+            geo = GeoParams(self.params, self.config.geo_steps)
+            return StepRunner(self.model, objective or self.objective(), geo, self.dense,
+                              prefetch=False, feed=self.feed, tables=self.tables,
+                              on_flush=geo.flush)
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
-                          prefetch=self.prefetch, feed=self.feed, tables=self.tables,
+                          prefetch=prefetch, feed=self.feed, tables=self.tables,
                           own_update=own)
 
     def train(self, reader: Any, num_passes: int,
@@ -305,13 +324,15 @@ class Trainer:
         runner = self.runner(objective)
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
-                                on_progress=on_progress, evaluate=evaluate)
+                                on_progress=on_progress, evaluate=evaluate,
+                                sync_rounds=self.params if self.mode == "sync" else None)
             self._worker = worker
             TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
                      report_every=self.progress_every, stop=self.stop).run()
             self.stats = worker.finish()
         finally:
             runner.close()
+            self.tables.bind(self.params)  # geo: the runner had bound its local copy
         log.info("Trainer %s finished training: %d samples in %d batches, %.1fs.", self.name,
                  self.stats.samples, self.stats.batches, self.stats.train_s)
         if not self.stop.is_set():

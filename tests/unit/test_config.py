@@ -50,6 +50,8 @@ GOOD = [
      '{"emb":{"admit_after":2,"max_rows":5}}'),
     ("PADDLE_MAX_CONCURRENT_RPCS", "8", "max_concurrent_rpcs", 8),
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
+    ("PADDLE_TRAINING_MODE", " Sync ", "mode", "sync"),
+    ("PADDLE_GEO_STEPS", "25", "geo_steps", 25),
 ]
 
 # (variable, malformed value)
@@ -90,6 +92,9 @@ BAD = [
     ("PADDLE_SPARSE_POLICIES", "{emb}"),
     ("PADDLE_MAX_CONCURRENT_RPCS", "0"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
+    ("PADDLE_TRAINING_MODE", "bsp"),
+    ("PADDLE_GEO_STEPS", "0"),
+    ("PADDLE_GEO_STEPS", "100001"),
 ]
 
 

@@ -288,3 +288,28 @@ def test_cpu_quantities(text: object, millis: int) -> None:
 def test_memory_quantities(text: object, nbytes: int) -> None:
     assert parse_memory(text) == nbytes
     assert parse_memory(format_memory(nbytes)) == nbytes
+
+
+def test_the_training_mode_reaches_pservers_and_trainers() -> None:
+    from elasticps.cluster.render_common import role_env
+
+    job = make(mode="geo", geo_steps=4)
+    envs = {role: {e["name"]: e.get("value") for e in role_env(
+        job, role, pserver_hosts=["p0"], trainer_index_path="x")}
+        for role in ("master", "pserver", "trainer")}
+    assert envs["pserver"]["PADDLE_TRAINING_MODE"] == "geo"
+    assert (envs["trainer"]["PADDLE_TRAINING_MODE"], envs["trainer"]["PADDLE_GEO_STEPS"]) == (
+        "geo", "4")
+    assert "PADDLE_TRAINING_MODE" not in envs["master"]
+    assert make().mode == "async"
+    assert Job.from_dict(make(mode="sync").to_dict()).mode == "sync"
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"mode": "bsp"}, "'mode': 'bsp' is not one of async, sync, geo"),
+    ({"mode": "sync", "geo_steps": 3}, "'geo_steps': is for mode: geo"),
+    ({"mode": "geo", "geo_steps": 0}, "'geo_steps': must be >= 1"),
+])
+def test_a_bad_mode_is_refused_naming_the_field(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make(**fields)

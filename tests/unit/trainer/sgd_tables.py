@@ -80,5 +80,13 @@ class SgdTables:
                 for i, g in zip(ids, grads, strict=True):  # repeated ids add up, as on pservers
                     self._row(table, int(i))[:] -= self.lr * g
 
+    def join_round(self, trainer: str) -> None:
+        with self.lock:
+            self.calls.append(f"join_round {trainer}")
+
+    def leave_round(self, trainer: str) -> None:
+        with self.lock:
+            self.calls.append(f"leave_round {trainer}")
+
     def close(self) -> None:
         pass

@@ -1,0 +1,111 @@
+"""Sync mode's step barrier at one shard: who it waits for and what has arrived.
+
+In sync mode a shard applies no push on its own. Each push is a *contribution* to the open
+round; the round closes when every *member* has contributed, and its contributions are then
+averaged and applied as one optimizer step (:meth:`ShardState._close_round`). A trainer's push
+is answered only once its round is applied, so its next pull sees the combined step, and it
+cannot contribute twice to one round.
+
+Membership adapts so no round waits forever:
+
+- a trainer becomes a member with ``JoinRound`` when it begins a task (or with a push);
+- it leaves with ``LeaveRound`` when it ends the task (it may wait for work next, or evaluate:
+  the others' steps must not wait for it);
+- the pserver drops a trainer whose ``trainer/<name>`` key vanished (it died: its store lease
+  expired) or says ``leaving`` (pserver/sync_members.py).
+
+A contribution already in the round stays in it whatever becomes of its trainer: it is applied
+with the round, and recorded in the applied set like any batch, so the task's re-dispatch finds
+it applied (exactly-once). Pending contributions live in memory only: a pserver that dies loses
+them unapplied and unrecorded, and the trainers' retried pushes contribute to the restarted
+shard's rounds.
+
+Pure bookkeeping, not thread-safe: the shard's lock guards it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Contribution:
+    """One trainer's push waiting in the open round, and how it ended."""
+
+    trainer: str
+    batch: tuple[int, int, int]  # (pass_id, task_id, seq)
+    dense: Mapping[str, np.ndarray]
+    sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    drop: bool  # NaN/Inf somewhere in the batch: recorded, not averaged in
+    applied: bool = False
+    skipped: bool = False
+    error: Exception | None = None  # the round could not be applied (nothing changed)
+    done: bool = False
+
+
+class SyncRounds:
+    """Members and the open round's contributions (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.members: set[str] = set()
+        self.pending: dict[str, Contribution] = {}  # by trainer
+        self.rounds = 0  # rounds closed
+
+    def offer(self, contribution: Contribution) -> Contribution:
+        """Join the round with ``contribution``; the contribution to wait on. A push of a
+        batch already waiting (a retry, or the batch's task re-dispatched after its trainer
+        died mid-round) waits on that one instead of adding the batch twice."""
+        for waiting in self.pending.values():
+            if waiting.batch == contribution.batch:
+                return waiting
+        self.members.add(contribution.trainer)
+        stale = self.pending.get(contribution.trainer)
+        if stale is not None:  # a restarted trainer under the same name: its old push is void
+            stale.done = True
+        self.pending[contribution.trainer] = contribution
+        return contribution
+
+    def join(self, trainer: str) -> None:
+        self.members.add(trainer)
+
+    def leave(self, trainer: str) -> bool:
+        """The trainer is no longer waited for; True if it was a member."""
+        if trainer in self.members:
+            self.members.discard(trainer)
+            return True
+        return False
+
+    def ready(self) -> bool:
+        """Every member has contributed (and someone has)."""
+        return bool(self.pending) and self.members <= self.pending.keys()
+
+    def take(self) -> list[Contribution]:
+        """Close the round: its contributions, in trainer order (a deterministic sum)."""
+        closed = [self.pending[name] for name in sorted(self.pending)]
+        self.pending.clear()
+        self.rounds += 1
+        return closed
+
+
+def average(contributions: list[Contribution]
+            ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The mean of the contributions' gradients: a dense table a contribution lacks counts as
+    zero, as does a sparse row it did not touch (so with a mean-reduced loss, k trainers with
+    batch b average to the gradient of one batch of k*b)."""
+    n = len(contributions)
+    dense: dict[str, np.ndarray] = {}
+    for c in contributions:
+        for name, grad in c.dense.items():
+            dense[name] = dense[name] + grad if name in dense else grad.astype(np.float32)
+    ids: dict[str, list[np.ndarray]] = {}
+    rows: dict[str, list[np.ndarray]] = {}
+    for c in contributions:
+        for name, (table_ids, table_rows) in c.sparse.items():
+            ids.setdefault(name, []).append(table_ids)
+            rows.setdefault(name, []).append(table_rows)
+    sparse = {name: (np.concatenate(ids[name]), np.concatenate(rows[name]) / np.float32(n))
+              for name in ids if sum(part.shape[0] for part in ids[name])}
+    return {name: grad / np.float32(n) for name, grad in dense.items()}, sparse

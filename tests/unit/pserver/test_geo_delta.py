@@ -1,0 +1,126 @@
+"""Geo mode on one shard and one trainer's local copy, without sockets: deltas are added once
+under the window's BatchRefs, a window overlapping applied batches changes nothing, modes do not
+mix, and GeoParams pushes exactly the local training's change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from elasticps.errors import InvalidArgumentError
+from elasticps.proto import common_pb2, pserver_pb2
+from elasticps.pserver.shard import BatchKey, ShardState
+from elasticps.trainer.geo import GeoParams
+
+OPT = pserver_pb2.OptimizerSpec
+SPEC = pserver_pb2.TableSpec
+SPECS = [
+    SPEC(name="w", kind=SPEC.DENSE, shape=[3], optimizer=OPT(kind=OPT.SGD, lr=0.5)),
+    SPEC(name="emb", kind=SPEC.SPARSE, dim=2, id_space=100, optimizer=OPT(kind=OPT.SGD, lr=0.5),
+         initializer=pserver_pb2.Initializer(kind=pserver_pb2.Initializer.UNIFORM, scale=0.1,
+                                             seed=4)),
+]
+W0 = np.array([1.0, 2.0, 3.0], np.float32)
+
+
+def _shard(mode: str = "geo") -> ShardState:
+    shard = ShardState(0, 1, mode=mode)
+    shard.declare(SPECS)
+    shard.init_dense({"w": W0})
+    return shard
+
+
+def _keys(*seqs: int) -> list[BatchKey]:
+    return [BatchKey(0, 7, s) for s in seqs]
+
+
+def test_a_delta_is_added_once_and_records_every_batch_it_covers() -> None:
+    shard = _shard()
+    ids = np.array([5, 9], np.int64)
+    start = shard.pull_sparse("emb", ids)
+    delta = np.full((2, 2), 0.25, np.float32)
+    result = shard.push_delta(_keys(0, 1, 2), {"w": np.ones(3, np.float32)},
+                              {"emb": (ids, delta)})
+    assert result.applied
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 + 1)  # added, no optimizer
+    np.testing.assert_allclose(shard.pull_sparse("emb", ids), start + 0.25)
+    assert shard.applied.applications(0, 7) == 3
+    # The same window again (a retry), or one overlapping it: nothing changes.
+    for keys in (_keys(0, 1, 2), _keys(2, 3)):
+        again = shard.push_delta(keys, {"w": np.ones(3, np.float32)}, {})
+        assert not again.applied
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 + 1)
+    assert not shard.applied.contains(0, 7, 3)  # left for the master to hand out again
+    assert shard.stats().duplicates == 2
+
+
+def test_modes_do_not_mix_and_bad_windows_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="async mode"):
+        _shard("async").push_delta(_keys(0), {"w": np.ones(3, np.float32)}, {})
+    geo = _shard()
+    with pytest.raises(InvalidArgumentError, match="geo mode"):
+        geo.push(BatchKey(0, 0, 0), {"w": np.ones(3, np.float32)}, {})
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        geo.push_delta(_keys(1, 1), {"w": np.ones(3, np.float32)}, {})
+    with pytest.raises(InvalidArgumentError, match="must name"):
+        geo.push_delta([], {}, {})
+    assert len(geo.applied) == 0
+    np.testing.assert_array_equal(geo.pull_dense(["w"])["w"], W0)
+
+
+class _OneShard:
+    """The PServerClient calls GeoParams makes, on an in-process shard."""
+
+    num_shards = 1
+
+    def __init__(self, shard: ShardState) -> None:
+        self.shard = shard
+        self.pulls = 0
+
+    def specs(self) -> dict[str, pserver_pb2.TableSpec]:
+        return {s.name: s for s in self.shard.specs()}
+
+    def pull_dense(self, names: list[str] | None) -> dict[str, np.ndarray]:
+        self.pulls += 1
+        return self.shard.pull_dense(names or [])
+
+    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
+        return self.shard.pull_sparse(table, ids)
+
+    def push_delta(self, refs: list[common_pb2.BatchRef], dense: Mapping[str, np.ndarray],
+                   sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        keys = [BatchKey(r.pass_id, r.task_id, r.seq) for r in refs]
+        assert self.shard.push_delta(keys, dense, sparse).applied
+
+
+def test_geo_params_train_locally_and_push_the_change_every_k_steps() -> None:
+    shard = _shard()
+    client = _OneShard(shard)
+    geo = GeoParams(client, steps=2)
+    ids = np.array([3, 4], np.int64)
+    start_rows = shard.pull_sparse("emb", np.array([3, 4, 8]))
+    for seq in range(2):
+        w = geo.pull_dense(["w"])["w"]
+        np.testing.assert_allclose(w, W0 - 0.5 * seq)  # the local copy, trained
+        geo.pull_sparse("emb", np.array([3, 4, 8]))  # 8 is read, never trained
+        geo.push(common_pb2.BatchRef(pass_id=0, task_id=1, seq=seq),
+                 {"w": np.ones(3, np.float32)}, {"emb": (ids, np.ones((2, 2), np.float32))})
+        if seq == 0:  # nothing reached the pservers yet
+            np.testing.assert_array_equal(shard.pull_dense(["w"])["w"], W0)
+    assert geo.pushed == 1
+    assert client.pulls == 1  # one pull for the whole window
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 - 1.0)  # two SGD steps
+    np.testing.assert_allclose(shard.pull_sparse("emb", np.array([3, 4, 8])),
+                               start_rows - np.array([[1.0], [1.0], [0.0]], np.float32), rtol=1e-6)
+    assert [t.rows for t in [shard.tables["emb"]]] == [2]  # row 8 was only read: not created
+    assert shard.applied.applications(0, 1) == 2
+    # A partial window goes out on flush (a task ended); an empty one sends nothing.
+    geo.pull_dense(["w"])
+    geo.push(common_pb2.BatchRef(pass_id=0, task_id=1, seq=2), {"w": np.ones(3, np.float32)},
+             {})
+    geo.flush()
+    geo.flush()
+    assert geo.pushed == 2
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 - 1.5)
