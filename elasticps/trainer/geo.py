@@ -113,6 +113,12 @@ class GeoParams:
     def close(self) -> None:
         self.flush()
 
+    def pull_held(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the pservers hold (an export's view): the window's deltas go out first."""
+        self.flush()
+        held: tuple[np.ndarray, np.ndarray] = self.client.pull_held(table, ids)
+        return held
+
     # -- the local copy -------------------------------------------------------------------------
 
     def _optimizer(self, name: str) -> Optimizer:

@@ -124,3 +124,23 @@ def test_geo_params_train_locally_and_push_the_change_every_k_steps() -> None:
     geo.flush()
     assert geo.pushed == 2
     np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 - 1.5)
+
+
+def test_an_export_in_geo_mode_sees_the_windows_training() -> None:
+    """pull_held (what an export reads) first flushes the open window: an export taken mid-
+    window holds the rows the trainer trained, not the pservers' older copy."""
+    shard = _shard()
+    client = _OneShard(shard)
+    client.pull_held = lambda table, ids: shard.pull_held(table, ids)  # type: ignore[attr-defined]
+    geo = GeoParams(client, steps=10)
+    ids = np.array([3, 4], np.int64)
+    before = shard.pull_sparse("emb", ids)
+    geo.pull_dense(["w"])
+    geo.pull_sparse("emb", ids)
+    geo.push(common_pb2.BatchRef(pass_id=0, task_id=1, seq=0), {"w": np.ones(3, np.float32)},
+             {"emb": (ids, np.ones((2, 2), np.float32))})
+    assert geo.pushed == 0  # the window (10 steps) is still open
+    rows, held = geo.pull_held("emb", ids)
+    assert geo.pushed == 1
+    assert held.all()
+    np.testing.assert_allclose(rows, before - 0.5, rtol=1e-6)  # one SGD step, lr 0.5
