@@ -104,6 +104,8 @@ def normalize_spec(spec: pserver_pb2.TableSpec) -> pserver_pb2.TableSpec:
 def sum_duplicates(ids: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique ids, per-id sums of ``grads``): one sort and a segmented sum
     (``np.add.reduceat``), several times faster than ``np.add.at`` on 10k-row batches."""
+    if ids.shape[0] == 0:  # a table entry with no ids: nothing to sum (reduceat needs one)
+        return ids, grads
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])

@@ -187,6 +187,14 @@ def test_duplicate_batch_is_not_reapplied() -> None:
     assert state.push(BatchKey(2, 2, 0), grad, {}).applied
 
 
+def test_a_sparse_entry_with_no_ids_trains_the_rest_and_creates_nothing() -> None:
+    state = _shard()
+    empty = (np.zeros(0, np.int64), np.zeros((0, 4), np.float32))
+    assert state.push(BatchKey(0, 0, 0), {"w": np.ones(12, np.float32)}, {"emb": empty}).applied
+    np.testing.assert_allclose(state.pull_dense()["w"], np.arange(12) - 0.1)
+    assert state.tables["emb"].rows == 0
+
+
 def test_uninitialised_shard_refuses_pushes_and_conflicting_declarations() -> None:
     state = ShardState(0, 1)
     state.declare(_specs())
