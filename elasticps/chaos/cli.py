@@ -10,6 +10,7 @@ from typing import Any
 
 from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
 from elasticps.chaos.report import brief, problems
+from elasticps.config import MODES
 from elasticps.errors import ConfigError
 
 DESCRIPTION = """\
@@ -84,6 +85,9 @@ def register(subparsers: Any) -> None:
     job.add_argument("--checkpoint-interval", type=float, default=3.0, metavar="S",
                      help="PADDLE_CHECKPOINT_INTERVAL: what a restarted pserver loses "
                      "(default 3)")
+    job.add_argument("--mode", choices=MODES, default="async",
+                     help="the job's training mode, as `elasticps run --mode` (default async; "
+                          "--oracle takes async or geo)")
     job.add_argument("--workdir", default="chaos-run", metavar="DIR",
                      help="where both runs keep their files (default ./chaos-run)")
     job.add_argument("--skip-baseline", action="store_true",
@@ -139,7 +143,8 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         job_timeout=args.job_timeout, skip_baseline=args.skip_baseline or args.oracle,
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,
         oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
-        oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk)
+        oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk,
+        mode=args.mode)
 
 
 def chaos_command(args: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ def launch_command(opts: ChaosOptions, workdir: Path, store: str | None = None) 
     return [sys.executable, "-m", "elasticps", "run", "--trainers", str(opts.trainers),
             "--pservers", str(opts.pservers), "--workdir", str(workdir),
             *(["--store", store] if store else []),
+            *(["--mode", opts.mode] if opts.mode != "async" else []),
             # faults are the point: the launcher must never give up restarting a role
             "--max-restarts", "1000", str(opts.script), *opts.script_args]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from elasticps.config import MODES
 from elasticps.errors import ConfigError
 
 # The oracle's training script (chaos/oracle_script.py), shipped in the package: a wheel has it.
@@ -40,6 +41,7 @@ class ChaosOptions:
     oracle_passes: int = 3
     oracle_batch_size: int = 50
     oracle_rows_per_chunk: int = 4_000
+    mode: str = "async"  # the job's training mode (elasticps run --mode)
 
     @property
     def outage_at(self) -> int:
@@ -71,6 +73,14 @@ class ChaosOptions:
                               ("--job-timeout", self.job_timeout)):
             if not seconds > 0:
                 raise ConfigError(f"{name}={seconds} must be > 0 seconds")
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode={self.mode!r} is not one of {', '.join(MODES)}")
+        if self.oracle and self.mode == "sync":
+            # Each parameter counts the batches applied to it; sync applies the *mean* of a
+            # round's contributions, so the counts would be fractions by design.
+            raise ConfigError("--oracle counts gradient applications; --mode sync averages a "
+                              "round's gradients, so its counts are not 1 by design: use async "
+                              "or geo with --oracle")
         if not 0 <= self.gap[0] <= self.gap[1]:
             raise ConfigError(f"--gap {self.gap[0]} {self.gap[1]} must satisfy "
                               "0 <= MIN <= MAX")

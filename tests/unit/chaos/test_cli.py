@@ -63,3 +63,15 @@ def test_oracle_runs_its_own_script_with_a_store_outage_and_no_baseline() -> Non
         parse("--oracle", "train.py")
     with pytest.raises(ConfigError, match="give the SCRIPT"):
         parse()
+
+
+def test_the_jobs_mode_reaches_elasticps_run_and_the_oracle_refuses_sync(tmp_path: Path) -> None:
+    from elasticps.chaos.job import launch_command
+
+    geo = parse("--oracle", "--mode", "geo")
+    geo.validate()
+    argv = launch_command(geo, tmp_path)
+    assert argv[argv.index("--mode") + 1] == "geo"
+    assert "--mode" not in launch_command(parse("--oracle"), tmp_path)  # async: as before
+    with pytest.raises(ConfigError, match="--mode sync averages"):
+        parse("--oracle", "--mode", "sync").validate()
