@@ -47,3 +47,27 @@ def test_the_oracle_counts_every_batch_once_through_kills_of_every_role_and_an_o
     assert (result["counters_ok"], result["batch_mismatches"]) == (True, 0), result
     assert (report["duplicates"], report["missing"]) == (0, 0), report["accounting"]
     assert "every one exactly 1" in chaos.stderr
+
+
+@pytest.mark.slow
+def test_geo_deltas_are_applied_once_through_kills_of_every_role(tmp_path: Path) -> None:
+    """Geo mode (trainers push parameter deltas covering a window of batches): each batch's
+    change lands once per shard through a SIGKILL of each role, read from the parameters."""
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed (scripts/setup.sh installs it)")
+    chaos = subprocess.run(
+        [sys.executable, "-m", "elasticps", "chaos", "--oracle", "--mode", "geo", "--kills", "3",
+         "--seed", str(SEED), "--pservers", str(PSERVERS), "--outage", "0",
+         "--oracle-rows", str(ROWS), "--oracle-passes", str(PASSES), "--json", "report.json"],
+        cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=420, check=False)
+
+    assert chaos.returncode == 0, chaos.stdout[-3000:] + chaos.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["outcome"] == "succeeded"
+    assert report["kills"] == {"master": 1, "pserver": 1, "trainer": 1}, chaos.stdout
+    logs = "".join(p.read_text() for p in (tmp_path / "chaos-run" / "chaos" / "logs").glob(
+        "pserver-*.log"))
+    assert "geo mode" in logs  # the job really ran in geo mode
+    assert report["oracle_rows_checked"] == PASSES * ROWS * PSERVERS
+    assert report["oracle_mismatches"] == 0, report["oracle_result"]
+    assert (report["duplicates"], report["missing"]) == (0, 0), report["accounting"]
