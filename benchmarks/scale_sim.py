@@ -370,6 +370,10 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
             **{key: round(value, 3) for key, value in cpu.items()}}
 
 
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1e3 * seconds, 3)
+
+
 def summarise(trainers: int, pservers: int, outcomes: list[dict[str, Any]], retries: int,
               master_status: dict[str, Any]) -> dict[str, Any]:
     started = [o["started"] for o in outcomes if "started" in o]
@@ -378,7 +382,6 @@ def summarise(trainers: int, pservers: int, outcomes: list[dict[str, Any]], retr
     push = [x for o in outcomes for x in o.get("push_s", [])]
     pull = [x for o in outcomes for x in o.get("pull_s", [])]
     errors = [o["error"] for o in outcomes if o.get("error")]
-    ms = (lambda v: None if v is None else round(1e3 * v, 3))  # noqa: E731
     row = {
         "trainers": trainers, "pservers": pservers, "wall_s": round(wall, 3),
         "tasks": len(round_trips), "steps": sum(o.get("steps", 0) for o in outcomes),
