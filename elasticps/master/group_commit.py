@@ -37,8 +37,7 @@ class GroupCommit:
         self._committed = 0  # every ticket up to this one is stored
         self._writing = False
         self._failure: BaseException | None = None
-        self.transactions = 0  # written, for the status page and benchmarks
-        self.staged_total = 0
+        self.transactions = 0  # transactions written so far
 
     def stage(self, ops: Sequence[Op]) -> int:
         """Queue ``ops`` (written atomically, in one transaction); the ticket to wait for."""
@@ -48,7 +47,6 @@ class GroupCommit:
             if self._failure is not None:
                 raise self._failure
             self._last_ticket += 1
-            self.staged_total += 1
             self._staged.append((self._last_ticket, list(ops)))
             return self._last_ticket
 
