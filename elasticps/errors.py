@@ -10,6 +10,7 @@ Every error raised by elasticps on purpose derives from :class:`ElasticPSError`:
     ├── NotFoundError                it names something that does not exist: a table, a task
     ├── FailedPreconditionError      the state forbids it now: not initialised, job failed
     ├── ResourceExhaustedError       it would exceed a cap (ids per request, tables, memory)
+    ├── LayoutChangedError           the pservers' shard count is not the caller's: route again
     ├── StoreError                   the coordination store (etcd or embedded) failed
     │   ├── StoreUnavailableError    cannot reach the store right now; retry later
     │   ├── LeaseExpiredError        a lease we relied on is gone
@@ -72,6 +73,11 @@ class FailedPreconditionError(ElasticPSError):
 class ResourceExhaustedError(ElasticPSError):
     """The request would exceed a cap (ids per request, tables, declared size, a shard's
     memory) and eviction cannot make room; nothing changed. The message names the cap."""
+
+
+class LayoutChangedError(ElasticPSError):
+    """A pserver serves a different number of shards than the caller routed for (the job was
+    resharded): nothing changed; the caller reads the new layout and routes the call again."""
 
 
 class StoreError(ElasticPSError):

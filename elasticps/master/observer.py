@@ -39,6 +39,7 @@ from elasticps.store.keys import (
     read_history,
     read_metrics_endpoints,
     read_progress,
+    read_pserver_layout,
     record_event,
     trim_events,
 )
@@ -153,8 +154,10 @@ class JobObserver:
         store = self.store
         endpoints = read_metrics_endpoints(store)
         by_name = {(e.role, e.name): e for e in endpoints}
+        layout = read_pserver_layout(store)  # a resharded job has its own count
+        count = layout.shards if layout is not None else self.num_pservers
         pservers = [self._pserver(i, by_name.get(("pserver", f"pserver-{i}")))
-                    for i in range(self.num_pservers)]
+                    for i in range(count)]
         return Sight(now=self.clock(), node=self.state.node, status=self.state.status(),
                      progress=read_progress(store), pservers=pservers, endpoints=endpoints,
                      events=read_events(store, EVENTS_SHOWN))

@@ -169,6 +169,23 @@ class ShardCheckpoints:
 
     def _save(self, snap: ShardSnapshot, parent: str) -> Manifest:
         checkpoint_id = self._next_id()
+        manifest, body = self.write_unpublished(snap, checkpoint_id, parent)
+        if self.store is not None and not self._publish(checkpoint_id, body):
+            self._remove_files(checkpoint_id, self.writer)
+            raise CheckpointError(
+                f"{self.node} no longer owns slot {self.shard}: checkpoint {checkpoint_id} "
+                "was not published (another pserver serves the slot, or this one's lease "
+                "expired), and its files were deleted")
+        log.info("%s wrote checkpoint %s (%d bytes, sha256 %s%s).", self.node,
+                 checkpoint_id, manifest.size, manifest.sha256[:12],
+                 f", a delta of {parent}" if parent else "")
+        return manifest
+
+    def write_unpublished(self, snap: ShardSnapshot, checkpoint_id: str,
+                          parent: str = "") -> tuple[Manifest, bytes]:
+        """Write the data file and the manifest file of checkpoint ``checkpoint_id`` (steps 1
+        and 2 of a save); the caller publishes the manifest (step 3). Returns the manifest and
+        its bytes."""
         data_file = data_name(checkpoint_id, self.writer)
         tensors = fmt.snapshot_tensors(snap)
         metadata = fmt.snapshot_metadata(snap, checkpoint_id, parent)
@@ -187,15 +204,7 @@ class ShardCheckpoints:
         self._write_atomically(
             manifest_name(checkpoint_id, self.writer), lambda out: _write_bytes(out, body)
         )
-        if self.store is not None and not self._publish(checkpoint_id, body):
-            self._remove_files(checkpoint_id, self.writer)
-            raise CheckpointError(
-                f"{self.node} no longer owns slot {self.shard}: checkpoint {checkpoint_id} "
-                "was not published (another pserver serves the slot, or this one's lease "
-                "expired), and its files were deleted")
-        log.info("%s wrote checkpoint %s (%d bytes, sha256 %s%s).", self.node,
-                 checkpoint_id, size, digest[:12], f", a delta of {parent}" if parent else "")
-        return manifest
+        return manifest, body
 
     def _publish(self, checkpoint_id: str, body: bytes) -> bool:
         """Publish the manifest if the writer still owns its slot; False if it does not."""
@@ -206,6 +215,10 @@ class ShardCheckpoints:
             return True
         fence = self.owner()
         return fence is not None and self.store.txn([fence], [put]).succeeded
+
+    def remove_files(self, checkpoint_id: str, writer: str) -> None:
+        """Delete a checkpoint's files (a resharding's old layout, once it is committed)."""
+        self._remove_files(checkpoint_id, writer)
 
     def _remove_files(self, checkpoint_id: str, writer: str) -> None:
         for name in (manifest_name(checkpoint_id, writer), data_name(checkpoint_id, writer)):

@@ -52,7 +52,7 @@ def apply_delta(base: ShardSnapshot, delta: ShardSnapshot) -> ShardSnapshot:
     return ShardSnapshot(
         shard=delta.shard, num_shards=delta.num_shards, specs=delta.specs,
         initialized=delta.initialized, dense=delta.dense, sparse=sparse, applied=delta.applied,
-        counters=delta.counters,
+        counters=delta.counters, legacy=delta.legacy,
     )
 
 

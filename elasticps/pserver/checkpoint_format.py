@@ -21,7 +21,12 @@ bytes; no code is ever executed to read it). Tensors:
 ``sparse.<table>.hits``               uint32 [rows]    its push count; optional
 ``sparse.<table>.sketch``             uint16 [4, w]    the admission sketch's counters; optional
 ``sparse.<table>.sketch_aging``       int64 [1]        pushes counted since it last halved
+``legacy.<k>.<i>.tasks|extra|floor``  int64            what shard i of earlier layout k had
+                                                       applied at a resharding (as applied.*)
 ====================================  ==========================================
+
+Metadata ``legacy_shards`` ([N_0, N_1, ...], optional) gives each earlier layout's shard count
+(:mod:`.legacy`); a file without it comes from a job never resharded.
 
 The optional per-row tensors are written for tables that evict (the eviction bookkeeping), the
 sketch for tables that admit after k pushes; a file without them restores rows as pushed once,
@@ -57,9 +62,11 @@ from google.protobuf import json_format
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.legacy import LegacyLayout
 from elasticps.pserver.snapshot import DenseState, RowBookkeeping, ShardSnapshot, SparseState
 
 FORMAT = "elasticps.pserver.checkpoint"
+MAX_LEGACY_SHARDS = 1000
 VERSION = 1
 _DTYPES: dict[np.dtype[Any], str] = {
     np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32",
@@ -99,13 +106,21 @@ def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
     tensors["applied.extra"] = extra
     tensors["applied.counts"] = snap.applied.counts_array()
     tensors["applied.floor"] = np.array([snap.applied.floor], dtype=np.int64)
+    for k, layout in enumerate(snap.legacy):
+        for i, applied in enumerate(layout.applied):
+            tasks, extra = applied.to_arrays()
+            tensors[f"legacy.{k}.{i}.tasks"] = tasks
+            tensors[f"legacy.{k}.{i}.extra"] = extra
+            tensors[f"legacy.{k}.{i}.floor"] = np.array([applied.floor], dtype=np.int64)
     return tensors
 
 
 def snapshot_metadata(snap: ShardSnapshot, checkpoint_id: str,
                       parent: str = "") -> dict[str, Any]:
-    delta = {"delta": {"parent": parent}} if parent else {}
-    return {**delta,
+    optional: dict[str, Any] = {"delta": {"parent": parent}} if parent else {}
+    if snap.legacy:
+        optional["legacy_shards"] = [layout.num_shards for layout in snap.legacy]
+    return {**optional,
         "format": FORMAT,
         "version": VERSION,
         "id": checkpoint_id,
@@ -335,6 +350,29 @@ def _bookkeeping(tensors: dict[str, np.ndarray], prefix: str,
         0 if aging is None else int(aging[0]))
 
 
+def _legacy(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> list[LegacyLayout]:
+    """The earlier layouts a resharded shard remembers, checked."""
+    counts = metadata.get("legacy_shards", [])
+    if not isinstance(counts, list) or not all(type(n) is int and 1 <= n <= MAX_LEGACY_SHARDS
+                                               for n in counts):
+        raise CheckpointError(f"checkpoint metadata 'legacy_shards' is {counts!r:.60}")
+    layouts = []
+    for k, num_shards in enumerate(counts):
+        sets = []
+        for i in range(num_shards):
+            prefix = f"legacy.{k}.{i}."
+            tasks, extra, floor = (tensors.get(prefix + part)
+                                   for part in ("tasks", "extra", "floor"))
+            if (tasks is None or extra is None or floor is None or floor.shape != (1,)
+                    or any(a.dtype != np.int64 for a in (tasks, extra, floor))
+                    or any(a.ndim != 2 or a.shape[1] != 3 for a in (tasks, extra))):
+                raise CheckpointError(f"checkpoint tensors {prefix}tasks|extra|floor are "
+                                      "missing or not int64 [k, 3], [m, 3], [1]")
+            sets.append(AppliedSet.from_arrays(tasks, extra, None, int(floor[0])))
+        layouts.append(LegacyLayout(num_shards, sets))
+    return layouts
+
+
 def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray],
                 copy: bool = True) -> ShardSnapshot:
     """Rebuild a ShardSnapshot. Arrays are copied out of the file buffer, so they are writable;
@@ -379,6 +417,7 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray],
             tensors["applied.tasks"], tensors["applied.extra"], tensors.get("applied.counts"),
             int(floor[0]) if floor is not None and floor.size else 0)
         return ShardSnapshot(
+            legacy=_legacy(metadata, tensors),
             shard=int(metadata["shard"]), num_shards=int(metadata["num_shards"]), specs=specs,
             initialized=bool(metadata["initialized"]), dense=dense, sparse=sparse,
             applied=applied, counters={k: int(v) for k, v in metadata["counters"].items()},

@@ -14,6 +14,13 @@ client logs, waits with backoff (:data:`PSERVER_RETRY`) for it (or for its new a
 retries, up to ``deadline`` seconds, so a pserver restart pauses trainers instead of crashing
 them. Retrying a push is safe: a shard that already applied it answers ``applied=false``.
 
+The number of shards can change while a job runs (``elasticps scale --pservers M``,
+:mod:`elasticps.pserver.reshard`): the client follows ``pserver/layout``, every call carries
+the shard count it was routed for (metadata ``x-elasticps-shards``), and a pserver of another
+layout refuses it with ABORTED (:class:`LayoutChangedError`), changing nothing. Each public call
+is routed as a whole again under the new layout; a push re-sent that way is safe (shards that
+applied parts of it before the resharding know which, :mod:`elasticps.pserver.legacy`).
+
 Initialisation: exactly one trainer initialises (store lock ``pserver/init/lock``, then
 ``pserver/init/done``); the others wait until every shard reports initialised. A shard restored
 from a checkpoint is already initialised and is left alone.
@@ -38,6 +45,7 @@ from google.protobuf import json_format
 from elasticps.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
+    LayoutChangedError,
     OverloadedError,
     StoreValueError,
     UnavailableError,
@@ -52,6 +60,7 @@ from elasticps.rpc import (
     encode_tensor,
     make_channel,
 )
+from elasticps.rpc.server import SHARDS_METADATA_KEY
 from elasticps.store import Compare, Put, Store
 from elasticps.store.api import Event, KeyValue
 from elasticps.store.follow import PrefixFollower
@@ -59,10 +68,13 @@ from elasticps.store.keys import (
     PSERVER_INIT_DONE,
     PSERVER_INIT_LOCK,
     PSERVER_INIT_PREFIX,
+    PSERVER_LAYOUT,
     PSERVER_SLOT_PREFIX,
     InitMarker,
+    PServerLayout,
     PServerSlot,
     pserver_slot,
+    read_pserver_layout,
     slot_of,
 )
 
@@ -105,19 +117,22 @@ class PServerClient:
     ) -> None:
         if num_shards < 1:
             raise InvalidArgumentError(f"num_shards={num_shards} must be >= 1")
-        self.store, self.credentials, self.num_shards = store, credentials, num_shards
+        self.store, self.credentials = store, credentials
         self.deadline, self.call_timeout = deadline, call_timeout
         self.retry = PSERVER_RETRY.within(deadline)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.init_lock_ttl = init_lock_ttl
-        self._shards = [_Shard() for _ in range(num_shards)]
+        layout = read_pserver_layout(store)  # a resharded job's count outranks the start's
+        self.num_shards = layout.shards if layout is not None else num_shards
+        self._shards = [_Shard() for _ in range(self.num_shards)]
         self._cond = threading.Condition()
         self._specs: dict[str, pserver_pb2.TableSpec] = {}
         self._init: tuple[Mapping[str, np.ndarray], Callable[[], Mapping[str, np.ndarray]] | None]
         self._init = ({}, None)
         self._initialized_once = False
         # Room for several caller threads fanning out at once.
-        self._pool = ThreadPoolExecutor(max_workers=4 * num_shards + 4,
+        # Threads start on demand: room for callers fanning out to a grown layout too.
+        self._pool = ThreadPoolExecutor(max_workers=4 * max(self.num_shards, 16) + 4,
                                         thread_name_prefix="pserver-call")
         self._repairing = threading.Lock()
         self._retired: list[grpc.Channel] = []
@@ -131,6 +146,72 @@ class PServerClient:
         self._watcher = threading.Thread(target=follower.run, args=(self._closed, revision + 1),
                                          name="pserver-slots", daemon=True)
         self._watcher.start()
+        layouts = PrefixFollower(store, PSERVER_LAYOUT, self._on_layout_event,
+                                 self._on_layout_listing, who=f"Trainer {self.name}")
+        self._layout_watcher = threading.Thread(target=layouts.run,
+                                                args=(self._closed, revision + 1),
+                                                name="pserver-layout", daemon=True)
+        self._layout_watcher.start()
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def _on_layout_event(self, event: Event) -> None:
+        if event.key == PSERVER_LAYOUT and event.value:
+            self._on_layout(event.value)
+
+    def _on_layout_listing(self, listing: list[KeyValue]) -> None:
+        for kv in listing:
+            if kv.key == PSERVER_LAYOUT:
+                self._on_layout(kv.value)
+
+    def _on_layout(self, raw: bytes) -> None:
+        try:
+            layout = PServerLayout.decode(raw, PSERVER_LAYOUT)
+        except StoreValueError as exc:
+            log.warning("Trainer %s ignores the pserver layout: %s", self.name, exc)
+            return
+        self._use_layout(layout.shards)
+
+    def _use_layout(self, shards: int) -> None:
+        """Route by ``shards`` from now on: new slots, their addresses from the store."""
+        with self._cond:
+            if shards == self.num_shards:
+                return
+            for shard in self._shards:
+                if shard.channel is not None:
+                    self._retired.append(shard.channel)
+            self._shards = [_Shard() for _ in range(shards)]
+            log.info("Trainer %s routes to %d pserver shards (was %d).", self.name, shards,
+                     self.num_shards)
+            self.num_shards = shards
+            self._cond.notify_all()
+        for kv in self.store.get_prefix(PSERVER_SLOT_PREFIX):
+            self._on_slot(kv.key, kv.value)
+
+    def _routed(self, operation: Callable[[int], T]) -> T:
+        """Run ``operation(shard_count)``; if the layout changes under it, run it again under
+        the new one (each call of it routes everything afresh)."""
+        give_up_at = time.monotonic() + self.deadline
+        while True:
+            shards = self.num_shards
+            try:
+                return operation(shards)
+            except LayoutChangedError as exc:
+                if time.monotonic() > give_up_at or self._closed.is_set():
+                    raise UnavailableError(f"the pserver layout did not settle within "
+                                           f"{self.deadline:.0f}s: {exc}") from exc
+                self._await_layout(shards)
+
+    def _await_layout(self, shards: int) -> None:
+        """Wait (briefly) until the layout is no longer ``shards``: the watch usually tells
+        first; a pserver that already serves the new one may answer before it does."""
+        layout = read_pserver_layout(self.store)
+        if layout is not None and layout.shards != shards:
+            self._use_layout(layout.shards)
+            return
+        with self._cond:
+            self._cond.wait_for(lambda: self.num_shards != shards or self._closed.is_set(),
+                                timeout=1.0)
 
     # -- addresses --------------------------------------------------------------------------
 
@@ -140,14 +221,16 @@ class PServerClient:
     def _on_listing(self, listing: list[KeyValue]) -> None:
         """Every slot key after a watch gap: follow the slots whose holder changed meanwhile."""
         listed = {slot_of(kv.key): kv for kv in listing}
-        for slot in range(self.num_shards):
+        with self._cond:
+            known = [shard.value for shard in self._shards]
+        for slot, value in enumerate(known):
             kv = listed.get(slot)
-            if (kv.value if kv else None) != self._shards[slot].value:
+            if (kv.value if kv else None) != value:
                 self._on_slot(pserver_slot(slot), kv.value if kv else None)
 
     def _on_slot(self, key: str, value: bytes | None) -> None:
         slot = slot_of(key)
-        if slot is None or not 0 <= slot < self.num_shards:
+        if slot is None or slot < 0:
             return
         try:
             address = PServerSlot.decode(value, key).address if value else None
@@ -155,6 +238,8 @@ class PServerClient:
             log.warning("Trainer %s ignores pserver slot %d: %s", self.name, slot, exc)
             address = None
         with self._cond:
+            if slot >= self.num_shards:
+                return
             shard = self._shards[slot]
             # A PUT with the same address is still a new process (new lease): reconnect. The
             # old channel is retired, not closed: closing would CANCEL calls still in flight.
@@ -171,10 +256,18 @@ class PServerClient:
         with self._cond:
             return [shard.address for shard in self._shards]
 
-    def _stub(self, slot: int, give_up_at: float) -> pserver_pb2_grpc.ParameterServerStub:
+    def _stub(self, slot: int, shards: int, give_up_at: float
+              ) -> pserver_pb2_grpc.ParameterServerStub:
         with self._cond:
+            if self.num_shards != shards:
+                raise LayoutChangedError(f"the job now has {self.num_shards} pserver shards, "
+                                         f"this call was routed for {shards}")
             shard = self._shards[slot]
             while shard.address is None:
+                if self.num_shards != shards:
+                    raise LayoutChangedError(f"the job now has {self.num_shards} pserver "
+                                             f"shards, this call was routed for {shards}")
+                shard = self._shards[slot]  # a layout that changed and changed back
                 remaining = give_up_at - time.monotonic()
                 if remaining <= 0 or self._closed.is_set():
                     raise UnavailableError(
@@ -190,17 +283,21 @@ class PServerClient:
 
     # -- calls with waiting -----------------------------------------------------------------
 
-    def _call(self, slot: int, method: str, request: Any) -> Any:
-        """Call ``method`` on shard ``slot``, waiting out outages up to the deadline (the one
-        layer that retries a pserver)."""
+    def _call(self, slot: int, method: str, request: Any, shards: int) -> Any:
+        """Call ``method`` on shard ``slot`` of a layout of ``shards``, waiting out outages up
+        to the deadline (the one layer that retries a pserver). LayoutChangedError when the
+        layout is no longer ``shards``: the caller routes again (:meth:`_routed`)."""
         give_up_at = time.monotonic() + self.deadline
+        metadata = ((SHARDS_METADATA_KEY, str(shards)),)
 
         def attempt() -> Any:
-            stub = self._stub(slot, give_up_at)
-            if self._shards[slot].needs_declare:
-                self._declare_on(slot, stub)
+            stub = self._stub(slot, shards, give_up_at)
+            with self._cond:
+                declare = self.num_shards == shards and self._shards[slot].needs_declare
+            if declare:
+                self._declare_on(slot, stub, metadata)
             return call(getattr(stub, method), request, timeout=self.call_timeout,
-                        what=f"pserver shard {slot} {method}")
+                        what=f"pserver shard {slot} {method}", metadata=metadata)
 
         def on_retry(exc: BaseException) -> None:
             if isinstance(exc, FailedPreconditionError) and self._initialized_once:
@@ -220,17 +317,23 @@ class PServerClient:
             self._cond.wait(seconds)
         return self._closed.is_set()
 
-    def _declare_on(self, slot: int, stub: pserver_pb2_grpc.ParameterServerStub) -> None:
+    def _declare_on(self, slot: int, stub: pserver_pb2_grpc.ParameterServerStub,
+                    metadata: tuple[tuple[str, str], ...]) -> None:
         request = pserver_pb2.DeclareTablesRequest(tables=list(self._specs.values()))
         call(stub.DeclareTables, request, timeout=self.call_timeout,
-             what=f"pserver shard {slot} DeclareTables")
-        self._shards[slot].needs_declare = False
+             what=f"pserver shard {slot} DeclareTables", metadata=metadata)
+        with self._cond:
+            if slot < len(self._shards):
+                self._shards[slot].needs_declare = False
 
     def _fan_out(self, method: str, requests: list[Any], sequential: bool = False) -> list[Any]:
-        """Call every shard (request i to shard i), in parallel unless ``sequential``."""
+        """Call every shard of the layout of ``len(requests)`` shards (request i to shard i),
+        in parallel unless ``sequential``."""
+        shards = len(requests)
         if sequential:
-            return [self._call(i, method, r) for i, r in enumerate(requests)]
-        futures = [self._pool.submit(self._call, i, method, r) for i, r in enumerate(requests)]
+            return [self._call(i, method, r, shards) for i, r in enumerate(requests)]
+        futures = [self._pool.submit(self._call, i, method, r, shards)
+                   for i, r in enumerate(requests)]
         return [f.result() for f in futures]
 
     # -- tables and initialisation ----------------------------------------------------------
@@ -239,7 +342,7 @@ class PServerClient:
         """Declare tables on every shard (idempotent; a conflicting spec is an error)."""
         specs = list(specs)
         request = pserver_pb2.DeclareTablesRequest(tables=specs)
-        responses = self._fan_out("DeclareTables", [request] * self.num_shards)
+        responses = self._routed(lambda n: self._fan_out("DeclareTables", [request] * n))
         for table in responses[0].tables:
             self._specs[table.name] = table
 
@@ -249,14 +352,14 @@ class PServerClient:
 
     def _tables(self) -> dict[str, pserver_pb2.TableSpec]:
         if not self._specs:
-            response = self._call(0, "DeclareTables", pserver_pb2.DeclareTablesRequest())
+            response = self._routed(lambda n: self._call(
+                0, "DeclareTables", pserver_pb2.DeclareTablesRequest(), n))
             self._specs = {t.name: t for t in response.tables}
         return self._specs
 
-    def _initialized(self, sequential: bool = False) -> list[bool]:
+    def _initialized(self, shards: int, sequential: bool = False) -> list[bool]:
         responses = self._fan_out("DeclareTables",
-                                  [pserver_pb2.DeclareTablesRequest()] * self.num_shards,
-                                  sequential)
+                                  [pserver_pb2.DeclareTablesRequest()] * shards, sequential)
         return [r.initialized for r in responses]
 
     def initialize(
@@ -267,7 +370,7 @@ class PServerClient:
         """Run the one-trainer-initialises protocol. ``init_fn``, if given, computes the dense
         values (only the trainer that wins the lock calls it); otherwise ``dense_values``."""
         self._init = (dense_values, init_fn)
-        self._run_init_protocol()
+        self._routed(self._run_init_protocol)
         self._initialized_once = True
 
     def _start_repair(self) -> None:
@@ -277,16 +380,16 @@ class PServerClient:
     def _repair(self) -> None:
         # Its own thread and sequential calls: the pool may be full of callers waiting for it.
         try:
-            self._run_init_protocol(sequential=True)
+            self._routed(lambda n: self._run_init_protocol(n, sequential=True))
         except Exception as exc:  # a background repair: log, the callers' retry loops go on
             log.warning("Trainer %s could not re-initialise pserver shards: %s", self.name, exc)
         finally:
             self._repairing.release()
 
-    def _run_init_protocol(self, sequential: bool = False) -> None:
+    def _run_init_protocol(self, shards: int, sequential: bool = False) -> None:
         give_up_at = time.monotonic() + self.deadline
         while True:
-            states = self._initialized(sequential)
+            states = self._initialized(shards, sequential)
             if all(states):
                 if self.store.get(PSERVER_INIT_DONE) is None:
                     self.store.put(PSERVER_INIT_DONE, self._marker("restored"))
@@ -298,7 +401,7 @@ class PServerClient:
             if won:
                 lease.keep_alive()
                 try:
-                    self._initialize_shards(sequential)
+                    self._initialize_shards(shards, sequential)
                     self.store.put(PSERVER_INIT_DONE, self._marker("initialised"))
                 finally:
                     lease.revoke()
@@ -326,14 +429,14 @@ class PServerClient:
                     return
         raise UnavailableError(f"no trainer initialised the pserver tables in {self.deadline}s")
 
-    def _initialize_shards(self, sequential: bool) -> None:
-        states = self._initialized(sequential)
+    def _initialize_shards(self, shards: int, sequential: bool) -> None:
+        states = self._initialized(shards, sequential)
         if all(states):
             return
         dense_values, init_fn = self._init
         values = dict(init_fn() if init_fn is not None else dense_values)
         specs = self._tables()
-        parts: list[list[pserver_pb2.NamedTensor]] = [[] for _ in range(self.num_shards)]
+        parts: list[list[pserver_pb2.NamedTensor]] = [[] for _ in range(shards)]
         for name, array in values.items():
             spec = specs.get(name)
             if spec is None or spec.kind != pserver_pb2.TableSpec.DENSE:
@@ -346,15 +449,16 @@ class PServerClient:
                     f"initial value for {name!r} has {flat.size} elements; the table's shape "
                     f"{list(spec.shape)} needs {math.prod(spec.shape)}"
                 )
-            for i, part in enumerate(np.array_split(flat, self.num_shards)):
+            for i, part in enumerate(np.array_split(flat, shards)):
                 parts[i].append(pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
         requests = [pserver_pb2.InitDenseRequest(values=p) for p in parts]
-        todo = [i for i in range(self.num_shards) if not states[i]]
+        todo = [i for i in range(shards) if not states[i]]
         if sequential:
             for i in todo:
-                self._call(i, "InitDense", requests[i])
+                self._call(i, "InitDense", requests[i], shards)
             return
-        for f in [self._pool.submit(self._call, i, "InitDense", requests[i]) for i in todo]:
+        for f in [self._pool.submit(self._call, i, "InitDense", requests[i], shards)
+                  for i in todo]:
             f.result()
 
     # -- dense ------------------------------------------------------------------------------
@@ -365,7 +469,7 @@ class PServerClient:
         wanted = list(names) if names is not None else [
             n for n, s in specs.items() if s.kind == pserver_pb2.TableSpec.DENSE]
         request = pserver_pb2.PullDenseRequest(names=wanted)
-        responses = self._fan_out("PullDense", [request] * self.num_shards)
+        responses = self._routed(lambda n: self._fan_out("PullDense", [request] * n))
         out: dict[str, np.ndarray] = {}
         for name in wanted:
             pieces = []
@@ -380,12 +484,13 @@ class PServerClient:
 
     # -- sparse -----------------------------------------------------------------------------
 
-    def _route(self, ids: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(order, per-shard positions into ``ids``): positions grouped by ``id % N``."""
-        owner = ids % self.num_shards
+    @staticmethod
+    def _route(ids: np.ndarray, shards: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(order, per-shard positions into ``ids``): positions grouped by ``id % shards``."""
+        owner = ids % shards
         order = np.argsort(owner, kind="stable")
-        bounds = np.searchsorted(owner[order], np.arange(self.num_shards + 1))
-        return order, [order[bounds[i]:bounds[i + 1]] for i in range(self.num_shards)]
+        bounds = np.searchsorted(owner[order], np.arange(shards + 1))
+        return order, [order[bounds[i]:bounds[i + 1]] for i in range(shards)]
 
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Rows for ``ids`` (int64 [n]) in their order, float32 [n, dim]."""
@@ -406,11 +511,19 @@ class PServerClient:
                 f"ids must be an integer vector, got {ids.dtype} {ids.shape}"
             )
         unique, inverse = np.unique(ids.astype(np.int64, copy=False), return_inverse=True)
-        _, groups = self._route(unique)
+        rows, marks = self._routed(lambda n: self._pull_unique(table, unique, held, n))
+        if rows is None:
+            dim = int(self._tables()[table].dim) if table in self._tables() else 0
+            return np.zeros((0, dim), dtype=np.float32), marks if held else None
+        return rows[inverse], marks[inverse] if held else None
+
+    def _pull_unique(self, table: str, unique: np.ndarray, held: bool, shards: int
+                     ) -> tuple[np.ndarray | None, np.ndarray]:
+        _, groups = self._route(unique, shards)
         requests = [pserver_pb2.PullSparseRequest(table=table, ids=encode_tensor(unique[g]),
                                                   held=held)
                     for g in groups]
-        futures = [self._pool.submit(self._call, i, "PullSparse", r)
+        futures = [self._pool.submit(self._call, i, "PullSparse", r, shards)
                    for i, r in enumerate(requests) if groups[i].size]
         rows: np.ndarray | None = None
         marks = np.zeros(unique.size, dtype=np.bool_)
@@ -425,10 +538,7 @@ class PServerClient:
                 marks[groups[i]] = decode_tensor(response.held, dtype=np.bool_,
                                                  shape=(groups[i].size,),
                                                  name=f"held marks from shard {i}")
-        if rows is None:
-            dim = int(self._tables()[table].dim) if table in self._tables() else 0
-            return np.zeros((0, dim), dtype=np.float32), marks if held else None
-        return rows[inverse], marks[inverse] if held else None
+        return rows, marks
 
     # -- push -------------------------------------------------------------------------------
 
@@ -441,16 +551,20 @@ class PServerClient:
         """One atomic Push per shard, in parallel; returns each shard's answer."""
         finite = all(np.isfinite(g).all() for g in dense_grads.values()) and all(
             np.isfinite(rows).all() for _, rows in sparse_grads.values())
-        requests = [pserver_pb2.PushRequest(batch=batch, drop=not finite)
-                    for _ in range(self.num_shards)]
         if not finite:
             log.warning("Trainer %s drops batch (pass %d, task %d, seq %d): its gradients hold "
                         "NaN or Inf.", self.name, batch.pass_id, batch.task_id, batch.seq)
-        else:
-            self._split(requests, dense_grads, sparse_grads)
-        futures = [self._pool.submit(self._push_until_closed, i, r)
-                   for i, r in enumerate(requests)]
-        return [f.result() for f in futures]
+
+        def push_all(shards: int) -> list[pserver_pb2.PushResponse]:
+            requests = [pserver_pb2.PushRequest(batch=batch, drop=not finite)
+                        for _ in range(shards)]
+            if finite:
+                self._split(requests, dense_grads, sparse_grads)
+            futures = [self._pool.submit(self._push_until_closed, i, r, shards)
+                       for i, r in enumerate(requests)]
+            return [f.result() for f in futures]
+
+        return self._routed(push_all)
 
     def push_delta(
         self,
@@ -461,35 +575,40 @@ class PServerClient:
         """Geo mode: one atomic Push per shard of parameter deltas covering ``batches``."""
         if not batches:
             raise InvalidArgumentError("a delta push must cover at least one batch")
-        requests = [pserver_pb2.PushRequest(batch=batches[0], covers=batches[1:], delta=True)
-                    for _ in range(self.num_shards)]
-        self._split(requests, dense_deltas, sparse_deltas)
-        return self._fan_out("Push", requests)
+
+        def push_all(shards: int) -> list[pserver_pb2.PushResponse]:
+            requests = [pserver_pb2.PushRequest(batch=batches[0], covers=batches[1:],
+                                                delta=True) for _ in range(shards)]
+            self._split(requests, dense_deltas, sparse_deltas)
+            return self._fan_out("Push", requests)
+
+        return self._routed(push_all)
 
     def _split(self, requests: list[pserver_pb2.PushRequest],
                dense: Mapping[str, np.ndarray],
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """Each shard's part of dense and sparse values, into its request."""
+        """Each shard's part of dense and sparse values, into its request (one per shard)."""
+        shards = len(requests)
         for name, grad in dense.items():
             flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
-            for i, part in enumerate(np.array_split(flat, self.num_shards)):
+            for i, part in enumerate(np.array_split(flat, shards)):
                 requests[i].dense.append(
                     pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
         for name, (ids, rows) in sparse.items():
             ids = np.asarray(ids, dtype=np.int64)
             rows = np.asarray(rows, dtype=np.float32)
-            _, groups = self._route(ids)
+            _, groups = self._route(ids, shards)
             for i, g in enumerate(groups):
                 if g.size:
                     requests[i].sparse.append(pserver_pb2.SparseGrad(
                         table=name, grad=encode_sparse(ids[g], rows[g])))
 
-    def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest
+    def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest, shards: int
                            ) -> pserver_pb2.PushResponse:
         """Push; in sync mode a shard answers ``pending`` while the step's barrier is open,
         and the same push is sent again (the shard knows it: it waits on, adds nothing)."""
         while True:
-            response: pserver_pb2.PushResponse = self._call(slot, "Push", request)
+            response: pserver_pb2.PushResponse = self._call(slot, "Push", request, shards)
             if not response.pending or self._closed.is_set():
                 return response
 
@@ -497,19 +616,20 @@ class PServerClient:
         """Sync mode: every shard's step barrier waits for ``trainer``'s pushes from now on
         (it began a task)."""
         request = pserver_pb2.RoundMemberRequest(trainer=trainer)
-        self._fan_out("JoinRound", [request] * self.num_shards)
+        self._routed(lambda n: self._fan_out("JoinRound", [request] * n))
 
     def leave_round(self, trainer: str) -> None:
         """Sync mode: every shard's step barrier stops waiting for ``trainer`` (it ended a
         task); its next push or join makes it a member again."""
         request = pserver_pb2.RoundMemberRequest(trainer=trainer)
-        self._fan_out("LeaveRound", [request] * self.num_shards)
+        self._routed(lambda n: self._fan_out("LeaveRound", [request] * n))
 
     # -- stats and lifecycle ----------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """Per-shard counters and their totals."""
-        responses = self._fan_out("Stats", [pserver_pb2.StatsRequest()] * self.num_shards)
+        responses = self._routed(
+            lambda n: self._fan_out("Stats", [pserver_pb2.StatsRequest()] * n))
         shards = [json_format.MessageToDict(r, preserving_proto_field_name=True,
                                             always_print_fields_with_no_presence=True)
                   for r in responses]
@@ -529,24 +649,25 @@ class PServerClient:
     def list_applied(self, pass_id: int | None = None) -> list[pserver_pb2.ListAppliedResponse]:
         request = pserver_pb2.ListAppliedRequest(pass_id=pass_id or 0,
                                                  all_passes=pass_id is None)
-        return list(self._fan_out("ListApplied", [request] * self.num_shards))
+        return list(self._routed(lambda n: self._fan_out("ListApplied", [request] * n)))
 
     def checkpoint(self, pass_id: int) -> list[pserver_pb2.CheckpointResponse]:
         """Every shard checkpoints now (if anything changed) and reports the applied batches
         of ``pass_id`` its checkpoint holds; waits out shards that are down."""
         request = pserver_pb2.CheckpointRequest(pass_id=pass_id)
-        return list(self._fan_out("Checkpoint", [request] * self.num_shards))
+        return list(self._routed(lambda n: self._fan_out("Checkpoint", [request] * n)))
 
     def prune_applied(self, upto_pass: int) -> int:
         """Every shard forgets (and refuses from now on) batches of passes < ``upto_pass``;
         returns the number of task entries removed."""
         request = pserver_pb2.PruneAppliedRequest(upto_pass=upto_pass)
-        return sum(r.removed_tasks for r in self._fan_out("PruneApplied",
-                                                          [request] * self.num_shards))
+        return sum(r.removed_tasks for r in self._routed(
+            lambda n: self._fan_out("PruneApplied", [request] * n)))
 
     def close(self) -> None:
         self._closed.set()
         self._watcher.join(timeout=1.0)  # it leaves its watch within one poll
+        self._layout_watcher.join(timeout=1.0)
         with self._cond:
             for shard in self._shards:
                 if shard.channel is not None:

@@ -71,6 +71,7 @@ from elasticps.store.keys import (
     JobEvent,
     PServerSlot,
     pserver_slot,
+    read_pserver_layout,
     read_sealed_below,
     record_event,
 )
@@ -211,6 +212,12 @@ class PServerProcess(Lifecycle[PServerState]):
         self.telemetry.publish(self._store, config.lease_ttl)
         self._endpoint = self._make_endpoint(config)
         self._stack.callback(self._endpoint.stop, None)
+        layout = read_pserver_layout(self._store)  # a resharded job: its count, not ours
+        if layout is not None and layout.shards != self.num_shards:
+            log.info("Job %s was resharded to %d pservers (generation %d); this pserver serves "
+                     "that layout, not PADDLE_NUM_PSERVERS=%d.", config.job_name, layout.shards,
+                     layout.generation, self.num_shards)
+            self.num_shards = layout.shards
         self._slot_value = PServerSlot(self._endpoint.address).encode()
         self.lease = self._fresh_lease()
         # Revokes whichever lease is current when the stack closes: after a reclaim that is the

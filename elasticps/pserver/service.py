@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterable
 import grpc
 import numpy as np
 
-from elasticps.errors import InvalidArgumentError
+from elasticps.errors import InvalidArgumentError, LayoutChangedError
 from elasticps.proto import pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.sparse_table import SparseCounters
 from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
 from elasticps.rpc.fields import check_name
+from elasticps.rpc.server import SHARDS_METADATA_KEY
 
 MAX_TABLES = 10_000
 
@@ -55,6 +56,18 @@ def _table_stats(name: str, rows: int, nbytes: int,
     return out
 
 
+def check_layout(state: ShardState, context: grpc.ServicerContext | None) -> None:
+    """Refuse a call routed for another number of shards (the job was resharded since the
+    caller last looked): ABORTED, nothing changed; the client routes it again. A call without
+    the header (an older client, a tool, an in-process call) is served."""
+    metadata = context.invocation_metadata() if context is not None else None
+    for key, value in metadata or ():
+        if key == SHARDS_METADATA_KEY and value != str(state.num_shards):
+            raise LayoutChangedError(
+                f"pserver {state.shard} serves a layout of {state.num_shards} shards; the call "
+                f"was routed for {value[:8]!r}")
+
+
 # Writes a checkpoint now if anything changed; returns its id and the applied set it holds.
 CheckpointNow = Callable[[], tuple[str, AppliedSet]]
 
@@ -78,6 +91,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def DeclareTables(  # noqa: N802 (gRPC method names)
         self, request: pserver_pb2.DeclareTablesRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.DeclareTablesResponse:
+        check_layout(self.state, context)
         if len(request.tables) > MAX_TABLES:
             raise InvalidArgumentError(f"{len(request.tables)} tables declared at once; at "
                                        f"most {MAX_TABLES}")
@@ -94,6 +108,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def InitDense(  # noqa: N802
         self, request: pserver_pb2.InitDenseRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.InitDenseResponse:
+        check_layout(self.state, context)
         values = _named(request.values, "initial values")
         return pserver_pb2.InitDenseResponse(initialized=self.state.init_dense(values))
 
@@ -101,6 +116,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def PullDense(  # noqa: N802
         self, request: pserver_pb2.PullDenseRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PullDenseResponse:
+        check_layout(self.state, context)
         _unique_names(request.names, "PullDense")
         values = self.state.pull_dense(request.names)
         return pserver_pb2.PullDenseResponse(values=[
@@ -112,6 +128,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def PullSparse(  # noqa: N802
         self, request: pserver_pb2.PullSparseRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PullSparseResponse:
+        check_layout(self.state, context)
         ids = decode_tensor(request.ids, dtype=np.int64, shape=(None,), name="ids")
         rows, held = self.state.pull_held(request.table, ids, held=request.held)
         if held is None:
@@ -122,6 +139,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def Push(  # noqa: N802
         self, request: pserver_pb2.PushRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PushResponse:
+        check_layout(self.state, context)
         if not request.HasField("batch"):
             raise InvalidArgumentError(
                 "a push must carry its BatchRef (pass_id, task_id, seq): exactly-once needs it"
@@ -147,6 +165,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def JoinRound(  # noqa: N802
         self, request: pserver_pb2.RoundMemberRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.RoundMemberResponse:
+        check_layout(self.state, context)
         check_name(request.trainer, "trainer name")
         self.state.join_round(request.trainer)
         return pserver_pb2.RoundMemberResponse()
@@ -155,6 +174,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def LeaveRound(  # noqa: N802
         self, request: pserver_pb2.RoundMemberRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.RoundMemberResponse:
+        check_layout(self.state, context)
         self.state.leave_round(request.trainer)
         return pserver_pb2.RoundMemberResponse()
 
@@ -162,6 +182,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def Stats(  # noqa: N802
         self, request: pserver_pb2.StatsRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.StatsResponse:
+        check_layout(self.state, context)
         stats = self.state.stats()
         return pserver_pb2.StatsResponse(
             tables=[_table_stats(n, r, b, stats.sparse.get(n)) for n, r, b in stats.tables],
@@ -178,6 +199,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def ListApplied(  # noqa: N802
         self, request: pserver_pb2.ListAppliedRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.ListAppliedResponse:
+        check_layout(self.state, context)
         with self.state.lock:
             tasks = applied_messages(self.state.applied,
                                      None if request.all_passes else request.pass_id)
@@ -190,6 +212,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def Checkpoint(  # noqa: N802
         self, request: pserver_pb2.CheckpointRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.CheckpointResponse:
+        check_layout(self.state, context)
         if self._checkpoint_now is None:  # no checkpoints configured: report memory
             with self.state.lock:
                 checkpoint_id, applied = "", self.state.applied.copy()
@@ -204,6 +227,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     def PruneApplied(  # noqa: N802
         self, request: pserver_pb2.PruneAppliedRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PruneAppliedResponse:
+        check_layout(self.state, context)
         return pserver_pb2.PruneAppliedResponse(
             removed_tasks=self.state.prune_applied(request.upto_pass)
         )

@@ -16,6 +16,7 @@ dropped consistently.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,7 @@ from elasticps.errors import (
 )
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.legacy import LegacyLayout, dense_done, sparse_done
 from elasticps.pserver.limits import ShardLimits, declared_bytes
 from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import (
@@ -118,8 +120,13 @@ class ShardState:
         self.tables: dict[str, Table] = {}
         self.initialized = False
         self.applied = AppliedSet()
+        # Earlier layouts of a resharded job (legacy.py): what their shards had applied.
+        self.legacy: list[LegacyLayout] = []
         self.pushes = 0
         self.duplicates = 0
+        # Pushes of which an earlier layout had applied a part (legacy.py): a resharding cut
+        # through them, and only the rest was applied here.
+        self.partly_applied_before = 0
         self.skipped_nonfinite = 0
         self.version = 0  # bumped by every change; the checkpointer skips unchanged shards
         self.restored_from = ""
@@ -269,7 +276,10 @@ class ShardState:
             finite = all(np.isfinite(g).all() for g in dense.values()) and all(
                 np.isfinite(rows).all() for _, rows in sparse.values()
             )
+            sparse, keep = self._not_applied_before([batch], sparse)
             if self.rounds is not None:
+                dense = {n: np.where(keep[n], np.float32(0), g) if n in keep else g
+                         for n, g in dense.items()}
                 return self._push_to_round(Contribution(
                     trainer, (batch.pass_id, batch.task_id, batch.seq), dense, sparse,
                     drop or not finite), wait_s)
@@ -277,7 +287,7 @@ class ShardState:
                 self._record(batch, skipped=True)
                 return PushResult(applied=True, skipped=True)
             self._apply(batch_seed(batch.pass_id, batch.task_id, batch.seq), dense, sparse,
-                        batch.pass_id)
+                        batch.pass_id, keep=keep)
             self._record(batch, skipped=False)
             return PushResult(applied=True, skipped=False)
 
@@ -320,18 +330,49 @@ class ShardState:
                 np.isfinite(rows).all() for _, rows in sparse.values())
             if finite:
                 first = batches[0]
+                sparse, keep = self._not_applied_before(batches, sparse)
                 self._apply(batch_seed(first.pass_id, first.task_id, first.seq), dense, sparse,
-                            max(b.pass_id for b in batches), delta=True)
+                            max(b.pass_id for b in batches), delta=True, keep=keep)
             for batch in batches:
                 self._record(batch, skipped=not finite)
             return PushResult(applied=True, skipped=not finite)
 
+    def _not_applied_before(
+        self, batches: list[BatchKey], sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+        """After a resharding (legacy.py): ``sparse`` without the rows an earlier layout
+        already applied ``batches`` to, and per dense table the positions to leave alone."""
+        if not self.legacy:
+            return dict(sparse), {}
+        refs = [(b.pass_id, b.task_id, b.seq) for b in batches]
+        kept: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        skipped = 0
+        for name, (ids, rows) in sparse.items():
+            done = sparse_done(self.legacy, refs, ids)
+            kept[name] = (ids[~done], rows[~done]) if done.any() else (ids, rows)
+            skipped += int(done.sum())
+        keep: dict[str, np.ndarray] = {}
+        for name, table in self.tables.items():
+            if isinstance(table, DenseShard):
+                done = dense_done(self.legacy, refs, math.prod(table.spec.shape), table.start,
+                                  table.stop)
+                if done.any():
+                    keep[name] = done
+                    skipped += int(done.sum())
+        if skipped:
+            self.partly_applied_before += 1
+        return kept, keep
+
     def _apply(self, seed: int, dense: Mapping[str, np.ndarray],
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
-               delta: bool = False) -> None:
+               delta: bool = False, keep: Mapping[str, np.ndarray] | None = None) -> None:
         """One optimizer step of validated, finite gradients (or, geo, the deltas added),
-        all or nothing."""
+        all or nothing. ``keep``: per dense table, positions left as they are (applied by an
+        earlier layout)."""
         dense_tables = {name: self._dense(name) for name in dense}
+        # Saved before computing: an optimizer may update its arrays in place.
+        kept = {n: self._dense(n).values_at(mask) for n, mask in (keep or {}).items()
+                if n in dense}
         sparse_tables = {name: self._sparse(name) for name in sparse}
         # Decide everything before changing anything: which ids get rows, which rows make
         # room for them (or RESOURCE_EXHAUSTED); then compute every update, then commit.
@@ -345,6 +386,8 @@ class ShardState:
                            else t.compute(plans[n])) for n, t in sparse_tables.items()]
         for dense_table, dense_update in dense_updates:
             dense_table.commit(dense_update)
+            if dense_table.name in kept:
+                dense_table.put_back(kept[dense_table.name])
         now = self.clock()
         for sparse_table, plan, sparse_update in sparse_updates:
             sparse_table.commit(sparse_update, plan, pass_id, now)
@@ -502,7 +545,11 @@ class ShardState:
         """Forget applied batches of passes < ``upto_pass`` (issue 7's pruning hook)."""
         with self.lock:
             removed = self.applied.prune(upto_pass)
-            if removed:
+            for layout in self.legacy:
+                layout.prune(upto_pass)
+            layouts = len(self.legacy)
+            self.legacy = [layout for layout in self.legacy if not layout.empty]
+            if removed or layouts != len(self.legacy):
                 self.version += 1
             return removed
 
@@ -536,7 +583,9 @@ class ShardState:
                 shard=self.shard, num_shards=self.num_shards,
                 specs=[t.spec for t in self.tables.values()], initialized=self.initialized,
                 dense=dense, sparse=sparse, applied=self.applied.copy(),
+                legacy=[layout.copy() for layout in self.legacy],
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
+                          "partly_applied_before": self.partly_applied_before,
                           "skipped_nonfinite": self.skipped_nonfinite,
                           **table_counters(sparse_tables)},
                 delta=as_delta, tombstones=tombstones,
@@ -571,8 +620,10 @@ class ShardState:
             self.current_pass = current_pass
             self.initialized = snap.initialized
             self.applied = snap.applied
+            self.legacy = list(snap.legacy)
             self.pushes = snap.counters.get("pushes", 0)
             self.duplicates = snap.counters.get("duplicates", 0)
+            self.partly_applied_before = snap.counters.get("partly_applied_before", 0)
             self.skipped_nonfinite = snap.counters.get("skipped_nonfinite", 0)
             self.restored_from = source
             self.version += 1

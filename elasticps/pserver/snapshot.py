@@ -8,6 +8,7 @@ import numpy as np
 
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.legacy import LegacyLayout
 
 
 @dataclass
@@ -59,3 +60,5 @@ class ShardSnapshot:
     delta: bool = False
     tombstones: dict[str, np.ndarray] = field(default_factory=dict)
     parent: str = ""
+    # Earlier layouts of a resharded job and what their shards had applied (legacy.py).
+    legacy: list[LegacyLayout] = field(default_factory=list)

@@ -163,6 +163,17 @@ class DenseShard:
         self.values, self.slots = update[0].astype(np.float32, copy=False), update[1]
         self.step += 1
 
+    def values_at(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """A copy of the values and optimizer state at ``mask``, for :meth:`put_back`."""
+        return mask, self.values[mask], {k: v[mask] for k, v in self.slots.items()}
+
+    def put_back(self, saved: tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]) -> None:
+        """Restore what :meth:`values_at` saved: those positions end as they were."""
+        mask, values, slots = saved
+        self.values[mask] = values
+        for name, old in slots.items():
+            self.slots[name][mask] = old
+
     @property
     def rows(self) -> int:
         return self.length

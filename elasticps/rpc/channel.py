@@ -67,13 +67,15 @@ def call(
     timeout: float = 30.0,
     retry: RetryPolicy | None = None,
     what: str | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> Response:
     """Invoke ``method(request)`` with a deadline of ``timeout`` seconds per attempt.
 
     Every failure is raised as a class of the elasticps exception tree. With ``retry`` (e.g.
     ``RETRY_UNAVAILABLE.within(20)``) the failures it names are retried with its backoff until
     its deadline; without, one attempt: a caller that retries on its own (the master and pserver
-    clients) passes none, so exactly one layer retries.
+    clients) passes none, so exactly one layer retries. ``metadata`` goes with the call (the
+    job token is added by the channel).
     """
     name = what or getattr(method, "_method", None) or "rpc"
     if isinstance(name, bytes):
@@ -81,6 +83,8 @@ def call(
 
     def attempt() -> Response:
         try:
+            if metadata:
+                return method(request, timeout=timeout, metadata=metadata)
             return method(request, timeout=timeout)
         except grpc.RpcError as exc:
             raise_for_rpc_error(exc, what=str(name))

@@ -32,6 +32,8 @@ from elasticps.rpc.status import status_for
 log = logging.getLogger(__name__)
 
 TOKEN_METADATA_KEY = "x-elasticps-token"
+# The pserver shard count a call was routed for; a pserver of another layout refuses it.
+SHARDS_METADATA_KEY = "x-elasticps-shards"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 MAX_STREAMS_PER_CONNECTION = 32  # a trainer keeps a few calls in flight per server
 MAX_CONCURRENT_RPCS = 128  # per server (PADDLE_MAX_CONCURRENT_RPCS)

@@ -20,19 +20,23 @@ import elasticps.errors as errors
 _CLIENT_MAP: dict[grpc.StatusCode, type[errors.ElasticPSError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.UnavailableError,
+    # A server that stops (a pserver's graceful exit before a resharding) cancels the calls
+    # still in flight: the peer, or its successor, comes back.
+    grpc.StatusCode.CANCELLED: errors.UnavailableError,
     grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
     grpc.StatusCode.PERMISSION_DENIED: errors.UnauthenticatedError,
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
     grpc.StatusCode.OUT_OF_RANGE: errors.InvalidArgumentError,
     grpc.StatusCode.NOT_FOUND: errors.NotFoundError,
     grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError,
-    grpc.StatusCode.ABORTED: errors.FailedPreconditionError,
+    grpc.StatusCode.ABORTED: errors.LayoutChangedError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhaustedError,
 }
 
 # Most specific class first: status_for walks this list with isinstance.
 _SERVER_MAP: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.LayoutChangedError, grpc.StatusCode.ABORTED),
     (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
     (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),

@@ -67,12 +67,14 @@ PSERVER_INIT_PREFIX = "pserver/init/"
 PSERVER_INIT_LOCK = "pserver/init/lock"
 PSERVER_INIT_DONE = "pserver/init/done"
 PSERVER_CHECKPOINT_PREFIX = "pserver/checkpoint/"
+PSERVER_LAYOUT = "pserver/layout"
 TRAINER_PREFIX = "trainer/"
 PROGRESS_PREFIX = "job/progress/"
 JOB_RESULT = "job/result"
 SEALED_PASSES = "job/sealed"
 ONCE_PREFIX = "job/once/"
 DESIRED_TRAINERS = "launcher/desired_trainers"
+DESIRED_PSERVERS = "launcher/desired_pservers"
 EVENTS_PREFIX = "job/events/"
 JOB_HISTORY = "job/history"
 METRICS_PREFIX = "metrics/"
@@ -261,6 +263,37 @@ class PServerSlot:
                    _text(doc, "host", key))
 
 
+MAX_PSERVERS_IN_LAYOUT = 1000
+
+
+@dataclass(frozen=True)
+class PServerLayout:
+    """How many shards the job's tables are split into now, and how often that changed. Absent
+    until the first resharding: the job then has the count it was started with, generation 0.
+    Written only by a resharding's commit (:mod:`elasticps.pserver.reshard`)."""
+
+    shards: int
+    generation: int
+
+    def encode(self) -> bytes:
+        return _encode({"shards": self.shards, "generation": self.generation})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> PServerLayout:
+        doc = _object(raw, key)
+        shards, generation = _field(doc, "shards", int, key), _field(doc, "generation", int, key)
+        if not 1 <= shards <= MAX_PSERVERS_IN_LAYOUT or generation < 1:
+            raise StoreValueError(f"store key {key!r}: shards={shards} must be in [1, "
+                                  f"{MAX_PSERVERS_IN_LAYOUT}] and generation={generation} >= 1")
+        return cls(shards, generation)
+
+
+def read_pserver_layout(store: Store) -> PServerLayout | None:
+    """The job's pserver layout, None before its first resharding."""
+    kv = store.get(PSERVER_LAYOUT)
+    return None if kv is None else PServerLayout.decode(kv.value, PSERVER_LAYOUT)
+
+
 @dataclass(frozen=True)
 class TrainerRegistration:
     """A live trainer (``leaving=False``) or one handing its tasks back on the way out."""
@@ -415,6 +448,19 @@ def read_result(store: Store) -> dict[str, Any] | None:
 
 def encode_desired_trainers(count: int) -> bytes:
     return str(count).encode()
+
+
+def encode_desired_pservers(count: int) -> bytes:
+    return str(count).encode()
+
+
+def decode_desired_pservers(raw: bytes) -> int:
+    text = raw[:64].decode(errors="replace").strip()
+    count = _whole(text, limit=4) if len(raw) <= 64 else None
+    if count is None or count < 1:
+        raise StoreValueError(f"store key {DESIRED_PSERVERS!r} holds {text[:40]!r}, not a "
+                              "whole number of pservers >= 1 (at most 4 digits)")
+    return count
 
 
 def decode_desired_trainers(raw: bytes) -> int:

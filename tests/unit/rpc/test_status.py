@@ -96,11 +96,20 @@ def test_resource_exhausted_by_the_call_limit_is_retried_but_by_a_message_size_i
         assert not MASTER_RETRY.is_retryable(too_large.value)
 
 
-def test_out_of_range_and_aborted_map_onto_the_nearest_domain_error() -> None:
+def test_out_of_range_maps_onto_the_nearest_domain_error() -> None:
     with pytest.raises(errors.InvalidArgumentError):
         raise_for_rpc_error(FailedCall(grpc.StatusCode.OUT_OF_RANGE, "x"))
-    with pytest.raises(errors.FailedPreconditionError):
+
+
+def test_a_call_cancelled_by_a_stopping_server_is_worth_a_retry() -> None:
+    with pytest.raises(errors.UnavailableError):
+        raise_for_rpc_error(FailedCall(grpc.StatusCode.CANCELLED, "CANCELLED"))
+
+
+def test_aborted_is_a_changed_pserver_layout_both_ways() -> None:
+    with pytest.raises(errors.LayoutChangedError):
         raise_for_rpc_error(FailedCall(grpc.StatusCode.ABORTED, "x"))
+    assert status_for(errors.LayoutChangedError("2 shards now")) is grpc.StatusCode.ABORTED
 
 
 def test_servers_answer_store_and_leadership_problems_as_unavailable() -> None:
