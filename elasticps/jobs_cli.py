@@ -41,6 +41,8 @@ examples:
   elasticps scale ctr-1a2b3c --store etcd://127.0.0.1:2379 --trainers 1
   elasticps scale ctr-1a2b3c -n team-ml --trainers 8   a cluster job (Volcano task replicas
                                                        or the trainers' Indexed Job)
+  elasticps scale --workdir /tmp/ctr --pservers 3      reshard a local job's tables onto 3
+                                                       pservers (trainers pause meanwhile)
 """
 
 
@@ -82,21 +84,27 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_logs)
 
     p = subparsers.add_parser(
-        "scale", help="add or remove trainers of a running job (no restart of anyone)",
+        "scale", help="add or remove trainers, or reshard onto M pservers, of a running job",
         description="Ask a running job for N trainers. A local job (--workdir, or JOB --store "
                     "URL): the launcher starts trainers or sends the newest SIGTERM within a "
                     "second. A cluster job (JOB): its trainer count is patched through the API "
                     "server, within the spec's min_trainers/max_trainers. A trainer that is "
                     "removed leaves gracefully: its task goes back to the queue, not counted "
-                    "as a failure.",
+                    "as a failure. --pservers M (local jobs) moves the job's tables, optimizer "
+                    "state and applied batches from its N pservers to M without restarting "
+                    "trainers: the pservers stop and checkpoint, the checkpoints are re-split, "
+                    "M pservers start from them; trainers pause for that time, and every batch "
+                    "stays applied exactly once.",
         epilog=SCALE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("job", nargs="?", default=None, metavar="JOB",
                    help="the job's name: a cluster job, or a local one with --store")
     p.add_argument("--workdir", default=None, metavar="DIR",
                    help="a local job's work directory (holds job.json)")
     p.add_argument("--store", default=None, metavar="URL", help="a local job's store URL")
-    p.add_argument("--trainers", type=int, required=True, metavar="N",
+    p.add_argument("--trainers", type=int, default=None, metavar="N",
                    help="the number of trainers the job should have")
+    p.add_argument("--pservers", type=int, default=None, metavar="M",
+                   help="the number of pservers the job should have (a local job: resharding)")
     cluster_cli.cluster_options(p)
     p.set_defaults(func=run_scale)
 
@@ -147,6 +155,12 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 def run_scale(args: argparse.Namespace) -> int:
+    if args.trainers is None and args.pservers is None:
+        raise ConfigError("say what to scale: --trainers N and/or --pservers M")
     if args.store is not None or _local(args, args.job):
         return local_scale.scale_command(args)
+    if args.pservers is not None:
+        raise ConfigError("--pservers: resharding a cluster job is not supported yet (a local "
+                          "job's launcher carries it out); change a cluster job's trainers "
+                          "with --trainers")
     return cluster_cli.run_scale(args)

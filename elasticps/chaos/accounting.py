@@ -5,7 +5,8 @@ the batch count of every DONE task and, per shard, what the sealing checkpoint h
 shards' final checkpoints (written on their clean shutdown) hold the applied set of every pass
 not yet pruned. A pass still in a final checkpoint is checked against it (missing seqs, and
 applications beyond one per batch = duplicates); a pruned pass is taken from the master's
-record made when it was sealed.
+record made when it was sealed. A resharded job is accounted on its final layout's shards (a
+pass sealed under another layout counts what its sealing found on the shards of that number).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from typing import Any
 from elasticps.master.snapshot import load_accounting
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.store import Store
+from elasticps.store.keys import read_pserver_layout
 
 
 def job_accounting(store: Store, checkpoint_url: str, num_shards: int) -> dict[str, Any]:
+    layout = read_pserver_layout(store)
+    num_shards = layout.shards if layout is not None else num_shards
     records = load_accounting(store)
     shards = []
     for shard in range(num_shards):

@@ -98,6 +98,9 @@ def register(subparsers: Any) -> None:
                         "(default 12 with --oracle, else 0 = none; needs etcd on PATH)")
     faults.add_argument("--outage-after", type=int, default=None, metavar="K",
                         help="the outage follows the K-th kill (default: half the kills)")
+    faults.add_argument("--reshard", type=_counts, default=(), metavar="M[,M...]",
+                        help="reshard the job onto M pservers (then the next M...) while it "
+                        "runs, spread evenly between the kills, e.g. --reshard 3,2")
     oracle = parser.add_argument_group("the parameter-value oracle")
     oracle.add_argument("--oracle", action="store_true",
                         help="run the oracle's counting model instead of SCRIPT and check "
@@ -144,7 +147,15 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,
         oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
         oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk,
-        mode=args.mode)
+        mode=args.mode, reshard=args.reshard)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of pserver "
+                                         "counts, e.g. 3,2") from None
 
 
 def chaos_command(args: argparse.Namespace) -> int:
@@ -167,7 +178,11 @@ def chaos_command(args: argparse.Namespace) -> int:
         oracle = (f"; the oracle counted {report['oracle_rows_checked']} (pass, row, shard) "
                   "applications in the parameters, every one exactly 1") if report["oracle"] \
             else ""
-        print(f"elasticps chaos: the job survived {report['kills_total']} kills{outages} and "
+        reshards = (f", {len(report['reshards'])} resharding(s) (to "
+                    f"{', '.join(str(r['pservers']) for r in report['reshards'])} pservers)"
+                    if report["reshards"] else "")
+        print(f"elasticps chaos: the job survived {report['kills_total']} kills{outages}"
+              f"{reshards} and "
               f"{report['scales_total']} scale steps with every batch applied exactly once "
               f"({report['expected_batches']} batches over all shards and passes){oracle}",
               file=sys.stderr)

@@ -33,7 +33,7 @@ from elasticps.chaos.job import Say
 from elasticps.chaos.observe import progress_of
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import KillRole, Planner, ScaleTrainers
-from elasticps.chaos.report import KillRecord, OutageRecord, ScaleRecord
+from elasticps.chaos.report import KillRecord, OutageRecord, ReshardRecord, ScaleRecord
 from elasticps.chaos.targets import (
     ROLES,
     JobView,
@@ -70,6 +70,8 @@ class JobReader(Protocol):
 
     def progress(self) -> int | None: ...
 
+    def layout(self) -> int | None: ...
+
 
 class StoreSwitch(Protocol):
     """Takes the job's store down and brings it back
@@ -94,7 +96,8 @@ class ChaosLoop:
     def __init__(self, opts: ChaosOptions, job: RunningJob, observer: JobReader,
                  planner: Planner, scale_to: Callable[[int], None], say: Say, *,
                  host: str | None = None, kill: Callable[[int], None] = sigkill,
-                 store: StoreSwitch | None = None) -> None:
+                 store: StoreSwitch | None = None,
+                 reshard_to: Callable[[int], None] | None = None) -> None:
         self.opts = opts
         self.job = job
         self.observer = observer
@@ -104,6 +107,8 @@ class ChaosLoop:
         self.host = host or socket.gethostname()
         self._kill = kill
         self.store = store  # with opts.outage > 0: the store an outage takes down
+        self.reshard_to = reshard_to  # writes launcher/desired_pservers
+        self.reshards: list[ReshardRecord] = []
         self.outages: list[OutageRecord] = []
         self.kills: list[KillRecord] = []
         self.scales: list[ScaleRecord] = []
@@ -121,7 +126,8 @@ class ChaosLoop:
     def finished(self) -> bool:
         if not self.job.running:
             return True
-        if len(self.kills) >= self.opts.kills and not self.outage_due():
+        if (len(self.kills) >= self.opts.kills and not self.outage_due()
+                and not self.reshard_due()):
             return True
         if time.monotonic() - self.job.started > self.opts.job_timeout:
             return True  # the caller stops the job
@@ -131,6 +137,9 @@ class ChaosLoop:
     def step(self) -> None:
         if self.outage_due():  # outside the planner's streams: the seed's kills stay the same
             self.outage()
+            return
+        if self.reshard_due():  # likewise
+            self.reshard(self.opts.reshard[len(self.reshards)])
             return
         self.job.pause(self.planner.gap())
         view = self.observer.view()
@@ -217,6 +226,51 @@ class ChaosLoop:
         self.say(f"chaos: store back after {self.opts.outage:g}s down; the master serves again "
                  f"{_fmt(record.serving_s)} and throughput is back {_fmt(record.throughput_s)} "
                  "after etcd's restart")
+
+    # -- reshardings --------------------------------------------------------------------------
+
+    def reshard_due(self) -> bool:
+        done = len(self.reshards)
+        return (self.reshard_to is not None and done < len(self.opts.reshard)
+                and len(self.kills) >= self.opts.reshard_at(done) and self.job.running)
+
+    def reshard(self, pservers: int) -> None:
+        """SIGKILL one pserver, then at once ask for ``pservers``: the killed shard's pushes
+        since its last checkpoint are lost while the others keep theirs, so the resharding cuts
+        batches applied on some old shards only (what :mod:`elasticps.pserver.legacy` is for)."""
+        assert self.reshard_to is not None
+        before = self.observer.progress() or 0
+        record = ReshardRecord(time.time(), pservers)
+        self.reshards.append(record)
+        view = self.observer.view()
+        targets = targets_of(view, "pserver", self.host, self.spent) if view else []
+        if targets:
+            target = self.planner.pick(targets)
+            try:
+                self._kill(target.pid)
+                record.killed = target.describe()
+            except OSError as exc:
+                self.say(f"chaos: could not kill {target.describe()}: {exc}")
+            self.spent.add(target.pid)
+        at = time.monotonic()
+        try:
+            self.reshard_to(pservers)
+        except ElasticPSError as exc:
+            self.say(f"chaos: could not ask for {pservers} pservers: {exc}")
+            return
+        self.say(f"chaos: resharding to {pservers} pservers"
+                 + (f" right after a SIGKILL of {record.killed}" if record.killed else ""))
+        record.serving_s = self._wait_since(at, lambda: self._serves_layout(pservers))
+        record.throughput_s = self._wait_since(
+            at, lambda: (self.observer.progress() or 0) > before)
+        self.say(f"chaos: resharded to {pservers} pservers; serving after "
+                 f"{_fmt(record.serving_s)}, throughput back after {_fmt(record.throughput_s)}")
+
+    def _serves_layout(self, pservers: int) -> bool:
+        layout = self.observer.layout()
+        view = self.observer.view()
+        return (layout == pservers and view is not None
+                and sorted(view.slots) == list(range(pservers)))
 
     # -- scale steps --------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from elasticps.store.keys import (
     MASTER_CANDIDATE_PREFIX,
     PSERVER_SLOT_PREFIX,
     TRAINER_PREFIX,
+    read_pserver_layout,
 )
 
 log = logging.getLogger(__name__)
@@ -61,3 +62,13 @@ class JobObserver:
 
     def progress(self) -> int | None:
         return progress_of(self.status())
+
+    def layout(self) -> int | None:
+        """The number of pserver shards of a resharded job (None: never resharded, or the
+        store cannot be read now)."""
+        try:
+            layout = read_pserver_layout(self.store)
+        except StoreError as exc:
+            log.debug("Chaos cannot read the job's store now: %s", exc)
+            return None
+        return None if layout is None else layout.shards

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from elasticps.config import MODES
 from elasticps.errors import ConfigError
+from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT
 
 # The oracle's training script (chaos/oracle_script.py), shipped in the package: a wheel has it.
 ORACLE_SCRIPT = Path(__file__).with_name("oracle_script.py")
@@ -42,6 +43,13 @@ class ChaosOptions:
     oracle_batch_size: int = 50
     oracle_rows_per_chunk: int = 4_000
     mode: str = "async"  # the job's training mode (elasticps run --mode)
+    # Reshardings (elasticps scale --pservers): the pserver counts to move to, in order, spread
+    # evenly between the kills (after kill K * i / (len + 1)).
+    reshard: tuple[int, ...] = ()
+
+    def reshard_at(self, index: int) -> int:
+        """Kills delivered before resharding number ``index`` (0-based)."""
+        return self.kills * (index + 1) // (len(self.reshard) + 1)
 
     @property
     def outage_at(self) -> int:
@@ -81,6 +89,10 @@ class ChaosOptions:
             raise ConfigError("--oracle counts gradient applications; --mode sync averages a "
                               "round's gradients, so its counts are not 1 by design: use async "
                               "or geo with --oracle")
+        for count in self.reshard:
+            if not 1 <= count <= MAX_PSERVERS_IN_LAYOUT:
+                raise ConfigError(f"--reshard {count}: a pserver count must be in [1, "
+                                  f"{MAX_PSERVERS_IN_LAYOUT}]")
         if not 0 <= self.gap[0] <= self.gap[1]:
             raise ConfigError(f"--gap {self.gap[0]} {self.gap[1]} must satisfy "
                               "0 <= MIN <= MAX")

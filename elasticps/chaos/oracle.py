@@ -9,6 +9,12 @@ records or the shards' applied sets (the mechanism under test): only parameter v
 shard's newest published checkpoint (its final one, written when the job stopped), compared
 with what the data alone predicts. A row whose count is not exactly 1 is a mismatch: 0 means a
 batch was lost on that shard, 2 that it was applied twice.
+
+A resharded job (``pserver/layout``) is read from its final layout's shards: the rows of all of
+them are gathered and counted by the shard they were encoded for (``id % shards`` with the count
+the job started with, which the trainers keep using for the ids), the dense counter's elements
+joined from the final slices; every row then lies on final shard ``id % final``, else it counts
+as unexpected.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from elasticps.data.manifest import read_manifest
 from elasticps.data.write import write_dataset
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.store.api import Store
+from elasticps.store.keys import read_pserver_layout
 
 TABLE = "oracle"  # the names oracle_script.py trains (it imports torch; this module does not)
 ROW_COLUMN = "row"
@@ -101,17 +108,16 @@ def check_oracle(spec: OracleSpec, checkpoint_url: str, store: Store | None = No
     """Read every shard's newest checkpoint and count (see the module docstring)."""
     rows, starts = spec.batch_starts()
     result = OracleResult()
+    final = _final_layout(store, spec.shards)
+    ids, values, counter, checkpoints, misplaced = _gather(spec, checkpoint_url, store, final)
     for shard in range(spec.shards):
-        loaded = ShardCheckpoints(checkpoint_url, shard, spec.shards, store=store).load_newest()
         counts = np.zeros((spec.passes, rows), dtype=np.float64)
-        account = ShardCount(shard, counter_expected=spec.passes * len(starts))
-        if loaded is not None:
-            snap, manifest = loaded
-            account.checkpoint = manifest.id
-            _fill(counts, snap.sparse.get(TABLE), spec, shard, rows, account)
-            dense = snap.dense.get(COUNTER)
-            if dense is not None and dense.values.size == 1:
-                account.counter = float(dense.values.reshape(-1)[0])
+        account = ShardCount(shard, counter_expected=spec.passes * len(starts),
+                             checkpoint=checkpoints if final != spec.shards
+                             else checkpoints.split(",")[shard])
+        _fill(counts, ids, values, misplaced, spec, shard, rows, account)
+        if counter is not None:
+            account.counter = float(counter[shard])
         _tally(counts, starts, shard, account, result)
     result.rows_checked = sum(s.rows_checked for s in result.shards)
     result.mismatches = sum(s.mismatches + s.unexpected_rows for s in result.shards)
@@ -120,15 +126,52 @@ def check_oracle(spec: OracleSpec, checkpoint_url: str, store: Store | None = No
     return result
 
 
-def _fill(counts: np.ndarray, table: Any, spec: OracleSpec, shard: int, rows: int,
-          account: ShardCount) -> None:
-    if table is None:
-        return
-    ids = np.asarray(table.ids, dtype=np.int64)
-    values = np.asarray(table.values, dtype=np.float64).reshape(len(ids), -1)[:, 0]
+def _final_layout(store: Store | None, started_with: int) -> int:
+    layout = read_pserver_layout(store) if store is not None else None
+    return layout.shards if layout is not None else started_with
+
+
+def _gather(spec: OracleSpec, checkpoint_url: str, store: Store | None, final: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str, np.ndarray]:
+    """Every final shard's oracle rows (ids, values, whether each lies on the wrong shard),
+    the dense counter joined (None if a shard lacks it) and the checkpoints read."""
+    ids: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    misplaced: list[np.ndarray] = []
+    counters: list[np.ndarray | None] = []
+    read: list[str] = []
+    for shard in range(final):
+        loaded = ShardCheckpoints(checkpoint_url, shard, final, store=store).load_newest()
+        if loaded is None:
+            read.append("")
+            counters.append(None)
+            continue
+        snap, manifest = loaded
+        read.append(manifest.id)
+        table = snap.sparse.get(TABLE)
+        if table is not None:
+            shard_ids = np.asarray(table.ids, dtype=np.int64)
+            ids.append(shard_ids)
+            values.append(np.asarray(table.values, np.float64).reshape(len(shard_ids), -1)[:, 0])
+            misplaced.append(shard_ids % final != shard)
+        dense = snap.dense.get(COUNTER)
+        counters.append(None if dense is None else dense.values.reshape(-1))
+    counter = (np.concatenate([c for c in counters if c is not None])
+               if all(c is not None for c in counters) else None)
+    if counter is not None and counter.size != spec.shards:
+        counter = None
+    return (np.concatenate(ids) if ids else np.zeros(0, np.int64),
+            np.concatenate(values) if values else np.zeros(0),
+            counter, ",".join(read),
+            np.concatenate(misplaced) if misplaced else np.zeros(0, np.bool_))
+
+
+def _fill(counts: np.ndarray, ids: np.ndarray, values: np.ndarray, misplaced: np.ndarray,
+          spec: OracleSpec, shard: int, rows: int, account: ShardCount) -> None:
     index = ids // spec.shards  # pass * rows + row
-    ours = (ids % spec.shards == shard) & (index < spec.passes * rows)
-    account.unexpected_rows = int(np.count_nonzero(values[~ours]))
+    encoded_for = ids % spec.shards == shard
+    ours = encoded_for & (index < spec.passes * rows) & ~misplaced
+    account.unexpected_rows = int(np.count_nonzero(values[encoded_for & ~ours]))
     counts.reshape(-1)[index[ours]] = values[ours]
 
 

@@ -50,6 +50,18 @@ class ScaleRecord:
     trainers: int
 
 
+@dataclass
+class ReshardRecord:
+    """One resharding: asked at ``at`` (unix), to ``pservers``; ``serving_s`` until every new
+    slot was served under the new layout, ``throughput_s`` until tasks finished again."""
+
+    at: float
+    pservers: int
+    killed: str = ""  # the pserver SIGKILLed as it began (its unsaved pushes cut the batches)
+    serving_s: float | None = None
+    throughput_s: float | None = None
+
+
 @dataclass(frozen=True)
 class JobRun:
     """One run of the job under ``elasticps run``."""
@@ -82,6 +94,7 @@ class ChaosRecord:
     accounting_error: str | None = None
     outages: list[OutageRecord] = field(default_factory=list)
     oracle: Mapping[str, Any] | None = None  # chaos/oracle.py's result, with --oracle
+    reshards: list[ReshardRecord] = field(default_factory=list)
 
 
 def recovery_stats(values: Sequence[float | None]) -> dict[str, float | int | None]:
@@ -115,6 +128,8 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "store_outages": len(outages),
         "store_outages_planned": int(opts.outage > 0),
         "outages": [asdict(o) for o in outages],
+        "reshards": [asdict(r) for r in chaos.reshards] if chaos is not None else [],
+        "reshards_planned": list(opts.reshard),
         "outcome": _outcome(chaos.job if chaos is not None else None),
         "outcome_fault_free": _outcome(baseline),
         "auc": auc,
@@ -184,6 +199,11 @@ def problems(report: Mapping[str, Any]) -> list[str]:
             found.append(f"the oracle found {report['oracle_mismatches']} of "
                          f"{report['oracle_rows_checked']} rows applied other than exactly once "
                          f"(examples and per-shard counts under 'oracle_result')")
+    done = [r for r in report["reshards"] if r["serving_s"] is not None]
+    if len(done) < len(report["reshards_planned"]):
+        found.append(f"only {len(done)} of {len(report['reshards_planned'])} planned "
+                     "reshardings completed (the job ended first, or one did not finish "
+                     "within --recovery-timeout)")
     if report["store_outages"] < report["store_outages_planned"]:
         found.append("the planned store outage was not delivered (the job ended first)")
     if report["kills_short"]:

@@ -27,7 +27,7 @@ from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_
 from elasticps.chaos.plan import KillRole, Planner, preview
 from elasticps.chaos.report import ChaosRecord, JobRun, build_report
 from elasticps.errors import ElasticPSError
-from elasticps.launch.scale import set_desired_trainers
+from elasticps.launch.scale import set_desired_trainers, write_desired_pservers
 from elasticps.store import Store, open_store
 
 
@@ -68,11 +68,12 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
         store = stack.enter_context(open_store(*location))
         planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
         loop = ChaosLoop(opts, job, JobObserver(store), planner,
-                         lambda n: set_desired_trainers(*location, n), say, store=etcd)
+                         lambda n: set_desired_trainers(*location, n), say, store=etcd,
+                         reshard_to=lambda m: write_desired_pservers(store, m, "chaos"))
         loop.run(deadline)
         record = ChaosRecord(
             job.finish(opts.job_timeout - (time.monotonic() - job.started), say),
-            loop.kills, loop.scales, outages=loop.outages)
+            loop.kills, loop.scales, outages=loop.outages, reshards=loop.reshards)
         _account(record, store, opts)
         if opts.oracle:
             record.oracle = _oracle(record, store, opts)

@@ -33,6 +33,7 @@ from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
 from elasticps.launch.monitor import ReportStream, StatusMonitor
 from elasticps.launch.process import RoleSpec
+from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.rpc.credentials import INSECURE_WARNING
 from elasticps.rpc.tls import write_job_identities
@@ -171,6 +172,8 @@ class Launch:
                                      max_restarts=opts.max_restarts,
                                      report=ReportStream(self.monitor))  # type: ignore[arg-type]
         self.scaler = TrainerScaler(self)
+        self.resharder = PServerResharder(
+            self, self.scaler.store, self.specs[-1].env.get("PADDLE_CHECKPOINT_URL", ""))
         self.autoscaler = None if opts.autoscale is None else Autoscaler(
             opts.autoscale, self.monitor.latest, self.scaler.store, self.monitor.say)
         set_context(job=self.job_name)
@@ -203,6 +206,7 @@ class Launch:
                     asked = self.scaler.desired  # None until someone wrote the key
                     self.autoscaler.step(self.opts.trainers if asked is None else asked)
                 self.scaler.step()
+                self.resharder.step()
                 self._wake.wait(0.2)
                 self._wake.clear()
         except BaseException:

@@ -1,4 +1,5 @@
-"""``elasticps scale`` of a local job: change the number of trainers of a running job.
+"""``elasticps scale`` of a local job: change the number of trainers (or pservers) of a running
+job.
 
 The launcher (``elasticps run``) follows the store key ``launcher/desired_trainers``: when it
 grows it starts trainers; when it shrinks it sends SIGTERM to the newest trainers, which leave
@@ -66,9 +67,34 @@ def write_desired_trainers(store: Store, trainers: int, source: str, why: str = 
                                  + (f": {why}" if why else ""), source))
 
 
+def write_desired_pservers(store: Store, pservers: int, source: str) -> None:
+    """Ask the launcher to reshard onto ``pservers`` pservers, and say so on the timeline."""
+    from elasticps.store.keys import (
+        DESIRED_PSERVERS,
+        MAX_PSERVERS_IN_LAYOUT,
+        JobEvent,
+        encode_desired_pservers,
+        record_event,
+    )
+
+    if not 1 <= pservers <= MAX_PSERVERS_IN_LAYOUT:
+        raise ConfigError(f"--pservers={pservers} must be within [1, {MAX_PSERVERS_IN_LAYOUT}]")
+    store.put(DESIRED_PSERVERS, encode_desired_pservers(pservers))
+    record_event(store, JobEvent("scale", "pservers", f"asked for {pservers} pserver(s)",
+                                 source))
+
+
 def scale_command(args: argparse.Namespace) -> int:
+    from elasticps.store import open_store
+
     store_url, job_name = job_location(args.workdir, args.job, args.store)
-    set_desired_trainers(store_url, job_name, args.trainers)
-    print(f"elasticps scale: job {job_name} asked for {args.trainers} trainer(s); the launcher "
-          "follows within a second")
+    if args.trainers is not None:
+        set_desired_trainers(store_url, job_name, args.trainers)
+        print(f"elasticps scale: job {job_name} asked for {args.trainers} trainer(s); the "
+              "launcher follows within a second")
+    if args.pservers is not None:
+        with open_store(store_url, job_name) as store:
+            write_desired_pservers(store, args.pservers, "scale")
+        print(f"elasticps scale: job {job_name} asked for {args.pservers} pserver(s); the "
+              "launcher reshards (trainers pause until the new pservers serve)")
     return 0
