@@ -484,6 +484,10 @@ class PServerClient:
             rows = np.asarray(rows, dtype=np.float32)
             _, groups = self._route(ids)
             shown = (counts or {}).get(name)
+            if shown is not None and not (len(shown[0]) == len(shown[1]) == ids.shape[0]):
+                raise InvalidArgumentError(
+                    f"show/click counts for table {name!r} have {len(shown[0])} / "
+                    f"{len(shown[1])} entries for {ids.shape[0]} ids; give one per id")
             for i, g in enumerate(groups):
                 if g.size:
                     entry = pserver_pb2.SparseGrad(table=name, grad=encode_sparse(ids[g], rows[g]))

@@ -76,6 +76,7 @@ class SgdTables:
         with self.lock:
             self.calls.append(f"push {batch.seq}")
             self.counts = dict(counts or {})  # the last push's show/click counts
+            self.pushed_ids = {t: ids for t, (ids, _) in sparse_grads.items()}
             for name, grad in dense_grads.items():
                 self.dense[name] -= self.lr * grad
             for table, (ids, grads) in sparse_grads.items():
