@@ -168,7 +168,7 @@ def test_the_shard_evicts_as_an_eager_model_over_random_passes() -> None:
         assert sorted(table.ids[:table.size].tolist()) == sorted(model.rows), f"push {seq}"
         evicted_by_pass.append(table.evicted)
     assert evicted_by_pass[-1] > 100  # the passes did evict: the check could have failed
-    assert all(a == b for a, b in zip(evicted_by_pass[:4], evicted_by_pass[1:5], strict=True))
+    assert evicted_by_pass[:5] == [0] * 5  # nothing leaves before the first pass ends
 
 
 def test_clicked_rows_outlive_rows_shown_without_clicks() -> None:
@@ -251,7 +251,8 @@ def test_a_restore_through_base_and_delta_evicts_as_the_saved_shard(tmp_path: Pa
         if seq in (9, 19):  # a full checkpoint, then a delta on it (two passes later)
             checkpoints.save(saved.snapshot(delta=checkpoints.wants_delta())[0])
     loaded = checkpoints.load_newest()
-    assert loaded is not None and loaded[1].parent  # restored through the chain
+    assert loaded is not None
+    assert loaded[1].parent  # restored through the chain
     restored = ShardState(0, 1, clock=lambda: 0.0)
     restored.restore(loaded[0], loaded[1].id)
     before = saved.tables["emb"].evicted
