@@ -282,3 +282,21 @@ def test_a_checkpoint_without_scores_restores_rows_as_shown_once(tmp_path: Path)
     restored.restore(loaded[0], loaded[1].id)
     table = restored.tables["emb"]
     assert table.shows[:table.size].tolist() == [1.0] * 10
+
+
+def test_checkpoint_inspect_shows_the_scores(tmp_path: Path) -> None:
+    from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
+
+    state = _state(_score_policy(score_decay=0.5))
+    _push(state, 0, 0, np.array([1, 2], np.int64), np.array([10, 4], np.float32),
+          np.array([4, 0], np.float32))
+    _push(state, 2, 1, np.array([3], np.int64), np.ones(1, np.float32), np.ones(1, np.float32))
+    ShardCheckpoints(str(tmp_path), 0, 1).save(state.snapshot()[0])
+    report = inspect_url(str(tmp_path))[0]
+    score = report["tables"][0]["score"]
+    # As of pass 2: row 1 decayed twice (shows 2.5, clicks 1.0: score 1.15), row 3 not at all;
+    # row 2 (score 0.4 * 0.25) left when pass 2 began.
+    assert (score["shows"], score["clicks"], score["pass"]) == (3.5, 2.0, 2)
+    assert score["below_threshold"] == 0
+    assert report["tables"][0]["rows"] == 2
+    assert "score eviction (decay 0.5, delete below 0.8" in format_report(report)
