@@ -20,7 +20,9 @@ checkpoint cost, and the CTR demo's AUC with the policies on and off.
    (time, bytes), and loading each with ``export_chain.load_export`` (base + delta vs full).
 4. **CTR demo** (``examples/ctr/train.py`` through ``elasticps run``, 1 trainer + 1 pserver) on a
    long-tailed synthetic dataset: test AUC and sparse rows held with admission k=2 plus TTL
-   eviction (5 s: the demo's one pass lasts tens of seconds), against both off.
+   eviction (5 s: the demo's one pass lasts tens of seconds), against both off; and over two
+   passes (score eviction acts at a pass end), with score eviction on (Paddle's defaults)
+   against off.
 """
 
 from __future__ import annotations
@@ -257,7 +259,9 @@ def ctr_demo(quick: bool) -> dict[str, Any]:
     common = ["--rows", str(rows), "--max-vocab", "20000", "--seed", "3"]
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, extra in (("off", []), ("on", ["--admit-after", "2", "--ttl-seconds", "5"])):
+        for label, extra in (("off", []), ("on", ["--admit-after", "2", "--ttl-seconds", "5"]),
+                             ("off2", ["--passes", "2"]),
+                             ("score", ["--passes", "2", "--evict-score"])):
             workdir = Path(tmp) / label
             subprocess.run([str(Path(sys.executable).parent / "elasticps"), "run",
                             "--trainers", "1", "--pservers", "1", "--workdir", str(workdir),
@@ -265,7 +269,11 @@ def ctr_demo(quick: bool) -> dict[str, Any]:
                            check=True, capture_output=True, text=True)
             runs[label] = json.loads((workdir / "summary.json").read_text())
     on, off = runs["on"], runs["off"]
-    return {"ctr_rows": rows, "ctr_auc_off": round(off["auc"], 4),
+    score, off2 = runs["score"], runs["off2"]
+    return {"ctr_score_auc_off": round(off2["auc"], 4), "ctr_score_auc_on": round(score["auc"], 4),
+            "ctr_score_auc_delta": round(score["auc"] - off2["auc"], 4),
+            "ctr_score_rows_evicted": score["rows_evicted"],
+            "ctr_rows": rows, "ctr_auc_off": round(off["auc"], 4),
             "ctr_auc_on": round(on["auc"], 4),
             "ctr_auc_delta": round(on["auc"] - off["auc"], 4),
             "ctr_sparse_rows_off": off["sparse_rows"], "ctr_sparse_rows_on": on["sparse_rows"],

@@ -125,7 +125,8 @@ def _parse_str(text: str) -> str:
 
 # The keys a table's policy may set (elasticps.trainer.row_policy gives them their meaning).
 POLICY_KEYS = frozenset({"admit_after", "admit_probability", "evict", "ttl_passes",
-                         "ttl_seconds", "max_rows"})
+                         "ttl_seconds", "max_rows", "score_decay", "delete_threshold",
+                         "nonclk_coeff", "click_coeff"})
 
 
 def _parse_sparse_policies(text: str) -> str:
@@ -225,7 +226,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Checkpoints kept per pserver slot."),
     EnvVar("PADDLE_SPARSE_POLICIES", "sparse_policies", _parse_sparse_policies,
            "Trainers: admission/eviction per sparse table, JSON {table: {admit_after, "
-           "admit_probability, evict, ttl_passes, ttl_seconds, max_rows}}; replaces what the "
+           "admit_probability, evict, ttl_passes, ttl_seconds, max_rows, score_decay, "
+           "delete_threshold, nonclk_coeff, click_coeff}}; replaces what the "
            "model's layers declare for those tables (rendered from a job spec's tables:)."),
     EnvVar("PADDLE_CHECKPOINT_DELTAS", "checkpoint_deltas", _parse_int(0, 1000),
            "Incremental pserver checkpoints between two full ones (0 = every checkpoint is "

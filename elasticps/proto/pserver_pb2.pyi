@@ -244,6 +244,12 @@ class SparsePolicy(_message.Message):
         """evict the rows pushed least recently"""
         LFU: SparsePolicy._Evict.ValueType  # 2
         """evict the rows pushed least often"""
+        SCORE: SparsePolicy._Evict.ValueType  # 3
+        """CTR tables: each row keeps a decayed show and click count; rows whose score
+        (show - click) * nonclk_coeff + click * click_coeff falls below delete_threshold after a
+        pass's decay are evicted when the next pass begins, and the lowest score leaves first
+        for max_rows or the memory cap (Paddle's CtrCommonAccessor).
+        """
 
     class Evict(_Evict, metaclass=_EvictEnumTypeWrapper): ...
     EVICT_UNSPECIFIED: SparsePolicy.Evict.ValueType  # 0
@@ -252,6 +258,12 @@ class SparsePolicy(_message.Message):
     """evict the rows pushed least recently"""
     LFU: SparsePolicy.Evict.ValueType  # 2
     """evict the rows pushed least often"""
+    SCORE: SparsePolicy.Evict.ValueType  # 3
+    """CTR tables: each row keeps a decayed show and click count; rows whose score
+    (show - click) * nonclk_coeff + click * click_coeff falls below delete_threshold after a
+    pass's decay are evicted when the next pass begins, and the lowest score leaves first
+    for max_rows or the memory cap (Paddle's CtrCommonAccessor).
+    """
 
     ADMIT_AFTER_FIELD_NUMBER: _builtins.int
     ADMIT_PROBABILITY_FIELD_NUMBER: _builtins.int
@@ -259,6 +271,10 @@ class SparsePolicy(_message.Message):
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     MAX_ROWS_FIELD_NUMBER: _builtins.int
     EVICT_FIELD_NUMBER: _builtins.int
+    SCORE_DECAY_FIELD_NUMBER: _builtins.int
+    DELETE_THRESHOLD_FIELD_NUMBER: _builtins.int
+    NONCLK_COEFF_FIELD_NUMBER: _builtins.int
+    CLICK_COEFF_FIELD_NUMBER: _builtins.int
     admit_after: _builtins.int
     """a row is created by an id's k-th push (count-min sketch); 0, 1 = first"""
     admit_probability: _builtins.float
@@ -271,6 +287,16 @@ class SparsePolicy(_message.Message):
     """rows per shard at most (needs evict); 0 = no limit"""
     evict: Global___SparsePolicy.Evict.ValueType
     """which rows leave for max_rows or the shard's memory cap"""
+    score_decay: _builtins.float
+    """SCORE only (unset: Paddle's defaults, filled in when the table is declared):
+    show and click are multiplied by it at each pass end (0.98)
+    """
+    delete_threshold: _builtins.float
+    """rows scoring below it at a pass end are evicted (0.8)"""
+    nonclk_coeff: _builtins.float
+    """weight of a show without a click in the score (0.1)"""
+    click_coeff: _builtins.float
+    """weight of a click in the score (1.0)"""
     def __init__(
         self,
         *,
@@ -280,12 +306,31 @@ class SparsePolicy(_message.Message):
         ttl_seconds: _builtins.float = ...,
         max_rows: _builtins.int = ...,
         evict: Global___SparsePolicy.Evict.ValueType = ...,
+        score_decay: _builtins.float | None = ...,
+        delete_threshold: _builtins.float | None = ...,
+        nonclk_coeff: _builtins.float | None = ...,
+        click_coeff: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_click_coeff", b"_click_coeff", "_delete_threshold", b"_delete_threshold", "_nonclk_coeff", b"_nonclk_coeff", "_score_decay", b"_score_decay", "click_coeff", b"click_coeff", "delete_threshold", b"delete_threshold", "nonclk_coeff", b"nonclk_coeff", "score_decay", b"score_decay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_after", b"admit_after", "admit_probability", b"admit_probability", "evict", b"evict", "max_rows", b"max_rows", "ttl_passes", b"ttl_passes", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_click_coeff", b"_click_coeff", "_delete_threshold", b"_delete_threshold", "_nonclk_coeff", b"_nonclk_coeff", "_score_decay", b"_score_decay", "admit_after", b"admit_after", "admit_probability", b"admit_probability", "click_coeff", b"click_coeff", "delete_threshold", b"delete_threshold", "evict", b"evict", "max_rows", b"max_rows", "nonclk_coeff", b"nonclk_coeff", "score_decay", b"score_decay", "ttl_passes", b"ttl_passes", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__click_coeff: _TypeAlias = _typing.Literal["click_coeff"]  # noqa: Y015
+    _WhichOneofArgType__click_coeff: _TypeAlias = _typing.Literal["_click_coeff", b"_click_coeff"]  # noqa: Y015
+    _WhichOneofReturnType__delete_threshold: _TypeAlias = _typing.Literal["delete_threshold"]  # noqa: Y015
+    _WhichOneofArgType__delete_threshold: _TypeAlias = _typing.Literal["_delete_threshold", b"_delete_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__nonclk_coeff: _TypeAlias = _typing.Literal["nonclk_coeff"]  # noqa: Y015
+    _WhichOneofArgType__nonclk_coeff: _TypeAlias = _typing.Literal["_nonclk_coeff", b"_nonclk_coeff"]  # noqa: Y015
+    _WhichOneofReturnType__score_decay: _TypeAlias = _typing.Literal["score_decay"]  # noqa: Y015
+    _WhichOneofArgType__score_decay: _TypeAlias = _typing.Literal["_score_decay", b"_score_decay"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__click_coeff) -> _WhichOneofReturnType__click_coeff | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__delete_threshold) -> _WhichOneofReturnType__delete_threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__nonclk_coeff) -> _WhichOneofReturnType__nonclk_coeff | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__score_decay) -> _WhichOneofReturnType__score_decay | None: ...
 
 Global___SparsePolicy: _TypeAlias = SparsePolicy  # noqa: Y015
 
@@ -514,20 +559,33 @@ class SparseGrad(_message.Message):
 
     TABLE_FIELD_NUMBER: _builtins.int
     GRAD_FIELD_NUMBER: _builtins.int
+    SHOWS_FIELD_NUMBER: _builtins.int
+    CLICKS_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     @_builtins.property
     def grad(self) -> _common_pb2.SparseRows:
         """duplicate ids are summed before applying"""
 
+    @_builtins.property
+    def shows(self) -> _common_pb2.Tensor:
+        """For tables that evict by SCORE: per id of grad.ids, how many examples of the batch showed
+        it and how many of those were clicks (positive labels); FLOAT32 [n], summed over duplicate
+        ids like the rows. Unset: each id counts as shown once, without a click.
+        """
+
+    @_builtins.property
+    def clicks(self) -> _common_pb2.Tensor: ...
     def __init__(
         self,
         *,
         table: _builtins.str = ...,
         grad: _common_pb2.SparseRows | None = ...,
+        shows: _common_pb2.Tensor | None = ...,
+        clicks: _common_pb2.Tensor | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["grad", b"grad"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["clicks", b"clicks", "grad", b"grad", "shows", b"shows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grad", b"grad", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clicks", b"clicks", "grad", b"grad", "shows", b"shows", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

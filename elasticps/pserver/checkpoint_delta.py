@@ -20,7 +20,7 @@ import numpy as np
 
 from elasticps.errors import CheckpointError
 from elasticps.pserver.checkpoint_manifest import Manifest
-from elasticps.pserver.snapshot import RowBookkeeping, ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import RowBookkeeping, RowScores, ShardSnapshot, SparseState
 
 
 def apply_delta(base: ShardSnapshot, delta: ShardSnapshot) -> ShardSnapshot:
@@ -62,13 +62,28 @@ def _bookkeeping(old: RowBookkeeping | None, keep: np.ndarray,
     checkpoint); without the rows' (a link that lacks it) rows restart their bookkeeping."""
     if change is None:
         return None
+    scores = _scores(old.scores if old is not None else None, keep, change.scores, changed)
     if old is None or old.hits.shape[0] != keep.shape[0] or change.hits.shape[0] != changed:
         return RowBookkeeping(np.zeros(0, np.int32), np.zeros(0, np.float64),
-                              np.zeros(0, np.uint32), change.sketch, change.sketch_aging)
+                              np.zeros(0, np.uint32), change.sketch, change.sketch_aging, scores)
     return RowBookkeeping(
         np.concatenate([old.touched_pass[keep], change.touched_pass]),
         np.concatenate([old.pushed_unix[keep], change.pushed_unix]),
-        np.concatenate([old.hits[keep], change.hits]), change.sketch, change.sketch_aging)
+        np.concatenate([old.hits[keep], change.hits]), change.sketch, change.sketch_aging,
+        scores)
+
+
+def _scores(old: RowScores | None, keep: np.ndarray, change: RowScores | None,
+            changed: int) -> RowScores | None:
+    """The kept rows' show/click counts then the delta's (both stored as of each row's own
+    pass, so a pass end between the links changed none of the kept rows); None if a link
+    lacks them."""
+    if (old is None or change is None or old.shows.shape[0] != keep.shape[0]
+            or change.shows.shape[0] != changed):
+        return None
+    return RowScores(np.concatenate([old.shows[keep], change.shows]),
+                     np.concatenate([old.clicks[keep], change.clicks]),
+                     np.concatenate([old.score_pass[keep], change.score_pass]))
 
 
 def chain(newest: Manifest, published: Sequence[Manifest]) -> list[Manifest]:

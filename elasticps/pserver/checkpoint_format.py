@@ -21,6 +21,9 @@ bytes; no code is ever executed to read it). Tensors:
 ``sparse.<table>.hits``               uint32 [rows]    its push count; optional
 ``sparse.<table>.sketch``             uint16 [4, w]    the admission sketch's counters; optional
 ``sparse.<table>.sketch_aging``       int64 [1]        pushes counted since it last halved
+``sparse.<table>.shows``              float32 [rows]   SCORE: show count as of score_pass
+``sparse.<table>.clicks``             float32 [rows]   SCORE: click count as of score_pass
+``sparse.<table>.score_pass``         int32 [rows]     SCORE: the pass its counts are as of
 ``legacy.<k>.<i>.tasks|extra|floor``  int64            what shard i of earlier layout k had
                                                        applied at a resharding (as applied.*)
 ====================================  ==========================================
@@ -29,8 +32,9 @@ Metadata ``legacy_shards`` ([N_0, N_1, ...], optional) gives each earlier layout
 (:mod:`.legacy`); a file without it comes from a job never resharded.
 
 The optional per-row tensors are written for tables that evict (the eviction bookkeeping), the
-sketch for tables that admit after k pushes; a file without them restores rows as pushed once,
-at restore time, and an empty sketch (what older files meant).
+sketch for tables that admit after k pushes, the show/click counts for tables that evict by
+score; a file without them restores rows as pushed (and shown) once, at restore time, and an
+empty sketch (what older files meant).
 
 A **delta** (an incremental checkpoint, :mod:`.checkpoint_delta`) has the same layout; its
 metadata holds ``delta: {"parent": "<id>"}``, its sparse tensors hold only the rows pushed since
@@ -63,7 +67,13 @@ from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.legacy import LegacyLayout
-from elasticps.pserver.snapshot import DenseState, RowBookkeeping, ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import (
+    DenseState,
+    RowBookkeeping,
+    RowScores,
+    ShardSnapshot,
+    SparseState,
+)
 
 FORMAT = "elasticps.pserver.checkpoint"
 MAX_LEGACY_SHARDS = 1000
@@ -94,6 +104,10 @@ def snapshot_tensors(snap: ShardSnapshot) -> dict[str, np.ndarray]:
                 tensors[f"sparse.{name}.touched_pass"] = book.touched_pass
                 tensors[f"sparse.{name}.pushed_unix"] = book.pushed_unix
                 tensors[f"sparse.{name}.hits"] = book.hits
+            if book.scores is not None and book.scores.shows.shape[0] == sparse.ids.shape[0]:
+                tensors[f"sparse.{name}.shows"] = book.scores.shows
+                tensors[f"sparse.{name}.clicks"] = book.scores.clicks
+                tensors[f"sparse.{name}.score_pass"] = book.scores.score_pass
             if book.sketch is not None:
                 tensors[f"sparse.{name}.sketch"] = book.sketch
                 tensors[f"sparse.{name}.sketch_aging"] = np.array([book.sketch_aging],
@@ -324,20 +338,38 @@ def _delta_parent(metadata: dict[str, Any]) -> str:
 
 _BOOK: dict[str, np.dtype[Any]] = {
     ".touched_pass": np.dtype("<i4"), ".pushed_unix": np.dtype("<f8"), ".hits": np.dtype("<u4")}
+_SCORES: dict[str, np.dtype[Any]] = {
+    ".shows": np.dtype("<f4"), ".clicks": np.dtype("<f4"), ".score_pass": np.dtype("<i4")}
+
+
+def _per_row(tensors: dict[str, np.ndarray], prefix: str, rows: int,
+             layout: dict[str, np.dtype[Any]]) -> dict[str, np.ndarray | None]:
+    """Optional per-row tensors, each checked to be ``[rows]`` of its dtype."""
+    found = {key: tensors.get(prefix + key) for key in layout}
+    for key, dtype in layout.items():
+        array = found[key]
+        if array is not None and (array.dtype != dtype or array.shape != (rows,)):
+            raise CheckpointError(f"checkpoint tensor {prefix}{key} is not {dtype} [{rows}]")
+    return found
+
+
+def _scores(tensors: dict[str, np.ndarray], prefix: str, rows: int,
+            own: Any) -> RowScores | None:
+    scores = _per_row(tensors, prefix, rows, _SCORES)
+    if any(a is None for a in scores.values()):
+        return None  # not a SCORE table, or a file from before scores: rows shown once
+    return RowScores(own(scores[".shows"]), own(scores[".clicks"]), own(scores[".score_pass"]))
 
 
 def _bookkeeping(tensors: dict[str, np.ndarray], prefix: str,
-                 rows: int) -> RowBookkeeping | None:
+                 rows: int, own: Any = np.array) -> RowBookkeeping | None:
     """A table's optional bookkeeping tensors, checked; None when the file has none."""
-    per_row = {key: tensors.get(prefix + key) for key in _BOOK}
+    per_row = _per_row(tensors, prefix, rows, _BOOK)
     sketch = tensors.get(prefix + ".sketch")
     aging = tensors.get(prefix + ".sketch_aging")
-    if all(a is None for a in per_row.values()) and sketch is None:
+    scores = _scores(tensors, prefix, rows, own)
+    if all(a is None for a in per_row.values()) and sketch is None and scores is None:
         return None
-    for key, dtype in _BOOK.items():
-        array = per_row[key]
-        if array is not None and (array.dtype != dtype or array.shape != (rows,)):
-            raise CheckpointError(f"checkpoint tensor {prefix}{key} is not {dtype} [{rows}]")
     if sketch is not None and (sketch.ndim != 2 or sketch.dtype != np.dtype("<u2")
                                or aging is None or aging.shape != (1,)):
         raise CheckpointError(f"checkpoint tensor {prefix}.sketch is not uint16 [depth, "
@@ -345,9 +377,9 @@ def _bookkeeping(tensors: dict[str, np.ndarray], prefix: str,
     if any(a is None for a in per_row.values()):  # a table that admits but does not evict
         per_row = {key: np.zeros(0).astype(dtype) for key, dtype in _BOOK.items()}
     return RowBookkeeping(
-        np.array(per_row[".touched_pass"]), np.array(per_row[".pushed_unix"]),
-        np.array(per_row[".hits"]), None if sketch is None else np.array(sketch),
-        0 if aging is None else int(aging[0]))
+        own(per_row[".touched_pass"]), own(per_row[".pushed_unix"]),
+        own(per_row[".hits"]), None if sketch is None else own(sketch),
+        0 if aging is None else int(aging[0]), scores)
 
 
 def _legacy(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> list[LegacyLayout]:
@@ -411,7 +443,7 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray],
                 sparse[spec.name] = SparseState(
                     ids, own(tensors[prefix + ".value"]),
                     slots, own(tensors[prefix + ".steps"]),
-                    _bookkeeping(tensors, prefix, ids.shape[0]))
+                    _bookkeeping(tensors, prefix, ids.shape[0], own))
         floor = tensors.get("applied.floor")
         applied = AppliedSet.from_arrays(
             tensors["applied.tasks"], tensors["applied.extra"], tensors.get("applied.counts"),

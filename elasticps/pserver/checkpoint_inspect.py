@@ -12,8 +12,10 @@ import numpy as np
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver import sparse_policy
 from elasticps.pserver.checkpoint_delta import chain
 from elasticps.pserver.checkpoint_manifest import Manifest, data_name
+from elasticps.pserver.snapshot import ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import COUNTED
 
 
@@ -82,9 +84,31 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
                             for what in COUNTED})
             if snap.delta:
                 entry["tombstones"] = int(snap.tombstones.get(spec.name, np.zeros(0)).size)
+            if spec.policy.evict == pserver_pb2.SparsePolicy.SCORE:
+                entry["score"] = _score_summary(spec.policy, snap.sparse[spec.name], snap)
         tables.append(entry)
     report["tables"] = tables
     return report
+
+
+def _score_summary(policy: pserver_pb2.SparsePolicy, state: SparseState,
+                   snap: ShardSnapshot) -> dict[str, Any]:
+    """A SCORE table's settings and its rows' show/click counts, decayed to the newest pass
+    the checkpoint applied (the rows it holds: in a delta, the changed ones)."""
+    passes = [p for p, _, _, _ in snap.applied.tasks()]
+    now = max(passes) if passes else 0
+    summary: dict[str, Any] = {
+        "decay": policy.score_decay, "delete_threshold": policy.delete_threshold,
+        "nonclk_coeff": policy.nonclk_coeff, "click_coeff": policy.click_coeff, "pass": now}
+    scores = state.bookkeeping.scores if state.bookkeeping is not None else None
+    if scores is None:
+        return summary  # written before scores were kept
+    shows = sparse_policy.decayed(policy, scores.shows, scores.score_pass, now)
+    clicks = sparse_policy.decayed(policy, scores.clicks, scores.score_pass, now)
+    below = sparse_policy.show_click_score(policy, shows, clicks) < policy.delete_threshold
+    summary.update(shows=round(float(shows.sum()), 3), clicks=round(float(clicks.sum()), 3),
+                   below_threshold=int(np.count_nonzero(below)))
+    return summary
 
 
 def _bytes(tensors: dict[str, np.ndarray], prefix: str) -> int:
@@ -163,5 +187,14 @@ def format_report(report: dict[str, Any]) -> str:
             if t.get("admitted") is not None:  # older checkpoints did not keep the counters
                 what += (f"; since the shard began: {t['admitted']} admitted, {t['evicted']} "
                          f"evicted, {t['dropped']} gradients dropped")
+            score = t.get("score")
+            if score is not None:
+                what += (f"; score eviction (decay {score['decay']}, delete below "
+                         f"{score['delete_threshold']}, coefficients {score['nonclk_coeff']} / "
+                         f"{score['click_coeff']})")
+                if "shows" in score:
+                    what += (f": {score['shows']} shows, {score['clicks']} clicks as of pass "
+                             f"{score['pass']}, {score['below_threshold']} rows below the "
+                             "threshold")
         lines.append(f"  table    {t['name']}: {t['kind']} {what}; {t['optimizer']} lr={t['lr']}")
     return "\n".join(lines)

@@ -547,8 +547,10 @@ class PServerClient:
         batch: common_pb2.BatchRef,
         dense_grads: Mapping[str, np.ndarray],
         sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> list[pserver_pb2.PushResponse]:
-        """One atomic Push per shard, in parallel; returns each shard's answer."""
+        """One atomic Push per shard, in parallel; returns each shard's answer. ``counts``:
+        per SCORE table, (shows, clicks) per id of its gradient, split with the ids."""
         finite = all(np.isfinite(g).all() for g in dense_grads.values()) and all(
             np.isfinite(rows).all() for _, rows in sparse_grads.values())
         if not finite:
@@ -559,7 +561,7 @@ class PServerClient:
             requests = [pserver_pb2.PushRequest(batch=batch, drop=not finite)
                         for _ in range(shards)]
             if finite:
-                self._split(requests, dense_grads, sparse_grads)
+                self._split(requests, dense_grads, sparse_grads, counts or {})
             futures = [self._pool.submit(self._push_until_closed, i, r, shards)
                        for i, r in enumerate(requests)]
             return [f.result() for f in futures]
@@ -586,8 +588,10 @@ class PServerClient:
 
     def _split(self, requests: list[pserver_pb2.PushRequest],
                dense: Mapping[str, np.ndarray],
-               sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """Each shard's part of dense and sparse values, into its request (one per shard)."""
+               sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
+               counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+        """Each shard's part of dense and sparse values (and show/click counts), into its
+        request (one per shard)."""
         shards = len(requests)
         for name, grad in dense.items():
             flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
@@ -598,10 +602,20 @@ class PServerClient:
             ids = np.asarray(ids, dtype=np.int64)
             rows = np.asarray(rows, dtype=np.float32)
             _, groups = self._route(ids, shards)
+            shown = (counts or {}).get(name)
+            if shown is not None and not (len(shown[0]) == len(shown[1]) == ids.shape[0]):
+                raise InvalidArgumentError(
+                    f"show/click counts for table {name!r} have {len(shown[0])} / "
+                    f"{len(shown[1])} entries for {ids.shape[0]} ids; give one per id")
             for i, g in enumerate(groups):
                 if g.size:
-                    requests[i].sparse.append(pserver_pb2.SparseGrad(
-                        table=name, grad=encode_sparse(ids[g], rows[g])))
+                    entry = pserver_pb2.SparseGrad(table=name, grad=encode_sparse(ids[g], rows[g]))
+                    if shown is not None:
+                        entry.shows.CopyFrom(encode_tensor(
+                            np.asarray(shown[0], dtype=np.float32)[g]))
+                        entry.clicks.CopyFrom(encode_tensor(
+                            np.asarray(shown[1], dtype=np.float32)[g]))
+                    requests[i].sparse.append(entry)
 
     def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest, shards: int
                            ) -> pserver_pb2.PushResponse:

@@ -6,9 +6,9 @@ new shard, as the routing rules of :mod:`elasticps.pserver.client` place it:
 - a dense parameter is joined from its N slices (values and optimizer state) and split again
   by ``np.array_split(flat, M)``; its step count is the largest of the old slices' (they differ
   only when a shard skipped a batch);
-- a sparse row (value, optimizer state, Adam step, eviction bookkeeping) moves to shard
-  ``id % M``; an admission sketch is the sum of the old shards' (their ids are disjoint, so the
-  counts add), given whole to each new shard;
+- a sparse row (value, optimizer state, Adam step, eviction bookkeeping, show/click scores)
+  moves to shard ``id % M``; an admission sketch is the sum of the old shards' (their ids are
+  disjoint, so the counts add), given whole to each new shard;
 - applied batches: each new shard's own set is the batches *every* old shard had applied, and it
   remembers the old layout with each old shard's set (:mod:`.legacy`), so a batch applied on only
   some old shards is applied again exactly where it was not.
@@ -28,7 +28,13 @@ import numpy as np
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.legacy import LegacyLayout, intersection
-from elasticps.pserver.snapshot import DenseState, RowBookkeeping, ShardSnapshot, SparseState
+from elasticps.pserver.snapshot import (
+    DenseState,
+    RowBookkeeping,
+    RowScores,
+    ShardSnapshot,
+    SparseState,
+)
 from elasticps.pserver.tables import dense_bounds
 
 _PER_BATCH_COUNTERS = ("pushes", "duplicates", "skipped_nonfinite")
@@ -115,24 +121,41 @@ def _split_sparse(parts: list[SparseState], new_count: int) -> list[SparseState]
                   for b, p in zip(books, parts, strict=True))
     sketch = _summed_sketch(books)
     aging = max((b.sketch_aging for b in books if b is not None), default=0)
+    scores = _joined_scores(books, parts)
+    if per_row:
+        touched = np.concatenate([b.touched_pass for b in books if b is not None])
+        unix = np.concatenate([b.pushed_unix for b in books if b is not None])
+        hits = np.concatenate([b.hits for b in books if b is not None])
+    else:
+        touched, unix, hits = np.zeros(0, np.int32), np.zeros(0, np.float64), np.zeros(0, np.uint32)
     owner = ids % new_count
     out = []
     for j in range(new_count):
         rows = np.flatnonzero(owner == j)
         book: RowBookkeeping | None = None
-        if per_row:
-            touched = np.concatenate([b.touched_pass for b in books if b is not None])
-            unix = np.concatenate([b.pushed_unix for b in books if b is not None])
-            hits = np.concatenate([b.hits for b in books if b is not None])
-            book = RowBookkeeping(touched[rows], unix[rows], hits[rows],
-                                  None if sketch is None else sketch.copy(), aging)
-        elif sketch is not None:
-            book = RowBookkeeping(np.zeros(0, np.int32), np.zeros(0, np.float64),
-                                  np.zeros(0, np.uint32), sketch.copy(), aging)
+        if per_row or sketch is not None or scores is not None:
+            mine = slice(None) if not per_row else rows
+            book = RowBookkeeping(
+                touched[mine], unix[mine], hits[mine],
+                None if sketch is None else sketch.copy(), aging,
+                None if scores is None else RowScores(scores.shows[rows], scores.clicks[rows],
+                                                      scores.score_pass[rows]))
         out.append(SparseState(
             ids[rows], values[rows], {k: v[rows] for k, v in slots.items()},
             steps[rows] if steps is not None else parts[0].steps[:0].copy(), book))
     return out
+
+
+def _joined_scores(books: list[RowBookkeeping | None],
+                   parts: list[SparseState]) -> RowScores | None:
+    """Every old shard's per-row show/click scores in row order (None unless all have them)."""
+    found = [b.scores for b in books if b is not None and b.scores is not None]
+    if len(found) != len(parts) or any(
+            s.shows.shape[0] != p.ids.shape[0] for s, p in zip(found, parts, strict=True)):
+        return None
+    return RowScores(np.concatenate([s.shows for s in found]),
+                     np.concatenate([s.clicks for s in found]),
+                     np.concatenate([s.score_pass for s in found]))
 
 
 def _summed_sketch(books: list[RowBookkeeping | None]) -> np.ndarray | None:

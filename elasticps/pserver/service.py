@@ -37,6 +37,23 @@ def _named(values: Iterable[pserver_pb2.NamedTensor], what: str) -> dict[str, np
     return {v.name: decode_tensor(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
 
 
+def _counts(entries: Iterable[pserver_pb2.SparseGrad]
+            ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each sparse entry's show/click counts, where it carries both (the shard checks their
+    length against its ids)."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for entry in entries:
+        has_shows, has_clicks = entry.HasField("shows"), entry.HasField("clicks")
+        if has_shows != has_clicks:
+            raise InvalidArgumentError(f"sparse gradient[{entry.table!r}] carries shows or "
+                                       "clicks without the other; send both or neither")
+        if has_shows:
+            out[entry.table] = (
+                decode_tensor(entry.shows, dtype=np.float32, name=f"shows[{entry.table!r}]"),
+                decode_tensor(entry.clicks, dtype=np.float32, name=f"clicks[{entry.table!r}]"))
+    return out
+
+
 def applied_messages(applied: AppliedSet, pass_id: int | None) -> list[pserver_pb2.AppliedTask]:
     """The applied batches of ``pass_id`` (every pass if None) as proto messages."""
     return [
@@ -157,7 +174,8 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         if request.covers:
             raise InvalidArgumentError("covers is for delta pushes (geo mode) only")
         result = self.state.push(batch, dense, sparse, drop=request.drop,
-                                 trainer=request.batch.trainer)
+                                 trainer=request.batch.trainer,
+                                 counts=_counts(request.sparse))
         return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped,
                                         pending=result.pending)
 

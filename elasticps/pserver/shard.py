@@ -45,7 +45,7 @@ from elasticps.pserver.sparse_table import (
     make_table,
     table_counters,
 )
-from elasticps.pserver.sync_round import Contribution, SyncRounds, average
+from elasticps.pserver.sync_round import Contribution, SyncRounds, average, summed_counts
 from elasticps.pserver.tables import DenseShard, normalize_spec
 
 _RATE_WINDOW_S = 10.0
@@ -258,14 +258,17 @@ class ShardState:
         *,
         trainer: str = "",
         wait_s: float = SYNC_WAIT_S,
+        counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> PushResult:
         """Apply one batch's gradients for this shard at most once, atomically. In sync mode
         the batch joins the open round instead, and the call returns once the round is
-        applied, or after ``wait_s`` with ``pending=True`` (nothing applied yet)."""
+        applied, or after ``wait_s`` with ``pending=True`` (nothing applied yet). ``counts``:
+        per sparse table (shows, clicks) per id of its gradient, for SCORE tables."""
         batch.check()
+        counts = counts or {}
         with self.lock:
             self._require_initialized("pushes")
-            self._validate(dense, sparse)
+            self._validate(dense, sparse, counts)
             if self.applied.contains(batch.pass_id, batch.task_id, batch.seq):
                 self.duplicates += 1
                 return PushResult(applied=False, skipped=False)
@@ -276,23 +279,24 @@ class ShardState:
             finite = all(np.isfinite(g).all() for g in dense.values()) and all(
                 np.isfinite(rows).all() for _, rows in sparse.values()
             )
-            sparse, keep = self._not_applied_before([batch], sparse)
+            sparse, counts, keep = self._not_applied_before([batch], sparse, counts)
             if self.rounds is not None:
                 dense = {n: np.where(keep[n], np.float32(0), g) if n in keep else g
                          for n, g in dense.items()}
                 return self._push_to_round(Contribution(
                     trainer, (batch.pass_id, batch.task_id, batch.seq), dense, sparse,
-                    drop or not finite), wait_s)
+                    drop or not finite, counts), wait_s)
             if drop or not finite:
                 self._record(batch, skipped=True)
                 return PushResult(applied=True, skipped=True)
             self._apply(batch_seed(batch.pass_id, batch.task_id, batch.seq), dense, sparse,
-                        batch.pass_id, keep=keep)
+                        batch.pass_id, counts=counts, keep=keep)
             self._record(batch, skipped=False)
             return PushResult(applied=True, skipped=False)
 
     def _validate(self, dense: Mapping[str, np.ndarray],
-                  sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+                  sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                  counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         for name, grad in dense.items():
             self._dense(name).check_values(grad, "gradient")
         for name, (ids, rows) in sparse.items():
@@ -300,6 +304,11 @@ class ShardState:
             self.limits.check_ids(name, int(ids.shape[0]) if ids.ndim else 1, "push")
             table.check_ids(ids, "pushed")
             table.check_rows(rows, ids.shape[0], "gradient")
+        for name, (shows, clicks) in (counts or {}).items():
+            if name not in sparse:
+                raise InvalidArgumentError(f"show/click counts for table {name!r}, which the "
+                                           "push holds no gradient of")
+            self._sparse(name).check_counts(shows, clicks, sparse[name][0].shape[0])
 
     def push_delta(
         self,
@@ -330,7 +339,7 @@ class ShardState:
                 np.isfinite(rows).all() for _, rows in sparse.values())
             if finite:
                 first = batches[0]
-                sparse, keep = self._not_applied_before(batches, sparse)
+                sparse, _, keep = self._not_applied_before(batches, sparse, {})
                 self._apply(batch_seed(first.pass_id, first.task_id, first.seq), dense, sparse,
                             max(b.pass_id for b in batches), delta=True, keep=keep)
             for batch in batches:
@@ -339,17 +348,24 @@ class ShardState:
 
     def _not_applied_before(
         self, batches: list[BatchKey], sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
-        """After a resharding (legacy.py): ``sparse`` without the rows an earlier layout
-        already applied ``batches`` to, and per dense table the positions to leave alone."""
+        counts: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
+               dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+        """After a resharding (legacy.py): ``sparse`` (and its show/click ``counts``) without
+        the rows an earlier layout already applied ``batches`` to, and per dense table the
+        positions to leave alone."""
         if not self.legacy:
-            return dict(sparse), {}
+            return dict(sparse), dict(counts), {}
         refs = [(b.pass_id, b.task_id, b.seq) for b in batches]
         kept: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        kept_counts = dict(counts)
         skipped = 0
         for name, (ids, rows) in sparse.items():
             done = sparse_done(self.legacy, refs, ids)
             kept[name] = (ids[~done], rows[~done]) if done.any() else (ids, rows)
+            if done.any() and name in counts:
+                shows, clicks = counts[name]
+                kept_counts[name] = (np.asarray(shows)[~done], np.asarray(clicks)[~done])
             skipped += int(done.sum())
         keep: dict[str, np.ndarray] = {}
         for name, table in self.tables.items():
@@ -361,25 +377,30 @@ class ShardState:
                     skipped += int(done.sum())
         if skipped:
             self.partly_applied_before += 1
-        return kept, keep
+        return kept, kept_counts, keep
 
     def _apply(self, seed: int, dense: Mapping[str, np.ndarray],
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
-               delta: bool = False, keep: Mapping[str, np.ndarray] | None = None) -> None:
+               delta: bool = False,
+               counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+               keep: Mapping[str, np.ndarray] | None = None) -> None:
         """One optimizer step of validated, finite gradients (or, geo, the deltas added),
-        all or nothing. ``keep``: per dense table, positions left as they are (applied by an
-        earlier layout)."""
+        all or nothing. ``counts``: shows and clicks per id of SCORE tables. ``keep``: per
+        dense table, positions left as they are (applied by an earlier layout)."""
         dense_tables = {name: self._dense(name) for name in dense}
         # Saved before computing: an optimizer may update its arrays in place.
         kept = {n: self._dense(n).values_at(mask) for n, mask in (keep or {}).items()
                 if n in dense}
         sparse_tables = {name: self._sparse(name) for name in sparse}
+        counts = counts or {}
         # Decide everything before changing anything: which ids get rows, which rows make
         # room for them (or RESOURCE_EXHAUSTED); then compute every update, then commit.
-        plans = {n: t.plan(*sparse[n], seed) for n, t in sparse_tables.items()}
+        plans = {n: t.plan(*sparse[n], seed, counts.get(n)) for n, t in sparse_tables.items()}
         victims = self._make_room(plans)
         for name, rows in victims.items():
             self._sparse(name).remove_rows(rows)
+        if pass_id > self.current_pass:
+            self._end_passes(pass_id, plans)
         dense_updates = [(t, t.compute_delta(dense[n]) if delta else t.compute(dense[n]))
                          for n, t in dense_tables.items()]
         sparse_updates = [(t, plans[n], t.compute_delta(plans[n]) if delta
@@ -457,7 +478,7 @@ class ShardState:
             try:
                 dense, sparse = average(kept)
                 self._apply(batch_seed(*kept[0].batch), dense, sparse,
-                            max(c.batch[0] for c in kept))
+                            max(c.batch[0] for c in kept), counts=summed_counts(kept))
             except Exception as exc:  # e.g. RESOURCE_EXHAUSTED: nothing changed, all hear it
                 error = exc
         for c in closed:
@@ -495,7 +516,8 @@ class ShardState:
                 # Evict a little more than needed (1/64 of the cap), so a table at its cap does
                 # not choose victims over all its rows on every push.
                 counts[name] = table.size + plan.new_rows - limit + limit // 64
-        victims = {n: self._sparse(n).choose_victims(c, protected[n]) for n, c in counts.items()}
+        victims = {n: self._sparse(n).choose_victims(c, protected[n], self.current_pass)
+                   for n, c in counts.items()}
         if not self.limits.memory_bytes:
             return victims
 
@@ -521,7 +543,8 @@ class ShardState:
             have = victims.get(table.name, np.zeros(0, np.int64)).shape[0]
             more = -(-excess // table.row_bytes) + table.size // 64
             victims[table.name] = table.choose_victims(
-                have + more, protected.get(table.name, np.zeros(0, np.int64)))
+                have + more, protected.get(table.name, np.zeros(0, np.int64)),
+                self.current_pass)
             excess = projected() - self.limits.memory_bytes
         if excess > 0:
             name = max(plans, key=lambda n: plans[n].new_rows) if plans else "-"
@@ -529,6 +552,18 @@ class ShardState:
                                      f"a push of {sum(p.new_rows for p in plans.values())} "
                                      "new rows")
         return victims
+
+    def _end_passes(self, pass_id: int, plans: Mapping[str, SparsePlan]) -> None:
+        """Pass ``pass_id`` begins with this push: SCORE tables evict the rows whose score,
+        decayed over the passes that ended, is below their threshold, sparing the rows this push
+        trains (their plan holds). Runs once every decision of the push is made, so a push that
+        is refused ends no pass."""
+        for name, table in self.tables.items():
+            if isinstance(table, SparseTable) and table.scores:
+                plan = plans.get(name)
+                spared = (table.protected_rows(plan) if plan is not None
+                          else np.zeros(0, np.int64))
+                table.end_pass(pass_id, spared)
 
     def _sweep(self, pass_id: int, now: float) -> None:
         """Evict rows past their TTL: when a new pass begins, and at most once a second."""
@@ -593,7 +628,9 @@ class ShardState:
             return snap, self.version
 
     def restore(self, snap: ShardSnapshot, source: str) -> None:
-        """Replace the whole state with a snapshot of this same slot."""
+        """Replace the whole state with a snapshot of this same slot. The shard takes the
+        snapshot's arrays (they become its tables' storage; its sparse states are left empty):
+        do not use the snapshot afterwards."""
         if (snap.shard, snap.num_shards) != (self.shard, self.num_shards):
             raise InvalidArgumentError(
                 f"snapshot of shard {snap.shard} of {snap.num_shards} cannot restore shard "
@@ -609,9 +646,9 @@ class ShardState:
                 state = snap.dense[spec.name]
                 table.values, table.slots, table.step = state.values, state.slots, state.step
             else:
-                s = snap.sparse[spec.name]
-                table.load(s.ids, s.values, s.slots, s.steps, current_pass, self.clock(),
-                           s.bookkeeping, self.wall_clock())
+                # The snapshot's arrays become the table's storage (no second copy).
+                table.load(snap.sparse[spec.name], current_pass, self.clock(),
+                           self.wall_clock())
                 table.admitted, table.evicted, table.dropped = (
                     snap.counters.get(f"sparse.{spec.name}.{what}", 0) for what in COUNTED)
             tables[spec.name] = table

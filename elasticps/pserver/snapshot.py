@@ -30,6 +30,18 @@ class RowBookkeeping:
     hits: np.ndarray  # uint32 [rows]
     sketch: np.ndarray | None = None  # uint16 [depth, width]
     sketch_aging: int = 0  # increments since the sketch last halved
+    # SCORE tables: per row the show and click counts as of pass ``score_pass`` (decayed from
+    # there on); None: the table does not score rows, or the checkpoint predates scores.
+    scores: RowScores | None = None
+
+
+@dataclass
+class RowScores:
+    """A SCORE table's per-row show/click counts, stored as of each row's ``score_pass``."""
+
+    shows: np.ndarray  # float32 [rows]
+    clicks: np.ndarray  # float32 [rows]
+    score_pass: np.ndarray  # int32 [rows]
 
 
 @dataclass

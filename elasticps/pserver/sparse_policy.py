@@ -10,11 +10,20 @@
 - **Eviction** picks rows to remove: those not pushed for ``ttl_passes`` passes or
   ``ttl_seconds`` seconds, and, when ``max_rows`` or the shard's memory cap needs room, the
   least recently (LRU) or least often (LFU) pushed rows, never one the current push touches.
+- **Score** (``evict = SCORE``, CTR tables, as Paddle's ``CtrCommonAccessor``): each row keeps
+  a show and a click count, added by every push (the trainer counts the examples showing each
+  id and the positive ones among them) and multiplied by ``score_decay`` at each pass end. When
+  a pass begins, rows whose score ``(show - click) * nonclk_coeff + click * click_coeff`` fell
+  below ``delete_threshold`` are evicted; for room, the lowest score goes first. Decay is kept
+  lazily: a row stores its counts as of the pass of its last push (``score_pass``), and its
+  counts now are those times ``score_decay ** (current pass - score_pass)``, so a pass end
+  changes no row (an incremental checkpoint stays proportional to the rows pushed).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -27,6 +36,11 @@ MAX_ADMIT_AFTER = 1000  # the sketch's counters are uint16; a larger k is a typo
 MAX_ROWS_DECLARED = 1 << 40
 SKETCH_DEPTH = 4
 SKETCH_WIDTH = 1 << 20  # 4 x 2^20 uint16 counters = 8 MiB per table that admits after k pushes
+# Paddle's CtrCommonAccessor defaults (fleet's DistributedStrategy table configs:
+# sparse_show_click_decay_rate, sparse_delete_threshold, sparse_nonclk_coeff, sparse_click_coeff).
+ScoreField = Literal["score_decay", "delete_threshold", "nonclk_coeff", "click_coeff"]
+SCORE_DEFAULTS: dict[ScoreField, float] = {
+    "score_decay": 0.98, "delete_threshold": 0.8, "nonclk_coeff": 0.1, "click_coeff": 1.0}
 
 
 def check_policy(policy: pserver_pb2.SparsePolicy, table: str) -> None:
@@ -53,7 +67,33 @@ def check_policy(policy: pserver_pb2.SparsePolicy, table: str) -> None:
         raise InvalidArgumentError(f"table {table!r}: unknown evict mode {policy.evict}")
     if policy.max_rows and policy.evict == Policy.EVICT_UNSPECIFIED:
         raise InvalidArgumentError(f"table {table!r}: max_rows={policy.max_rows} needs an "
-                                   "evict mode (LRU or LFU) to choose the rows that leave")
+                                   "evict mode (LRU, LFU or SCORE) to choose the rows that leave")
+    _check_score(policy, table)
+
+
+def _check_score(policy: pserver_pb2.SparsePolicy, table: str) -> None:
+    """The SCORE settings: only with evict = SCORE, each finite and in its range."""
+    for field in SCORE_DEFAULTS:
+        if not policy.HasField(field):
+            continue
+        value = getattr(policy, field)
+        if policy.evict != Policy.SCORE:
+            raise InvalidArgumentError(f"table {table!r}: {field}={value} is a setting of "
+                                       "evict=SCORE, and the table evicts otherwise")
+        low_ok = value > 0 if field == "score_decay" else value >= 0
+        if not (math.isfinite(value) and low_ok and (field != "score_decay" or value <= 1)):
+            limit = "in (0, 1]" if field == "score_decay" else "finite and >= 0"
+            raise InvalidArgumentError(f"table {table!r}: {field}={value} must be {limit}")
+
+
+def fill_score_defaults(policy: pserver_pb2.SparsePolicy) -> None:
+    """Set Paddle's default for each SCORE setting left unset (a SCORE policy only), so a
+    declaration with and one without the defaults spelled out declare alike."""
+    if policy.evict != Policy.SCORE:
+        return
+    for field, value in SCORE_DEFAULTS.items():
+        if not policy.HasField(field):
+            setattr(policy, field, value)
 
 
 def tracks_rows(policy: pserver_pb2.SparsePolicy) -> bool:
@@ -141,12 +181,39 @@ def expired(
     return np.flatnonzero(old)
 
 
+def decayed(policy: pserver_pb2.SparsePolicy, counts: np.ndarray, since_pass: np.ndarray,
+            current_pass: int | np.ndarray) -> np.ndarray:
+    """Counts stored as of ``since_pass`` (per row), decayed to ``current_pass``: one
+    ``score_decay`` factor per pass end between them (float32, as stored)."""
+    ended = np.maximum(current_pass - since_pass.astype(np.int64), 0)
+    return (counts * np.power(np.float32(policy.score_decay), ended.astype(np.float32))
+            ).astype(np.float32)
+
+
+def show_click_score(policy: pserver_pb2.SparsePolicy, shows: np.ndarray,
+                     clicks: np.ndarray) -> np.ndarray:
+    """Paddle's ShowClickScore: a show without a click weighs ``nonclk_coeff``, a click
+    ``click_coeff``."""
+    return ((shows - clicks) * np.float32(policy.nonclk_coeff)
+            + clicks * np.float32(policy.click_coeff)).astype(np.float32)
+
+
+def below_threshold(policy: pserver_pb2.SparsePolicy, scores: np.ndarray,
+                    protected: np.ndarray) -> np.ndarray:
+    """Row numbers whose score is below ``delete_threshold`` (the pass-end eviction), none
+    in ``protected`` (the rows the push that began the pass trains)."""
+    low = scores < np.float32(policy.delete_threshold)
+    low[protected] = False
+    return np.flatnonzero(low)
+
+
 def victims(
     policy: pserver_pb2.SparsePolicy, hits: np.ndarray, touched_at: np.ndarray, count: int,
-    protected: np.ndarray, ids: np.ndarray | None = None,
+    protected: np.ndarray, ids: np.ndarray | None = None, scores: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Row numbers of the ``count`` rows to evict (sorted): least recently pushed (LRU) or least
-    often (LFU, the least recent first among equals); never a row in ``protected``. Rows equal
+    """Row numbers of the ``count`` rows to evict (sorted): least recently pushed (LRU), least
+    often (LFU, the least recent first among equals) or lowest ``scores`` (SCORE, the
+    show/click score now); never a row in ``protected``. Rows equal
     in that order go by smaller id (with ``ids``), not by where they sit, so a shard restored
     from a checkpoint (rows in another order) evicts the same rows as the one it was saved
     from."""
@@ -154,7 +221,9 @@ def victims(
     count = min(count, n - protected.shape[0])
     if count <= 0:
         return np.zeros(0, dtype=np.int64)
-    if policy.evict == Policy.LFU:
+    if policy.evict == Policy.SCORE and scores is not None:
+        score = scores.astype(np.float64)
+    elif policy.evict == Policy.LFU:
         # Ties in the count go to the older row: the time breaks them as a fraction below 1.
         span = float(touched_at.max() - touched_at.min()) + 1.0 if n else 1.0
         score = hits.astype(np.float64) + (touched_at - touched_at.min()) / (2 * span)

@@ -24,7 +24,7 @@ from elasticps.pserver import sparse_policy
 from elasticps.pserver.hashing import splitmix64, uniform01
 from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
-from elasticps.pserver.snapshot import RowBookkeeping, SparseState
+from elasticps.pserver.snapshot import RowBookkeeping, RowScores, SparseState
 from elasticps.pserver.tables import (
     MAX_DIRECT_IDS,
     DenseShard,
@@ -35,6 +35,8 @@ from elasticps.pserver.tables import (
 
 MAX_TOMBSTONES = 1 << 20  # evicted ids kept for the next delta; beyond it the delta is a full one
 _TRACK_BYTES = 4 + 8 + 4  # touched_pass int32, touched_at float64, hits uint32
+_SCORE_BYTES = 4 + 4 + 4  # shows float32, clicks float32, score_pass int32
+Policy = pserver_pb2.SparsePolicy
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class SparsePlan:
     summed: np.ndarray  # their summed gradients
     present: np.ndarray  # bool per id: it has a row now
     admitted: np.ndarray  # bool per id: it gets a row with this push
+    shows: np.ndarray | None = None  # SCORE tables: examples showing each id (float32)
+    clicks: np.ndarray | None = None  # and the positive ones among them
 
     @property
     def new_rows(self) -> int:
@@ -79,6 +83,7 @@ class SparseTable:
         self.optimizer: Optimizer = make_optimizer(config_from_spec(spec.optimizer, spec.name))
         self.uses_step = spec.optimizer.kind == pserver_pb2.OptimizerSpec.ADAM
         self.tracks = sparse_policy.tracks_rows(self.policy)
+        self.scores = self.policy.evict == Policy.SCORE
         local_ids = -(-(self.id_space - shard) // num_shards) if self.id_space else 0
         self.index: RowIndex = (
             DirectIndex(local_ids)
@@ -102,7 +107,7 @@ class SparseTable:
         """Bytes one row holds: id, value, optimizer slots, step, eviction bookkeeping."""
         floats = self.dim * (1 + len(self.optimizer.slots))
         return 9 + 4 * floats + (4 if self.uses_step else 0) + (
-            _TRACK_BYTES if self.tracks else 0)
+            _TRACK_BYTES if self.tracks else 0) + (_SCORE_BYTES if self.scores else 0)
 
     def _allocate(self, capacity: int) -> None:
         self.ids = np.empty(capacity, dtype=np.int64)
@@ -115,6 +120,10 @@ class SparseTable:
         self.touched_pass = np.empty(tracked, dtype=np.int32)
         self.touched_at = np.empty(tracked, dtype=np.float64)
         self.hits = np.empty(tracked, dtype=np.uint32)
+        scored = capacity if self.scores else 0
+        self.shows = np.empty(scored, dtype=np.float32)
+        self.clicks = np.empty(scored, dtype=np.float32)
+        self.score_pass = np.empty(scored, dtype=np.int32)
 
     def _row_arrays(self) -> list[np.ndarray]:
         arrays: list[np.ndarray] = [self.ids, self.values, self.changed,
@@ -123,6 +132,8 @@ class SparseTable:
             arrays.append(self.steps)
         if self.tracks:
             arrays += [self.touched_pass, self.touched_at, self.hits]
+        if self.scores:
+            arrays += [self.shows, self.clicks, self.score_pass]
         return arrays
 
     def _reserve(self, needed: int) -> None:
@@ -181,6 +192,20 @@ class SparseTable:
                 f"got {rows.dtype} {list(rows.shape)}"
             )
 
+    def check_counts(self, shows: np.ndarray, clicks: np.ndarray, n: int) -> None:
+        """Show/click counts of a push: float32 [n] each, finite, 0 <= click <= show."""
+        for what, array in (("shows", shows), ("clicks", clicks)):
+            if array.dtype != np.float32 or array.shape != (n,):
+                raise InvalidArgumentError(
+                    f"{what} for table {self.name!r} must be float32 [{n}] (one per pushed id), "
+                    f"got {array.dtype} {list(array.shape)}")
+        bad = ~np.isfinite(shows) | ~np.isfinite(clicks) | (clicks < 0) | (clicks > shows)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidArgumentError(
+                f"table {self.name!r}: show {float(shows[i])} / click {float(clicks[i])} at "
+                f"position {i} of the pushed ids must be finite with 0 <= click <= show")
+
     # -- reads ------------------------------------------------------------------------------
 
     def lookup(self, unique_ids: np.ndarray) -> np.ndarray:
@@ -206,9 +231,14 @@ class SparseTable:
 
     # -- a push: plan (pure), compute, commit -----------------------------------------------
 
-    def plan(self, ids: np.ndarray, grads: np.ndarray, batch_seed: int) -> SparsePlan:
-        """Which ids train and which get a row, changing nothing."""
+    def plan(self, ids: np.ndarray, grads: np.ndarray, batch_seed: int,
+             counts: tuple[np.ndarray, np.ndarray] | None = None) -> SparsePlan:
+        """Which ids train and which get a row, changing nothing. ``counts``: shows and clicks
+        per id of ``ids`` (SCORE tables; None: each id shown once, no click)."""
         unique, summed = sum_duplicates(ids, grads)
+        shows = clicks = None
+        if self.scores:
+            shows, clicks = _summed_counts(ids, unique, counts)
         present = self.lookup(unique) >= 0
         absent = unique[~present]
         estimates = self.sketch.estimate(absent) if self.sketch is not None else None
@@ -218,7 +248,7 @@ class SparseTable:
         if absent.size:
             admitted[~present] = sparse_policy.admission(
                 self.policy, absent.shape[0], estimates, draws)
-        return SparsePlan(unique, summed, present, admitted)
+        return SparsePlan(unique, summed, present, admitted, shows, clicks)
 
     def protected_rows(self, plan: SparsePlan) -> np.ndarray:
         """Row numbers the push trains: eviction must leave them."""
@@ -265,6 +295,8 @@ class SparseTable:
             self.touched_pass[rows] = min(pass_id, np.iinfo(np.int32).max)
             self.touched_at[rows] = now
             self.hits[rows] += 1
+        if self.scores:
+            self._add_counts(rows, plan, pass_id)
         if self.sketch is not None:
             self.sketch.add(plan.unique[~plan.present])
         self.admitted += plan.new_rows
@@ -288,20 +320,58 @@ class SparseTable:
             if self.tracks:
                 self.touched_pass[new_rows], self.touched_at[new_rows] = 0, 0.0
                 self.hits[new_rows] = 0
+            if self.scores:
+                self.shows[new_rows], self.clicks[new_rows] = 0.0, 0.0
+                self.score_pass[new_rows] = 0
             self.index.insert(keys[missing], new_rows)
             self.size += count
             rows[missing] = new_rows
         return rows
 
+    def _add_counts(self, rows: np.ndarray, plan: SparsePlan, pass_id: int) -> None:
+        """Add a push's shows and clicks to its rows' counts, first decaying them to the
+        newer of their pass and the push's (a late push of an older pass decays nothing)."""
+        assert plan.shows is not None
+        assert plan.clicks is not None
+        train = plan.present | plan.admitted
+        at = np.maximum(self.score_pass[rows], min(pass_id, np.iinfo(np.int32).max))
+        since = self.score_pass[rows]
+        self.shows[rows] = sparse_policy.decayed(self.policy, self.shows[rows], since, at) + \
+            plan.shows[train]
+        self.clicks[rows] = sparse_policy.decayed(self.policy, self.clicks[rows], since, at) + \
+            plan.clicks[train]
+        self.score_pass[rows] = at
+
     # -- eviction ---------------------------------------------------------------------------
 
-    def choose_victims(self, count: int, protected: np.ndarray) -> np.ndarray:
+    def row_scores(self, current_pass: int) -> np.ndarray:
+        """Every row's show/click score as of ``current_pass`` (SCORE tables)."""
+        n = self.size
+        since = self.score_pass[:n]
+        return sparse_policy.show_click_score(
+            self.policy, sparse_policy.decayed(self.policy, self.shows[:n], since, current_pass),
+            sparse_policy.decayed(self.policy, self.clicks[:n], since, current_pass))
+
+    def choose_victims(self, count: int, protected: np.ndarray,
+                       current_pass: int = 0) -> np.ndarray:
         """The ``count`` rows (at most) the policy evicts first, none in ``protected``."""
         if not self.policy.evict or count <= 0:
             return np.zeros(0, dtype=np.int64)
         n = self.size
+        scores = self.row_scores(current_pass) if self.scores else None
         return sparse_policy.victims(self.policy, self.hits[:n], self.touched_at[:n], count,
-                                     np.unique(protected), self.ids[:n])
+                                     np.unique(protected), self.ids[:n], scores)
+
+    def end_pass(self, current_pass: int, protected: np.ndarray) -> int:
+        """A pass ended and ``current_pass`` began: evict the rows whose decayed score is now
+        below the threshold, except ``protected`` (the rows the push that began it trains);
+        returns how many."""
+        if not self.scores or not self.size:
+            return 0
+        rows = sparse_policy.below_threshold(self.policy, self.row_scores(current_pass),
+                                             protected)
+        self.remove_rows(rows)
+        return int(rows.shape[0])
 
     def expire(self, current_pass: int, now: float) -> int:
         """Evict rows past their TTL; returns how many."""
@@ -371,52 +441,74 @@ class SparseTable:
         if not self.tracks and self.sketch is None:
             return None
         tracked = rows if self.tracks else slice(0, 0)
+        scores = RowScores(self.shows[rows].copy(), self.clicks[rows].copy(),
+                           self.score_pass[rows].copy()) if self.scores else None
         return RowBookkeeping(
             self.touched_pass[tracked].copy(), self.touched_at[tracked] + (wall - now),
             self.hits[tracked].copy(),
             None if self.sketch is None else self.sketch.counters.copy(),
-            0 if self.sketch is None else self.sketch.since_aging)
+            0 if self.sketch is None else self.sketch.since_aging, scores)
 
     # -- restore ----------------------------------------------------------------------------
 
-    def load(
-        self, ids: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray],
-        steps: np.ndarray, current_pass: int = 0, now: float | None = None,
-        bookkeeping: RowBookkeeping | None = None, wall: float | None = None,
-    ) -> None:
-        """Replace every row (a restore). Arrays are trusted to be checksummed and consistent.
-        With ``bookkeeping`` rows keep their last pass, push time (``wall``: unix time now) and
-        count, and the sketch its counts; without (an older checkpoint) restored rows count as
-        pushed once, now."""
-        n = ids.shape[0]
+    def load(self, state: SparseState, current_pass: int = 0, now: float | None = None,
+             wall: float | None = None) -> None:
+        """Replace every row with a snapshot's (a restore), trusted to be checksummed and
+        consistent. The table **takes the state's arrays**: one that fits (dtype, C order, as
+        many rows as the table's capacity: any table without a row bound) becomes the table's
+        storage as it is; another is copied into a new array and the state lets go of its own
+        at once, so a restore holds at most one of the snapshot's arrays next to the table's.
+        The state is left empty. With bookkeeping rows keep their last pass, push time
+        (``wall``: unix time now), count and scores, and the sketch its counts; without (an
+        older checkpoint) restored rows count as pushed once, now, and shown once."""
+        n = state.ids.shape[0]
+        capacity = max(n, self.max_capacity)
         self.index = (
             DirectIndex(self.index.capacity) if isinstance(self.index, DirectIndex)
             else HashIndex(2 * n)
         )
         self.size = 0
-        self._allocate(max(n, self.max_capacity))
-        self.ids[:n], self.values[:n] = ids, values
-        for name in self.slots:
-            self.slots[name][:n] = slots[name]
+        self._allocate(0)  # the old rows go before the new ones arrive
+        book, state.bookkeeping = state.bookkeeping, None
+        self.ids, state.ids = _adopt(state.ids, capacity, np.int64), _EMPTY
+        self.index.insert(self.ids[:n] // self.num_shards, np.arange(n, dtype=np.int64))
+        self.values, state.values = _adopt(state.values, capacity, np.float32), _EMPTY
+        for name in list(self.slots):
+            self.slots[name] = _adopt(state.slots.pop(name), capacity, np.float32)
         if self.uses_step:
-            self.steps[:n] = steps
-        self.changed[:n] = False
+            self.steps = _adopt(state.steps, capacity, np.int32)
+        state.steps = _EMPTY
+        self.changed = np.zeros(capacity, dtype=np.bool_)
         now = time.monotonic() if now is None else now
-        kept = bookkeeping is not None and bookkeeping.hits.shape[0] == n
-        if self.tracks and kept:
-            assert bookkeeping is not None
-            self.touched_pass[:n] = bookkeeping.touched_pass
-            self.touched_at[:n] = bookkeeping.pushed_unix + (
-                now - (time.time() if wall is None else wall))
-            self.hits[:n] = bookkeeping.hits
-        elif self.tracks:
-            self.touched_pass[:n] = min(current_pass, np.iinfo(np.int32).max)
-            self.touched_at[:n] = now
-            self.hits[:n] = 1
-        if self.sketch is not None and bookkeeping is not None:
-            self.sketch.restore(bookkeeping.sketch, bookkeeping.sketch_aging)
-        self.index.insert(ids // self.num_shards, np.arange(n, dtype=np.int64))
+        self._load_bookkeeping(book, n, capacity, current_pass, now,
+                               (time.time() if wall is None else wall))
         self.size = n
+
+    def _load_bookkeeping(self, book: RowBookkeeping | None, n: int, capacity: int,
+                          current_pass: int, now: float, wall: float) -> None:
+        kept = book is not None and book.hits.shape[0] == n
+        at_pass = min(current_pass, np.iinfo(np.int32).max)
+        if self.tracks and kept:
+            assert book is not None
+            self.touched_pass = _adopt(book.touched_pass, capacity, np.int32)
+            self.touched_at = _adopt(book.pushed_unix, capacity, np.float64)
+            self.touched_at[:n] += now - wall  # unix seconds -> this process's clock
+            self.hits = _adopt(book.hits, capacity, np.uint32)
+        elif self.tracks:
+            self.touched_pass = np.full(capacity, at_pass, dtype=np.int32)
+            self.touched_at = np.full(capacity, now, dtype=np.float64)
+            self.hits = np.ones(capacity, dtype=np.uint32)
+        scores = book.scores if book is not None else None
+        if self.scores and scores is not None and scores.shows.shape[0] == n:
+            self.shows = _adopt(scores.shows, capacity, np.float32)
+            self.clicks = _adopt(scores.clicks, capacity, np.float32)
+            self.score_pass = _adopt(scores.score_pass, capacity, np.int32)
+        elif self.scores:  # an older checkpoint: every row shown once, now
+            self.shows = np.ones(capacity, dtype=np.float32)
+            self.clicks = np.zeros(capacity, dtype=np.float32)
+            self.score_pass = np.full(capacity, at_pass, dtype=np.int32)
+        if self.sketch is not None and book is not None:
+            self.sketch.restore(book.sketch, book.sketch_aging)
 
     # -- figures ----------------------------------------------------------------------------
 
@@ -436,6 +528,33 @@ class SparseTable:
 
     def counters(self) -> SparseCounters:
         return SparseCounters(self.admitted, self.evicted, self.dropped)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _adopt(source: np.ndarray, capacity: int, dtype: type) -> np.ndarray:
+    """``source`` itself when it can be a table's storage of ``capacity`` rows, else a copy
+    into a new array of that capacity (pages past the rows are committed only when written)."""
+    rows = source.shape[0]
+    if (source.dtype == np.dtype(dtype) and rows >= capacity and source.flags.c_contiguous
+            and source.flags.writeable):
+        return source
+    out = np.empty((capacity, *source.shape[1:]), dtype=dtype)
+    out[:rows] = source
+    return out
+
+
+def _summed_counts(ids: np.ndarray, unique: np.ndarray,
+                   counts: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Shows and clicks per sorted unique id, summed over duplicates of ``ids``; without
+    counts each id is shown once (a client that sends none, e.g. geo mode's deltas)."""
+    if counts is None:
+        return np.ones(unique.shape[0], np.float32), np.zeros(unique.shape[0], np.float32)
+    where = np.searchsorted(unique, ids)
+    shows = np.bincount(where, weights=counts[0], minlength=unique.shape[0])
+    clicks = np.bincount(where, weights=counts[1], minlength=unique.shape[0])
+    return shows.astype(np.float32), clicks.astype(np.float32)
 
 
 COUNTED = ("admitted", "evicted", "dropped")  # per-table counters a checkpoint keeps

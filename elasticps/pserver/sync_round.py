@@ -26,7 +26,7 @@ Pure bookkeeping, not thread-safe: the shard's lock guards it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +40,8 @@ class Contribution:
     dense: Mapping[str, np.ndarray]
     sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]
     drop: bool  # NaN/Inf somewhere in the batch: recorded, not averaged in
+    # SCORE tables: (shows, clicks) per id of the table's sparse ids (absent: shown once each)
+    counts: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     applied: bool = False
     skipped: bool = False
     error: Exception | None = None  # the round could not be applied (nothing changed)
@@ -109,3 +111,18 @@ def average(contributions: list[Contribution]
     sparse = {name: (np.concatenate(ids[name]), np.concatenate(rows[name]) / np.float32(n))
               for name in ids if sum(part.shape[0] for part in ids[name])}
     return {name: grad / np.float32(n) for name, grad in dense.items()}, sparse
+
+
+def summed_counts(contributions: list[Contribution]
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Shows and clicks per table, aligned with :func:`average`'s concatenated ids: counts add
+    up over the round's batches (they are not averaged); a contribution without counts shows
+    each of its ids once."""
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for c in contributions:
+        for name, (table_ids, _) in c.sparse.items():
+            n = table_ids.shape[0]
+            parts.setdefault(name, []).append(c.counts.get(name, (
+                np.ones(n, np.float32), np.zeros(n, np.float32))))
+    return {name: (np.concatenate([p[0] for p in got]), np.concatenate([p[1] for p in got]))
+            for name, got in parts.items() if sum(p[0].shape[0] for p in got)}

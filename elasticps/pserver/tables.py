@@ -21,7 +21,7 @@ from elasticps.errors import InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.hashing import uniform01
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
-from elasticps.pserver.sparse_policy import check_policy
+from elasticps.pserver.sparse_policy import check_policy, fill_score_defaults
 
 TableSpec = pserver_pb2.TableSpec
 Initializer = pserver_pb2.Initializer
@@ -94,6 +94,7 @@ def normalize_spec(spec: pserver_pb2.TableSpec) -> pserver_pb2.TableSpec:
             out.initializer.kind = Initializer.UNIFORM
             out.initializer.scale = out.initializer.scale or DEFAULT_SPARSE_SCALE
         check_policy(out.policy, name)
+        fill_score_defaults(out.policy)
         if out.policy == pserver_pb2.SparsePolicy():
             out.ClearField("policy")  # all zero = unset, so both spellings declare alike
     else:

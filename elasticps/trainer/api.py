@@ -37,7 +37,10 @@ class ParameterClient(Protocol):
         batch: common_pb2.BatchRef,
         dense_grads: Mapping[str, np.ndarray],
         sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    ) -> Any: ...
+        counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Any:
+        """``counts``: per SCORE table (shows, clicks) per id of its gradient."""
+        ...
 
     def join_round(self, trainer: str) -> None: ...  # sync mode: steps wait for trainer
 

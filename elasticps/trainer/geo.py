@@ -155,9 +155,11 @@ class GeoParams:
         return held.local[at]
 
     def push(self, batch: common_pb2.BatchRef, dense_grads: Mapping[str, np.ndarray],
-             sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+             sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
+             counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         """One local optimizer step (a batch with NaN/Inf is dropped, as the pservers would);
-        the window's deltas go out after ``steps`` of them."""
+        the window's deltas go out after ``steps`` of them. Show/click ``counts`` are not
+        carried: a SCORE table counts each id of a delta as shown once."""
         finite = all(np.isfinite(g).all() for g in dense_grads.values()) and all(
             np.isfinite(rows).all() for _, rows in sparse_grads.values())
         if finite:

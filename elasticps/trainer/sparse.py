@@ -107,6 +107,11 @@ class SparseLayer(torch.nn.Module):
         """The ids (int64, flat) this layer looks up in ``batch``; None if it derives none."""
         return None
 
+    def examples_for(self, batch: Batch) -> np.ndarray | None:
+        """The example (row of ``batch``) each id of :meth:`ids_for` comes from, int64 in
+        the same order: what show/click counts need. None if the layer derives no ids."""
+        return None
+
     def export_record(self) -> dict[str, Any]:
         """What a scorer needs to rebuild this layer's lookup from an export."""
         return {"table": self.table_name, "dim": self.dim}
@@ -218,7 +223,8 @@ class SparseEmbedding(SparseLayer):
     Criteo slots into one table). Called with an int64 tensor of ids of any shape instead, it
     returns that shape plus ``(dim,)``.
 
-    ``admit`` (:class:`Admit`), ``evict`` (:class:`Evict`, or ``"lru"``/``"lfu"``) and
+    ``admit`` (:class:`Admit`), ``evict`` (:class:`Evict`, or ``"lru"``/``"lfu"``/``"score"``:
+    a decayed show/click score, for CTR tables) and
     ``max_rows`` (rows per pserver; evicting LRU unless ``evict`` says otherwise) bound the
     table: by default every pushed id gets a row, kept for the table's life.
     """
@@ -265,6 +271,12 @@ class SparseEmbedding(SparseLayer):
         if isinstance(self.columns, str):
             return np.ascontiguousarray(batch.ids[self.columns], dtype=np.int64)
         return batch.stack_ids(self.columns).reshape(-1)
+
+    def examples_for(self, batch: Batch) -> np.ndarray | None:
+        if self.columns is None:
+            return None
+        per_row = 1 if isinstance(self.columns, str) else len(self.columns)
+        return np.repeat(np.arange(len(batch), dtype=np.int64), per_row)
 
     def export_record(self) -> dict[str, Any]:
         columns = list(self.columns) if isinstance(self.columns, tuple) else self.columns

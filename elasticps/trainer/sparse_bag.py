@@ -86,6 +86,12 @@ class SparseEmbeddingBag(SparseLayer):
             return None
         return np.ascontiguousarray(self.bag_of(batch).values, dtype=np.int64)
 
+    def examples_for(self, batch: Batch) -> np.ndarray | None:
+        if self.column is None:
+            return None
+        offsets = self.bag_of(batch).offsets
+        return np.repeat(np.arange(offsets.size - 1, dtype=np.int64), np.diff(offsets))
+
     def export_record(self) -> dict[str, Any]:
         return {**super().export_record(), "kind": "bag", "column": self.column,
                 "mode": self.mode, "weighted": self.weighted}

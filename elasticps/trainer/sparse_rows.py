@@ -7,6 +7,10 @@ prefetching) and installs the rows as one :class:`TableRows` per table (:meth:`i
 tensor every layer of the table gathers from, with each layer's positions already computed. The
 ids a layer derives are the ids its forward pass looks up, so a prefetch can never miss; the
 gradients of all layers and repeated ids add up in the one leaf, pushed as ``(ids, grad)``.
+
+For tables that evict by show/click score (``counted``), the pull also counts, per unique id,
+the examples of the batch that show it and, with binary labels, the positive ones among them
+(:func:`show_click_counts`); the push carries them next to the gradient.
 """
 
 from __future__ import annotations
@@ -31,6 +35,30 @@ class PulledRows:
     ids: np.ndarray  # sorted unique int64 [U]
     rows: np.ndarray  # float32 [U, dim]
     positions: Mapping[SparseLayer, np.ndarray]  # each deriving layer's ids as indexes into ids
+    counts: tuple[np.ndarray, np.ndarray] | None = None  # SCORE tables: (shows, clicks) per id
+
+
+def show_click_counts(inverse: np.ndarray, examples: np.ndarray, positive: np.ndarray | None,
+                      unique: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per unique id, how many examples show it (an example showing an id twice counts once)
+    and how many of those are positive; ``inverse`` and ``examples`` give each looked-up id's
+    unique index and example, ``positive`` each example's label (None: no clicks known)."""
+    pairs = np.unique(examples.astype(np.int64) * unique + inverse)
+    index = pairs % unique
+    shows = np.bincount(index, minlength=unique).astype(np.float32)
+    if positive is None:
+        return shows, np.zeros(unique, np.float32)
+    clicked = positive[pairs // unique]
+    return shows, np.bincount(index[clicked], minlength=unique).astype(np.float32)
+
+
+def positive_examples(batch: Batch) -> np.ndarray | None:
+    """Each example's click (label > 0.5) for a batch with one 0/1 label per example; None
+    when the labels are not one per example (shows are then counted without clicks)."""
+    label = batch.label
+    if label.ndim > 2 or (label.ndim == 2 and label.shape[1] != 1):
+        return None
+    return np.asarray(label).reshape(-1) > 0.5
 
 
 class TableRows:
@@ -47,6 +75,7 @@ class TableRows:
             self.leaf.requires_grad_(True)
         self._positions = {layer: placement.tensor(pos)
                            for layer, pos in pulled.positions.items()}
+        self.counts = pulled.counts
 
     def positions_for(self, layer: SparseLayer, batch: Batch) -> torch.Tensor | None:
         """The positions planned for ``layer`` if these rows were pulled for ``batch``."""
@@ -66,6 +95,14 @@ class TableRows:
     def grad(self) -> tuple[np.ndarray, np.ndarray] | None:
         grad = self.leaf.grad
         return None if grad is None else (self.ids, self.placement.host(grad))
+
+
+def _aligned(counts: tuple[np.ndarray, np.ndarray] | None,
+             n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counts for the first ids of a gradient, padded with zeros to its ``n`` ids."""
+    shows, clicks = counts if counts is not None else (np.zeros(0, np.float32),) * 2
+    pad = np.zeros(n - shows.shape[0], np.float32)
+    return np.concatenate([shows, pad]), np.concatenate([clicks, pad])
 
 
 class SparseTables:
@@ -91,6 +128,10 @@ class SparseTables:
                                       "admit/evict/max_rows settings; give them once, alike")
         self._installed: dict[str, TableRows] = {}
         self.placement: Placement = CPU  # where the rows go (the trainer sets it)
+        # Tables that evict by show/click score, as declared (the trainer sets it), and whether
+        # the labels are 0/1 clicks (the step runner sets it from the objective).
+        self.counted: set[str] = set()
+        self.clicks_from_label = False
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.layers)
@@ -109,7 +150,15 @@ class SparseTables:
     def plan(self, batch: Batch) -> dict[str, tuple[np.ndarray, dict[SparseLayer, np.ndarray]]]:
         """Per table whose layers read columns: its unique ids in ``batch`` and each layer's
         positions in them. Numpy only: safe on the prefetch thread."""
-        plans: dict[str, tuple[np.ndarray, dict[SparseLayer, np.ndarray]]] = {}
+        return {table: (uniq, positions)
+                for table, (uniq, positions, _) in self._plan(batch).items()}
+
+    def _plan(self, batch: Batch) -> dict[str, tuple[np.ndarray, dict[SparseLayer, np.ndarray],
+                                                     tuple[np.ndarray, np.ndarray] | None]]:
+        """:meth:`plan`, and for counted tables the batch's show/click counts per id."""
+        plans: dict[str, tuple[np.ndarray, dict[SparseLayer, np.ndarray],
+                               tuple[np.ndarray, np.ndarray] | None]] = {}
+        positive = positive_examples(batch) if self.clicks_from_label else None
         for table, layers in self.layers.items():
             parts = [(layer, ids) for layer in layers
                      if (ids := layer.ids_for(batch)) is not None]
@@ -120,13 +169,17 @@ class SparseTables:
             bounds = np.cumsum([ids.size for _, ids in parts])[:-1]
             positions = dict(zip([layer for layer, _ in parts], np.split(inverse, bounds),
                                  strict=True))
-            plans[table] = (uniq, positions)
+            counts = None
+            if table in self.counted:
+                examples = np.concatenate([layer.examples_for(batch) for layer, _ in parts])
+                counts = show_click_counts(inverse, examples, positive, uniq.shape[0])
+            plans[table] = (uniq, positions, counts)
         return plans
 
     def pull(self, client: ParameterClient, batch: Batch) -> dict[str, PulledRows]:
         """The rows ``batch`` needs, one pull per table."""
-        return {table: PulledRows(uniq, client.pull_sparse(table, uniq), positions)
-                for table, (uniq, positions) in self.plan(batch).items()}
+        return {table: PulledRows(uniq, client.pull_sparse(table, uniq), positions, counts)
+                for table, (uniq, positions, counts) in self._plan(batch).items()}
 
     def install(self, pulled: Mapping[str, PulledRows], batch: Batch | None,
                 requires_grad: bool) -> None:
@@ -147,18 +200,29 @@ class SparseTables:
 
     def grads(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per table ``(ids, grad rows)`` of this batch; ids may repeat (the pserver sums)."""
+        return self.grads_and_counts()[0]
+
+    def grads_and_counts(self) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
+                                        dict[str, tuple[np.ndarray, np.ndarray]]]:
+        """:meth:`grads`, and for counted tables (shows, clicks) per id of the gradient: the
+        installed rows' counts, zero for rows a layer pulled itself (a raw id call: no batch
+        column shows them)."""
         out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        counts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for table, layers in self.layers.items():
             installed = self._installed.get(table)
-            parts = [installed.grad()] if installed is not None else []
-            parts += [layer.take_grads() for layer in layers]
+            first = installed.grad() if installed is not None else None
+            parts = [first] + [layer.take_grads() for layer in layers]
             found = [p for p in parts if p is not None]
             if len(found) == 1:
                 out[table] = found[0]
             elif found:
                 out[table] = (np.concatenate([p[0] for p in found]),
                               np.concatenate([p[1] for p in found]))
-        return out
+            if found and table in self.counted:
+                counts[table] = _aligned(installed.counts if first is not None and
+                                         installed is not None else None, out[table][0].shape[0])
+        return out, counts
 
     def ids_in(self, batches: Iterable[Batch]) -> dict[str, np.ndarray]:
         """Every id the layers read in ``batches``, per table (sorted, unique): the rows an

@@ -98,6 +98,8 @@ class StepRunner:
         self.feed = feed
         self.tables = tables or SparseTables(model)
         self.tables.bind(client)  # the trainer unbinds them when it closes, not the runner
+        # Show/click counts (SCORE tables) take clicks from 0/1 labels only.
+        self.tables.clicks_from_label = objective.kind == "binary"
         self._comm = (ThreadPoolExecutor(1, thread_name_prefix="elasticps-comm")
                       if prefetch else None)
         self._next: Future[_Prefetched] | None = None
@@ -171,7 +173,7 @@ class StepRunner:
             loss.backward()
             t_backward = time.perf_counter()
             dense_grads = self.dense.grads()
-            sparse_grads = self.tables.grads()
+            sparse_grads, counts = self.tables.grads_and_counts()
         finally:
             self.tables.clear()
         if self.own_update is not None and _finite(dense_grads, sparse_grads):
@@ -180,9 +182,10 @@ class StepRunner:
         t2 = time.perf_counter()
         self.wait_pushed()
         if self._comm is None:
-            self.client.push(ref, dense_grads, sparse_grads)
+            self.client.push(ref, dense_grads, sparse_grads, counts)
         else:
-            self._push = self._comm.submit(self.client.push, ref, dense_grads, sparse_grads)
+            self._push = self._comm.submit(self.client.push, ref, dense_grads, sparse_grads,
+                                           counts)
         t3 = time.perf_counter()
         self.timers["pull_wait"] += t_pulled - t0
         self.timers["load_params"] += t1 - t_pulled

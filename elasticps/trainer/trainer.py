@@ -162,7 +162,12 @@ class Trainer:
         """Use these clients (tests and :meth:`connect`); declares and initialises the tables."""
         self.params, self.master, self.name = params, master, name
         self._place()
-        params.declare_tables(self.table_specs())
+        specs = self.table_specs()
+        params.declare_tables(specs)
+        # Pushes carry show/click counts for the tables that evict by them (as declared: the
+        # job spec's tables: may have replaced a layer's policy).
+        scored = pserver_pb2.SparsePolicy.SCORE
+        self.tables.counted = {s.name for s in specs if s.policy.evict == scored}
         params.initialize(self.dense.values())
         self.dense.load(params.pull_dense(self.dense.names))
         self.tables.bind(params)

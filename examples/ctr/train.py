@@ -69,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="evict sparse rows not pushed for N passes (0 = never)")
     p.add_argument("--ttl-seconds", type=float, default=0.0,
                    help="evict sparse rows not pushed for T seconds (0 = never)")
+    p.add_argument("--evict-score", action="store_true",
+                   help="evict sparse rows by their decayed show/click score at each pass end "
+                        "(Paddle's CTR accessor; its defaults unless the two below are given)")
+    p.add_argument("--score-decay", type=float, default=None,
+                   help="with --evict-score: show/click decay per pass end (default 0.98)")
+    p.add_argument("--delete-threshold", type=float, default=None,
+                   help="with --evict-score: rows scoring below it leave (default 0.8)")
     p.add_argument("--max-rows", type=int, default=0,
                    help="sparse rows per table per pserver at most, evicting LRU (0 = no cap)")
     p.add_argument("--batch-size", type=int, default=512)
@@ -101,6 +108,9 @@ def make_model(args: argparse.Namespace) -> torch.nn.Module:
     # which rows to pull before the forward pass.
     evict = (eps.nn.Evict(ttl_passes=args.ttl_passes, ttl_seconds=args.ttl_seconds)
              if args.ttl_passes or args.ttl_seconds else None)
+    if args.evict_score:
+        evict = eps.nn.Evict(args.ttl_passes, args.ttl_seconds, "score",
+                             score_decay=args.score_decay, delete_threshold=args.delete_threshold)
     return build(args.model, lambda table, dim, columns: eps.nn.SparseEmbedding(
         table, args.id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed),
         columns=columns, admit=eps.nn.Admit(after=args.admit_after), evict=evict,

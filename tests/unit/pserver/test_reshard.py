@@ -215,3 +215,47 @@ def test_a_resharding_refuses_deltas_and_mismatched_tables() -> None:
         reshard_snapshots([_snap(0, 2, job), other.snapshot()[0]], 3)
     with pytest.raises(InvalidArgumentError, match="at least 1"):
         reshard_snapshots([_snap(0, 2, job), _snap(1, 2, job)], 0)
+
+
+@pytest.mark.parametrize("evict", [pserver_pb2.SparsePolicy.SCORE, pserver_pb2.SparsePolicy.LRU])
+def test_eviction_bookkeeping_moves_with_its_rows(evict: int) -> None:
+    """Per-row scores (SCORE) or last push and count (LRU) follow each row to its new shard."""
+    shards = []
+    for i in range(2):
+        state = ShardState(i, 2)
+        spec = _specs()[1]
+        spec.policy.CopyFrom(pserver_pb2.SparsePolicy(evict=evict))  # type: ignore[arg-type]
+        state.declare([spec])
+        state.init_dense({})
+        shards.append(state)
+    for k in range(6):
+        _, _, ids, rows = _batch(k)
+        for i, state in enumerate(shards):
+            mine = ids % 2 == i
+            counts = {"emb": (np.full(mine.sum(), 2.0, np.float32),
+                              (ids[mine] % 3 == 0).astype(np.float32))}
+            state.push(BatchKey(0, k, 0), {}, {"emb": (ids[mine], rows[mine])},
+                       counts=counts if evict == pserver_pb2.SparsePolicy.SCORE else None)
+    old = [s.snapshot()[0] for s in shards]
+
+    def by_id(snaps: list[ShardSnapshot]) -> dict[int, tuple[float, ...]]:
+        out = {}
+        for snap in snaps:
+            state = snap.sparse["emb"]
+            book = state.bookkeeping
+            assert book is not None
+            for r, row_id in enumerate(state.ids.tolist()):
+                if book.scores is not None:
+                    out[row_id] = (float(book.scores.shows[r]), float(book.scores.clicks[r]),
+                                   int(book.scores.score_pass[r]))
+                else:
+                    out[row_id] = (int(book.touched_pass[r]), float(book.pushed_unix[r]),
+                                   int(book.hits[r]))
+        return out
+
+    book = old[0].sparse["emb"].bookkeeping
+    assert book is not None
+    assert (book.scores is not None) == (evict == pserver_pb2.SparsePolicy.SCORE)
+    new = reshard_snapshots(old, 3)
+    assert by_id(new) == by_id(old)
+    assert len(by_id(old)) > 0

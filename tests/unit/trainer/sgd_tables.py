@@ -71,9 +71,12 @@ class SgdTables:
         return self.pull_sparse(table, ids), held
 
     def push(self, batch: common_pb2.BatchRef, dense_grads: Mapping[str, np.ndarray],
-             sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+             sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
+             counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         with self.lock:
             self.calls.append(f"push {batch.seq}")
+            self.counts = dict(counts or {})  # the last push's show/click counts
+            self.pushed_ids = {t: ids for t, (ids, _) in sparse_grads.items()}
             for name, grad in dense_grads.items():
                 self.dense[name] -= self.lr * grad
             for table, (ids, grads) in sparse_grads.items():

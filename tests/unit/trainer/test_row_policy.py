@@ -99,3 +99,40 @@ def test_bad_policy_env_is_refused_naming_it(value: str, match: str) -> None:
     with pytest.raises(ConfigError, match="PADDLE_SPARSE_POLICIES") as info:
         load_config(env={"PADDLE_SPARSE_POLICIES": value})
     assert re.search(match, str(info.value))
+
+
+def test_score_eviction_reaches_the_spec_from_layers_and_the_job_spec() -> None:
+    spec = _spec(SparseEmbedding("t", 0, 4, evict=Evict(policy="score", score_decay=0.9,
+                                                         delete_threshold=0.5), max_rows=50))
+    assert spec.policy == POLICY(evict=POLICY.SCORE, max_rows=50, score_decay=0.9,
+                                 delete_threshold=0.5)
+    assert _spec(SparseEmbedding("t", 0, 4, evict="score")).policy == POLICY(evict=POLICY.SCORE)
+    trainer = Trainer(TwoTables(), prefetch=False)
+    trainer.config = load_config(env={"PADDLE_SPARSE_POLICIES": json.dumps(
+        {"emb": {"evict": "score", "click_coeff": 2, "ttl_passes": 30}})})
+    assert _policies(trainer)["emb"] == POLICY(evict=POLICY.SCORE, click_coeff=2.0,
+                                               ttl_passes=30)
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: Evict(policy="lru", score_decay=0.9), r"score_decay=0.9\) is a setting of "
+                                                   r"policy='score'"),
+    (lambda: Evict(policy="score", score_decay=1.5), r"score_decay=1.5\) must be in \(0, 1\]"),
+    (lambda: Evict(policy="score", delete_threshold=-0.1), r"delete_threshold=-0.1"),
+    (lambda: Evict(policy="score", nonclk_coeff=float("inf")), r"nonclk_coeff=inf"),
+])
+def test_bad_score_settings_are_refused_by_name(make, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+@pytest.mark.parametrize(("settings", "match"), [
+    ({"evict": "score", "delete_threshold": -1}, r"'emb'.*delete_threshold=-1"),
+    ({"evict": "score", "score_decay": "fast"}, r"'emb': score_decay='fast' is not a number"),
+    ({"evict": "lfu", "click_coeff": 2}, r"'emb'.*click_coeff=2.0\) is a setting of"),
+])
+def test_bad_score_settings_in_the_job_spec_name_the_table(settings, match: str) -> None:
+    trainer = Trainer(TwoTables(), prefetch=False)
+    trainer.config = load_config(env={"PADDLE_SPARSE_POLICIES": json.dumps({"emb": settings})})
+    with pytest.raises(ConfigError, match=match):
+        trainer.table_specs()
