@@ -144,7 +144,8 @@ def test_a_resharding_stops_the_pservers_runs_the_job_then_asks_for_m(
         (pserver["image"], pserver["env"], pserver["volumeMounts"])
     assert pod["volumes"] == template["spec"]["volumes"]
     assert pod["serviceAccountName"] == template["spec"]["serviceAccountName"]
-    assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
+    assert pod["restartPolicy"] == "Never"
+    assert job["spec"]["backoffLimit"] == 0
     assert not {"ports", "livenessProbe", "readinessProbe", "startupProbe"} & set(container)
     assert container["resources"]["requests"] == pserver["resources"]["requests"]
     assert "ctr-reshard-3" not in fake.objects[BATCH_JOBS]
@@ -167,7 +168,7 @@ def test_a_failed_reshard_job_puts_the_old_pservers_back_and_says_why(
     with pytest.raises(ClusterError, match=r"(?s)Job ctr-reshard-3 failed; nothing was "
                                            r"committed.*shard 1 of 2 has no readable"):
         resharding(client, controllers).run()
-    to_zero, back = patch_bodies(fake)
+    _, back = patch_bodies(fake)
     assert pserver_count(fake, backend) == 2
     assert pserver_template(fake, backend) == template  # no new count anywhere
     assert "ctr-reshard-3" not in fake.objects[BATCH_JOBS]

@@ -182,7 +182,8 @@ def test_the_applied_intersection_counts_a_pruned_pass_as_held() -> None:
     b.prune(1)
     both = intersection([a, b])
     assert [both.contains(1, 7, q) for q in range(6)] == [True, True, False, True, False, False]
-    assert both.contains(0, 2, 0) and not both.contains(0, 2, 1)
+    assert both.contains(0, 2, 0)
+    assert not both.contains(0, 2, 1)
     assert both.floor == 0
 
 
