@@ -168,5 +168,8 @@ def run_scale(args: argparse.Namespace) -> int:
     if args.trainers is None and args.pservers is None:
         raise ConfigError("say what to scale: --trainers N and/or --pservers M")
     if args.store is not None or _local(args, args.job):
+        if args.reshard_timeout is not None:
+            raise ConfigError("--reshard-timeout is for a cluster job's reshard Job; a local "
+                              "job's launcher reshards without one")
         return local_scale.scale_command(args)
     return cluster_cli.run_scale(args)

@@ -213,7 +213,7 @@ def run_scale(args: argparse.Namespace) -> int:
     if args.pservers is not None:
         from elasticps.cluster.pserver_reshard import ClusterResharding, ReshardTimeouts
 
-        timeout = getattr(args, "reshard_timeout", None) or ReshardTimeouts.job_s
+        timeout = ReshardTimeouts.job_s if args.reshard_timeout is None else args.reshard_timeout
         if timeout <= 0:
             raise ConfigError(f"--reshard-timeout={timeout:g} must be > 0 seconds")
         old = ClusterResharding(client, args.job, namespace, args.pservers,

@@ -17,7 +17,7 @@ import pytest
 
 from elasticps.cli import main
 from elasticps.cluster.kube_client import KubeClient
-from elasticps.cluster.pserver_reshard import ClusterResharding
+from elasticps.cluster.pserver_reshard import ClusterResharding, ReshardTimeouts
 from elasticps.cluster.render_reshard import CONTAINER, LABEL_RESHARD
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import submit
@@ -213,6 +213,33 @@ def test_a_reshard_job_left_behind_is_refused_before_anything_changes(
     assert patch_bodies(fake) == []
 
 
+def test_pods_that_do_not_stop_in_time_get_their_pservers_back_and_no_job(
+        fake: FakeKube, client: KubeClient) -> None:
+    submitted(fake, client, "kubernetes")
+    now = [0.0]
+
+    def stuck(seconds: float) -> None:  # the kubelet never removes the pods; time passes
+        now[0] += seconds
+
+    with pytest.raises(ClusterError, match=r"pserver pod\(s\) ctr-pserver-0, ctr-pserver-1 of "
+                                           r"job ctr did not stop within 10s"):
+        ClusterResharding(client, "ctr", "ml", 3, ReshardTimeouts(stop_s=10), say=[].append,
+                          sleep=stuck, clock=lambda: now[0]).run()
+    assert [replaced(ops) for ops in patch_bodies(fake)] == [{"/spec/replicas": 0},
+                                                             {"/spec/replicas": 2}]
+    assert not [r for r in fake.requests if r.method == "POST" and "/jobs" in r.path
+                and r.body["metadata"]["name"].startswith("ctr-reshard")]
+
+
+def test_pservers_left_at_zero_are_refused_naming_the_way_out(fake: FakeKube,
+                                                              client: KubeClient) -> None:
+    submitted(fake, client, "kubernetes")
+    fake.objects[STATEFUL_SETS]["ctr-pserver"]["spec"]["replicas"] = 0
+    with pytest.raises(ClusterError, match=r"asks for 0 pservers, as a resharding leaves it"):
+        resharding(client, Controllers(fake, "kubernetes")).run()
+    assert patch_bodies(fake) == []
+
+
 def test_scale_command_reshards_a_cluster_job(fake: FakeKube, client: KubeClient,
                                               tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,6 +253,10 @@ def test_scale_command_reshards_a_cluster_job(fake: FakeKube, client: KubeClient
 
     fake.on_create.append(succeed)
     kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")
+    assert main(["scale", "ctr", "-n", "ml", "--pservers", "1", "--reshard-timeout", "0",
+                 "--kubeconfig", str(kubeconfig)]) == 1
+    assert "--reshard-timeout=0 must be > 0 seconds" in capsys.readouterr().err
+    assert patch_bodies(fake) == []
     assert main(["scale", "ctr", "-n", "ml", "--pservers", "1",
                  "--kubeconfig", str(kubeconfig)]) == 0
     out = capsys.readouterr().out
