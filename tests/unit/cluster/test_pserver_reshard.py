@@ -18,6 +18,7 @@ import pytest
 from elasticps.cli import main
 from elasticps.cluster.kube_client import KubeClient
 from elasticps.cluster.pserver_reshard import ClusterResharding, ReshardTimeouts
+from elasticps.cluster.quantity import parse_memory
 from elasticps.cluster.render_reshard import CONTAINER, LABEL_RESHARD
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import submit
@@ -148,6 +149,9 @@ def test_a_resharding_stops_the_pservers_runs_the_job_then_asks_for_m(
     assert job["spec"]["backoffLimit"] == 0
     assert not {"ports", "livenessProbe", "readinessProbe", "startupProbe"} & set(container)
     assert container["resources"]["requests"] == pserver["resources"]["requests"]
+    # the commit holds the 2 old shards and the 3 new ones at once
+    assert parse_memory(container["resources"]["limits"]["memory"]) == \
+        5 * parse_memory(pserver["resources"]["limits"]["memory"])
     assert "ctr-reshard-3" not in fake.objects[BATCH_JOBS]
     assert any("resharded 2 -> 3 pservers" in line for line in said)
 
