@@ -79,7 +79,7 @@ class ClusterResharding:
         try:
             self._wait_pods_gone()
             self._commit(workload, old)
-        except ElasticPSError as exc:
+        except (ElasticPSError, KeyboardInterrupt) as exc:  # Ctrl-C too: never strand it at 0
             self._restore(old, exc)
             raise
         try:
@@ -191,9 +191,9 @@ class ClusterResharding:
         except ElasticPSError as exc:
             self._say(f"could not delete Job {name} ({exc}); it goes by itself within an hour")
 
-    def _restore(self, old: int, cause: Exception) -> None:
-        self._say(f"resharding failed ({str(cause).splitlines()[0]}); asking for the "
-                  f"{old} pserver(s) again")
+    def _restore(self, old: int, cause: BaseException) -> None:
+        reason = (str(cause).splitlines() or [f"{type(cause).__name__}"])[0]
+        self._say(f"resharding failed ({reason}); asking for the {old} pserver(s) again")
         try:
             scale_pservers(self.client, self.job_name, self.namespace, expect=0, target=old)
         except ElasticPSError as exc:

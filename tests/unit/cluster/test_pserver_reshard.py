@@ -235,6 +235,19 @@ def test_pods_that_do_not_stop_in_time_get_their_pservers_back_and_no_job(
                 and r.body["metadata"]["name"].startswith("ctr-reshard")]
 
 
+def test_ctrl_c_while_waiting_puts_the_pservers_back(fake: FakeKube,
+                                                     client: KubeClient) -> None:
+    submitted(fake, client, "volcano")
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ClusterResharding(client, "ctr", "ml", 3, say=[].append, sleep=interrupted).run()
+    assert pserver_count(fake, "volcano") == 2
+    assert validate_manifests(job_objects(fake)) == []
+
+
 def test_pservers_left_at_zero_are_refused_naming_the_way_out(fake: FakeKube,
                                                               client: KubeClient) -> None:
     submitted(fake, client, "kubernetes")
