@@ -61,6 +61,7 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
                   initialized=metadata["initialized"], counters=metadata["counters"])
     report["applied_batches"] = len(snap.applied)
     report["applied_tasks"] = len(list(snap.applied.tasks()))
+    report["earlier_layouts"] = [layout.num_shards for layout in snap.legacy]
     tables = []
     for spec in snap.specs:
         entry: dict[str, Any] = {
@@ -147,6 +148,9 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"  format   {report['format']} v{report['version']}  initialised "
                  f"{report['initialized']}  applied batches {report['applied_batches']} "
                  f"in {report['applied_tasks']} tasks")
+    if report.get("earlier_layouts"):
+        lines.append(f"  resharded from layouts of {report['earlier_layouts']} shards; it "
+                     "remembers what their shards had applied, for batches cut by a resharding")
     for t in report["tables"]:
         if t["kind"] == "dense":
             what = (f"shape {t['shape']}, slice of {t['slice']} values, step {t['step']}, "

@@ -18,6 +18,9 @@ mistaken for a real one::
                                      tables, under its lease
     pserver/init/done                InitMarker: the tables were initialised (or restored)
     pserver/checkpoint/<i>/<id>      a checkpoint manifest of slot i (pserver/checkpoint.py)
+    pserver/layout                   PServerLayout {shards, generation}: the job's shard count
+                                     after a resharding (absent before the first); written only
+                                     by the resharding's commit (pserver/reshard_commit.py)
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
@@ -39,6 +42,8 @@ mistaken for a real one::
                                      if absent: compare-and-set on a missing key)
     job/once/<name>/lock|done        run_once (store/once.py): owner name | the step's result
     launcher/desired_trainers        decimal integer: trainers the local launcher should run
+    launcher/desired_pservers        decimal integer: pservers the local launcher should reshard
+                                     the job onto (`elasticps scale --pservers`)
 """
 
 from __future__ import annotations

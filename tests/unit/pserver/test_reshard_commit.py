@@ -12,6 +12,7 @@ import pytest
 from elasticps.errors import CheckpointError, FailedPreconditionError, InvalidArgumentError
 from elasticps.pserver import checkpoint_format as fmt
 from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
 from elasticps.pserver.reshard import reshard_snapshots
 from elasticps.pserver.reshard_commit import commit_reshard
 from elasticps.pserver.shard import ShardState
@@ -111,6 +112,9 @@ def test_earlier_layouts_survive_a_checkpoint_round_trip_and_bad_ones_are_refuse
     assert [layout.num_shards for layout in loaded.legacy] == [2]
     assert loaded.legacy[0].applied == snap.legacy[0].applied
     assert loaded.legacy[0].applied[1].contains(0, 0, 0)
+    (report,) = inspect_url(str(tmp_path / "shard-2-of-3"))
+    assert report["earlier_layouts"] == [2]
+    assert "resharded from layouts of [2] shards" in format_report(report)
 
     metadata, tensors = checkpoints.read_verified(manifest)
     with pytest.raises(CheckpointError, match="legacy_shards"):
