@@ -70,7 +70,8 @@ class Job:
             return
         request = pserver_pb2.PushRequest(batch=ref, dense=[pserver_pb2.NamedTensor(
             name="w", tensor=encode_tensor(np.ones(2, dtype=np.float32)))])
-        self.ps._call(only_shard, "Push", request, self.ps.num_shards)  # a trainer that died after one shard
+        # a trainer that died after one shard
+        self.ps._call(only_shard, "Push", request, self.ps.num_shards)
 
     def get_task(self) -> master_pb2.GetTaskResponse:
         def ask() -> master_pb2.GetTaskResponse | None:
