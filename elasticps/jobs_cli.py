@@ -4,7 +4,8 @@
 pods, through the Kubernetes API); with ``--workdir DIR`` (or run inside a job's work
 directory, which holds ``job.json``) they read a job started by ``elasticps run`` instead,
 and ``logs`` takes the role as its argument: ``elasticps logs --workdir DIR trainer-1 -f``.
-``elasticps scale`` changes the trainer count of either kind of job while it runs.
+``elasticps scale`` changes the trainer count, or reshards the pservers, of either kind of job
+while it runs.
 ``elasticps ui DIR`` serves the status page of a local job, finished or not.
 """
 
@@ -43,6 +44,10 @@ examples:
                                                        or the trainers' Indexed Job)
   elasticps scale --workdir /tmp/ctr --pservers 3      reshard a local job's tables onto 3
                                                        pservers (trainers pause meanwhile)
+  elasticps scale ctr-1a2b3c -n team-ml --pservers 3   reshard a cluster job: pservers to 0,
+                                                       a one-shot Job runs `elasticps reshard`,
+                                                       then 3 pservers (needs `checkpoint:` on
+                                                       a claim or storage URL)
 """
 
 
@@ -90,11 +95,14 @@ def register(subparsers: Any) -> None:
                     "second. A cluster job (JOB): its trainer count is patched through the API "
                     "server, within the spec's min_trainers/max_trainers. A trainer that is "
                     "removed leaves gracefully: its task goes back to the queue, not counted "
-                    "as a failure. --pservers M (local jobs) moves the job's tables, optimizer "
+                    "as a failure. --pservers M moves the job's tables, optimizer "
                     "state and applied batches from its N pservers to M without restarting "
                     "trainers: the pservers stop and checkpoint, the checkpoints are re-split, "
                     "M pservers start from them; trainers pause for that time, and every batch "
-                    "stays applied exactly once.",
+                    "stays applied exactly once. A local job's launcher does it; for a cluster "
+                    "job the pservers are patched to 0, a one-shot Job <JOB>-reshard-<M> runs "
+                    "`elasticps reshard` from the pserver pod template, then the pservers are "
+                    "patched to M (to N again, unchanged, if the Job fails).",
         epilog=SCALE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("job", nargs="?", default=None, metavar="JOB",
                    help="the job's name: a cluster job, or a local one with --store")
@@ -104,7 +112,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trainers", type=int, default=None, metavar="N",
                    help="the number of trainers the job should have")
     p.add_argument("--pservers", type=int, default=None, metavar="M",
-                   help="the number of pservers the job should have (a local job: resharding)")
+                   help="the number of pservers the job should have (resharding)")
+    p.add_argument("--reshard-timeout", type=float, default=None, metavar="S",
+                   help="a cluster job: seconds the reshard Job may run (default 1800)")
     cluster_cli.cluster_options(p)
     p.set_defaults(func=run_scale)
 
@@ -158,9 +168,8 @@ def run_scale(args: argparse.Namespace) -> int:
     if args.trainers is None and args.pservers is None:
         raise ConfigError("say what to scale: --trainers N and/or --pservers M")
     if args.store is not None or _local(args, args.job):
+        if args.reshard_timeout is not None:
+            raise ConfigError("--reshard-timeout is for a cluster job's reshard Job; a local "
+                              "job's launcher reshards without one")
         return local_scale.scale_command(args)
-    if args.pservers is not None:
-        raise ConfigError("--pservers: resharding a cluster job is not supported yet (a local "
-                          "job's launcher carries it out); change a cluster job's trainers "
-                          "with --trainers")
     return cluster_cli.run_scale(args)

@@ -200,13 +200,27 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_scale(args: argparse.Namespace) -> int:
-    from elasticps.cluster.trainer_scale import scale_trainers
-
+    """Trainers first (one patch), then a resharding (minutes) when --pservers is given."""
     namespace = args.namespace or user_namespace()
-    before = scale_trainers(_client(args), args.job, namespace, args.trainers)
-    print(f"elasticps scale: job {args.job} in namespace {namespace} asked for {args.trainers} "
-          f"trainer(s) (was {before.trainers}; bounds [{before.min_trainers}, "
-          f"{before.max_trainers}])")
+    client = _client(args)
+    if args.trainers is not None:
+        from elasticps.cluster.trainer_scale import scale_trainers
+
+        before = scale_trainers(client, args.job, namespace, args.trainers)
+        print(f"elasticps scale: job {args.job} in namespace {namespace} asked for "
+              f"{args.trainers} trainer(s) (was {before.trainers}; bounds "
+              f"[{before.min_trainers}, {before.max_trainers}])")
+    if args.pservers is not None:
+        from elasticps.cluster.pserver_reshard import ClusterResharding, ReshardTimeouts
+
+        timeout = ReshardTimeouts.job_s if args.reshard_timeout is None else args.reshard_timeout
+        if timeout <= 0:
+            raise ConfigError(f"--reshard-timeout={timeout:g} must be > 0 seconds")
+        old = ClusterResharding(client, args.job, namespace, args.pservers,
+                                ReshardTimeouts(job_s=timeout),
+                                say=lambda line: print(line, flush=True)).run()
+        print(f"elasticps scale: job {args.job} in namespace {namespace} resharded from {old} "
+              f"to {args.pservers} pserver(s)")
     return 0
 
 

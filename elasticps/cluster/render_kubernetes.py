@@ -41,10 +41,14 @@ TRAINER_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-i
 TRAINER_BACKOFF_PER_INDEX = 3
 
 
+def stateful_pserver_hosts(job_name: str, namespace: str, count: int) -> list[str]:
+    """The stable DNS names of the pserver StatefulSet's first ``count`` pods."""
+    pserver = Names.of_name(job_name).pserver
+    return [f"{pserver}-{i}.{pserver}.{namespace}.svc" for i in range(count)]
+
+
 def pserver_hosts(job: Job) -> list[str]:
-    names = Names.of(job)
-    return [f"{names.pserver}-{i}.{names.pserver}.{namespace(job)}.svc"
-            for i in range(job.plan.pservers)]
+    return stateful_pserver_hosts(job.job_name, namespace(job), job.plan.pservers)
 
 
 def render(job: Job, *, secrets: JobSecrets,
