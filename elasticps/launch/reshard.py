@@ -34,6 +34,7 @@ from elasticps.store.keys import (
     JobEvent,
     decode_desired_pservers,
     pserver_slot,
+    read_pserver_layout,
     record_event,
 )
 
@@ -131,9 +132,16 @@ class PServerResharder:
             result = commit_reshard(self.store, self.checkpoint_url, self.launch.opts.pservers,
                                     self.target)
         except ElasticPSError as exc:
-            self._say(f"resharding {self.count} -> {self.target} pservers failed and changed "
-                      f"nothing: {exc}; restarting the {self.count} pservers")
-            self.target = self.count
+            # The store is the truth: a commit whose answer was lost may have happened.
+            layout = self._layout()
+            if layout is not None and layout != self.count:
+                self._say(f"resharding {self.count} -> {self.target} pservers reported {exc}, "
+                          f"but the job's layout is {layout} shards; starting {layout}")
+                self.count = layout
+            else:
+                self._say(f"resharding {self.count} -> {self.target} pservers failed and "
+                          f"changed nothing: {exc}; restarting the {self.count} pservers")
+                self.target = self.count
         else:
             self._say(f"resharded {result.old_shards} -> {result.new_shards} pservers "
                       f"(generation {result.generation}, {result.rows} sparse rows; read "
@@ -141,6 +149,14 @@ class PServerResharder:
             self.count = result.new_shards
         self._start_pservers()
         self.phase = Phase.STARTING
+
+    def _layout(self) -> int | None:
+        try:
+            layout = read_pserver_layout(self.store)
+        except ElasticPSError as exc:
+            log.warning("Job %s: cannot read the pserver layout (%s).", self.launch.job_name, exc)
+            return None
+        return None if layout is None else layout.shards
 
     def _start_pservers(self) -> None:
         supervisor = self.launch.supervisor

@@ -23,7 +23,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-from elasticps.errors import CheckpointError, FailedPreconditionError, InvalidArgumentError
+from elasticps.errors import (
+    CheckpointError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreError,
+)
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.checkpoint_manifest import Manifest
 from elasticps.pserver.reshard import reshard_snapshots
@@ -126,12 +131,14 @@ def _published(store: Store) -> list[Manifest]:
 
 
 def _forget_other_layouts(store: Store, checkpoint_url: str, old: list[Manifest]) -> None:
-    """The old layouts' manifests, then their files: nothing may restore them any more."""
+    """The old layouts' manifests, then their files: nothing restores them any more (they are
+    of another shard count, and older). Best effort: the commit has happened, so a failure here
+    leaves garbage, never an error."""
     for manifest in sorted(old, key=lambda m: m.id):
-        store.delete(checkpoint_key(manifest.shard, manifest.id))
         try:
+            store.delete(checkpoint_key(manifest.shard, manifest.id))
             ShardCheckpoints(checkpoint_url, manifest.shard, manifest.num_shards).remove_files(
                 manifest.id, manifest.writer)
-        except (OSError, CheckpointError) as exc:
+        except (OSError, CheckpointError, StoreError) as exc:
             log.warning("Resharding left the old checkpoint %s of shard %d of %d: %s",
                         manifest.id, manifest.shard, manifest.num_shards, exc)

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from elasticps.errors import CheckpointError, FailedPreconditionError, InvalidArgumentError
+from elasticps.errors import (
+    CheckpointError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
 from elasticps.pserver import checkpoint_format as fmt
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
@@ -19,6 +25,7 @@ from elasticps.pserver.shard import ShardState
 from elasticps.store import Store, open_store
 from elasticps.store.keys import (
     PSERVER_CHECKPOINT_PREFIX,
+    PServerLayout,
     PServerSlot,
     pserver_slot,
     read_pserver_layout,
@@ -122,3 +129,26 @@ def test_earlier_layouts_survive_a_checkpoint_round_trip_and_bad_ones_are_refuse
     del tensors["legacy.0.1.extra"]
     with pytest.raises(CheckpointError, match=r"legacy\.0\.1\."):
         fmt.to_snapshot(metadata, tensors)
+
+
+class _DeletesFail:
+    """The job's store, except that deleting a key fails (an outage right after the commit)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def delete(self, key: str) -> bool:
+        raise StoreUnavailableError(f"cannot delete {key}: the store went away")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_a_cleanup_that_fails_after_the_commit_does_not_undo_it(store: Store,
+                                                                 tmp_path: Path) -> None:
+    url = str(tmp_path / "ckpt")
+    old = _checkpointed_job(store, url, 2)
+    result = commit_reshard(_DeletesFail(store), url, 2, 3)  # type: ignore[arg-type]
+    assert result.new_shards == 3
+    assert read_pserver_layout(store) == PServerLayout(3, 1)
+    np.testing.assert_array_equal(_restored(store, url, 3).rows(), old.rows())
