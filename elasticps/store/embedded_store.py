@@ -122,6 +122,10 @@ class _EmbeddedLease(ThreadedLease):
 
 
 _WATCH_BATCH = 1000  # events one poll reads at most
+# wait_deleted: how often a waiter looks for a delete (a resignation hands over within this),
+# and how long after a lease's expiry time it looks (the expiry is "<=", so a hair after).
+IDLE_POLL_S = 0.25
+_EXPIRY_SLACK_S = 0.002
 
 
 class _PollingWatch(QueueWatch):
@@ -445,6 +449,28 @@ class EmbeddedStore(Store):
             f"SELECT {_COLUMNS} FROM kv WHERE key >= ? AND key < ? ORDER BY key",
             (start, end)).fetchall())
         return [self._kv(row) for row in rows]
+
+    def wait_deleted(self, key: str, start_revision: int, timeout: float) -> bool:
+        """Wait without a watch (whose thread polls 40 times a second): a key can vanish by
+        its lease's expiry, whose time is in the leases table, so sleep until just after it
+        (this process then reaps the lease itself, see :meth:`_read`), or by a delete, which
+        a slow poll (:data:`IDLE_POLL_S`) sees. A standby master waits here for hours."""
+        full = self._full(check_key(key))
+        deadline = monotonic_now() + timeout
+        while True:
+            row = self._read(lambda cur: cur.execute(
+                "SELECT kv.mod_rev, leases.expires_at FROM kv LEFT JOIN leases "
+                "ON kv.lease != 0 AND leases.id = kv.lease WHERE kv.key=?", (full,)).fetchone())
+            if row is None or int(row[0]) >= start_revision:
+                return True  # deleted (or changed: the caller re-reads it)
+            now = monotonic_now()
+            if now >= deadline:
+                return False
+            wake = min(deadline, now + IDLE_POLL_S)
+            if row[1] is not None:
+                wake = min(wake, float(row[1]) + _EXPIRY_SLACK_S)
+            if self._closed.wait(max(0.0, wake - now)):
+                raise StoreError(f"{self.describe} was closed while waiting for {key!r}")
 
     def revision(self) -> int:
         return int(self._read(lambda cur: cur.execute(
