@@ -10,13 +10,19 @@ model's compute is replaced by a fixed-cost gradient generator of the model's sh
 pulls the batch's sparse rows and the dense values and pushes both gradients, as a trainer
 without prefetch does.
 
-For every (trainers, pservers) it reports master task round trips/s (GetTask + TaskFinished),
+For every (trainers, pservers) it reports master task round trips/s (tasks handed out and
+finished: one FinishAndGetTask per task boundary, the trainer's default, or with
+``--task-calls split`` a TaskFinished and a GetTask, as trainers did before it),
 pserver pull and push rows/s, p50/p99 push latency, errors, and how each grows against the
 smallest trainer count. ``pservers 0`` rows measure the master alone: tasks of one batch that
 the trainer does not train, so the task loop is all there is.
 
     python benchmarks/scale_sim.py [--trainers 8,32,128,256] [--pservers 0,1,2,4,8]
-                                   [--quick] [--store etcd|file] [--json F]
+                                   [--task-calls combined,split] [--quick]
+                                   [--store etcd|file] [--json F]
+
+With ``--task-calls combined,split`` every configuration runs both ways, one after the other,
+and the ratios combined/split are printed.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class SimSpec:
     compute_ms: float
     seed: int
     out: str
+    split: bool = False  # finish and ask for the next task in two calls, not one
 
 
 def dense_shapes() -> dict[str, tuple[int, ...]]:
@@ -106,10 +113,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 class TimedSource:
-    """The master client, timing each GetTask + TaskFinished round trip of the loop."""
+    """The master client, timing each task's round trip: from the call that asked for it to
+    the end of the call that finished it. ``split``: the loop's finish-and-get is sent as a
+    TaskFinished and then a GetTask (two calls, two store writes), as before FinishAndGetTask."""
 
-    def __init__(self, client: MasterClient) -> None:
+    def __init__(self, client: MasterClient, split: bool = False) -> None:
         self.client = client
+        self.split = split
         self.round_trips: list[float] = []
         self._asked = 0.0
 
@@ -121,6 +131,16 @@ class TimedSource:
         accepted = self.client.task_finished(task, records, batches)
         self.round_trips.append(time.perf_counter() - self._asked)
         return accepted
+
+    def finish_and_get(self, task: master_pb2.Task, records: int, batches: int,
+                       pass_id: int) -> tuple[bool, master_pb2.GetTaskResponse]:
+        if self.split:
+            return self.task_finished(task, records, batches), self.get_task(pass_id)
+        asked = time.perf_counter()
+        accepted, following = self.client.finish_and_get(task, records, batches, pass_id)
+        self.round_trips.append(time.perf_counter() - self._asked)
+        self._asked = asked  # the next task was asked for by this call
+        return accepted, following
 
     def __getattr__(self, name: str) -> Any:  # report_progress, task_failed, ... as they are
         return getattr(self.client, name)
@@ -185,7 +205,7 @@ def simulate_trainer(spec: SimSpec, index: int, store: Store, results: list[dict
             params = PServerClient(store, credentials, spec.pservers, deadline=120, name=name)
         master = MasterClient(store, credentials, name, retry_for=120, lease_ttl=10)
         worker = GradientWorker(params, spec, index, dense_grads)
-        source = TimedSource(master)
+        source = TimedSource(master, split=spec.split)
         start.wait(timeout=300)
         outcome["started"] = time.time()
         master.register_trainer()
@@ -320,9 +340,10 @@ class Cluster:
 
 
 def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, processes: int,
-               batch_size: int, tasks_per_trainer: int, compute_ms: float) -> dict[str, Any]:
+               batch_size: int, tasks_per_trainer: int, compute_ms: float,
+               split: bool = False) -> dict[str, Any]:
     """Run one (trainers, pservers) job to completion; its row of figures."""
-    directory = root / f"t{trainers}-p{pservers}"
+    directory = root / f"t{trainers}-p{pservers}-{'split' if split else 'combined'}"
     directory.mkdir()
     cluster = Cluster(directory, store_url, trainers, pservers, batch_size, tasks_per_trainer)
     names = [f"trainer-{i}" for i in range(trainers)]
@@ -336,7 +357,7 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
                            tls_dir=str(cluster.identities["trainer"]), pservers=pservers,
                            trainers=names[k::processes], batch_size=batch_size,
                            compute_ms=compute_ms, seed=k * 7919,
-                           out=str(directory / f"worker-{k}.json"))
+                           out=str(directory / f"worker-{k}.json"), split=split)
             spec_path = directory / f"worker-{k}.spec.json"
             spec_path.write_text(json.dumps(asdict(spec)))
             with open(directory / f"worker-{k}.log", "wb") as log:
@@ -366,8 +387,12 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         outcomes += doc["trainers"]
         retries += doc["retries"]
         cpu["trainers_cpu_s"] = cpu.get("trainers_cpu_s", 0.0) + doc["cpu_s"]
-    return {**summarise(trainers, pservers, outcomes, retries, master_status),
-            **{key: round(value, 3) for key, value in cpu.items()}}
+    row = {**summarise(trainers, pservers, outcomes, retries, master_status),
+           "task_calls": "split" if split else "combined",
+           **{key: round(value, 3) for key, value in cpu.items()}}
+    row["master_cpu_ms_per_task"] = (round(1e3 * cpu["master_cpu_s"] / row["tasks"], 3)
+                                     if row["tasks"] and "master_cpu_s" in cpu else None)
+    return row
 
 
 def ms(seconds: float | None) -> float | None:
@@ -403,23 +428,54 @@ def summarise(trainers: int, pservers: int, outcomes: list[dict[str, Any]], retr
 
 
 def add_growth(rows: list[dict[str, Any]]) -> None:
-    """Each figure as a ratio to the same pserver count's smallest trainer count."""
+    """Each figure as a ratio to the same pserver count's smallest trainer count (same task
+    calls)."""
     for row in rows:
-        base = min((r for r in rows if r["pservers"] == row["pservers"]),
-                   key=lambda r: r["trainers"])
+        base = min((r for r in rows if r["pservers"] == row["pservers"]
+                    and r["task_calls"] == row["task_calls"]), key=lambda r: r["trainers"])
         for key in FIGURES:
             row[f"{key}_vs_{base['trainers']}"] = (row[key] / base[key]) if base[key] else None
 
 
 def print_row(row: dict[str, Any]) -> None:
     what = "master only" if row["pservers"] == 0 else f"{row['pservers']} pserver(s)"
-    print(f"{row['trainers']:4d} trainers, {what:12s}: "
+    print(f"{row['trainers']:4d} trainers, {what:12s}, {row['task_calls']:8s}: "
           f"{row['task_round_trips_per_s']:8.1f} tasks/s  "
           f"push {row['push_rows_per_s']:11,.0f} rows/s  pull {row['pull_rows_per_s']:11,.0f} "
           f"rows/s  push p50/p99 {row['p50_ms']}/{row['p99_ms']} ms  task p50/p99 "
           f"{row['task_p50_ms']}/{row['task_p99_ms']} ms  errors {row['errors']}  "
           f"retries {row['retries']}  ({row['wall_s']:.1f} s; CPU s master "
-          f"{row.get('master_cpu_s')}, trainers {row.get('trainers_cpu_s')})", flush=True)
+          f"{row.get('master_cpu_s')} ({row.get('master_cpu_ms_per_task')} ms a task), "
+          f"trainers {row.get('trainers_cpu_s')})", flush=True)
+
+
+def task_call_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """combined / split for every configuration run both ways."""
+    ratios = []
+    for row in rows:
+        if row["task_calls"] != "combined":
+            continue
+        split = [r for r in rows if r["task_calls"] == "split"
+                 and (r["trainers"], r["pservers"]) == (row["trainers"], row["pservers"])]
+        if split and split[0]["task_round_trips_per_s"]:
+            base = split[0]
+            cpu = (row["master_cpu_ms_per_task"] / base["master_cpu_ms_per_task"]
+                   if row["master_cpu_ms_per_task"] and base["master_cpu_ms_per_task"]
+                   else None)
+            ratios.append({"trainers": row["trainers"], "pservers": row["pservers"],
+                           "round_trips_ratio": row["task_round_trips_per_s"]
+                           / base["task_round_trips_per_s"],
+                           "master_cpu_per_task_ratio": cpu})
+    return ratios
+
+
+def task_calls(text: str) -> list[str]:
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in values if x not in ("combined", "split")]
+    if not values or bad or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must list combined and/or split, each once")
+    return values
 
 
 def int_list(text: str) -> list[int]:
@@ -452,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the model's compute per batch, as a sleep (default 10)")
     parser.add_argument("--processes", type=int, default=4,
                         help="worker processes the trainers are packed into (default 4)")
+    parser.add_argument("--task-calls", type=task_calls, default=["combined"],
+                        help="combined (one FinishAndGetTask per task boundary, what trainers "
+                             "do), split (TaskFinished then GetTask), or both: combined,split "
+                             "runs each configuration both ways and prints the ratios")
     parser.add_argument("--store", choices=("etcd", "file"), default="etcd",
                         help="the job's store: a real etcd started here (default) or the "
                              "embedded one")
@@ -480,24 +540,36 @@ def main(argv: list[str] | None = None) -> int:
         for pservers in args.pservers:
             for trainers in args.trainers:
                 tasks = args.tasks_per_trainer if pservers else args.master_tasks_per_trainer
-                row = run_config(root, store_url if etcd else f"file://{root}/t{trainers}"
-                                 f"-p{pservers}.db", trainers, pservers,
-                                 processes=args.processes, batch_size=args.batch_size,
-                                 tasks_per_trainer=tasks, compute_ms=args.compute_ms)
-                rows.append(row)
-                print_row(row)
+                for calls in args.task_calls:
+                    row = run_config(root, store_url if etcd else f"file://{root}/t{trainers}"
+                                     f"-p{pservers}-{calls}.db", trainers, pservers,
+                                     processes=args.processes, batch_size=args.batch_size,
+                                     tasks_per_trainer=tasks, compute_ms=args.compute_ms,
+                                     split=calls == "split")
+                    rows.append(row)
+                    print_row(row)
     finally:
         if etcd is not None:
             etcd.stop()
     add_growth(rows)
     print("\nGrowth against the smallest trainer count of each pserver count:")
     for row in rows:
-        base = min(r["trainers"] for r in rows if r["pservers"] == row["pservers"])
-        print(f"  {row['trainers']:4d} trainers, {row['pservers']} pservers: " + ", ".join(
+        base = min(r["trainers"] for r in rows if r["pservers"] == row["pservers"]
+                   and r["task_calls"] == row["task_calls"])
+        print(f"  {row['trainers']:4d} trainers, {row['pservers']} pservers, "
+              f"{row['task_calls']}: " + ", ".join(
             f"{key} x{row[f'{key}_vs_{base}']:.2f}" for key in FIGURES
             if row[f"{key}_vs_{base}"] is not None))
+    ratios = task_call_ratios(rows)
+    if ratios:
+        print("\nOne call per task boundary against two (combined / split):")
+        for ratio in ratios:
+            cpu = ratio["master_cpu_per_task_ratio"]
+            print(f"  {ratio['trainers']:4d} trainers, {ratio['pservers']} pservers: round "
+                  f"trips/s x{ratio['round_trips_ratio']:.2f}, master CPU per task "
+                  + (f"x{cpu:.2f}" if cpu is not None else "n/a"))
     report = {"store": args.store, "cpus": os.cpu_count(), "batch_size": args.batch_size,
-              "compute_ms": args.compute_ms, "rows": rows,
+              "compute_ms": args.compute_ms, "rows": rows, "task_call_ratios": ratios,
               "load_average": os.getloadavg()}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

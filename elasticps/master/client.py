@@ -137,6 +137,23 @@ class MasterClient:
                      task.task_id, response.reason)
         return bool(response.accepted)
 
+    def finish_and_get(self, task: master_pb2.Task, records: int, batches: int,
+                       pass_id: int) -> tuple[bool, master_pb2.GetTaskResponse]:
+        """:meth:`task_finished`, then :meth:`get_task` of ``pass_id``, in one call: whether the
+        finish was accepted, and the next GetTask answer. A retry after a lost answer is safe
+        (the master finishes nothing twice and hands back the task it had assigned)."""
+        request = master_pb2.FinishAndGetTaskRequest(
+            finished=master_pb2.TaskFinishedRequest(
+                trainer=self.trainer, task_id=task.task_id, epoch=task.epoch, records=records,
+                batches=batches),
+            pass_id=pass_id)
+        response = self._call(lambda s: s.FinishAndGetTask, request, "FinishAndGetTask",
+                              before=self._rejoin_if_lost)
+        if not response.finished.accepted:
+            log.info("Trainer %s: the master refused the finish of task %d: %s", self.trainer,
+                     task.task_id, response.finished.reason)
+        return bool(response.finished.accepted), response.next
+
     def task_failed(self, task: master_pb2.Task, reason: str) -> bool:
         response = self._call(lambda s: s.TaskFailed, master_pb2.TaskFailedRequest(
             trainer=self.trainer, task_id=task.task_id, epoch=task.epoch, reason=reason),

@@ -34,7 +34,14 @@ from elasticps.errors import (
 from elasticps.master.group_commit import GroupCommit
 from elasticps.master.reconcile_policy import Reconciliation
 from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot
-from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue, TaskView
+from elasticps.master.task_queue import (
+    Delta,
+    GetTaskResult,
+    Outcome,
+    QueuePolicy,
+    TaskQueue,
+    TaskView,
+)
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.fields import check_name, clip_text
@@ -334,6 +341,18 @@ def task_message(view: TaskView, dataset: DatasetRecord,
         lease_seconds=lease_seconds)
 
 
+def get_task_response(result: GetTaskResult, dataset: DatasetRecord | None,
+                      lease_seconds: float) -> master_pb2.GetTaskResponse:
+    """The GetTask answer for ``result`` (the task's chunks from ``dataset``)."""
+    response = master_pb2.GetTaskResponse(
+        outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
+        pass_id=result.pass_id, reason=result.reason)
+    if result.outcome is Outcome.TASK and result.task is not None:
+        assert dataset is not None  # a queue exists only with its dataset
+        response.task.CopyFrom(task_message(result.task, dataset, lease_seconds))
+    return response
+
+
 class MasterServicer(master_pb2_grpc.MasterServicer):
     """gRPC edge of :class:`MasterState`: validates, steps the queue, persists, answers."""
 
@@ -359,13 +378,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             result, delta = queue.get_task(check_name(request.trainer, "trainer"),
                                            request.pass_id, state.clock())
             ticket = state.stage(delta)
-            response = master_pb2.GetTaskResponse(
-                outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
-                                                  pass_id=result.pass_id, reason=result.reason)
-            if result.outcome is Outcome.TASK and result.task is not None:
-                assert state.dataset is not None
-                response.task.CopyFrom(task_message(result.task, state.dataset,
-                                                    queue.policy.task_lease))
+            response = get_task_response(result, state.dataset, queue.policy.task_lease)
         state.settle(ticket)
         return response
 
@@ -400,6 +413,28 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         if not delta.empty:
             state.note_finished(request.records)
         return master_pb2.TaskFinishedResponse(accepted=reply.accepted, reason=reply.reason)
+
+    @rpc_handler
+    def FinishAndGetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.FinishAndGetTaskRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.FinishAndGetTaskResponse:
+        """TaskFinished and GetTask in one step of the queue, so their writes are staged
+        together and stored in one transaction (one group-commit wait, one round trip)."""
+        state, finished = self.state, request.finished
+        with state.lock:
+            queue = state.check_serving()
+            reply, result, delta = queue.finish_and_get(
+                check_name(finished.trainer, "trainer"), finished.task_id, finished.epoch,
+                finished.records, request.pass_id, state.clock(), batches=finished.batches)
+            ticket = state.stage(delta)
+            following = get_task_response(result, state.dataset, queue.policy.task_lease)
+        state.settle(ticket)
+        if reply.accepted and finished.task_id in delta.tasks:
+            state.note_finished(finished.records)
+        return master_pb2.FinishAndGetTaskResponse(
+            finished=master_pb2.TaskFinishedResponse(accepted=reply.accepted,
+                                                     reason=reply.reason),
+            next=following)
 
     @rpc_handler
     def TaskFailed(  # noqa: N802 - gRPC's method name

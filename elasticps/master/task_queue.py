@@ -414,6 +414,26 @@ class TaskQueue:
         delta = Delta(frozenset([task_id]), meta=True)
         return Reply(True), delta | self._maybe_end_pass()
 
+    def finish_and_get(self, trainer: str, task_id: int, epoch: int, records: int,
+                       pass_id: int, now: float,
+                       batches: int = 0) -> tuple[Reply, GetTaskResult, Delta]:
+        """:meth:`task_finished`, then :meth:`get_task` of ``pass_id`` for the same trainer, as
+        one transition whose delta the service persists in one transaction.
+
+        Each half keeps its own retry rule, so a repeat after a lost answer is safe: the finish
+        is accepted again and changes nothing, and the trainer, holding the task the first call
+        assigned, gets that task again (same epoch). Every argument is checked before anything
+        changes: bad input leaves the queue as it was."""
+        _check_trainer(trainer)
+        if not 0 <= pass_id <= self.pass_id:
+            raise InvalidArgumentError(
+                f"pass_id={pass_id} must be within [0, {self.pass_id}] (the current pass)")
+        reply, finished = self.task_finished(trainer, task_id, epoch, records, now,
+                                             batches=batches)
+        # A finish only moves the pass forward, so get_task's own checks cannot fail here.
+        result, got = self.get_task(trainer, pass_id, now)
+        return reply, result, finished | got
+
     def task_failed(self, trainer: str, task_id: int, epoch: int, reason: str,
                     now: float) -> tuple[Reply, Delta]:
         """The holder gave up on a task (e.g. unreadable data); counts as one failure."""

@@ -8,7 +8,8 @@ Read at scrape time from the leader's queue (nothing to update on the request pa
 ``elasticps_master_recoveries_total`` (recovery dispatches), ``elasticps_master_reconciling``,
 ``elasticps_master_live_trainers`` and ``elasticps_master_failovers_total`` (takeovers, counted
 by the status page's view and carried from leader to leader). Observed as they happen:
-``elasticps_master_dispatch_seconds`` (a GetTask answered, persistence included) and
+``elasticps_master_dispatch_seconds`` (a GetTask or FinishAndGetTask answered, persistence
+included) and
 ``elasticps_master_store_write_seconds`` (every fenced write of the queue's state).
 """
 
@@ -36,8 +37,9 @@ class MasterMetrics:
     def __init__(self, registry: CollectorRegistry,
                  status: Callable[[], dict[str, Any] | None]) -> None:
         self.dispatch = Histogram(
-            "elasticps_master_dispatch_seconds", "Time to answer a GetTask, its persisted "
-            "change included", buckets=_LATENCY_BUCKETS, registry=registry)
+            "elasticps_master_dispatch_seconds", "Time to answer a GetTask or a "
+            "FinishAndGetTask, its persisted change included", buckets=_LATENCY_BUCKETS,
+            registry=registry)
         self.store_write = Histogram(
             "elasticps_master_store_write_seconds", "Time of one fenced store write of the "
             "queue's state", buckets=_LATENCY_BUCKETS, registry=registry)
@@ -96,7 +98,7 @@ def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
 
 
 class TimedMasterServicer(MasterServicer):
-    """The Master servicer with GetTask's latency observed."""
+    """The Master servicer with the latency of the calls that hand out tasks observed."""
 
     def __init__(self, state: MasterState, dispatch: Histogram) -> None:
         super().__init__(state)
@@ -108,5 +110,14 @@ class TimedMasterServicer(MasterServicer):
         started = time.perf_counter()
         try:
             return super().GetTask(request, context)
+        finally:
+            self._dispatch.observe(time.perf_counter() - started)
+
+    def FinishAndGetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.FinishAndGetTaskRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.FinishAndGetTaskResponse:
+        started = time.perf_counter()
+        try:
+            return super().FinishAndGetTask(request, context)
         finally:
             self._dispatch.observe(time.perf_counter() - started)

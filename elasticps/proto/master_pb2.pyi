@@ -353,6 +353,61 @@ class TaskFinishedResponse(_message.Message):
 Global___TaskFinishedResponse: _TypeAlias = TaskFinishedResponse  # noqa: Y015
 
 @_typing.final
+class FinishAndGetTaskRequest(_message.Message):
+    """TaskFinished, then GetTask(pass_id) for the same trainer, as one call: the finish and the
+    next assignment are persisted in one store transaction before the answer. A repeat after a
+    lost answer finishes nothing twice and gets the task the first call assigned (same epoch).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINISHED_FIELD_NUMBER: _builtins.int
+    PASS_ID_FIELD_NUMBER: _builtins.int
+    pass_id: _builtins.int
+    """the pass to take the next task from (the finished task's pass)"""
+    @_builtins.property
+    def finished(self) -> Global___TaskFinishedRequest: ...
+    def __init__(
+        self,
+        *,
+        finished: Global___TaskFinishedRequest | None = ...,
+        pass_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "pass_id", b"pass_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishAndGetTaskRequest: _TypeAlias = FinishAndGetTaskRequest  # noqa: Y015
+
+@_typing.final
+class FinishAndGetTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINISHED_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def finished(self) -> Global___TaskFinishedResponse: ...
+    @_builtins.property
+    def next(self) -> Global___GetTaskResponse:
+        """what GetTask(pass_id) would have answered after the finish"""
+
+    def __init__(
+        self,
+        *,
+        finished: Global___TaskFinishedResponse | None = ...,
+        next: Global___GetTaskResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "next", b"next"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "next", b"next"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishAndGetTaskResponse: _TypeAlias = FinishAndGetTaskResponse  # noqa: Y015
+
+@_typing.final
 class TaskFailedRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -54,6 +54,11 @@ class MasterStub:
                 request_serializer=elasticps_dot_proto_dot_master__pb2.TaskFinishedRequest.SerializeToString,
                 response_deserializer=elasticps_dot_proto_dot_master__pb2.TaskFinishedResponse.FromString,
                 _registered_method=True)
+        self.FinishAndGetTask = channel.unary_unary(
+                '/elasticps.v1.Master/FinishAndGetTask',
+                request_serializer=elasticps_dot_proto_dot_master__pb2.FinishAndGetTaskRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_master__pb2.FinishAndGetTaskResponse.FromString,
+                _registered_method=True)
         self.TaskFailed = channel.unary_unary(
                 '/elasticps.v1.Master/TaskFailed',
                 request_serializer=elasticps_dot_proto_dot_master__pb2.TaskFailedRequest.SerializeToString,
@@ -103,6 +108,14 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FinishAndGetTask(self, request, context):
+        """TaskFinished and the next GetTask in one call and one store transaction: one round trip
+        per task boundary.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TaskFailed(self, request, context):
         """The holder gives up on the task (counts as one failure of the task).
         """
@@ -146,6 +159,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.TaskFinished,
                     request_deserializer=elasticps_dot_proto_dot_master__pb2.TaskFinishedRequest.FromString,
                     response_serializer=elasticps_dot_proto_dot_master__pb2.TaskFinishedResponse.SerializeToString,
+            ),
+            'FinishAndGetTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishAndGetTask,
+                    request_deserializer=elasticps_dot_proto_dot_master__pb2.FinishAndGetTaskRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_master__pb2.FinishAndGetTaskResponse.SerializeToString,
             ),
             'TaskFailed': grpc.unary_unary_rpc_method_handler(
                     servicer.TaskFailed,
@@ -271,6 +289,33 @@ class Master:
             '/elasticps.v1.Master/TaskFinished',
             elasticps_dot_proto_dot_master__pb2.TaskFinishedRequest.SerializeToString,
             elasticps_dot_proto_dot_master__pb2.TaskFinishedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishAndGetTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/FinishAndGetTask',
+            elasticps_dot_proto_dot_master__pb2.FinishAndGetTaskRequest.SerializeToString,
+            elasticps_dot_proto_dot_master__pb2.FinishAndGetTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

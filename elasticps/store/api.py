@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -204,6 +205,21 @@ class Store(abc.ABC):
 
         The watch survives a store restart: it resumes after the last revision it delivered.
         """
+
+    def wait_deleted(self, key: str, start_revision: int, timeout: float) -> bool:
+        """Block until ``key`` is deleted at a revision >= ``start_revision`` (True) or
+        ``timeout`` seconds pass (False). It may return True early, when the key changed in
+        another way: callers re-read the key. A lease's expiry is a delete.
+
+        What an election's standby waits on. By default a watch; a backend whose watches
+        poll (the embedded store) waits without one."""
+        deadline = time.monotonic() + timeout
+        with self.watch_prefix(key, start_revision) as watch:
+            while (left := deadline - time.monotonic()) > 0:
+                event = watch.get(timeout=left)
+                if event is not None and event.key == key and event.type is EventType.DELETE:
+                    return True
+        return False
 
     @abc.abstractmethod
     def revision(self) -> int:

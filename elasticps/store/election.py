@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from elasticps.errors import LeaseExpiredError, NotLeaderError
 from elasticps.store._common import check_key, check_ttl, check_value
-from elasticps.store.api import Compare, Delete, EventType, Lease, Op, Put, Store, TxnResult
+from elasticps.store.api import Compare, Delete, Lease, Op, Put, Store, TxnResult
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +84,11 @@ class Election:
         return self._lease
 
     def _wait_for_release(self, start_revision: int, timeout: float | None) -> None:
-        """Return when the lock is deleted after ``start_revision``, or on timeout / recheck."""
-        deadline = time.monotonic() + (_RECHECK_S if timeout is None else min(timeout, _RECHECK_S))
-        with self.store.watch_prefix(self.name, start_revision) as watch:
-            while (left := deadline - time.monotonic()) > 0:
-                event = watch.get(timeout=left)
-                if event is not None and event.key == self.name \
-                        and event.type is EventType.DELETE:
-                    return
+        """Return when the lock is deleted after ``start_revision``, or on timeout / recheck.
+        The store decides how to wait (a watch on etcd; on the embedded store a sleep until
+        the holder's lease would expire, with a slow poll for a resignation)."""
+        self.store.wait_deleted(self.name, start_revision,
+                                _RECHECK_S if timeout is None else min(timeout, _RECHECK_S))
 
     def fencing(self) -> Compare:
         """A compare that holds only while the lock is still ours; put it in every leader txn."""

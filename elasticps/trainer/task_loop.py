@@ -1,11 +1,15 @@
 """The trainer's one task loop: ask the master for work, train it, report, finish, repeat.
 
-Each :meth:`TaskLoop.step` asks the master once (``get_task(pass)``) and carries out what
-:func:`~elasticps.trainer.task_policy.decide` makes of the answer; :meth:`TaskLoop.run` steps
-until the loop is no longer RUNNING::
+Each :meth:`TaskLoop.step` takes one answer to GetTask(pass) and carries out what
+:func:`~elasticps.trainer.task_policy.decide` makes of it; :meth:`TaskLoop.run` steps until the
+loop is no longer RUNNING. A task's finish asks for the next task in the same call
+(``finish_and_get``: one round trip and one store transaction per task boundary), and the next
+step acts on that answer instead of asking again; a step with no answer in hand calls
+``get_task``::
 
     RUNNING --ALL_DONE--> DONE        every pass is over
-    RUNNING --stop set--> STOPPED     the task in hand is dropped (the master re-dispatches it)
+    RUNNING --stop set--> STOPPED     the task in hand (or handed with the last finish) is
+                                      dropped: the master re-dispatches it
     RUNNING --JOB_FAILED / nonsense--> FAILED (step raises FailedPreconditionError)
 
 Training a task: its batches come from a :data:`~elasticps.trainer.task_batches.BatchSource`
@@ -129,6 +133,7 @@ class TaskLoop:
         self._idle = idle.backoff()
         self._sleep: Sleep = sleep or self.stop.wait  # a stop cuts a RETRY_LATER wait short
         self._pass_open = False
+        self._answer: master_pb2.GetTaskResponse | None = None  # came with the last finish
 
     def run(self) -> LoopState:
         """Step until DONE or STOPPED (FAILED raises)."""
@@ -137,7 +142,8 @@ class TaskLoop:
         return self.state
 
     def step(self) -> LoopState:
-        """One GetTask and what it calls for; the state afterwards."""
+        """One GetTask answer (the one the last finish brought, or a fresh GetTask) and what
+        it calls for; the state afterwards."""
         if self.state is not LoopState.RUNNING:
             return self.state
         if self.stop.is_set():
@@ -146,7 +152,9 @@ class TaskLoop:
         if not self._pass_open:
             self.worker.begin_pass(self.pass_id)
             self._pass_open = True
-        response = self.source.get_task(self.pass_id)
+        response, self._answer = self._answer, None
+        if response is None:
+            response = self.source.get_task(self.pass_id)
         decision = self.last = decide(response, self.pass_id)
         if decision.action is Action.TRAIN:
             self._idle.reset()
@@ -191,7 +199,12 @@ class TaskLoop:
             return how
         # What this trainer counted; the master checks it against the count it knows.
         batches = tally.batches if task.only_batches else tally.top
-        if not self.source.task_finished(task, tally.records_done, batches):
+        if self.stop.is_set():  # stopping: ask for no more work
+            accepted = self.source.task_finished(task, tally.records_done, batches)
+        else:
+            accepted, self._answer = self.source.finish_and_get(task, tally.records_done,
+                                                                batches, self.pass_id)
+        if not accepted:
             log.warning("Trainer %s finished task %d (pass %d) but the master had given it to "
                         "someone else.", self.trainer_name, task.task_id, task.pass_id)
         return TaskEnd.FINISHED

@@ -323,6 +323,27 @@ def test_watch_of_compacted_history_fails_clearly(store_url: str, job_name: str,
             watch.get(timeout=5)
 
 
+# -- waiting for a delete ----------------------------------------------------------------------
+
+def test_wait_deleted_sees_a_delete_and_times_out_when_nothing_happens(store: Store) -> None:
+    revision = store.put("lock", b"held")
+    assert not store.wait_deleted("lock", revision + 1, timeout=0.3)
+    assert store.get("lock") is not None  # waiting changed nothing
+    store.delete("lock")
+    assert store.wait_deleted("lock", revision + 1, timeout=5)
+
+
+def test_wait_deleted_wakes_when_the_holders_lease_expires(store: Store) -> None:
+    lease = store.grant_lease(1)  # never refreshed: the holder "died" at once
+    revision = store.put("lock", b"held", lease=lease.id)
+    granted = time.monotonic()
+    assert store.wait_deleted("lock", revision + 1, timeout=10)
+    assert store.get("lock") is None
+    # etcd expires leases on its own clock (up to about half a second late); the embedded
+    # store's waiter sleeps until the expiry time and reaps the lease itself.
+    assert time.monotonic() - granted < 2.5
+
+
 # -- election --------------------------------------------------------------------------------
 
 def test_election_hands_over_within_ttl_plus_one_second_after_sigkill(

@@ -77,15 +77,17 @@ def test_standby_takes_over_after_sigkill_and_no_task_is_lost(
                                   retry_for=60, rpc_timeout=5, lease_ttl=TTL)
             client.register_trainer()
             try:
-                original = client.task_finished
+                original = client.finish_and_get
 
-                def record(task: master_pb2.Task, records: int, batches: int) -> bool:
-                    accepted = original(task, records, batches)
+                def record(task: master_pb2.Task, records: int, batches: int,
+                           pass_id: int) -> tuple[bool, master_pb2.GetTaskResponse]:
+                    accepted, following = original(task, records, batches, pass_id)
                     if accepted:
                         finished[i].append((task.pass_id, task.task_id, records))
-                    return accepted
+                    return accepted, following
 
-                client.task_finished = record  # type: ignore[method-assign]
+                # The loop finishes every task with the call that also fetches the next one.
+                client.finish_and_get = record  # type: ignore[method-assign]
                 task_loop(client, row_batches, 25, Collect(keep=False),
                           trainer_name=client.trainer, report_every=2).run()
             except BaseException as exc:

@@ -16,7 +16,8 @@ from elasticps.data.batching import BatchPlan
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
-from elasticps.master.task_queue import QueuePolicy
+from elasticps.master.snapshot import decode_task, task_key
+from elasticps.master.task_queue import QueuePolicy, TaskRecord, TaskState
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.keys import read_master_address
@@ -197,6 +198,50 @@ def test_stale_and_bad_requests_get_defined_answers(
     assert client.status()["save_model_holder"] == "a"
     client.close()
     other.close()
+
+
+def stored_task(store: Store, task_id: int) -> TaskRecord:
+    kv = store.get(task_key(task_id))
+    assert kv is not None, f"task {task_id} has no record in the store"
+    return decode_task(kv.value)
+
+
+def test_finish_and_get_is_one_transaction_and_a_retry_on_the_next_master_is_safe(
+        store: Store, master: RunningMaster, job_name: str) -> None:
+    client = MasterClient(store, master.credentials, "a", lease_ttl=5)
+    client.register_trainer()  # a live trainer keeps its pending task across a takeover
+    client.set_dataset("mem://ctr", 2, 1, PLAN)  # 5 tasks of 2 chunks: 6 batches each
+    first = client.get_task(0).task
+    state = master.server.master_state
+    assert state is not None
+    written = state.commits.transactions
+    accepted, following = client.finish_and_get(first, 20, 6, 0)
+    assert accepted
+    assert following.outcome == master_pb2.GetTaskResponse.TASK
+    assert state.commits.transactions == written + 1  # the finish and the lease, together
+    assert stored_task(store, first.task_id).state is TaskState.DONE
+    held = stored_task(store, following.task.task_id)
+    assert (held.state, held.owner, held.epoch) == (TaskState.PENDING, "a",
+                                                    following.task.epoch)
+
+    # The answer is lost and the master goes away; its successor loads the store, and the
+    # trainer's retry of the very same call neither finishes twice nor loses the task.
+    master.stop()
+    successor = RunningMaster(store, job_name, policy=QueuePolicy(task_lease=30.0))
+    try:
+        accepted, again = client.finish_and_get(first, 20, 6, 0)
+        assert accepted
+        assert again.task == following.task  # same task, same epoch
+        status = client.status()
+        assert status["tasks_finished_total"] == 1
+        assert status["records_total"] == 20
+        assert status["counts"] == {"todo": 3, "pending": 1, "done": 1, "failed": 0}
+        with pytest.raises(InvalidArgumentError, match="pass_id=1 must be within"):
+            client.finish_and_get(again.task, 20, 6, 1)
+        assert client.status()["counts"]["pending"] == 1  # the bad call changed nothing
+    finally:
+        client.close()
+        successor.stop()
 
 
 def test_a_lost_trainer_gets_its_tasks_released_at_once(

@@ -393,3 +393,67 @@ def test_restore_rebuilds_the_same_state_and_releases_tasks_of_dead_trainers() -
     # The todo order survives: never-tried tasks first, then the ones sent back.
     order = [take(restored, f"x{i}", 1, 102.0).task_id for i in range(4)]
     assert order[-2:] == [failed_once.task_id, lost.task_id]
+
+
+# ---------------------------------------------------------------- finish and get, one transition
+
+
+def test_finish_and_get_finishes_and_leases_the_next_task_in_one_delta() -> None:
+    queue = make_queue()  # 3 tasks
+    first = take(queue)
+    reply, result, delta = queue.finish_and_get("t1", first.task_id, first.epoch, 200, 0, 1.0,
+                                                batches=8)
+    assert reply.accepted
+    assert result.outcome is Outcome.TASK
+    assert result.task is not None
+    second = result.task
+    assert second.task_id != first.task_id
+    # Both records and the meta in one delta: the service writes it in one transaction.
+    assert delta == Delta(frozenset([first.task_id, second.task_id]), meta=True)
+    assert queue.state_of(first.task_id) is TaskState.DONE
+    assert queue.pending_of("t1") == [second.task_id]
+
+
+def test_a_repeated_finish_and_get_finishes_nothing_twice_and_returns_the_same_task() -> None:
+    queue = make_queue()
+    first = take(queue)
+    _, result, _ = queue.finish_and_get("t1", first.task_id, first.epoch, 200, 0, 1.0)
+    assert result.task is not None
+    # The answer was lost: the trainer sends the very same call again.
+    reply, again, delta = queue.finish_and_get("t1", first.task_id, first.epoch, 200, 0, 2.0)
+    assert reply.accepted
+    assert again.outcome is Outcome.TASK
+    assert again.task == result.task  # same task, same epoch: nothing leased twice
+    assert delta.empty
+    assert queue.tasks_finished_total == 1
+    assert queue.records_total == 200
+    assert queue.counts() == {"todo": 1, "pending": 1, "done": 1, "failed": 0}
+
+
+def test_finish_and_get_of_the_last_task_answers_what_get_task_would() -> None:
+    queue = make_queue(num_chunks=2, num_passes=2)  # one task, two passes
+    task = take(queue)
+    reply, result, delta = queue.finish_and_get("t1", task.task_id, task.epoch, 200, 0, 1.0)
+    assert reply.accepted
+    assert (result.outcome, result.pass_id) == (Outcome.PASS_OVER, 1)
+    assert delta == Delta(frozenset([task.task_id]), meta=True)
+    # A stale finish (the task was dispatched again) is refused, and the next task still comes.
+    again = take(queue, "t2", pass_id=1)
+    reply, result, _ = queue.finish_and_get("t1", again.task_id, task.epoch, 200, 1, 2.0)
+    assert not reply.accepted
+    assert "stale" in reply.reason
+    assert result.outcome is Outcome.RETRY_LATER
+    assert queue.pending_of("t2") == [again.task_id]
+
+
+@pytest.mark.parametrize(("pass_id", "batches", "match"), [
+    (1, 8, "pass_id=1 must be within"), (-1, 8, "pass_id=-1"), (0, 99, "batches=99")])
+def test_bad_finish_and_get_arguments_change_nothing(pass_id: int, batches: int,
+                                                     match: str) -> None:
+    queue = make_queue()
+    task = take(queue)
+    before = (queue.counts(), queue.task_record(task.task_id), queue.meta_record())
+    with pytest.raises(InvalidArgumentError, match=match):
+        queue.finish_and_get("t1", task.task_id, task.epoch, 200, pass_id, 1.0,
+                             batches=batches)
+    assert (queue.counts(), queue.task_record(task.task_id), queue.meta_record()) == before

@@ -14,7 +14,7 @@ from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError
 from elasticps.master.service import task_message
 from elasticps.master.snapshot import DatasetRecord
-from elasticps.master.task_queue import QueuePolicy
+from elasticps.master.task_queue import GetTaskResult, QueuePolicy
 from elasticps.proto import master_pb2
 
 
@@ -50,14 +50,27 @@ class QueueClient:
             response = self.scripted.pop(0)
         else:
             result, _ = self.master.queue.get_task(self.trainer, pass_id, self.master.now)
-            response = master_pb2.GetTaskResponse(outcome=result.outcome.value,
-                                                  pass_id=result.pass_id, reason=result.reason)
-            if result.task is not None:
-                response.task.CopyFrom(task_message(result.task, self.master.dataset))
-        name = master_pb2.GetTaskResponse.Outcome.Name(response.outcome) \
-            if response.outcome in master_pb2.GetTaskResponse.Outcome.values() \
-            else str(response.outcome)
-        self.log.append(f"get_task {pass_id} -> {name}")
+            response = self._response(result)
+        self.log.append(f"get_task {pass_id} -> {outcome_name(response)}")
+        return response
+
+    def finish_and_get(self, task: master_pb2.Task, records: int, batches: int,
+                       pass_id: int) -> tuple[bool, master_pb2.GetTaskResponse]:
+        """The queue's one combined transition (a scripted answer replaces its GetTask half);
+        logged as one call: "finished 0 (5 batches) + get_task 0 -> TASK"."""
+        reply, result, _ = self.master.queue.finish_and_get(
+            self.trainer, task.task_id, task.epoch, records, pass_id, self.master.now,
+            batches=batches)
+        response = self.scripted.pop(0) if self.scripted else self._response(result)
+        self.log.append(f"finished {task.task_id} ({batches} batches) + get_task {pass_id} "
+                        f"-> {outcome_name(response)}")
+        return reply.accepted, response
+
+    def _response(self, result: GetTaskResult) -> master_pb2.GetTaskResponse:
+        response = master_pb2.GetTaskResponse(outcome=result.outcome.value,
+                                              pass_id=result.pass_id, reason=result.reason)
+        if result.task is not None:
+            response.task.CopyFrom(task_message(result.task, self.master.dataset))
         return response
 
     def report_progress(self, task: master_pb2.Task, records_done: int) -> bool:
@@ -83,6 +96,12 @@ class QueueClient:
 
     def close(self) -> None:
         pass
+
+
+def outcome_name(response: master_pb2.GetTaskResponse) -> str:
+    values = master_pb2.GetTaskResponse.Outcome.values()
+    return master_pb2.GetTaskResponse.Outcome.Name(response.outcome) \
+        if response.outcome in values else str(response.outcome)
 
 
 def row_batches(chunk: master_pb2.Chunk, start: int, batch_size: int = 4,

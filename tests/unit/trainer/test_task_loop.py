@@ -46,7 +46,8 @@ def test_task_trains_every_batch_with_the_next_one_then_finishes_after_a_flush()
     assert worker.next_batches == [i.batch for i in worker.items[1:]] + [None]
     assert worker.log == ["begin pass 0", "get_task 0 -> TASK",
                           *(f"train 0/{s}" for s in range(5)),
-                          "flush", "finished 0 (5 batches)", "finished 0"]
+                          "flush", "finished 0 (5 batches) + get_task 0 -> ALL_DONE",
+                          "finished 0"]
     assert master.queue.state_of(0) is TaskState.DONE
     assert master.queue.expected_batches() == {0: 5}
 
@@ -59,7 +60,9 @@ def test_all_done_closes_the_pass_and_the_loop_stays_done() -> None:
     assert loop.step() is LoopState.DONE
     assert loop.last is not None
     assert loop.last.action is Action.FINISH
-    assert worker.log[-2:] == ["get_task 0 -> ALL_DONE", "end pass 0"]
+    # The finish brought the next answer: the second step acts on it without asking again.
+    assert worker.log[-3:] == ["finished 0 (1 batches) + get_task 0 -> ALL_DONE",
+                               "finished 0", "end pass 0"]
     calls = len(worker.log)
     assert loop.step() is LoopState.DONE
     assert len(worker.log) == calls  # a finished loop asks nothing more
@@ -73,7 +76,8 @@ def test_progress_is_reported_every_n_batches_only_after_a_flush() -> None:
     reports = [i for i, line in enumerate(worker.log) if line.startswith("report")]
     assert [worker.log[i] for i in reports] == ["report 8", "report 16"]
     assert all(worker.log[i - 1] == "flush" for i in reports)
-    assert worker.log[-3:] == ["flush", "finished 0 (5 batches)", "finished 0"]
+    assert worker.log[-3:] == ["flush", "finished 0 (5 batches) + get_task 0 -> ALL_DONE",
+                               "finished 0"]
 
 
 def test_retry_later_waits_with_growing_backoff_then_pass_over_moves_on() -> None:
@@ -175,8 +179,9 @@ def test_unreadable_data_fails_the_task_not_the_trainer() -> None:
     # Batch 0 was trained while batch 1 was read ahead; reading batch 2 fails, so batch 1 is
     # dropped with the task (the next holder resumes from the last reported progress).
     first_failure = worker.log.index("failed 1")
-    assert worker.log[first_failure - 3:first_failure + 1] == [
-        "get_task 0 -> TASK", "train 1/0", "abandon", "failed 1"]
+    assert worker.log[first_failure - 4:first_failure + 1] == [
+        "finished 0 (3 batches) + get_task 0 -> TASK", "finished 0", "train 1/0", "abandon",
+        "failed 1"]
 
 
 def test_a_task_taken_back_by_the_master_is_dropped_and_the_loop_goes_on() -> None:
@@ -216,6 +221,37 @@ def test_stop_drops_the_task_in_hand_and_ends_the_loop() -> None:
     assert master.queue.pending_of("t0") == [0]  # handed back when the trainer unregisters
 
 
+def test_each_task_boundary_is_one_call_that_finishes_and_brings_the_next_answer() -> None:
+    master = QueueMaster([4, 4, 4])
+    worker = Collect()
+    loop = make_loop(master.client("t0", worker.log), worker)
+    assert loop.run() is LoopState.DONE
+    calls = [line for line in worker.log if "get_task" in line]
+    assert calls == ["get_task 0 -> TASK",  # only the first answer is asked for alone
+                     "finished 0 (1 batches) + get_task 0 -> TASK",
+                     "finished 1 (1 batches) + get_task 0 -> TASK",
+                     "finished 2 (1 batches) + get_task 0 -> ALL_DONE"]
+    assert worker.tasks == [(0, t, TaskEnd.FINISHED) for t in range(3)]
+    assert master.queue.tasks_finished_total == 3
+
+
+def test_a_stop_before_the_finish_asks_for_no_more_work() -> None:
+    master = QueueMaster([4, 4])
+    stop = threading.Event()
+
+    class StopsAtTheFlush(Collect):
+        def flush(self) -> None:
+            super().flush()
+            stop.set()  # after the last batch, before the finish is sent
+
+    worker = StopsAtTheFlush()
+    loop = make_loop(master.client("t0", worker.log), worker, stop=stop)
+    assert loop.step() is LoopState.STOPPED
+    assert worker.log[-2:] == ["finished 0 (1 batches)", "finished 0"]
+    assert master.queue.state_of(0) is TaskState.DONE
+    assert master.queue.pending_of("t0") == []  # no task leased to a trainer that stops
+
+
 def test_a_resumed_task_restarts_at_a_batch_boundary_with_the_same_seqs() -> None:
     master = QueueMaster([10, 6], chunks_per_task=2)
     task = master.queue.get_task("other", 0, master.now)[0].task
@@ -227,7 +263,8 @@ def test_a_resumed_task_restarts_at_a_batch_boundary_with_the_same_seqs() -> Non
     loop.step()
     assert [i.seq for i in worker.items] == [2, 3, 4]  # record 9 -> resume at record 8
     assert worker.items[0].batch[0] == ("part-0.parquet", 8)
-    assert "finished 0 (5 batches)" in worker.log  # the task's count, not this dispatch's
+    # the task's count, not this dispatch's
+    assert "finished 0 (5 batches) + get_task 0 -> ALL_DONE" in worker.log
 
 
 def test_a_recovery_dispatch_trains_only_the_missing_batches() -> None:
@@ -243,9 +280,12 @@ def test_a_recovery_dispatch_trains_only_the_missing_batches() -> None:
     worker.items.clear()
     loop.step()
     assert [i.seq for i in worker.items] == [1, 4]
-    assert "finished 0 (2 batches)" in worker.log
+    assert "finished 0 (2 batches) + get_task 0 -> RETRY_LATER" in worker.log
     assert master.queue.expected_batches() == {0: 5}  # the recovery keeps the task's count
     master.queue.reconciled(0, {}, master.now)
+    assert loop.step() is LoopState.RUNNING  # the RETRY_LATER that came with the finish
+    assert loop.last is not None
+    assert loop.last.action is Action.WAIT
     assert loop.step() is LoopState.DONE
 
 
