@@ -63,7 +63,6 @@ class PServerResharder:
         self.count = launch.opts.pservers
         self.phase = Phase.IDLE
         self.target = self.count
-        self.pauses: list[float] = []  # seconds each resharding paused the job
         self._next_poll = 0.0
         self._paused_at = 0.0
         self._kill_at = 0.0
@@ -173,7 +172,6 @@ class PServerResharder:
         if any(self.store.get(pserver_slot(i)) is None for i in range(self.count)):
             return
         pause = now - self._paused_at
-        self.pauses.append(pause)
         self._say(f"{self.count} pservers serve the job again; trainers resumed after a "
                   f"{pause:.1f}s pause")
         self.phase = Phase.IDLE

@@ -40,7 +40,6 @@ from elasticps.store.keys import (
     PServerLayout,
     checkpoint_key,
     pserver_slot,
-    read_pserver_layout,
 )
 
 log = logging.getLogger(__name__)
@@ -64,8 +63,9 @@ def commit_reshard(store: Store, checkpoint_url: str, started_with: int, new_sha
     if not 1 <= new_shards <= MAX_PSERVERS_IN_LAYOUT:
         raise InvalidArgumentError(f"--pservers={new_shards} must be in [1, "
                                    f"{MAX_PSERVERS_IN_LAYOUT}]")
+    # One read: the count it gives and the revision the commit compares must be the same.
     layout_kv = store.get(PSERVER_LAYOUT)
-    layout = read_pserver_layout(store)
+    layout = None if layout_kv is None else PServerLayout.decode(layout_kv.value, PSERVER_LAYOUT)
     old_shards = layout.shards if layout is not None else started_with
     generation = (layout.generation if layout is not None else 0) + 1
     if old_shards == new_shards:

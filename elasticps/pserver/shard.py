@@ -349,13 +349,13 @@ class ShardState:
     def _not_applied_before(
         self, batches: list[BatchKey], sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
         counts: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
-               dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    ) -> tuple[Mapping[str, tuple[np.ndarray, np.ndarray]],
+               Mapping[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
         """After a resharding (legacy.py): ``sparse`` (and its show/click ``counts``) without
         the rows an earlier layout already applied ``batches`` to, and per dense table the
         positions to leave alone."""
-        if not self.legacy:
-            return dict(sparse), dict(counts), {}
+        if not self.legacy:  # the push path's usual case: nothing to mask, nothing copied
+            return sparse, counts, {}
         refs = [(b.pass_id, b.task_id, b.seq) for b in batches]
         kept: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         kept_counts = dict(counts)
