@@ -457,20 +457,55 @@ class InitDenseResponse(_message.Message):
 Global___InitDenseResponse: _TypeAlias = InitDenseResponse  # noqa: Y015
 
 @_typing.final
+class DenseTag(_message.Message):
+    """One state of a shard's dense tables: a random number drawn when the shard's state is created
+    (per process) and a counter bumped by every change of a dense table's values or optimizer
+    state. Equal tags from one shard mean equal dense values and optimizer state.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    incarnation: _builtins.int
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        incarnation: _builtins.int = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DenseTag: _TypeAlias = DenseTag  # noqa: Y015
+
+@_typing.final
 class PullDenseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
+    IF_CHANGED_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty = every dense table"""
+
+    @_builtins.property
+    def if_changed(self) -> Global___DenseTag:
+        """Set: answer ``unchanged`` and no values when the shard's dense state still has this tag."""
+
     def __init__(
         self,
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
+        if_changed: Global___DenseTag | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["if_changed", b"if_changed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["if_changed", b"if_changed", "names", b"names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -481,16 +516,33 @@ class PullDenseResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VALUES_FIELD_NUMBER: _builtins.int
+    TAG_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    PRISTINE_FIELD_NUMBER: _builtins.int
+    unchanged: _builtins.bool
+    pristine: _builtins.bool
+    """No dense table of this shard has taken an optimizer step: its optimizer state is the
+    initial one (a trainer's replica of it can start here, trainer/dense_chain.py).
+    """
     @_builtins.property
-    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedTensor]: ...
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedTensor]:
+        """empty when unchanged"""
+
+    @_builtins.property
+    def tag(self) -> Global___DenseTag:
+        """the state the values (or the unchanged answer) are of"""
+
     def __init__(
         self,
         *,
         values: _abc.Iterable[Global___NamedTensor] | None = ...,
+        tag: Global___DenseTag | None = ...,
+        unchanged: _builtins.bool = ...,
+        pristine: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tag", b"tag"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pristine", b"pristine", "tag", b"tag", "unchanged", b"unchanged", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -647,6 +699,8 @@ class PushResponse(_message.Message):
     APPLIED_FIELD_NUMBER: _builtins.int
     SKIPPED_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    DENSE_BEFORE_FIELD_NUMBER: _builtins.int
+    DENSE_AFTER_FIELD_NUMBER: _builtins.int
     applied: _builtins.bool
     """false when this BatchRef was already applied (a duplicate)"""
     skipped: _builtins.bool
@@ -655,16 +709,26 @@ class PushResponse(_message.Message):
     """Sync mode: the step's barrier did not close within the server's wait (another trainer has
     not pushed yet); nothing was applied. Send the same push again to keep waiting.
     """
+    @_builtins.property
+    def dense_before(self) -> Global___DenseTag:
+        """Async pushes: the shard's dense state just before and just after this push (equal when it
+        changed nothing: a duplicate or a dropped batch). Unset in sync and geo mode.
+        """
+
+    @_builtins.property
+    def dense_after(self) -> Global___DenseTag: ...
     def __init__(
         self,
         *,
         applied: _builtins.bool = ...,
         skipped: _builtins.bool = ...,
         pending: _builtins.bool = ...,
+        dense_before: Global___DenseTag | None = ...,
+        dense_after: Global___DenseTag | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dense_after", b"dense_after", "dense_before", b"dense_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "pending", b"pending", "skipped", b"skipped"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "dense_after", b"dense_after", "dense_before", b"dense_before", "pending", b"pending", "skipped", b"skipped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -34,7 +34,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -51,6 +51,7 @@ from elasticps.errors import (
     UnavailableError,
 )
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
+from elasticps.pserver.dense_tag import DenseTag, TaggedDense
 from elasticps.retry import RetryPolicy
 from elasticps.rpc import (
     JobCredentials,
@@ -465,11 +466,35 @@ class PServerClient:
 
     def pull_dense(self, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
         """Full dense arrays (every shard's slice, joined and reshaped)."""
+        values = self.pull_dense_tagged(names).values
+        assert values is not None
+        return values
+
+    def pull_dense_tagged(self, names: Iterable[str] | None = None,
+                          if_changed: Sequence[DenseTag] | None = None) -> TaggedDense:
+        """:meth:`pull_dense` with each shard's dense tag. With ``if_changed`` (one tag per
+        shard of the current layout) the values are None when every shard still has its tag;
+        if only some do, every shard is read again in full (values are all or nothing)."""
         specs = self._tables()
         wanted = list(names) if names is not None else [
             n for n, s in specs.items() if s.kind == pserver_pb2.TableSpec.DENSE]
-        request = pserver_pb2.PullDenseRequest(names=wanted)
-        responses = self._routed(lambda n: self._fan_out("PullDense", [request] * n))
+
+        def pull(shards: int) -> list[pserver_pb2.PullDenseResponse]:
+            plain = pserver_pb2.PullDenseRequest(names=wanted)
+            if if_changed is None or len(if_changed) != shards:
+                return self._fan_out("PullDense", [plain] * shards)
+            responses = self._fan_out("PullDense", [
+                pserver_pb2.PullDenseRequest(names=wanted, if_changed=tag.to_proto())
+                for tag in if_changed])
+            if any(r.unchanged for r in responses) and not all(r.unchanged for r in responses):
+                responses = self._fan_out("PullDense", [plain] * shards)
+            return responses
+
+        responses = self._routed(pull)
+        tags = tuple(DenseTag.from_proto(r.tag) for r in responses)
+        pristine = all(r.pristine for r in responses)
+        if all(r.unchanged for r in responses):
+            return TaggedDense(None, tags, pristine)
         out: dict[str, np.ndarray] = {}
         for name in wanted:
             pieces = []
@@ -480,7 +505,7 @@ class PServerClient:
                 pieces.append(decode_tensor(match[0].tensor, dtype=np.float32,
                                             name=f"dense {name!r} from shard {i}"))
             out[name] = np.concatenate(pieces).reshape(tuple(specs[name].shape))
-        return out
+        return TaggedDense(out, tags, pristine)
 
     # -- sparse -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import numpy as np
 from elasticps.errors import InvalidArgumentError, LayoutChangedError
 from elasticps.proto import pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.dense_tag import DenseTag
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.sparse_table import SparseCounters
 from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
@@ -135,11 +136,12 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
     ) -> pserver_pb2.PullDenseResponse:
         check_layout(self.state, context)
         _unique_names(request.names, "PullDense")
-        values = self.state.pull_dense(request.names)
-        return pserver_pb2.PullDenseResponse(values=[
-            pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(array))
-            for name, array in values.items()
-        ])
+        known = DenseTag.from_proto(request.if_changed) if request.HasField("if_changed") else None
+        pulled = self.state.pull_dense_tagged(request.names, known)
+        return pserver_pb2.PullDenseResponse(
+            values=[pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(array))
+                    for name, array in (pulled.values or {}).items()],
+            tag=pulled.tag.to_proto(), unchanged=pulled.values is None, pristine=pulled.pristine)
 
     @rpc_handler
     def PullSparse(  # noqa: N802
@@ -176,8 +178,12 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         result = self.state.push(batch, dense, sparse, drop=request.drop,
                                  trainer=request.batch.trainer,
                                  counts=_counts(request.sparse))
-        return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped,
-                                        pending=result.pending)
+        response = pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped,
+                                            pending=result.pending)
+        if result.dense_before is not None and result.dense_after is not None:
+            response.dense_before.CopyFrom(result.dense_before.to_proto())
+            response.dense_after.CopyFrom(result.dense_after.to_proto())
+        return response
 
     @rpc_handler
     def JoinRound(  # noqa: N802

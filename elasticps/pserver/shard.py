@@ -32,6 +32,7 @@ from elasticps.errors import (
 )
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.dense_tag import DenseTag, new_incarnation
 from elasticps.pserver.legacy import LegacyLayout, dense_done, sparse_done
 from elasticps.pserver.limits import ShardLimits, declared_bytes
 from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
@@ -77,6 +78,18 @@ class PushResult:
     applied: bool  # False: a duplicate of an applied batch
     skipped: bool  # True: dropped for non-finite values (still recorded as applied)
     pending: bool = False  # sync mode: its round is still open; nothing applied yet
+    # Async pushes: the dense state just before and just after this push (dense_tag.py).
+    dense_before: DenseTag | None = None
+    dense_after: DenseTag | None = None
+
+
+@dataclass(frozen=True)
+class DensePull:
+    """A tagged read of dense tables: ``values`` is None when the caller's tag still holds."""
+
+    values: dict[str, np.ndarray] | None
+    tag: DenseTag
+    pristine: bool  # no dense table has taken an optimizer step (initial optimizer state)
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,9 @@ class ShardState:
         self.partly_applied_before = 0
         self.skipped_nonfinite = 0
         self.version = 0  # bumped by every change; the checkpointer skips unchanged shards
+        # The dense state's tag (dense_tag.py): bumped by every change of a dense table.
+        self.incarnation = new_incarnation()
+        self.dense_version = 0
         self.restored_from = ""
         self._recent: collections.deque[float] = collections.deque(maxlen=100_000)
 
@@ -162,6 +178,7 @@ class ShardState:
                 created = True
             if created:
                 self.version += 1
+                self.dense_version += 1
 
     def specs(self) -> list[pserver_pb2.TableSpec]:
         with self.lock:
@@ -211,14 +228,31 @@ class ShardState:
                 self._dense(name).values = np.array(array, dtype=np.float32)
             self.initialized = True
             self.version += 1
+            self.dense_version += 1
             return True
 
     def pull_dense(self, names: Iterable[str] = ()) -> dict[str, np.ndarray]:
+        values = self.pull_dense_tagged(names).values
+        assert values is not None
+        return values
+
+    def pull_dense_tagged(self, names: Iterable[str] = (), if_changed: DenseTag | None = None
+                          ) -> DensePull:
+        """The dense values with the tag of their state, read under one lock; no values when
+        the state still has tag ``if_changed`` (the caller holds them already)."""
         with self.lock:
             self._require_initialized("dense pulls")
             wanted = list(names) or [n for n, t in self.tables.items() if isinstance(t, DenseShard)]
             tables = [self._dense(name) for name in wanted]
-            return {t.name: t.values.copy() for t in tables}
+            tag = self.dense_tag()
+            pristine = all(t.step == 0 for t in self.tables.values()
+                           if isinstance(t, DenseShard))
+            if if_changed == tag:
+                return DensePull(None, tag, pristine)
+            return DensePull({t.name: t.values.copy() for t in tables}, tag, pristine)
+
+    def dense_tag(self) -> DenseTag:
+        return DenseTag(self.incarnation, self.dense_version)
 
     # -- sparse -----------------------------------------------------------------------------
 
@@ -269,9 +303,11 @@ class ShardState:
         with self.lock:
             self._require_initialized("pushes")
             self._validate(dense, sparse, counts)
+            before = self.dense_tag()
             if self.applied.contains(batch.pass_id, batch.task_id, batch.seq):
                 self.duplicates += 1
-                return PushResult(applied=False, skipped=False)
+                return PushResult(applied=False, skipped=False, dense_before=before,
+                                  dense_after=before)
             if self.mode == "geo":
                 raise InvalidArgumentError(
                     f"shard {self.shard} runs in geo mode and takes parameter deltas, not "
@@ -288,11 +324,13 @@ class ShardState:
                     drop or not finite, counts), wait_s)
             if drop or not finite:
                 self._record(batch, skipped=True)
-                return PushResult(applied=True, skipped=True)
+                return PushResult(applied=True, skipped=True, dense_before=before,
+                                  dense_after=before)
             self._apply(batch_seed(batch.pass_id, batch.task_id, batch.seq), dense, sparse,
                         batch.pass_id, counts=counts, keep=keep)
             self._record(batch, skipped=False)
-            return PushResult(applied=True, skipped=False)
+            return PushResult(applied=True, skipped=False, dense_before=before,
+                              dense_after=self.dense_tag())
 
     def _validate(self, dense: Mapping[str, np.ndarray],
                   sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -409,6 +447,8 @@ class ShardState:
             dense_table.commit(dense_update)
             if dense_table.name in kept:
                 dense_table.put_back(kept[dense_table.name])
+        if dense_updates:
+            self.dense_version += 1
         now = self.clock()
         for sparse_table, plan, sparse_update in sparse_updates:
             sparse_table.commit(sparse_update, plan, pass_id, now)
@@ -664,6 +704,7 @@ class ShardState:
             self.skipped_nonfinite = snap.counters.get("skipped_nonfinite", 0)
             self.restored_from = source
             self.version += 1
+            self.dense_version += 1
 
     # -- stats ------------------------------------------------------------------------------
 

@@ -9,12 +9,13 @@ torch binding be tested without sockets.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from elasticps.data.batching import BatchPlan
 from elasticps.proto import common_pb2, master_pb2, pserver_pb2
+from elasticps.pserver.dense_tag import DenseTag, TaggedDense
 
 
 class ParameterClient(Protocol):
@@ -47,6 +48,14 @@ class ParameterClient(Protocol):
     def leave_round(self, trainer: str) -> None: ...  # sync mode: they no longer do
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class TaggedDenseClient(Protocol):
+    """A client whose dense pulls carry the shards' dense tags (trainer/dense_chain.py)."""
+
+    def pull_dense_tagged(self, names: Sequence[str] | None = None,
+                          if_changed: Sequence[DenseTag] | None = None) -> TaggedDense: ...
 
 
 class TaskSource(Protocol):

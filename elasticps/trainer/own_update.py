@@ -53,6 +53,11 @@ class OwnDenseUpdate:
                                       for shard in range(num_shards)]
             self._steps[spec.name] = 0
 
+    @property
+    def fresh(self) -> bool:
+        """No step taken yet: the optimizer state is the initial one, as on fresh pservers."""
+        return not any(self._steps.values())
+
     def step(self, values: Mapping[str, np.ndarray],
              grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The values after the pservers apply ``grads`` to ``values`` (what this batch ran

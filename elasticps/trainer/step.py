@@ -16,6 +16,9 @@ that staleness costs the most (0.008 test AUC on the CTR benchmark), ``own_updat
 :class:`~elasticps.trainer.own_update.OwnDenseUpdate`) runs batch k's update locally the way
 the pservers do, so batch k+1 computes on the dense values the pservers hold once batch k is
 applied (exactly, with one trainer); the sparse rows keep their staleness of one (0.001 AUC).
+While this trainer's pushes are the only ones the pservers applied, ``dense_chain``
+(dense_chain.py) knows the pull would bring back what the own update computed, and the pservers
+answer it with "unchanged" instead of the values.
 
 The sparse rows pulled for a batch are the ones its layers say they will look up
 (:class:`~elasticps.trainer.sparse_rows.SparseTables`, one pull per table); the model is called
@@ -39,6 +42,7 @@ from elasticps.errors import ConfigError
 from elasticps.proto import common_pb2
 from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.dense import DenseSync
+from elasticps.trainer.dense_chain import DenseChain
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.objective import Objective
 from elasticps.trainer.own_update import OwnDenseUpdate, corrected
@@ -88,6 +92,7 @@ class StepRunner:
         feed: Feed | None = None,
         tables: SparseTables | None = None,
         own_update: OwnDenseUpdate | None = None,
+        dense_chain: DenseChain | None = None,
         on_flush: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
@@ -106,6 +111,8 @@ class StepRunner:
         self._next_batch: object | None = None
         self._push: Future[None] | None = None
         self.own_update = own_update if prefetch else None
+        # Skipping unchanged dense pulls rests on the own update's exact replica.
+        self.dense_chain = dense_chain if self.own_update is not None else None
         self.on_flush = on_flush  # geo mode: push the window's deltas (trainer/geo.py)
         # (dense values batch k ran on, the same after its update) until batch k+1 loads them
         self._own: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
@@ -123,8 +130,21 @@ class StepRunner:
         return step % self.dense.sync_every == 0
 
     def _pull(self, batch: Batch, step: int) -> _Prefetched:
-        dense = self.client.pull_dense(self.dense.names) if self._dense_due(step) else None
+        dense = self._pull_dense() if self._dense_due(step) else None
         return _Prefetched(dense, self.tables.pull(self.client, batch))
+
+    def _pull_dense(self) -> dict[str, np.ndarray]:
+        if self.dense_chain is None or self.own_update is None:
+            return self.client.pull_dense(self.dense.names)
+        return self.dense_chain.pull(replica_fresh=self.own_update.fresh)
+
+    def _push_tracked(self, ref: common_pb2.BatchRef, dense_grads: dict[str, np.ndarray],
+                      sparse_grads: dict[str, tuple[np.ndarray, np.ndarray]],
+                      counts: dict[str, tuple[np.ndarray, np.ndarray]],
+                      after_own: dict[str, np.ndarray] | None) -> None:
+        responses = self.client.push(ref, dense_grads, sparse_grads, counts)
+        if self.dense_chain is not None:
+            self.dense_chain.pushed(responses, after_own)
 
     def _fetch_current(self, batch: Batch, step: int) -> _Prefetched:
         if self._next is not None and self._next_batch is batch:
@@ -184,8 +204,8 @@ class StepRunner:
         if self._comm is None:
             self.client.push(ref, dense_grads, sparse_grads, counts)
         else:
-            self._push = self._comm.submit(self.client.push, ref, dense_grads, sparse_grads,
-                                           counts)
+            self._push = self._comm.submit(self._push_tracked, ref, dense_grads, sparse_grads,
+                                           counts, self._own[1] if self._own else None)
         t3 = time.perf_counter()
         self.timers["pull_wait"] += t_pulled - t0
         self.timers["load_params"] += t1 - t_pulled

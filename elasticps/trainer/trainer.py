@@ -41,7 +41,7 @@ from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
 from elasticps.telemetry.logfmt import process_node
-from elasticps.trainer.api import ParameterClient, TaskSource
+from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
     DatasetReader,
     as_dataset_reader,
@@ -49,6 +49,7 @@ from elasticps.trainer.dataset_reader import (
     read_whole,
 )
 from elasticps.trainer.dense import DenseSync
+from elasticps.trainer.dense_chain import DenseChain
 from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
@@ -281,9 +282,11 @@ class Trainer:
             return StepRunner(self.model, objective or self.objective(), geo, self.dense,
                               prefetch=False, feed=self.feed, tables=self.tables,
                               on_flush=geo.flush)
+        chain = (DenseChain(self.params, self.dense.names)
+                 if own is not None and isinstance(self.params, TaggedDenseClient) else None)
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
                           prefetch=prefetch, feed=self.feed, tables=self.tables,
-                          own_update=own)
+                          own_update=own, dense_chain=chain)
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,
