@@ -27,7 +27,7 @@ class LoopStats:
     samples: int = 0
     batches: int = 0
     tasks: int = 0
-    train_s: float = 0.0
+    train_s: float = 0.0  # in the training loop, pass-end test evaluations left out
     loss_ewma: float | None = None
     pass_id: int = 0
     pass_metrics: list[dict[str, float]] = field(default_factory=list)
@@ -65,6 +65,7 @@ class StepWorker(TaskWorker):
         self._batch_in_pass = 0
         self._started = self._last_publish = time.monotonic()
         self._published_samples = 0
+        self._evaluating_s = 0.0  # pass-end test evaluations: not training time
 
     def begin_pass(self, pass_id: int) -> None:
         self.stats.pass_id = pass_id
@@ -110,6 +111,7 @@ class StepWorker(TaskWorker):
             test = self.evaluate()
             result.update({f"test_{k}": v for k, v in test.items() if k != "cost"})
             result["test_eval_s"] = time.monotonic() - started
+            self._evaluating_s += result["test_eval_s"]
         self.stats.pass_metrics.append(result)
         self.stats.metrics_by_pass[str(pass_id)] = result
         self._publish()  # the pass's metrics reach the status page now, not a batch later
@@ -127,7 +129,7 @@ class StepWorker(TaskWorker):
             self.stats.samples_per_s = ((self.stats.samples - self._published_samples)
                                         / (now - self._last_publish))
         self._last_publish, self._published_samples = now, self.stats.samples
-        self.stats.train_s = now - self._started
+        self.stats.train_s = now - self._started - self._evaluating_s
         self.on_progress(self.stats)
 
     def _count(self, size: int, loss: float) -> None:
