@@ -59,6 +59,9 @@ def _collect(training: Training | None) -> Iterable[Metric]:
                  "step's parameters lacked", float(runner.staleness))
     yield _counter("staleness_batches_sum", "staleness_batches summed over every step",
                    float(runner.staleness_sum))
+    if runner.dense_chain is not None:
+        yield _counter("dense_pulls_skipped", "Dense pulls answered 'unchanged' (this trainer's "
+                       "own updates were the only ones applied)", float(runner.dense_chain.skipped))
     if stats.pass_metrics:
         last = GaugeMetricFamily("elasticps_trainer_pass_metric", "Metrics of the last finished "
                                  "pass (EndPass)", labels=["metric"])

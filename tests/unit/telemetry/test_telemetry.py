@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -185,6 +186,7 @@ class FakeRunner:
     timers = {"forward": 1.5, "backward": 2.0, "pull_wait": 0.5, "push_wait": 0.25}
     staleness = 1
     staleness_sum = 40
+    dense_chain = SimpleNamespace(skipped=39)
 
 
 class FakeTraining:
@@ -208,6 +210,7 @@ def test_trainer_metrics_are_read_from_the_step_runner_and_the_worker() -> None:
               families["elasticps_trainer_step_phase_seconds"]}
     assert phases == FakeRunner.timers
     assert families["elasticps_trainer_staleness_batches"][0][2] == 1
+    assert families["elasticps_trainer_dense_pulls_skipped"][0][2] == 39
     assert families["elasticps_trainer_pass_metric"] == [
         ("elasticps_trainer_pass_metric", {"metric": "test_auc"}, 0.75)]  # NaN left out
 
