@@ -341,8 +341,10 @@ class Trainer:
         finally:
             runner.close()
             self.tables.bind(self.params)  # geo: the runner had bound its local copy
-        log.info("Trainer %s finished training: %d samples in %d batches, %.1fs.", self.name,
-                 self.stats.samples, self.stats.batches, self.stats.train_s)
+        skipped = runner.dense_chain.skipped if runner.dense_chain is not None else 0
+        log.info("Trainer %s finished training: %d samples in %d batches, %.1fs (%d dense pulls "
+                 "skipped: its own updates were the only ones).", self.name, self.stats.samples,
+                 self.stats.batches, self.stats.train_s, skipped)
         if not self.stop.is_set():
             self._offer_result(num_passes, objective.kind)
         return self.stats
