@@ -17,6 +17,10 @@ report samples per second of training and the AUC on the held-out test split:
   with torch's default threads (all of the machine's cores; ``--threads`` to override), then
   scoring the same test split.
 
+Each repeat also runs the same PyTorch loop on one thread (``torch_1thread_sps``,
+``ratio_vs_1thread``): the elasticps trainer computes on one core while the pserver has the
+other, so that is the most this job can reach on this machine.
+
 Each repeat runs PyTorch and then elasticps, in the same invocation, so both see the same load
 (the load average is recorded with each repeat); the medians of ``--repeat`` are reported, with
 ratio = elasticps / torch.
@@ -64,10 +68,14 @@ class ColumnsEmbedding(torch.nn.Embedding):
         return super().forward(torch.from_numpy(batch.source.stack_ids(self.columns)))
 
 
-def torch_run(data: str, args: argparse.Namespace) -> tuple[float, float]:
-    """Samples per second of plain PyTorch on the same batches, and its test AUC."""
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+DEFAULT_THREADS = torch.get_num_threads()  # torch's own default: every core
+
+
+def torch_run(data: str, args: argparse.Namespace, threads: int | None = None
+              ) -> tuple[float, float]:
+    """Samples per second of plain PyTorch on the same batches, and its test AUC; ``threads``
+    overrides ``--threads`` (the one-thread arm)."""
+    torch.set_num_threads(threads or args.threads or DEFAULT_THREADS)
     torch.manual_seed(args.seed)
     tables: dict[str, torch.nn.Embedding] = {}
 
@@ -173,6 +181,9 @@ def main() -> int:
             run: dict[str, object] = {"load_before": os.getloadavg()[0]}
             run["torch_sps"], run["auc_torch"] = torch_run(data, args)
             run["torch_threads"] = torch.get_num_threads()
+            # The same on one thread: the elasticps trainer computes on one core (the pserver
+            # has the other), so this is its ceiling on this machine.
+            run["torch_1thread_sps"], _ = torch_run(data, args, threads=1)
             if args.tls_cost and i % 2:  # alternate the order: drift hits both alike
                 run["plaintext_sps"] = elasticps_run(data, Path(tmp) / f"plain-{i}", args,
                                                      insecure=True)["samples_per_sec"]
@@ -198,6 +209,8 @@ def main() -> int:
           f"{result['auc_elasticps'] - result['auc_torch']:+.4f} (medians of {args.repeat}; "
           f"target ratio >= 0.9 within 0.003 auc)")
     print("ratio per repeat: " + ", ".join(f"{r:.3f}" for r in result["ratio_per_repeat"]))
+    print(f"PyTorch on one thread {result['torch_1thread_sps']:,.0f} samples/s: elasticps / "
+          f"PyTorch on one thread {result['ratio_vs_1thread']:.3f}")
     profile = result["elasticps_step_profile_s"]
     total = sum(profile.values()) or 1.0
     print("elasticps trainer step profile: " + ", ".join(
@@ -217,7 +230,7 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     def median(key: str) -> float:
         return statistics.median(float(run[key]) for run in runs)
 
-    e, t = median("elasticps_sps"), median("torch_sps")
+    e, t, one = median("elasticps_sps"), median("torch_sps"), median("torch_1thread_sps")
     timers = [run["timers"] for run in runs]
     result: dict[str, Any] = {
         "elasticps_sps": round(e, 1), "torch_sps": round(t, 1), "ratio": round(e / t, 3),
@@ -225,6 +238,7 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         # load in one repeat (spinning threads on busy cores), which the medians hide.
         "ratio_per_repeat": [round(float(r["elasticps_sps"]) / float(r["torch_sps"]), 3)
                              for r in runs],
+        "torch_1thread_sps": round(one, 1), "ratio_vs_1thread": round(e / one, 3),
         "auc_elasticps": round(median("auc_elasticps"), 4),
         "auc_torch": round(median("auc_torch"), 4),
         "torch_threads": int(median("torch_threads")),
