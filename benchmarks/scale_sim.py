@@ -369,6 +369,9 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         cpu["master_cpu_s"] = time.process_time() - master_before  # this process = the master
         state = cluster.master.master_state if cluster.master else None
         master_status = state.status() if state is not None else {}
+        if state is not None:  # how well the group commit amortised its store writes
+            cpu["master_calls_settled"] = state.persist_count
+            cpu["master_store_txns"] = state.commits.transactions
     finally:
         for _, proc in workers:
             if proc.poll() is None:
@@ -390,6 +393,8 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
     row = {**summarise(trainers, pservers, outcomes, retries, master_status),
            "task_calls": "split" if split else "combined",
            **{key: round(value, 3) for key, value in cpu.items()}}
+    txns = cpu.get("master_store_txns")
+    row["calls_per_txn"] = (round(cpu["master_calls_settled"] / txns, 2) if txns else None)
     row["master_cpu_ms_per_task"] = (round(1e3 * cpu["master_cpu_s"] / row["tasks"], 3)
                                      if row["tasks"] and "master_cpu_s" in cpu else None)
     return row
@@ -445,7 +450,8 @@ def print_row(row: dict[str, Any]) -> None:
           f"rows/s  push p50/p99 {row['p50_ms']}/{row['p99_ms']} ms  task p50/p99 "
           f"{row['task_p50_ms']}/{row['task_p99_ms']} ms  errors {row['errors']}  "
           f"retries {row['retries']}  ({row['wall_s']:.1f} s; CPU s master "
-          f"{row.get('master_cpu_s')} ({row.get('master_cpu_ms_per_task')} ms a task), "
+          f"{row.get('master_cpu_s')} ({row.get('master_cpu_ms_per_task')} ms a task, "
+          f"{row.get('calls_per_txn')} calls a store txn), "
           f"trainers {row.get('trainers_cpu_s')})", flush=True)
 
 
