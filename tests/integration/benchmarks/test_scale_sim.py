@@ -37,3 +37,7 @@ def test_quick_scale_simulation_completes_every_task_without_errors(tmp_path: Pa
         else:
             assert row["steps"] == 0
             assert row["push_rows_per_s"] == 0
+    # The group commit's figures: every call settled, in fewer store transactions than calls.
+    master_only = rows[(16, 0)]
+    assert master_only["calls_per_txn"] is not None
+    assert master_only["calls_per_txn"] >= 1.0, master_only
