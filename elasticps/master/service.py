@@ -84,10 +84,6 @@ class MasterState:
         self.persist_retry = PERSIST_RETRY.within(persist_retry_s)
         self.commits = GroupCommit(self._write, snapshot.max_ops)
         self.lock = threading.RLock()
-        # The figures below have their own lock: a call that has just been woken by its group
-        # commit updates them without queueing behind the calls stepping the queue (a
-        # transaction wakes a whole group at once).
-        self._stats_lock = threading.Lock()
         self.deposed = threading.Event()
         self.dataset: DatasetRecord | None = None
         self.queue: TaskQueue | None = None
@@ -135,7 +131,7 @@ class MasterState:
             raise NotLeaderError(
                 f"master {self.node} of job {self.job} could not persist a change: {exc}"
             ) from exc
-        with self._stats_lock:
+        with self.lock:
             self.persist_seconds += self.clock() - started
             self.persist_count += 1
 
@@ -266,7 +262,7 @@ class MasterState:
             return True
 
     def note_finished(self, records: int) -> None:
-        with self._stats_lock:
+        with self.lock:
             now = self.clock()
             self._finishes.append((now, records))
             while self._finishes and self._finishes[0][0] < now - THROUGHPUT_WINDOW_S:
@@ -274,8 +270,7 @@ class MasterState:
 
     def throughput(self) -> float:
         now = self.clock()
-        with self._stats_lock:
-            recent = sum(r for t, r in self._finishes if t >= now - THROUGHPUT_WINDOW_S)
+        recent = sum(r for t, r in self._finishes if t >= now - THROUGHPUT_WINDOW_S)
         window = min(THROUGHPUT_WINDOW_S, max(now - self.started, 1e-3))
         return recent / window
 
@@ -319,11 +314,10 @@ class MasterState:
                 "recovering": queue.recovering(),
                 "recoveries_total": queue.recoveries_total,
                 "accounting": [self.accounting[p] for p in sorted(self.accounting)[-5:]],
+                "persist_ms_mean": round(1e3 * self.persist_seconds
+                                         / max(self.persist_count, 1), 3),
             })
-        with self._stats_lock:
-            doc["persist_ms_mean"] = round(1e3 * self.persist_seconds
-                                           / max(self.persist_count, 1), 3)
-        return doc
+            return doc
 
 
 def plan_of(request: master_pb2.SetDatasetRequest) -> BatchPlan:
@@ -384,10 +378,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
             result, delta = queue.get_task(check_name(request.trainer, "trainer"),
                                            request.pass_id, state.clock())
             ticket = state.stage(delta)
-            dataset, lease = state.dataset, queue.policy.task_lease
-        # Built outside the lock (the result and the dataset are immutable) while the write
-        # is in flight; it goes out only once the change is stored.
-        response = get_task_response(result, dataset, lease)
+            response = get_task_response(result, state.dataset, queue.policy.task_lease)
         state.settle(ticket)
         return response
 
@@ -436,8 +427,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
                 check_name(finished.trainer, "trainer"), finished.task_id, finished.epoch,
                 finished.records, request.pass_id, state.clock(), batches=finished.batches)
             ticket = state.stage(delta)
-            dataset, lease = state.dataset, queue.policy.task_lease
-        following = get_task_response(result, dataset, lease)  # as in GetTask: outside the lock
+            following = get_task_response(result, state.dataset, queue.policy.task_lease)
         state.settle(ticket)
         if reply.accepted and finished.task_id in delta.tasks:
             state.note_finished(finished.records)
