@@ -47,6 +47,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import thread_cpu  # this directory's helper, found through the path set above
 
 from elasticps.data.batching import BatchPlan
 from elasticps.data.manifest import ChunkRef
@@ -352,6 +355,7 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
     try:
         cluster.start()
         master_before = time.process_time()
+        threads_before, process_before = thread_cpu.sample(), thread_cpu.process_cpu()
         for k in range(min(processes, trainers)):
             spec = SimSpec(job=cluster.job, store_url=store_url,
                            tls_dir=str(cluster.identities["trainer"]), pservers=pservers,
@@ -367,8 +371,13 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         for _, proc in workers:
             proc.wait(timeout=3600)
         cpu["master_cpu_s"] = time.process_time() - master_before  # this process = the master
+        master_threads = thread_cpu.spent_by_name(
+            threads_before, thread_cpu.sample(), thread_cpu.process_cpu() - process_before)
         state = cluster.master.master_state if cluster.master else None
         master_status = state.status() if state is not None else {}
+        if state is not None:  # how well the group commit amortised its store writes
+            cpu["master_calls_settled"] = state.persist_count
+            cpu["master_store_txns"] = state.commits.transactions
     finally:
         for _, proc in workers:
             if proc.poll() is None:
@@ -390,6 +399,14 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
     row = {**summarise(trainers, pservers, outcomes, retries, master_status),
            "task_calls": "split" if split else "combined",
            **{key: round(value, 3) for key, value in cpu.items()}}
+    txns = cpu.get("master_store_txns")
+    row["calls_per_txn"] = (round(cpu["master_calls_settled"] / txns, 2) if txns else None)
+    # Where the master's CPU went, by thread (rpc_N: gRPC workers running the handlers;
+    # Thread-N (_serve): gRPC's dispatcher; native:event_engine: gRPC's I/O and TLS; etcd-store-
+    # loop: the etcd client's watches; unattributed: threads that ended in the window).
+    row["master_thread_cpu_ms_per_task"] = (
+        {name: round(1e3 * seconds / row["tasks"], 3) for name, seconds in master_threads.items()}
+        if row["tasks"] else {})
     row["master_cpu_ms_per_task"] = (round(1e3 * cpu["master_cpu_s"] / row["tasks"], 3)
                                      if row["tasks"] and "master_cpu_s" in cpu else None)
     return row
@@ -445,8 +462,13 @@ def print_row(row: dict[str, Any]) -> None:
           f"rows/s  push p50/p99 {row['p50_ms']}/{row['p99_ms']} ms  task p50/p99 "
           f"{row['task_p50_ms']}/{row['task_p99_ms']} ms  errors {row['errors']}  "
           f"retries {row['retries']}  ({row['wall_s']:.1f} s; CPU s master "
-          f"{row.get('master_cpu_s')} ({row.get('master_cpu_ms_per_task')} ms a task), "
+          f"{row.get('master_cpu_s')} ({row.get('master_cpu_ms_per_task')} ms a task, "
+          f"{row.get('calls_per_txn')} calls a store txn), "
           f"trainers {row.get('trainers_cpu_s')})", flush=True)
+    top = list(row.get("master_thread_cpu_ms_per_task", {}).items())[:6]
+    if top:
+        print("      master CPU ms a task by thread: "
+              + ", ".join(f"{name} {ms}" for name, ms in top), flush=True)
 
 
 def task_call_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,8 +1,12 @@
-"""The etcd v3 backend, over the asyncio client ``aetcd`` driven from a private event loop.
+"""The etcd v3 backend: unary calls on a synchronous gRPC channel, watches on ``aetcd``.
 
-Our :class:`~elasticps.store.api.Store` is synchronous, so each store owns one event loop in a
-daemon thread and submits coroutines to it. We use aetcd for the gRPC channel and its watch
-stream, and talk to etcd's KV / Lease stubs directly so we see response headers (revisions).
+Our :class:`~elasticps.store.api.Store` is synchronous, and so are its reads, writes and lease
+calls: each is made from the calling thread on a plain (blocking) gRPC channel to etcd's KV /
+Lease services, so we see response headers (revisions). A transaction thus costs one gRPC
+call and nothing else; through aetcd's asyncio client it also cost a hop to an event loop
+thread and back, an asyncio task and two futures, which was most of the etcd client's CPU in
+the master (docs/master.md, "Figures"). Watches are long-lived streams: each store owns one
+event loop in a daemon thread, where aetcd's watch streams run.
 
 Failure handling, all in this module:
 
@@ -26,7 +30,8 @@ import logging
 import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import aetcd
 import grpc
@@ -110,6 +115,23 @@ def parse_endpoints(url: str) -> list[tuple[str, int]]:
     return endpoints
 
 
+@dataclass(frozen=True)
+class _Endpoint:
+    """One etcd endpoint's blocking channel and the stubs the unary calls use."""
+
+    channel: grpc.Channel
+    kv: Any  # rpc.KVStub on a blocking channel
+    lease: Any  # rpc.LeaseStub on a blocking channel
+
+    @classmethod
+    def dial(cls, host: str, port: int,
+             credentials: grpc.ChannelCredentials | None) -> _Endpoint:
+        target, options = f"{host}:{port}", list(_CHANNEL_OPTIONS.items())
+        channel = (grpc.insecure_channel(target, options=options) if credentials is None
+                   else grpc.secure_channel(target, credentials, options=options))
+        return cls(channel, rpc.KVStub(channel), rpc.LeaseStub(channel))
+
+
 class _EtcdLease(ThreadedLease):
     def __init__(self, store: EtcdStore, lease_id: int, ttl: int) -> None:
         super().__init__(lease_id, ttl, store.describe)
@@ -157,7 +179,8 @@ class EtcdStore(Store):
         self._registry_lock = threading.Lock()
         self._leases: list[ThreadedLease] = []
         self._watches: list[_EtcdWatch] = []
-        self._loop = asyncio.new_event_loop()
+        self._endpoints = [_Endpoint.dial(h, p, self._tls) for h, p in self.endpoints]
+        self._loop = asyncio.new_event_loop()  # the watches' streams run here
         self._thread = threading.Thread(target=self._loop.run_forever, name="etcd-store-loop",
                                         daemon=True)
         self._thread.start()
@@ -187,35 +210,31 @@ class EtcdStore(Store):
             raise StoreError(f"{self.describe} is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
-        """Run ``fn`` against the first endpoint that answers, retrying for ``retry_for`` s."""
-        return self._run(self._call_async(what, fn))
-
-    async def _call_async(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+    def _call(self, what: str, fn: Callable[[_Endpoint], T]) -> T:
+        """Run ``fn`` (one blocking gRPC call) against the first endpoint that answers,
+        retrying for ``retry_for`` s."""
+        if self._closed:
+            raise StoreError(f"{self.describe} is closed")
         try:
-            return await self.retry.call_async(lambda: self._any_endpoint(what, fn),
-                                               what=f"{self.describe}: {what}")
+            return self.retry.call(lambda: self._any_endpoint(what, fn),
+                                   what=f"{self.describe}: {what}")
         except _NoEndpointAnsweredError as exc:
             raise StoreUnavailableError(
                 f"{what} on {self.describe} failed: no endpoint answered for "
                 f"{self.retry.deadline:g}s (last error: {_describe_error(exc.__cause__)})"
             ) from exc.__cause__
 
-    async def _any_endpoint(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+    def _any_endpoint(self, what: str, fn: Callable[[_Endpoint], T]) -> T:
         """``fn`` against the first endpoint that answers, the last one that did first."""
         last: BaseException | None = None
-        for i in range(len(self._clients)):
-            index = (self._preferred + i) % len(self._clients)
-            client = self._clients[index]
+        for i in range(len(self._endpoints)):
+            index = (self._preferred + i) % len(self._endpoints)
             try:
-                await client.connect()
-                result = await fn(client)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() not in _RETRIABLE:
-                    raise _translate(exc, what, self.describe) from exc
-                last = exc
-                continue
-            except aetcd_errors.ClientError as exc:
+                result = fn(self._endpoints[index])
+            except grpc.RpcError as exc:
+                failed = cast(grpc.Call, exc)  # a blocking call's error is also its Call
+                if failed.code() not in _RETRIABLE:
+                    raise _translate(failed, what, self.describe) from exc
                 last = exc
                 continue
             self._preferred = index
@@ -235,12 +254,8 @@ class EtcdStore(Store):
 
     def get(self, key: str) -> KeyValue | None:
         request = rpc.RangeRequest(key=self._full(check_key(key)))
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.kvstub.Range(request, timeout=self.call_timeout,
-                                             metadata=client.metadata)
-
-        response = self._call(f"get {key!r}", call)
+        response = self._call(f"get {key!r}",
+                              lambda end: end.kv.Range(request, timeout=self.call_timeout))
         return self._kv(response.kvs[0]) if response.kvs else None
 
     def get_prefix(self, prefix: str) -> list[KeyValue]:
@@ -248,23 +263,17 @@ class EtcdStore(Store):
         request = rpc.RangeRequest(key=start or b"\0", range_end=prefix_range_end(start),
                                    sort_order=rpc.RangeRequest.ASCEND,
                                    sort_target=rpc.RangeRequest.KEY)
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.kvstub.Range(request, timeout=self.call_timeout,
-                                             metadata=client.metadata)
-
-        return [self._kv(kv) for kv in self._call(f"list {prefix!r}", call).kvs]
+        response = self._call(f"list {prefix!r}",
+                              lambda end: end.kv.Range(request, timeout=self.call_timeout))
+        return [self._kv(kv) for kv in response.kvs]
 
     def revision(self) -> int:
         # A range over one impossible key is the cheapest way to read the header. The key lies
         # under the job's prefix: a job's etcd user may read nothing else.
         request = rpc.RangeRequest(key=self.prefix_bytes + b"\0", count_only=True)
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.kvstub.Range(request, timeout=self.call_timeout,
-                                             metadata=client.metadata)
-
-        return int(self._call("read the revision", call).header.revision)
+        response = self._call("read the revision",
+                              lambda end: end.kv.Range(request, timeout=self.call_timeout))
+        return int(response.header.revision)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -280,12 +289,9 @@ class EtcdStore(Store):
 
     def _delete(self, key: bytes, range_end: bytes | None, what: str) -> int:
         request = rpc.DeleteRangeRequest(key=key, range_end=range_end or b"")
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.kvstub.DeleteRange(request, timeout=self.call_timeout,
-                                                   metadata=client.metadata)
-
-        return int(self._call(what, call).deleted)
+        response = self._call(what, lambda end: end.kv.DeleteRange(request,
+                                                                   timeout=self.call_timeout))
+        return int(response.deleted)
 
     def txn(self, compares: Sequence[Compare], success: Sequence[Op],
             failure: Sequence[Op] = ()) -> TxnResult:
@@ -295,12 +301,8 @@ class EtcdStore(Store):
         request = rpc.TxnRequest(compare=[self._compare(c) for c in compares],
                                  success=[self._op(op) for op in success],
                                  failure=[self._op(op) for op in failure])
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.kvstub.Txn(request, timeout=self.call_timeout,
-                                           metadata=client.metadata)
-
-        response = self._call("transaction", call)
+        response = self._call("transaction",
+                              lambda end: end.kv.Txn(request, timeout=self.call_timeout))
         return TxnResult(bool(response.succeeded), int(response.header.revision))
 
     def _compare(self, cmp: Compare) -> Any:
@@ -330,12 +332,9 @@ class EtcdStore(Store):
 
     def grant_lease(self, ttl: int) -> Lease:
         request = rpc.LeaseGrantRequest(TTL=check_ttl(ttl))
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.leasestub.LeaseGrant(request, timeout=self.call_timeout,
-                                                      metadata=client.metadata)
-
-        response = self._call(f"grant a {ttl}s lease", call)
+        response = self._call(f"grant a {ttl}s lease",
+                              lambda end: end.lease.LeaseGrant(request,
+                                                               timeout=self.call_timeout))
         lease = _EtcdLease(self, int(response.ID), ttl)
         # Forget finished leases and watches so a long-lived store does not accumulate them.
         with self._registry_lock:
@@ -343,26 +342,23 @@ class EtcdStore(Store):
         return lease
 
     def _refresh_lease(self, lease_id: int) -> bool:
-        async def call(client: aetcd.Client) -> Any:
-            stream = client.leasestub.LeaseKeepAlive(
-                iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.call_timeout,
-                metadata=client.metadata)
-            async for reply in stream:
-                return reply
-            return None
+        def call(end: _Endpoint) -> Any:
+            # One request on the keep-alive stream; its first reply is the refresh's answer.
+            stream = end.lease.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]),
+                                              timeout=self.call_timeout)
+            try:
+                return next(stream, None)
+            finally:
+                stream.cancel()
 
         reply = self._call(f"refresh lease {lease_id:x}", call)
         return reply is not None and int(reply.TTL) > 0
 
     def _revoke_lease(self, lease_id: int) -> None:
         request = rpc.LeaseRevokeRequest(ID=lease_id)
-
-        async def call(client: aetcd.Client) -> Any:
-            return await client.leasestub.LeaseRevoke(request, timeout=self.call_timeout,
-                                                      metadata=client.metadata)
-
         with contextlib.suppress(LeaseExpiredError):  # already gone: revoke is idempotent
-            self._call(f"revoke lease {lease_id:x}", call)
+            self._call(f"revoke lease {lease_id:x}",
+                       lambda end: end.lease.LeaseRevoke(request, timeout=self.call_timeout))
 
     # -- watches ---------------------------------------------------------------------------
 
@@ -450,6 +446,8 @@ class EtcdStore(Store):
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        for endpoint in self._endpoints:
+            endpoint.channel.close()
 
 
 async def _quietly(awaitable: Awaitable[Any]) -> None:
@@ -459,12 +457,12 @@ async def _quietly(awaitable: Awaitable[Any]) -> None:
 
 
 def _describe_error(exc: BaseException | None) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
+    if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):
         return f"{exc.code().name}: {exc.details()}"
     return repr(exc)
 
 
-def _translate(exc: grpc.aio.AioRpcError, what: str, describe: str) -> StoreError:
+def _translate(exc: grpc.Call, what: str, describe: str) -> StoreError:
     details = exc.details() or ""
     if "lease not found" in details:
         return LeaseExpiredError(f"{what} on {describe} failed: the lease has expired or was "

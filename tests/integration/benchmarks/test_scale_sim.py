@@ -37,3 +37,13 @@ def test_quick_scale_simulation_completes_every_task_without_errors(tmp_path: Pa
         else:
             assert row["steps"] == 0
             assert row["push_rows_per_s"] == 0
+    # The group commit's figures: every call settled, in fewer store transactions than calls.
+    master_only = rows[(16, 0)]
+    assert master_only["calls_per_txn"] is not None
+    assert master_only["calls_per_txn"] >= 1.0, master_only
+    # Where the master's CPU went, by thread (10 ms ticks): adds up to the process's CPU.
+    by_thread = master_only["master_thread_cpu_ms_per_task"]
+    assert by_thread, master_only
+    assert min(by_thread.values()) >= 0, by_thread
+    summed = sum(by_thread.values()) * master_only["tasks"] / 1e3
+    assert abs(summed - master_only["master_cpu_s"]) <= 0.1 + 0.1 * master_only["master_cpu_s"]

@@ -1,0 +1,160 @@
+"""The floor under the master's CPU per task round trip: the same gRPC call doing nothing.
+
+A server made exactly as the master's (``make_server``: mutual TLS, the job-token interceptor,
+``MASTER_RPC_WORKERS`` workers, the concurrent-RPC limit) answers ``FinishAndGetTask`` at once
+with a fixed task: no lock, no queue step, no store. N client threads, packed into a few
+processes with their own channels (``make_channel``: TLS, token), call it in a loop. The
+server's CPU per call is what any master call costs before the master does anything; compare it
+with ``scale_sim.py --pservers 0``'s ``master_cpu_ms_per_task`` (one FinishAndGetTask per
+task) to see what the master's own work (queue step, encoding, group commit, etcd) adds.
+
+    python benchmarks/master_rpc_floor.py [--clients 64] [--calls 100] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from elasticps.master.server import MASTER_RPC_WORKERS
+from elasticps.proto import master_pb2, master_pb2_grpc
+from elasticps.rpc.channel import make_channel
+from elasticps.rpc.credentials import JobCredentials
+from elasticps.rpc.server import MAX_CONCURRENT_RPCS, bind, make_server
+from elasticps.rpc.tls import TlsIdentity, write_job_identities
+
+JOB, TOKEN = "rpc-floor", "rpc-floor-token"
+ANSWER = master_pb2.FinishAndGetTaskResponse(
+    finished=master_pb2.TaskFinishedResponse(accepted=True),
+    next=master_pb2.GetTaskResponse(task=master_pb2.Task(
+        task_id=1, pass_id=0, epoch=1, lease_seconds=120.0,
+        chunks=[master_pb2.Chunk(path="sim-00000.parquet", row_group=0, num_rows=256)])))
+
+
+class NothingMaster(master_pb2_grpc.MasterServicer):
+    """Answers every FinishAndGetTask with the same task, at once."""
+
+    def FinishAndGetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.FinishAndGetTaskRequest, context: grpc.ServicerContext,
+    ) -> master_pb2.FinishAndGetTaskResponse:
+        return ANSWER
+
+
+def cpu_seconds() -> float:
+    """This process's CPU (user + system), every thread included."""
+    return time.process_time()
+
+
+def run_clients(address: str, tls_dir: str, threads: int, calls: int, out: str) -> int:
+    """``--client``: ``threads`` callers, each with its own channel, ``calls`` calls each."""
+    credentials = JobCredentials(JOB, TOKEN, TlsIdentity.load(Path(tls_dir)))
+    errors: list[str] = []
+
+    def ready() -> None:  # every caller connected: tell the server, wait for its go
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    start = threading.Barrier(threads, action=ready)
+
+    def caller(index: int) -> None:
+        channel = make_channel(address, credentials, "master")
+        stub = master_pb2_grpc.MasterStub(channel)
+        request = master_pb2.FinishAndGetTaskRequest(
+            finished=master_pb2.TaskFinishedRequest(trainer=f"t{index}", task_id=1, epoch=1))
+        try:
+            stub.FinishAndGetTask(request, timeout=30)  # connected before the clock starts
+            start.wait(timeout=60)
+            for _ in range(calls):
+                stub.FinishAndGetTask(request, timeout=30)
+        except grpc.RpcError as exc:
+            errors.append(str(exc)[:200])
+        finally:
+            channel.close()
+
+    pool = [threading.Thread(target=caller, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    Path(out).write_text(json.dumps({"errors": errors}))
+    return 0
+
+
+def measure(clients: int, calls: int, processes: int) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="elasticps-rpc-floor-"))
+    identities = write_job_identities(root / "tls", JOB)
+    credentials = JobCredentials(JOB, TOKEN, TlsIdentity.load(identities["master"]))
+    server = make_server(credentials, max_workers=MASTER_RPC_WORKERS,
+                         max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+    master_pb2_grpc.add_MasterServicer_to_server(NothingMaster(), server)
+    port = bind(server, "127.0.0.1", 0, credentials)
+    server.start()
+    try:
+        per = [len(range(k, clients, processes)) for k in range(min(processes, clients))]
+        procs = [subprocess.Popen(
+            [sys.executable, __file__, "--client", f"127.0.0.1:{port}",
+             str(identities["trainer"]), str(n), str(calls), str(root / f"client-{k}.json")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for k, n in enumerate(per)]
+        # The clock starts once every caller has connected and made a first call, so the
+        # TLS handshakes and imports are not counted: the server's CPU from here is the calls'.
+        for proc in procs:
+            said = proc.stdout.readline().strip() if proc.stdout is not None else ""
+            if said != "ready":
+                raise RuntimeError(f"a client process said {said!r}, not ready")
+        cpu0, wall0 = cpu_seconds(), time.perf_counter()
+        for proc in procs:
+            if proc.stdin is not None:
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        for proc in procs:
+            proc.wait(timeout=600)
+        wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    finally:
+        server.stop(grace=0.5)
+    errors = [e for k in range(len(per))
+              for e in json.loads((root / f"client-{k}.json").read_text())["errors"]]
+    total = clients * calls
+    return {"clients": clients, "calls": total, "wall_s": round(wall, 3),
+            "calls_per_s": round(total / wall, 1),
+            "server_cpu_ms_per_call": round(1e3 * cpu / total, 4), "errors": len(errors),
+            "load_average": os.getloadavg()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=64, help="calling threads (default 64)")
+    parser.add_argument("--calls", type=int, default=100, help="calls per thread (default 100)")
+    parser.add_argument("--processes", type=int, default=4,
+                        help="processes the callers are packed into (default 4)")
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.client:
+        address, tls_dir, threads, calls, out = args.client
+        return run_clients(address, tls_dir, int(threads), int(calls), out)
+    if min(args.clients, args.calls, args.processes) < 1:
+        parser.error("--clients, --calls and --processes must be >= 1")
+    row = measure(args.clients, args.calls, args.processes)
+    print(f"{row['clients']} callers, a FinishAndGetTask that does nothing: "
+          f"{row['calls_per_s']:.0f} calls/s, server CPU {row['server_cpu_ms_per_call']} ms a "
+          f"call, errors {row['errors']} (load {row['load_average'][0]:.1f})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(row, indent=2))
+    return 1 if row["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
