@@ -46,7 +46,7 @@ class DenseChain:
         self._started = False
         self._known: tuple[DenseTag, ...] | None = None  # None: no chain (yet or any more)
         self._values: dict[str, np.ndarray] = {}
-        self.skipped = 0  # pulls answered "unchanged" (the figure the benchmark reports)
+        self.skipped = 0  # pulls answered "unchanged" (a metric and the trainer's finish log)
 
     @property
     def live(self) -> bool:
@@ -63,7 +63,7 @@ class DenseChain:
             if not self._started and pulled.pristine and replica_fresh:
                 self._keep(pulled.tags, pulled.values)
             else:
-                self._known = None  # someone else changed the values: the replica is off
+                self._known = None  # changed by another, or no pristine start: no exact replica
             self._started = True
             assert pulled.values is not None  # a pull without a known tag returns values
             return pulled.values
