@@ -14,8 +14,9 @@ from torch import nn
 
 from elasticps.data.batch import Batch, TensorBatch
 from elasticps.nn import SparseEmbedding
-from elasticps.proto import common_pb2
+from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.client import PServerClient
+from elasticps.rpc import call, encode_tensor, make_channel
 from elasticps.store import open_store
 from elasticps.trainer.optim import Adam
 from elasticps.trainer.step import StepRunner
@@ -107,3 +108,29 @@ def test_skipped_pulls_train_bit_for_bit_what_pulling_trains(two_jobs: list[PSer
     assert not chain.live
     assert chain.skipped == BATCHES - 1
     with_chain.close()
+
+
+def test_a_pull_that_finds_only_some_shards_changed_reads_every_shard(
+        two_jobs: list[PServerClient]) -> None:
+    """Values are all or nothing: when one shard's dense state moved and the other's did not,
+    the client reads both again, and the tags it returns are the new ones."""
+    client = two_jobs[0]
+    torch.manual_seed(0)
+    Trainer(Model(), optimizer=Adam(lr=0.01)).attach(client, None, "trainer-0")
+    known = client.pull_dense_tagged().tags
+    assert client.pull_dense_tagged(if_changed=known).values is None
+
+    # A push of shard 0's slice of one table, straight at shard 0 over the wire.
+    stub = pserver_pb2_grpc.ParameterServerStub(
+        make_channel(str(client.addresses()[0]), client.credentials, "pserver"))
+    grad = np.ones(1, np.float32)  # mlp.2.bias holds one value: all of it on shard 0
+    call(stub.Push, pserver_pb2.PushRequest(
+        batch=common_pb2.BatchRef(seq=7), dense=[pserver_pb2.NamedTensor(
+            name="mlp.2.bias", tensor=encode_tensor(grad))]), timeout=10)
+
+    pulled = client.pull_dense_tagged(if_changed=known)
+    assert pulled.values is not None
+    assert pulled.tags[0] != known[0]
+    assert pulled.tags[1] == known[1]
+    for name, values in client.pull_dense().items():
+        np.testing.assert_array_equal(pulled.values[name], values, err_msg=name)
