@@ -13,12 +13,13 @@ without prefetch does.
 For every (trainers, pservers) it reports master task round trips/s (tasks handed out and
 finished: one FinishAndGetTask per task boundary, the trainer's default, or with
 ``--task-calls split`` a TaskFinished and a GetTask, as trainers did before it),
-pserver pull and push rows/s, p50/p99 push latency, errors, and how each grows against the
-smallest trainer count. ``pservers 0`` rows measure the master alone: tasks of one batch that
-the trainer does not train, so the task loop is all there is.
+pserver pull and push rows/s, rows pushed per pserver CPU second (push throughput per core,
+whatever else shares the machine's cores), p50/p99 push latency, errors, and how each grows
+against the smallest trainer count. ``pservers 0`` rows measure the master alone: tasks of one
+batch that the trainer does not train, so the task loop is all there is.
 
     python benchmarks/scale_sim.py [--trainers 8,32,128,256] [--pservers 0,1,2,4,8]
-                                   [--task-calls combined,split] [--quick]
+                                   [--task-calls combined,split] [--min-tasks N] [--quick]
                                    [--store etcd|file] [--json F]
 
 With ``--task-calls combined,split`` every configuration runs both ways, one after the other,
@@ -70,7 +71,8 @@ TOKEN = "scale-sim"
 TABLE, SLOTS, DIM, VOCAB = "emb", 26, 10, 1_000_001
 MLP = (SLOTS * DIM + 13, 400, 400, 400, 1)
 REPO = Path(__file__).resolve().parent.parent
-FIGURES = ("task_round_trips_per_s", "push_rows_per_s", "pull_rows_per_s")
+FIGURES = ("task_round_trips_per_s", "push_rows_per_s", "pull_rows_per_s",
+           "push_rows_per_pserver_cpu_s")
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,7 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         cluster.start()
         master_before = time.process_time()
         threads_before, process_before = thread_cpu.sample(), thread_cpu.process_cpu()
+        pservers_before = sum(thread_cpu.process_cpu(proc.pid) for proc in cluster.procs)
         for k in range(min(processes, trainers)):
             spec = SimSpec(job=cluster.job, store_url=store_url,
                            tls_dir=str(cluster.identities["trainer"]), pservers=pservers,
@@ -371,6 +374,9 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         for _, proc in workers:
             proc.wait(timeout=3600)
         cpu["master_cpu_s"] = time.process_time() - master_before  # this process = the master
+        if cluster.procs:  # read before stop(): a pserver's /proc entry goes with it
+            cpu["pservers_cpu_s"] = sum(thread_cpu.process_cpu(proc.pid)
+                                        for proc in cluster.procs) - pservers_before
         master_threads = thread_cpu.spent_by_name(
             threads_before, thread_cpu.sample(), thread_cpu.process_cpu() - process_before)
         state = cluster.master.master_state if cluster.master else None
@@ -409,6 +415,12 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         if row["tasks"] else {})
     row["master_cpu_ms_per_task"] = (round(1e3 * cpu["master_cpu_s"] / row["tasks"], 3)
                                      if row["tasks"] and "master_cpu_s" in cpu else None)
+    # Push throughput per pserver core: rows pushed per CPU second the pservers spent (pulls
+    # included: each step pulls what it pushes). Rows/s alone would say how busy the two cores
+    # of this machine were, shared with the trainers, not what a pserver core can do.
+    pushed = sum(o.get("push_rows", 0) for o in outcomes)
+    row["push_rows_per_pserver_cpu_s"] = (round(pushed / cpu["pservers_cpu_s"], 1)
+                                          if cpu.get("pservers_cpu_s") else None)
     return row
 
 
@@ -438,9 +450,6 @@ def summarise(trainers: int, pservers: int, outcomes: list[dict[str, Any]], retr
         "job_state": master_status.get("state"),
         "master_persist_ms_mean": master_status.get("persist_ms_mean"),
     }
-    if pservers:
-        row["push_rows_per_s_per_pserver_core"] = row["push_rows_per_s"] / min(
-            pservers, os.cpu_count() or 1)
     return row
 
 
@@ -451,7 +460,8 @@ def add_growth(rows: list[dict[str, Any]]) -> None:
         base = min((r for r in rows if r["pservers"] == row["pservers"]
                     and r["task_calls"] == row["task_calls"]), key=lambda r: r["trainers"])
         for key in FIGURES:
-            row[f"{key}_vs_{base['trainers']}"] = (row[key] / base[key]) if base[key] else None
+            row[f"{key}_vs_{base['trainers']}"] = (
+                row[key] / base[key] if row.get(key) and base.get(key) else None)
 
 
 def print_row(row: dict[str, Any]) -> None:
@@ -464,7 +474,8 @@ def print_row(row: dict[str, Any]) -> None:
           f"retries {row['retries']}  ({row['wall_s']:.1f} s; CPU s master "
           f"{row.get('master_cpu_s')} ({row.get('master_cpu_ms_per_task')} ms a task, "
           f"{row.get('calls_per_txn')} calls a store txn), "
-          f"trainers {row.get('trainers_cpu_s')})", flush=True)
+          f"pservers {row.get('pservers_cpu_s')} ({row['push_rows_per_pserver_cpu_s']} rows "
+          f"pushed a CPU second), trainers {row.get('trainers_cpu_s')})", flush=True)
     top = list(row.get("master_thread_cpu_ms_per_task", {}).items())[:6]
     if top:
         print("      master CPU ms a task by thread: "
@@ -524,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="tasks (of one batch each) per trainer (default 4)")
     parser.add_argument("--master-tasks-per-trainer", type=int, default=20,
                         help="tasks per trainer in the master-only rows (default 20)")
+    parser.add_argument("--min-tasks", type=int, default=0,
+                        help="at least this many tasks in each row: small trainer counts get "
+                             "more tasks each, so their window is not a second long "
+                             "(default 0: the per-trainer counts alone)")
     parser.add_argument("--batch-size", type=int, default=256,
                         help="rows per batch: 26 sparse ids each (default 256)")
     parser.add_argument("--compute-ms", type=float, default=10.0,
@@ -552,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
            args.processes) < 1:
         parser.error("--tasks-per-trainer, --master-tasks-per-trainer, --batch-size and "
                      "--processes must be >= 1")
+    if args.min_tasks < 0:
+        parser.error(f"--min-tasks must be >= 0, not {args.min_tasks}")
     root = Path(tempfile.mkdtemp(prefix="elasticps-scale-sim-"))
     rows: list[dict[str, Any]] = []
     etcd = LocalEtcd(root / "etcd") if args.store == "etcd" else None
@@ -561,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
         store_url = etcd.url if etcd is not None else f"file://{root}/job.db"
         for pservers in args.pservers:
             for trainers in args.trainers:
-                tasks = args.tasks_per_trainer if pservers else args.master_tasks_per_trainer
+                tasks = max(args.tasks_per_trainer if pservers
+                            else args.master_tasks_per_trainer, -(-args.min_tasks // trainers))
                 for calls in args.task_calls:
                     row = run_config(root, store_url if etcd else f"file://{root}/t{trainers}"
                                      f"-p{pservers}-{calls}.db", trainers, pservers,

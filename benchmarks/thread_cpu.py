@@ -40,10 +40,11 @@ def sample() -> dict[int, tuple[str, float]]:
     return found
 
 
-def process_cpu() -> float:
-    """CPU seconds of the whole process (every thread, ended ones too)."""
+def process_cpu(pid: int | None = None) -> float:
+    """CPU seconds of a whole process (every thread, ended ones too): this one, or ``pid``
+    (0.0 once it is gone or where there is no ``/proc``)."""
     try:
-        return _cpu_of(Path("/proc/self/stat").read_text())
+        return _cpu_of(Path(f"/proc/{pid or 'self'}/stat").read_text())
     except OSError:
         return 0.0
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
 
 CONTRACT = ("task_round_trips_per_s", "push_rows_per_s", "pull_rows_per_s", "p50_ms", "p99_ms",
@@ -34,9 +36,16 @@ def test_quick_scale_simulation_completes_every_task_without_errors(tmp_path: Pa
             assert row["push_rows_per_s"] > 0
             assert row["pull_rows_per_s"] > 0
             assert 0 < row["p50_ms"] <= row["p99_ms"]
+            # The pserver process's own CPU, read from /proc: 16 or more pulls and pushes of
+            # the 1.7 MB of dense values cost it far more than one 10 ms tick.
+            assert row["pservers_cpu_s"] > 0, row
+            pushed = row["push_rows_per_s"] * row["wall_s"]
+            assert row["push_rows_per_pserver_cpu_s"] == pytest.approx(
+                pushed / row["pservers_cpu_s"], rel=0.01)
         else:
             assert row["steps"] == 0
             assert row["push_rows_per_s"] == 0
+            assert row["push_rows_per_pserver_cpu_s"] is None
     # The group commit's figures: every call settled, in fewer store transactions than calls.
     master_only = rows[(16, 0)]
     assert master_only["calls_per_txn"] is not None
