@@ -8,12 +8,20 @@ server's CPU per call is what any master call costs before the master does anyth
 with ``scale_sim.py --pservers 0``'s ``master_cpu_ms_per_task`` (one FinishAndGetTask per
 task) to see what the master's own work (queue step, encoding, group commit, etcd) adds.
 
-    python benchmarks/master_rpc_floor.py [--clients 64] [--calls 100] [--json F]
+``--server aio`` measures the same call on gRPC's asyncio server (``grpc.aio``: handlers are
+coroutines on one event loop, no worker threads), with the same TLS, token check, receive
+limits and concurrent-RPC limit; ``--server sync,aio`` runs both in one invocation, one after
+the other, and prints the ratio: what moving the master to an asyncio server could save.
+
+    python benchmarks/master_rpc_floor.py [--clients 64] [--calls 100] [--server sync,aio]
+                                          [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hmac
 import json
 import os
 import subprocess
@@ -21,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +41,15 @@ from elasticps.master.server import MASTER_RPC_WORKERS
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.rpc.channel import make_channel
 from elasticps.rpc.credentials import JobCredentials
-from elasticps.rpc.server import MAX_CONCURRENT_RPCS, bind, make_server
+from elasticps.rpc.server import (
+    MAX_CONCURRENT_RPCS,
+    MAX_MESSAGE_BYTES,
+    MAX_TOKEN_BYTES,
+    TOKEN_METADATA_KEY,
+    bind,
+    make_server,
+    server_options,
+)
 from elasticps.rpc.tls import TlsIdentity, write_job_identities
 
 JOB, TOKEN = "rpc-floor", "rpc-floor-token"
@@ -50,6 +67,84 @@ class NothingMaster(master_pb2_grpc.MasterServicer):
         self, request: master_pb2.FinishAndGetTaskRequest, context: grpc.ServicerContext,
     ) -> master_pb2.FinishAndGetTaskResponse:
         return ANSWER
+
+
+class AioNothingMaster(master_pb2_grpc.MasterServicer):
+    """The same, as a coroutine for the asyncio server."""
+
+    async def FinishAndGetTask(  # noqa: N802 - gRPC's method name
+        self, request: master_pb2.FinishAndGetTaskRequest, context: grpc.aio.ServicerContext,
+    ) -> master_pb2.FinishAndGetTaskResponse:
+        return ANSWER
+
+
+class AioTokenInterceptor(grpc.aio.ServerInterceptor):
+    """elasticps's token check (``rpc.server.TokenInterceptor``) for the asyncio server: a
+    wrong or missing token is refused by a handler that never reads the request."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+        async def deny(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing job token")
+
+        self._deny = grpc.stream_unary_rpc_method_handler(deny)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        sent = next((value.encode() if isinstance(value, str) else value
+                     for key, value in handler_call_details.invocation_metadata or ()
+                     if key == TOKEN_METADATA_KEY), None)
+        if (sent is None or len(sent) > MAX_TOKEN_BYTES
+                or not hmac.compare_digest(sent, self._token)):
+            return self._deny
+        return await continuation(handler_call_details)
+
+
+class SyncFloorServer:
+    """The master's own server (``make_server``) answering with :class:`NothingMaster`."""
+
+    def __init__(self, credentials: JobCredentials) -> None:
+        self._server = make_server(credentials, max_workers=MASTER_RPC_WORKERS,
+                                   max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        master_pb2_grpc.add_MasterServicer_to_server(NothingMaster(), self._server)
+        self.port = bind(self._server, "127.0.0.1", 0, credentials)
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(grace=0.5)
+
+
+class AioFloorServer:
+    """A ``grpc.aio`` server made as ``make_server`` makes the master's, on an event loop in a
+    thread of this process (so this process's CPU is still the server's)."""
+
+    def __init__(self, credentials: JobCredentials) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="aio-server",
+                                        daemon=True)
+        self._thread.start()
+        self._server, self.port = asyncio.run_coroutine_threadsafe(
+            self._start(credentials), self._loop).result(timeout=60)
+
+    async def _start(self, credentials: JobCredentials) -> tuple[grpc.aio.Server, int]:
+        server = grpc.aio.server(interceptors=[AioTokenInterceptor(credentials.token)],
+                                 options=server_options(MAX_MESSAGE_BYTES),
+                                 maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        master_pb2_grpc.add_MasterServicer_to_server(AioNothingMaster(), server)
+        assert credentials.tls is not None  # write_job_identities made the job's TLS files
+        port = server.add_secure_port("127.0.0.1:0", credentials.tls.server_credentials())
+        await server.start()
+        return server, port
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._server.stop(0.5), self._loop).result(timeout=60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=60)
+        self._loop.close()
 
 
 def cpu_seconds() -> float:
@@ -92,15 +187,12 @@ def run_clients(address: str, tls_dir: str, threads: int, calls: int, out: str) 
     return 0
 
 
-def measure(clients: int, calls: int, processes: int) -> dict[str, Any]:
+def measure(clients: int, calls: int, processes: int, kind: str = "sync") -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="elasticps-rpc-floor-"))
     identities = write_job_identities(root / "tls", JOB)
     credentials = JobCredentials(JOB, TOKEN, TlsIdentity.load(identities["master"]))
-    server = make_server(credentials, max_workers=MASTER_RPC_WORKERS,
-                         max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
-    master_pb2_grpc.add_MasterServicer_to_server(NothingMaster(), server)
-    port = bind(server, "127.0.0.1", 0, credentials)
-    server.start()
+    server = (AioFloorServer if kind == "aio" else SyncFloorServer)(credentials)
+    port = server.port
     try:
         per = [len(range(k, clients, processes)) for k in range(min(processes, clients))]
         procs = [subprocess.Popen(
@@ -123,14 +215,23 @@ def measure(clients: int, calls: int, processes: int) -> dict[str, Any]:
             proc.wait(timeout=600)
         wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
     finally:
-        server.stop(grace=0.5)
+        server.stop()
     errors = [e for k in range(len(per))
               for e in json.loads((root / f"client-{k}.json").read_text())["errors"]]
     total = clients * calls
-    return {"clients": clients, "calls": total, "wall_s": round(wall, 3),
+    return {"server": kind, "clients": clients, "calls": total, "wall_s": round(wall, 3),
             "calls_per_s": round(total / wall, 1),
             "server_cpu_ms_per_call": round(1e3 * cpu / total, 4), "errors": len(errors),
             "load_average": os.getloadavg()}
+
+
+def server_kinds(text: str) -> list[str]:
+    kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
+    bad = [kind for kind in kinds if kind not in ("sync", "aio")]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected sync, aio or both (sync,aio), each at most once")
+    return kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=100, help="calls per thread (default 100)")
     parser.add_argument("--processes", type=int, default=4,
                         help="processes the callers are packed into (default 4)")
-    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--server", type=server_kinds, default=["sync"],
+                        help="sync (the master's thread-pool server, default), aio (gRPC's "
+                             "asyncio server) or sync,aio: both, one after the other")
+    parser.add_argument("--json", help="write the figures to this file: one row per server, "
+                                       "and aio_over_sync when both ran")
     parser.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.client:
@@ -147,13 +252,25 @@ def main(argv: list[str] | None = None) -> int:
         return run_clients(address, tls_dir, int(threads), int(calls), out)
     if min(args.clients, args.calls, args.processes) < 1:
         parser.error("--clients, --calls and --processes must be >= 1")
-    row = measure(args.clients, args.calls, args.processes)
-    print(f"{row['clients']} callers, a FinishAndGetTask that does nothing: "
-          f"{row['calls_per_s']:.0f} calls/s, server CPU {row['server_cpu_ms_per_call']} ms a "
-          f"call, errors {row['errors']} (load {row['load_average'][0]:.1f})")
+    rows = {}
+    for kind in args.server:
+        row = rows[kind] = measure(args.clients, args.calls, args.processes, kind)
+        print(f"{kind:4s} server, {row['clients']} callers, a FinishAndGetTask that does "
+              f"nothing: {row['calls_per_s']:.0f} calls/s, server CPU "
+              f"{row['server_cpu_ms_per_call']} ms a call, errors {row['errors']} "
+              f"(load {row['load_average'][0]:.1f})", flush=True)
+    report: dict[str, Any] = {"rows": list(rows.values())}
+    if len(rows) == 2:
+        sync, aio = rows["sync"], rows["aio"]
+        report["aio_over_sync"] = {
+            "calls_per_s": round(aio["calls_per_s"] / sync["calls_per_s"], 3),
+            "server_cpu_ms_per_call": round(
+                aio["server_cpu_ms_per_call"] / sync["server_cpu_ms_per_call"], 3)}
+        print(f"aio / sync: calls/s x{report['aio_over_sync']['calls_per_s']:.2f}, server CPU "
+              f"a call x{report['aio_over_sync']['server_cpu_ms_per_call']:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(row, indent=2))
-    return 1 if row["errors"] else 0
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 1 if any(row["errors"] for row in rows.values()) else 0
 
 
 if __name__ == "__main__":
