@@ -268,7 +268,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Most tables a job may declare."),
     EnvVar("PADDLE_MAX_CONCURRENT_RPCS", "max_concurrent_rpcs", _parse_int(1, 100_000),
            "Calls a master or pserver runs or queues at once; more are refused unread "
-           "(RESOURCE_EXHAUSTED) and the clients retry them with backoff."),
+           "(RESOURCE_EXHAUSTED) and the clients retry them with backoff. Default: 128 for the "
+           "master and sync pservers, 1024 for async and geo pservers (their queued calls hold "
+           "no thread and no request)."),
     EnvVar("PADDLE_TRAINING_MODE", "mode", _parse_mode,
            "How trainers update the pservers: async (each batch's gradients applied as they "
            "come), sync (every step's gradients of all training trainers averaged, then applied "
@@ -324,7 +326,7 @@ class Config:
     pserver_memory_mb: int = 0
     max_ids_per_request: int = 1 << 20
     max_tables: int = 1000
-    max_concurrent_rpcs: int = 128
+    max_concurrent_rpcs: int | None = None  # unset: the role's own (128; async pservers 1024)
     data_schemes: tuple[str, ...] = ("file",)
     mode: str = "async"
     geo_steps: int = 10

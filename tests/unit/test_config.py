@@ -143,6 +143,7 @@ def test_defaults() -> None:
     assert config.store is None
     assert config.pserver_count == 1
     assert config.lease_ttl == 5
+    assert config.max_concurrent_rpcs is None  # each server picks its role's own default
 
 
 @pytest.mark.parametrize(("name", "raw"), BAD)
