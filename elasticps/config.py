@@ -156,6 +156,25 @@ def _parse_sparse_policies(text: str) -> str:
 MAX_GEO_STEPS = 100_000
 MODES = ("async", "sync", "geo")  # how trainers' updates reach the pservers (docs/architecture.md)
 
+# PADDLE_MAX_CONCURRENT_RPCS when unset. An async or geo pserver's calls wait in gRPC's queue for
+# its 16 workers with their requests unread, so admitting more of them costs no request memory
+# (workers x receive limit bounds that), while refusing one costs both ends the part of its body
+# sent before the refusal, and the trainer sends it again: at 256 simulated trainers against one
+# pserver, 128 admitted calls cost 28 % more pserver CPU per pushed row than 1024
+# (benchmarks/scale_sim.py, docs/pserver.md). 1024 admits ~340 trainers' three calls each (a
+# sparse pull, a dense pull, a push). A sync pserver runs every admitted call on a thread of its
+# own with its request read, and the master's calls are small: they keep 128.
+DEFAULT_MAX_CONCURRENT_RPCS = 128
+ASYNC_PSERVER_MAX_CONCURRENT_RPCS = 1024
+
+
+def default_max_concurrent_rpcs(role: str, mode: str) -> int:
+    """The calls a ``role`` server runs or queues at once unless PADDLE_MAX_CONCURRENT_RPCS is
+    set."""
+    if role == "pserver" and mode != "sync":
+        return ASYNC_PSERVER_MAX_CONCURRENT_RPCS
+    return DEFAULT_MAX_CONCURRENT_RPCS
+
 
 def _parse_mode(text: str) -> str:
     mode = text.strip().lower() or "async"
@@ -326,10 +345,16 @@ class Config:
     pserver_memory_mb: int = 0
     max_ids_per_request: int = 1 << 20
     max_tables: int = 1000
-    max_concurrent_rpcs: int | None = None  # unset: the role's own (128; async pservers 1024)
+    max_concurrent_rpcs: int | None = None  # unset: default_max_concurrent_rpcs(role, mode)
     data_schemes: tuple[str, ...] = ("file",)
     mode: str = "async"
     geo_steps: int = 10
+
+    def call_limit(self, role: str) -> int:
+        """Calls a ``role`` server of this process runs or queues at once."""
+        if self.max_concurrent_rpcs is not None:
+            return self.max_concurrent_rpcs
+        return default_max_concurrent_rpcs(role, self.mode)
 
     @property
     def pserver_count(self) -> int:

@@ -37,7 +37,7 @@ from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.render_code import add_code, code_config_map, config_map_name
 from elasticps.cluster.spec import Job, RoleResources, sparse_policies_env
-from elasticps.config import Config
+from elasticps.config import Config, default_max_concurrent_rpcs
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE
 
 PORT = 7164
@@ -87,7 +87,7 @@ _DEFAULT_VALUES = {
     "PADDLE_PORTS_NUM": "1", "PADDLE_PORTS_NUM_FOR_SPARSE": "0", "PADDLE_LEASE_TTL": "10",
     "PADDLE_CHECKPOINT_INTERVAL": "60", "PADDLE_CHECKPOINT_KEEP": "3",
     "PADDLE_LOG_FORMAT": "text",
-    "PADDLE_MAX_MESSAGE_MB": "256", "PADDLE_MAX_CONCURRENT_RPCS": "128",
+    "PADDLE_MAX_MESSAGE_MB": "256",
     "PADDLE_PSERVER_MEMORY_MB": "0", "PADDLE_MAX_IDS_PER_REQUEST": "1048576",
     "PADDLE_MAX_TABLES": "1000", "PADDLE_CHECKPOINT_DELTAS": "0",
 }
@@ -209,6 +209,8 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         "PADDLE_CHECKPOINT_URL": (job.checkpoint_storage.location_in_pod(CHECKPOINT_MOUNT)
                                   if job.checkpoint_storage else CHECKPOINT_MOUNT),
         **_DEFAULT_VALUES,
+        # The role's own (the master and sync pservers 128, async and geo pservers 1024).
+        "PADDLE_MAX_CONCURRENT_RPCS": str(default_max_concurrent_rpcs(role, job.mode)),
     }
     if job.data_storage is not None:
         values["PADDLE_DATA"] = job.data_storage.location_in_pod(DATA_MOUNT)

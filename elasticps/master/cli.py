@@ -17,7 +17,6 @@ from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.rpc.credentials import credentials_from_config
-from elasticps.rpc.server import MAX_CONCURRENT_RPCS
 from elasticps.store import open_store
 from elasticps.telemetry.logfmt import set_node
 
@@ -125,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
         num_passes=args.num_passes, batch_plan=plan,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None
         else config.num_pservers, metrics_port=config.metrics_port,
-        max_concurrent_rpcs=(MAX_CONCURRENT_RPCS if config.max_concurrent_rpcs is None
-                             else config.max_concurrent_rpcs))
+        max_concurrent_rpcs=config.call_limit("master"))
     set_node(options.node)
     store = open_store(config.store, config.job_name)
     server = MasterServer(store, options)

@@ -7,6 +7,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
 from elasticps.data.batching import BatchPlan
 from elasticps.errors import ConfigError
 from elasticps.master.task_queue import QueuePolicy
@@ -33,7 +34,7 @@ class MasterOptions:
     # policy.reconcile to match (with_reconcile does).
     num_pservers: int = 0
     reconcile_timeout: float = 30.0  # how long one round waits for a shard that is down
-    max_concurrent_rpcs: int = 128  # calls beyond are refused; clients retry (PADDLE_MAX_...)
+    max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS  # more are refused; clients retry
     metrics_port: int = 0  # Prometheus /metrics of this process (0 = any free port)
     observe_interval: float = 1.0  # seconds between the status page's samples
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")

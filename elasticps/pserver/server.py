@@ -65,7 +65,6 @@ from elasticps.pserver.sync_members import RoundMembers
 from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics, TimedServicer
 from elasticps.rpc import bind, credentials_from_config, make_server
 from elasticps.rpc.health import add_health, serve_health, set_serving
-from elasticps.rpc.server import MAX_CONCURRENT_RPCS
 from elasticps.store import Compare, Lease, Put, Store, open_store
 from elasticps.store.keys import (
     PSERVER_SLOT_PREFIX,
@@ -121,24 +120,6 @@ class Endpoint(Protocol):
     def stop(self, grace: float | None) -> None: ...
 
 
-# An async or geo pserver's calls wait in gRPC's queue for its 16 workers with their requests
-# unread, so admitting more of them costs no request memory (workers x receive limit bounds
-# that), while refusing one costs both ends the part of its body sent before the refusal, and
-# the trainer sends it again: at 256 simulated trainers against one pserver, 128 admitted calls
-# cost 28 % more pserver CPU per pushed row than 1024 (benchmarks/scale_sim.py, docs/pserver.md).
-# 1024 admits ~340 trainers' three calls each (a sparse pull, a dense pull, a push). A sync
-# pserver runs every admitted call on a thread of its own with its request read: it keeps 128.
-ASYNC_PSERVER_MAX_CONCURRENT_RPCS = 1024
-
-
-def call_limit(config: Config) -> int:
-    """Calls this pserver runs or queues at once: PADDLE_MAX_CONCURRENT_RPCS, else its mode's
-    default."""
-    if config.max_concurrent_rpcs is not None:
-        return config.max_concurrent_rpcs
-    return MAX_CONCURRENT_RPCS if config.mode == "sync" else ASYNC_PSERVER_MAX_CONCURRENT_RPCS
-
-
 class GrpcEndpoint:
     """:class:`Endpoint` over a real gRPC server: mutual TLS (unless the job is insecure), the
     job token, and requests of at most ``PADDLE_MAX_MESSAGE_MB``."""
@@ -148,7 +129,7 @@ class GrpcEndpoint:
         # Sync mode: a push holds its thread while its step's barrier is open, so every call
         # the server admits gets a thread (the pool starts them only when needed); otherwise
         # 16 waiting pushes would keep the 17th trainer's push, which closes the round, queued.
-        limit = call_limit(config)
+        limit = config.call_limit("pserver")
         workers = limit if config.mode == "sync" else 16
         self._server = make_server(credentials, max_workers=workers,
                                    max_receive_bytes=config.max_message_mb << 20,

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.status import status_for
@@ -36,7 +37,7 @@ TOKEN_METADATA_KEY = "x-elasticps-token"
 SHARDS_METADATA_KEY = "x-elasticps-shards"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 MAX_STREAMS_PER_CONNECTION = 32  # a trainer keeps a few calls in flight per server
-MAX_CONCURRENT_RPCS = 128  # per server (PADDLE_MAX_CONCURRENT_RPCS)
+MAX_CONCURRENT_RPCS = DEFAULT_MAX_CONCURRENT_RPCS  # per server unless told (config.call_limit)
 MAX_TOKEN_BYTES = 1024  # a longer header is refused without comparing it
 
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (

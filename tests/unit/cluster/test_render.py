@@ -172,6 +172,23 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
         assert pserver.sparse_policy_settings == {}
 
 
+@pytest.mark.parametrize(("mode", "env", "pserver_limit", "master_limit"), [
+    ("async", {}, 1024, 128), ("geo", {}, 1024, 128), ("sync", {}, 128, 128),
+    ("async", {"PADDLE_MAX_CONCURRENT_RPCS": 300}, 300, 300)])
+def test_each_server_gets_its_roles_call_limit_unless_the_spec_sets_one(
+    mode: str, env: dict[str, Any], pserver_limit: int, master_limit: int,
+) -> None:
+    """A pod's environment says its limit: async and geo pservers admit 1024 calls (their queued
+    calls hold no thread and no request), sync pservers and the master 128; `env` wins."""
+    spec = {**JOBS["small"], "mode": mode, "env": env}
+    for backend in BACKENDS:
+        templates = workload_templates(render(Job.from_dict(spec), backend))
+        limits = {role: load_config(env=_resolve(
+            templates[role]["spec"]["containers"][0]["env"], 0)).call_limit(role)
+            for role in ("pserver", "master")}
+        assert limits == {"pserver": pserver_limit, "master": master_limit}, backend
+
+
 def test_store_url_lists_every_etcd_member_or_the_given_endpoints() -> None:
     job = Job.from_dict(JOBS["large"])
     env = _resolve(workload_templates(render(job, "volcano"))["master"]["spec"][
