@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import os
 import subprocess
@@ -37,18 +36,17 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
 from elasticps.master.server import MASTER_RPC_WORKERS
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.rpc.channel import make_channel
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.server import (
-    MAX_CONCURRENT_RPCS,
     MAX_MESSAGE_BYTES,
-    MAX_TOKEN_BYTES,
-    TOKEN_METADATA_KEY,
     bind,
     make_server,
     server_options,
+    token_refusal,
 )
 from elasticps.rpc.tls import TlsIdentity, write_job_identities
 
@@ -79,29 +77,26 @@ class AioNothingMaster(master_pb2_grpc.MasterServicer):
 
 
 class AioTokenInterceptor(grpc.aio.ServerInterceptor):
-    """elasticps's token check (``rpc.server.TokenInterceptor``) for the asyncio server: a
-    wrong or missing token is refused by a handler that never reads the request."""
+    """elasticps's token check (``rpc.server.token_refusal``, as ``TokenInterceptor`` makes
+    it) for the asyncio server: a refused call is answered by a handler that never reads the
+    request."""
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
-
-        async def deny(requests: Any, context: grpc.aio.ServicerContext) -> None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing job token")
-
-        self._deny = grpc.stream_unary_rpc_method_handler(deny)
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        sent = next((value.encode() if isinstance(value, str) else value
-                     for key, value in handler_call_details.invocation_metadata or ()
-                     if key == TOKEN_METADATA_KEY), None)
-        if (sent is None or len(sent) > MAX_TOKEN_BYTES
-                or not hmac.compare_digest(sent, self._token)):
-            return self._deny
-        return await continuation(handler_call_details)
+        refusal = token_refusal(handler_call_details.invocation_metadata, self._token)
+        if refusal is None:
+            return await continuation(handler_call_details)
+
+        async def deny(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+
+        return grpc.stream_unary_rpc_method_handler(deny)
 
 
 class SyncFloorServer:
@@ -109,7 +104,7 @@ class SyncFloorServer:
 
     def __init__(self, credentials: JobCredentials) -> None:
         self._server = make_server(credentials, max_workers=MASTER_RPC_WORKERS,
-                                   max_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+                                   max_concurrent_rpcs=DEFAULT_MAX_CONCURRENT_RPCS)
         master_pb2_grpc.add_MasterServicer_to_server(NothingMaster(), self._server)
         self.port = bind(self._server, "127.0.0.1", 0, credentials)
         self._server.start()
@@ -133,7 +128,7 @@ class AioFloorServer:
     async def _start(self, credentials: JobCredentials) -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server(interceptors=[AioTokenInterceptor(credentials.token)],
                                  options=server_options(MAX_MESSAGE_BYTES),
-                                 maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+                                 maximum_concurrent_rpcs=DEFAULT_MAX_CONCURRENT_RPCS)
         master_pb2_grpc.add_MasterServicer_to_server(AioNothingMaster(), server)
         assert credentials.tls is not None  # write_job_identities made the job's TLS files
         port = server.add_secure_port("127.0.0.1:0", credentials.tls.server_credentials())

@@ -402,7 +402,8 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         outcomes += doc["trainers"]
         retries += doc["retries"]
         cpu["trainers_cpu_s"] = cpu.get("trainers_cpu_s", 0.0) + doc["cpu_s"]
-    row = {**summarise(trainers, pservers, outcomes, retries, master_status),
+    row = {**summarise(trainers, pservers, outcomes, retries, master_status,
+                       cpu.get("pservers_cpu_s")),
            "task_calls": "split" if split else "combined",
            **{key: round(value, 3) for key, value in cpu.items()}}
     txns = cpu.get("master_store_txns")
@@ -415,12 +416,6 @@ def run_config(root: Path, store_url: str, trainers: int, pservers: int, *, proc
         if row["tasks"] else {})
     row["master_cpu_ms_per_task"] = (round(1e3 * cpu["master_cpu_s"] / row["tasks"], 3)
                                      if row["tasks"] and "master_cpu_s" in cpu else None)
-    # Push throughput per pserver core: rows pushed per CPU second the pservers spent (pulls
-    # included: each step pulls what it pushes). Rows/s alone would say how busy the two cores
-    # of this machine were, shared with the trainers, not what a pserver core can do.
-    pushed = sum(o.get("push_rows", 0) for o in outcomes)
-    row["push_rows_per_pserver_cpu_s"] = (round(pushed / cpu["pservers_cpu_s"], 1)
-                                          if cpu.get("pservers_cpu_s") else None)
     return row
 
 
@@ -429,18 +424,24 @@ def ms(seconds: float | None) -> float | None:
 
 
 def summarise(trainers: int, pservers: int, outcomes: list[dict[str, Any]], retries: int,
-              master_status: dict[str, Any]) -> dict[str, Any]:
+              master_status: dict[str, Any], pservers_cpu_s: float | None) -> dict[str, Any]:
     started = [o["started"] for o in outcomes if "started" in o]
     wall = max(o["ended"] for o in outcomes) - min(started) if started else float("nan")
     round_trips = [x for o in outcomes for x in o.get("round_trips", [])]
     push = [x for o in outcomes for x in o.get("push_s", [])]
     pull = [x for o in outcomes for x in o.get("pull_s", [])]
     errors = [o["error"] for o in outcomes if o.get("error")]
+    pushed = sum(o.get("push_rows", 0) for o in outcomes)
     row = {
         "trainers": trainers, "pservers": pservers, "wall_s": round(wall, 3),
         "tasks": len(round_trips), "steps": sum(o.get("steps", 0) for o in outcomes),
         "task_round_trips_per_s": len(round_trips) / wall,
-        "push_rows_per_s": sum(o.get("push_rows", 0) for o in outcomes) / wall,
+        "push_rows_per_s": pushed / wall,
+        # Push throughput per pserver core: rows pushed per CPU second the pservers spent
+        # (pulls included: each step pulls what it pushes). Rows/s alone says how busy the
+        # machine's cores were, shared with the trainers, not what a pserver core can do.
+        "push_rows_per_pserver_cpu_s": (round(pushed / pservers_cpu_s, 1) if pservers_cpu_s
+                                        else None),
         "pull_rows_per_s": sum(o.get("pull_rows", 0) for o in outcomes) / wall,
         "p50_ms": ms(percentile(push, 0.5)), "p99_ms": ms(percentile(push, 0.99)),
         "pull_p50_ms": ms(percentile(pull, 0.5)), "pull_p99_ms": ms(percentile(pull, 0.99)),

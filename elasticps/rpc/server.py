@@ -37,7 +37,6 @@ TOKEN_METADATA_KEY = "x-elasticps-token"
 SHARDS_METADATA_KEY = "x-elasticps-shards"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 MAX_STREAMS_PER_CONNECTION = 32  # a trainer keeps a few calls in flight per server
-MAX_CONCURRENT_RPCS = DEFAULT_MAX_CONCURRENT_RPCS  # per server unless told (config.call_limit)
 MAX_TOKEN_BYTES = 1024  # a longer header is refused without comparing it
 
 CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -78,6 +77,24 @@ def _deny(message: str) -> grpc.RpcMethodHandler:
     return grpc.stream_unary_rpc_method_handler(abort)
 
 
+MISSING_TOKEN = "missing job token (metadata x-elasticps-token)"
+WRONG_TOKEN = "wrong job token"
+
+
+def token_refusal(invocation_metadata: Any, token: bytes) -> str | None:
+    """Why a call with these headers is refused (:data:`MISSING_TOKEN`, :data:`WRONG_TOKEN`),
+    or None when it carries the job token. Constant-time; an oversized token is not compared."""
+    for key, value in invocation_metadata or ():
+        if key == TOKEN_METADATA_KEY:
+            sent = value.encode() if isinstance(value, str) else value
+            break
+    else:
+        return MISSING_TOKEN
+    if len(sent) > MAX_TOKEN_BYTES or not hmac.compare_digest(sent, token):
+        return WRONG_TOKEN
+    return None
+
+
 class TokenInterceptor(grpc.ServerInterceptor):
     """Refuses every call whose ``x-elasticps-token`` metadata is not the job token, before its
     request is read. The health service is no exception: a tokenless call to it would be read
@@ -86,29 +103,22 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, token: str) -> None:
         self._token = token.encode()
-        self._missing = _deny("missing job token (metadata x-elasticps-token)")
-        self._wrong = _deny("wrong job token")
+        self._denials = {MISSING_TOKEN: _deny(MISSING_TOKEN), WRONG_TOKEN: _deny(WRONG_TOKEN)}
 
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        sent = None
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == TOKEN_METADATA_KEY:
-                sent = value.encode() if isinstance(value, str) else value
-                break
-        if sent is None:
-            return self._missing
-        if len(sent) > MAX_TOKEN_BYTES or not hmac.compare_digest(sent, self._token):
-            return self._wrong
+        refusal = token_refusal(handler_call_details.invocation_metadata, self._token)
+        if refusal is not None:
+            return self._denials[refusal]
         return continuation(handler_call_details)
 
 
 def make_server(credentials: JobCredentials, *, max_workers: int = 16,
                 max_receive_bytes: int = MAX_MESSAGE_BYTES,
-                max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS) -> grpc.Server:
+                max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS) -> grpc.Server:
     """A gRPC server that checks the job token on every call. Add servicers, then :func:`bind`
     (which adds TLS unless ``credentials`` are insecure).
 
