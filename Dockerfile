@@ -22,10 +22,11 @@ ENV PATH=/opt/elasticps/bin:$PATH
 RUN pip install --index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" \
         "torch==${TORCH_VERSION}"
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY elasticps ./elasticps
+# The dependencies at the versions the test suite passed with (constraints.txt).
 RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && pip install /wheels/elasticps-*.whl \
+    && pip install -c constraints.txt /wheels/elasticps-*.whl \
     && find /opt/elasticps -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # -- run: the venv on a clean base, as an unprivileged user ----------------------------------

@@ -19,7 +19,8 @@ fi
 # etcd-server's package may start a system etcd on :2379; our tests use their own ports.
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# torch first and pinned, so no resolver step can reach for a CUDA build.
-.venv/bin/python -m pip install -q "torch==2.13.0" numpy
-.venv/bin/python -m pip install -q -e ".[dev]"
+# torch first and pinned, so no resolver step can reach for a CUDA build; everything else at
+# the versions the suite passed with (constraints.txt), so a new machine gets the same numpy.
+.venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0" numpy
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
 echo "setup done: $(.venv/bin/elasticps --version) in .venv (etcd: $(etcd --version | head -1))"

@@ -2,55 +2,101 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
 
-from elasticps.data import FeatureConfig, iter_batches, open_dataset, read_manifest
-from elasticps.data.criteo_layout import SPARSE_COLUMNS
-from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data import (
+    Batch,
+    FeatureConfig,
+    chunk_decode,
+    dataset,
+    iter_batches,
+    open_dataset,
+    read_manifest,
+)
+from elasticps.data.criteo_layout import DENSE_COLUMNS, SPARSE_COLUMNS
+from elasticps.data.criteo_preset import CLIP_MAX, CLIP_MIN, criteo_preset
 from elasticps.data.manifest import Manifest
 from elasticps.errors import DataError
 from tests.helpers import REPO
+from tests.unit.data.v1_batches import (
+    DENSE_ATOL,
+    DENSE_RTOL,
+    mismatches,
+    read_reference,
+    v1_batches,
+)
 
 V1 = REPO / "tests" / "data" / "v1_ctr"
 
-# (batch size, start record, features, shuffle seed): every FeatureConfig mode, resumes, shuffles.
-CASES = [
-    (64, 0, FeatureConfig(), None),
-    (100, 37, FeatureConfig(id_space=1000), 5),
-    (128, 0, FeatureConfig(dense_norm="log-missing", id_space=2**40 + 7), None),
-    (77, 10, FeatureConfig(dense_norm="log"), 3),
-    (200, 0, FeatureConfig(dense_norm="none", id_space=1), None),
-]
-# Computed on main at a379aec, before readers learnt schemas, by this very function.
-DIGEST_BEFORE_SCHEMAS = "fa107012a3f8ca04cd75cf8572884ffb2658fda844829f32268b1ade75665781"
+REFERENCE = REPO / "tests" / "data" / "v1_ctr_batches.npz"
 
 
-def v1_digest(url: str) -> str:
-    ds = open_dataset(url)
-    h = hashlib.sha256()
-    for split in (ds, ds.split("test")):
-        for batch_size, start, features, seed in CASES:
-            for chunk in split.chunks:
-                for b in iter_batches(split.url, chunk, batch_size, start_record=start,
-                                      features=features, shuffle_seed=seed):
-                    h.update(",".join(b.dense_names).encode())
-                    for a in (b.label, b.dense, *(b.ids[c] for c in SPARSE_COLUMNS)):
-                        h.update(str(a.dtype).encode())
-                        h.update(str(a.shape).encode())
-                        h.update(np.ascontiguousarray(a).tobytes())
-                    assert not b.bags
-                    assert b.weight is None
-    return h.hexdigest()
+def test_a_format_1_dataset_yields_the_batches_it_did_before_schemas() -> None:
+    assert mismatches(v1_batches(str(V1)), read_reference(REFERENCE)) == []
 
 
-def test_a_format_1_dataset_yields_exactly_the_batches_it_did_before() -> None:
-    assert v1_digest(str(V1)) == DIGEST_BEFORE_SCHEMAS
+def _scaled(normalize: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    return lambda *args: normalize(*args) * np.float32(1 + 1e-5)
+
+
+def _two_rows_swapped(permutation: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def swapped(*args: object) -> np.ndarray:
+        order = permutation(*args).copy()
+        order[[-2, -1]] = order[[-1, -2]]  # past any resume point
+        return order
+    return swapped
+
+
+def _one_id_changed(hash_keys: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def changed(*args: object) -> np.ndarray:
+        ids = hash_keys(*args).copy()
+        ids[-1] = (ids[-1] + 1) % args[2]
+        return ids
+    return changed
+
+
+def _last_row_dropped(decode: Callable[..., Batch]) -> Callable[..., Batch]:
+    return lambda *args: (whole := decode(*args)).slice(0, len(whole) - 1)
+
+
+@pytest.mark.parametrize(("module", "name", "wrong", "broken"), [
+    (chunk_decode, "normalize_column", _scaled, "/dense"),
+    (dataset, "chunk_permutation", _two_rows_swapped, "/exact"),
+    (chunk_decode, "hash_keys", _one_id_changed, "/exact"),
+    (dataset, "decode_table", _last_row_dropped, "/sizes"),
+], ids=["dense-off-by-1e-5", "two-rows-swapped", "one-id-changed", "a-row-lost"])
+def test_the_reference_catches_a_reader_that_changes_values_order_or_boundaries(
+        monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str,
+        wrong: Callable[[Callable[..., Any]], Callable[..., Any]], broken: str) -> None:
+    monkeypatch.setattr(module, name, wrong(getattr(module, name)))
+    problems = mismatches(v1_batches(str(V1)), read_reference(REFERENCE))
+    assert problems
+    assert any(broken in line for line in problems), problems
+
+
+@pytest.mark.parametrize("norm", ["minmax", "log", "log-missing", "none"])
+def test_format_1_dense_values_follow_the_documented_formula(norm: str) -> None:
+    import pyarrow.parquet as pq
+
+    raw = pq.read_table(V1 / "part-00000.parquet", columns=list(DENSE_COLUMNS))
+    x = np.stack([c.to_numpy(zero_copy_only=False) for c in raw.columns], axis=1)
+    missing = np.isnan(x)
+    low, high = np.array(CLIP_MIN, float), np.array(CLIP_MAX, float)
+    want = {"minmax": (np.clip(x, low, high) - low) / (high - low),
+            "log": np.log1p(np.maximum(x, 0)), "log-missing": np.log1p(np.maximum(x, 0)),
+            "none": x}[norm]
+    want[missing] = -1.0 if norm == "log-missing" else 0.0
+    got = np.concatenate([b.dense for b in open_dataset(str(V1)).iter_batches(
+        64, features=FeatureConfig(dense_norm=norm))])
+    np.testing.assert_allclose(got, want, rtol=DENSE_RTOL, atol=DENSE_ATOL)
 
 
 def test_a_format_1_manifest_declares_the_criteo_preset_and_round_trips() -> None:
