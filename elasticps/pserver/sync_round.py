@@ -16,7 +16,10 @@ Membership adapts so no round waits forever:
 
 A contribution already in the round stays in it whatever becomes of its trainer: it is applied
 with the round, and recorded in the applied set like any batch, so the task's re-dispatch finds
-it applied (exactly-once). Pending contributions live in memory only: a pserver that dies loses
+it applied (exactly-once). A batch waits in the round at most once: the task's new holder that
+pushes it again mid-round waits on the same contribution and counts as having contributed, so
+the round closes when every live member has pushed (a round is never left waiting for a member
+that already waits in it). Pending contributions live in memory only: a pserver that dies loses
 them unapplied and unrecorded, and the trainers' retried pushes contribute to the restarted
 shard's rounds.
 
@@ -33,60 +36,75 @@ import numpy as np
 
 @dataclass
 class Contribution:
-    """One trainer's push waiting in the open round, and how it ended."""
+    """One batch's push waiting in the open round, and how it ended."""
 
-    trainer: str
+    trainer: str  # who pushed it first
     batch: tuple[int, int, int]  # (pass_id, task_id, seq)
     dense: Mapping[str, np.ndarray]
     sparse: Mapping[str, tuple[np.ndarray, np.ndarray]]
     drop: bool  # NaN/Inf somewhere in the batch: recorded, not averaged in
     # SCORE tables: (shows, clicks) per id of the table's sparse ids (absent: shown once each)
     counts: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # Every trainer whose push of this batch waits on it: its first pusher, and whoever holds
+    # the batch's task after that pusher died (or was thought dead) and pushed it again.
+    waiters: set[str] = field(default_factory=set)
     applied: bool = False
     skipped: bool = False
     error: Exception | None = None  # the round could not be applied (nothing changed)
     done: bool = False
 
+    def __post_init__(self) -> None:
+        self.waiters.add(self.trainer)
+
 
 class SyncRounds:
-    """Members and the open round's contributions (see the module docstring)."""
+    """Members and the open round's contributions (see the module docstring).
+
+    A member counts as having contributed when it waits on some contribution of the round. A
+    batch is in the round at most once, whoever pushes it: a trainer's push of a batch already
+    waiting makes it one more waiter of that contribution, so a task re-dispatched mid-round
+    neither adds its batch twice nor leaves its new holder uncounted. The round therefore
+    closes as soon as every live member has pushed, and never waits on a trainer that has.
+    """
 
     def __init__(self) -> None:
         self.members: set[str] = set()
-        self.pending: dict[str, Contribution] = {}  # by trainer
+        self.pending: dict[tuple[int, int, int], Contribution] = {}  # by batch
         self.rounds = 0  # rounds closed
 
     def offer(self, contribution: Contribution) -> Contribution:
-        """Join the round with ``contribution``; the contribution to wait on. A push of a
-        batch already waiting (a retry, or the batch's task re-dispatched after its trainer
-        died mid-round) waits on that one instead of adding the batch twice."""
-        for waiting in self.pending.values():
-            if waiting.batch == contribution.batch:
-                return waiting
+        """Join the round with ``contribution``; the contribution to wait on (an equal batch's
+        that already waits, or this one)."""
         self.members.add(contribution.trainer)
-        stale = self.pending.get(contribution.trainer)
-        if stale is not None:  # a restarted trainer under the same name: its old push is void
-            stale.done = True
-        self.pending[contribution.trainer] = contribution
+        waiting = self.pending.get(contribution.batch)
+        if waiting is not None:
+            waiting.waiters.add(contribution.trainer)
+            return waiting
+        self.pending[contribution.batch] = contribution
         return contribution
 
     def join(self, trainer: str) -> None:
         self.members.add(trainer)
 
     def leave(self, trainer: str) -> bool:
-        """The trainer is no longer waited for; True if it was a member."""
+        """The trainer is no longer waited for; True if it was a member. A push of its that
+        waits stays in the round: it is a batch's gradient like any other."""
         if trainer in self.members:
             self.members.discard(trainer)
             return True
         return False
 
+    def contributed(self) -> set[str]:
+        """The trainers waiting on some contribution of the open round."""
+        return set().union(*(c.waiters for c in self.pending.values()))
+
     def ready(self) -> bool:
         """Every member has contributed (and someone has)."""
-        return bool(self.pending) and self.members <= self.pending.keys()
+        return bool(self.pending) and self.members <= self.contributed()
 
     def take(self) -> list[Contribution]:
-        """Close the round: its contributions, in trainer order (a deterministic sum)."""
-        closed = [self.pending[name] for name in sorted(self.pending)]
+        """Close the round: its contributions, in batch order (a deterministic sum)."""
+        closed = [self.pending[batch] for batch in sorted(self.pending)]
         self.pending.clear()
         self.rounds += 1
         return closed

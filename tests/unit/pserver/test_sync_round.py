@@ -186,12 +186,32 @@ def test_the_bookkeeping_alone() -> None:
     first = offer("a", 0)
     assert rounds.ready()  # a alone is every member
     assert offer("a", 0) is first  # a resend waits on the same contribution
-    assert offer("b", 0) is first  # the same batch from another trainer too
-    assert rounds.members == {"a"}
-    offer("b", 1)
+    assert offer("b", 0) is first  # the same batch from another trainer too, counted as b's
+    assert (rounds.members, rounds.contributed()) == ({"a", "b"}, {"a", "b"})
     assert rounds.ready()
-    assert [c.trainer for c in rounds.take()] == ["a", "b"]
+    assert [c.batch for c in rounds.take()] == [(0, 0, 0)]
     offer("a", 2)
-    assert not rounds.ready()  # b is a member now
+    assert not rounds.ready()  # b is a member and has not pushed in this round
     assert rounds.leave("b")
     assert rounds.ready()
+
+
+def test_a_task_taken_over_mid_round_closes_the_round(pool) -> None:
+    """Three members; b dies while its push waits, c takes b's task and pushes b's batch
+    again; the slow member a pushes last. The round closes with each batch once."""
+    shard = _shard("a", "b")
+    b = _push(pool, shard, "b", 0, 3.0)
+    wait_for(lambda: _waiting(shard, 1), 10, "b's push to wait for a")
+    assert shard.leave_round("b")  # b's lease expired: it died
+    shard.join_round("c")  # c took b's task and began it
+    # The same batch (task 1, seq 0), now c's: it waits in the round, answered pending.
+    assert shard.push(BatchKey(0, 1, 0), _grad(3.0), NO_ROWS, trainer="c", wait_s=0.01).pending
+    a = _push(pool, shard, "a", 0, 1.0)  # the slow member, last
+    assert a.result(timeout=10).applied
+    # c's resend: b's contribution was applied once, so c's is a duplicate.
+    again = shard.push(BatchKey(0, 1, 0), _grad(3.0), NO_ROWS, trainer="c", wait_s=0.01)
+    assert (again.applied, again.pending) == (False, False)
+    assert b.result(timeout=10).applied  # the dead trainer's call, had it lived
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 - 0.5 * 2.0)  # mean of 1, 3
+    assert (shard.stats().rounds, shard.stats().applied_batches) == (1, 2)
+    assert shard.round_members() == {"a", "c"}
