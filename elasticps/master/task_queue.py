@@ -34,7 +34,9 @@ shard misses back through :meth:`TaskQueue.reconciled`: each such task becomes a
 *recovery dispatch* with ``only_batches`` = the missing seqs (union over shards). Recovery
 dispatches are leased, renewed, failed and finished like any task (a recovery finish adds no
 records to the job's progress and keeps the task's batch count); when none is left the queue
-reconciles again. An empty answer (every shard holds every batch) ends the pass.
+reconciles again. An empty answer (every shard holds every batch) ends the pass. Recovery is
+bounded: when more than ``max_stalled_recoveries`` reconciliations in a row find exactly the
+same batches missing, the job fails with a reason naming them instead of going round for ever.
 
 Each transition returns a :class:`Delta` naming the task records and whether the meta record
 changed, so the service persists only what changed (see :mod:`elasticps.master.snapshot`).
@@ -82,10 +84,16 @@ class QueuePolicy:
     task_lease: float = 30.0  # seconds a pending task lives without a progress report
     max_failed_fraction: float = 0.1  # more FAILED tasks than this in a pass fail the job
     reconcile: bool = False  # a pass ends only once the pservers hold all of its batches
+    # Reconciliations in a row that may find exactly the same batches missing before the job
+    # fails: recovery that changes nothing would otherwise go round for ever.
+    max_stalled_recoveries: int = 3
 
     def __post_init__(self) -> None:
         if self.max_failures < 1:
             raise InvalidArgumentError(f"max_failures={self.max_failures} must be >= 1")
+        if self.max_stalled_recoveries < 1:
+            raise InvalidArgumentError(
+                f"max_stalled_recoveries={self.max_stalled_recoveries} must be >= 1")
         if not self.task_lease > 0:
             raise InvalidArgumentError(f"task_lease={self.task_lease} must be > 0 seconds")
         if not 0.0 <= self.max_failed_fraction <= 1.0:
@@ -260,6 +268,10 @@ class TaskQueue:
         self.failure_log: list[FailureEntry] = []
         self.reconciling = False
         self.recoveries_total = 0
+        # The batches the last reconciliation found missing, and how many in a row found
+        # exactly those (in memory: a new leader starts counting again).
+        self._last_missing: dict[int, tuple[int, ...]] = {}
+        self._stalled = 0
         self._save: SaveGrant | None = None
         self._save_until = 0.0
 
@@ -521,6 +533,17 @@ class TaskQueue:
         self.reconciling = False
         if not checked:
             return Delta(meta=True) | self._end_pass()
+        self._stalled = self._stalled + 1 if checked == self._last_missing else 1
+        self._last_missing = checked
+        if self._stalled > self.policy.max_stalled_recoveries:
+            shown = "; ".join(f"task {t}: seqs {list(seqs)[:10]}"
+                              for t, seqs in list(checked.items())[:5])
+            self.failed_reason = (
+                f"pass {pass_id} cannot be reconciled: {self._stalled} reconciliations in a "
+                f"row found the same {sum(map(len, checked.values()))} batch(es) missing "
+                f"after recovering them ({shown}); some shard refuses them every time, see "
+                "the pservers' logs")
+            return Delta(meta=True)
         for task_id, wanted in checked.items():
             task = self._tasks[task_id]
             self._set_state(task, TaskState.TODO)
@@ -666,6 +689,7 @@ class TaskQueue:
         return self._end_pass()
 
     def _end_pass(self) -> Delta:
+        self._last_missing, self._stalled = {}, 0
         if self.pass_id + 1 >= self.num_passes:
             self.finished = True
             return Delta(meta=True)

@@ -1,11 +1,8 @@
 """``PServerClient``: the trainer's view of N pserver shards as one parameter store.
 
-Routing (the same rules the shards enforce):
-
-- sparse id ``x`` lives on shard ``x % N``; a pull sends each shard its ids (deduplicated) and
-  puts the rows back in the caller's order;
-- a dense parameter is flattened and split by ``np.array_split(flat, N)``; part ``i`` goes to
-  shard ``i``.
+Routing is :mod:`elasticps.pserver.routing`'s (the shards enforce the same rule): sparse id
+``x`` lives on shard ``x % N`` (a pull sends each shard its ids, deduplicated, and puts the rows
+back in the caller's order); a dense parameter is flattened and split by ``np.array_split``.
 
 A push is one atomic Push per shard, shards in parallel, each carrying the batch's BatchRef —
 every shard gets one, even with nothing to apply, so each shard's applied set accounts for every
@@ -52,6 +49,7 @@ from elasticps.errors import (
 )
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.dense_tag import DenseTag, TaggedDense
+from elasticps.pserver.routing import dense_parts, route_ids
 from elasticps.retry import RetryPolicy
 from elasticps.rpc import (
     JobCredentials,
@@ -450,7 +448,7 @@ class PServerClient:
                     f"initial value for {name!r} has {flat.size} elements; the table's shape "
                     f"{list(spec.shape)} needs {math.prod(spec.shape)}"
                 )
-            for i, part in enumerate(np.array_split(flat, shards)):
+            for i, part in enumerate(dense_parts(flat, shards)):
                 parts[i].append(pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
         requests = [pserver_pb2.InitDenseRequest(values=p) for p in parts]
         todo = [i for i in range(shards) if not states[i]]
@@ -512,7 +510,7 @@ class PServerClient:
     @staticmethod
     def _route(ids: np.ndarray, shards: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """(order, per-shard positions into ``ids``): positions grouped by ``id % shards``."""
-        owner = ids % shards
+        owner = route_ids(ids, shards)
         order = np.argsort(owner, kind="stable")
         bounds = np.searchsorted(owner[order], np.arange(shards + 1))
         return order, [order[bounds[i]:bounds[i + 1]] for i in range(shards)]
@@ -620,7 +618,7 @@ class PServerClient:
         shards = len(requests)
         for name, grad in dense.items():
             flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
-            for i, part in enumerate(np.array_split(flat, shards)):
+            for i, part in enumerate(dense_parts(flat, shards)):
                 requests[i].dense.append(
                     pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
         for name, (ids, rows) in sparse.items():

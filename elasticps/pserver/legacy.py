@@ -18,17 +18,25 @@ position is applied only if no earlier layout had applied B on the old shard tha
 ``id % N_k``, position by ``np.array_split`` over ``N_k``); B is then recorded as applied here.
 So every (batch, row) and (batch, position) is applied exactly once across any chain of
 reshardings. Layouts hold only batches of passes not yet pruned; one with nothing left is dropped.
+
+A geo push carries one summed delta for a *window* of batches, which cannot be taken apart. For
+each old shard owning a row or position it touches, the window is then applied *whole* there
+(every batch of it: those rows are left alone), *not at all* (they are applied) or *in part*. In
+part, neither choice is exact, so :class:`WindowMask` says so and the shard refuses the window
+whole, recording none of its batches: they stay missing, and the pass-end reconciliation hands
+them out again as a recovery dispatch, whose batches go out one window each (one batch is
+never applied in part).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.tables import dense_bounds
+from elasticps.pserver.routing import dense_owner, route_ids
 
 Batch = tuple[int, int, int]  # (pass_id, task_id, seq)
 
@@ -45,11 +53,10 @@ class LegacyLayout:
             raise ValueError(f"a layout of {self.num_shards} shards needs as many applied sets, "
                              f"got {len(self.applied)}")
 
-    def applied_on(self, batches: Sequence[Batch]) -> np.ndarray:
-        """bool [num_shards]: whether old shard i had applied any of ``batches`` (a geo window
-        is applied whole or not at all, so any of its batches stands for all of them)."""
-        return np.array([any(s.contains(*b) for b in batches) for s in self.applied],
-                        dtype=np.bool_)
+    def applied_counts(self, batches: Sequence[Batch]) -> np.ndarray:
+        """int [num_shards]: how many of ``batches`` old shard i had applied."""
+        return np.array([sum(s.contains(*b) for b in batches) for s in self.applied],
+                        dtype=np.int64)
 
     def copy(self) -> LegacyLayout:
         return LegacyLayout(self.num_shards, [s.copy() for s in self.applied])
@@ -64,32 +71,46 @@ class LegacyLayout:
         return not any(len(s) for s in self.applied)
 
 
-def sparse_done(layouts: Sequence[LegacyLayout], batches: Sequence[Batch],
-                ids: np.ndarray) -> np.ndarray:
-    """bool [len(ids)]: the rows some earlier layout already applied ``batches`` to."""
-    done = np.zeros(ids.shape[0], dtype=np.bool_)
+@dataclass(frozen=True)
+class WindowMask:
+    """What earlier layouts applied of a window, per row or position of one push."""
+
+    done: np.ndarray  # bool: its old shard applied every batch of the window (leave it alone)
+    partial: np.ndarray  # bool: its old shard applied some batches of the window, not all
+
+    @property
+    def exact(self) -> bool:
+        """Whether masking ``done`` applies each (batch, row) once: no position is partial."""
+        return not self.partial.any()
+
+
+def _mask(layouts: Sequence[LegacyLayout], batches: Sequence[Batch], size: int,
+          owners: Callable[[LegacyLayout], np.ndarray]) -> WindowMask:
+    done = np.zeros(size, dtype=np.bool_)
+    partial = np.zeros(size, dtype=np.bool_)
     for layout in layouts:
-        on = layout.applied_on(batches)
-        if on.any():
-            done |= on[ids % layout.num_shards]
-    return done
+        counts = layout.applied_counts(batches)
+        if not counts.any():
+            continue
+        owner = owners(layout)
+        done |= (counts == len(batches))[owner]
+        partial |= ((counts > 0) & (counts < len(batches)))[owner]
+    return WindowMask(done, partial)
+
+
+def sparse_done(layouts: Sequence[LegacyLayout], batches: Sequence[Batch],
+                ids: np.ndarray) -> WindowMask:
+    """Per id of ``ids``: whether some earlier layout applied ``batches`` to its row."""
+    return _mask(layouts, batches, ids.shape[0], lambda layout: route_ids(ids, layout.num_shards))
 
 
 def dense_done(layouts: Sequence[LegacyLayout], batches: Sequence[Batch], size: int,
-               start: int, stop: int) -> np.ndarray:
-    """bool [stop - start]: the positions ``[start, stop)`` of a dense parameter of ``size``
-    elements that some earlier layout already applied ``batches`` to."""
-    done = np.zeros(stop - start, dtype=np.bool_)
+               start: int, stop: int) -> WindowMask:
+    """Per position ``[start, stop)`` of a dense parameter of ``size`` elements: whether some
+    earlier layout applied ``batches`` to it."""
     positions = np.arange(start, stop, dtype=np.int64)
-    for layout in layouts:
-        on = layout.applied_on(batches)
-        if not on.any():
-            continue
-        starts = np.array([dense_bounds(size, s, layout.num_shards)[0]
-                           for s in range(layout.num_shards)], dtype=np.int64)
-        owner = np.searchsorted(starts, positions, side="right") - 1
-        done |= on[owner]
-    return done
+    return _mask(layouts, batches, stop - start,
+                 lambda layout: dense_owner(positions, size, layout.num_shards))
 
 
 def intersection(sets: Sequence[AppliedSet]) -> AppliedSet:

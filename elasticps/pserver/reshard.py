@@ -28,6 +28,7 @@ import numpy as np
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.legacy import LegacyLayout, intersection
+from elasticps.pserver.routing import dense_bounds, route_ids
 from elasticps.pserver.snapshot import (
     DenseState,
     RowBookkeeping,
@@ -35,7 +36,6 @@ from elasticps.pserver.snapshot import (
     ShardSnapshot,
     SparseState,
 )
-from elasticps.pserver.tables import dense_bounds
 
 _PER_BATCH_COUNTERS = ("pushes", "duplicates", "skipped_nonfinite")
 _SKETCH_MAX = np.iinfo(np.uint16).max
@@ -128,7 +128,7 @@ def _split_sparse(parts: list[SparseState], new_count: int) -> list[SparseState]
         hits = np.concatenate([b.hits for b in books if b is not None])
     else:
         touched, unix, hits = np.zeros(0, np.int32), np.zeros(0, np.float64), np.zeros(0, np.uint32)
-    owner = ids % new_count
+    owner = route_ids(ids, new_count)
     out = []
     for j in range(new_count):
         rows = np.flatnonzero(owner == j)

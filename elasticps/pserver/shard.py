@@ -16,6 +16,7 @@ dropped consistently.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import threading
 import time
@@ -49,6 +50,8 @@ from elasticps.pserver.sparse_table import (
 from elasticps.pserver.sync_round import Contribution, SyncRounds, average, summed_counts
 from elasticps.pserver.tables import DenseShard, normalize_spec
 
+log = logging.getLogger(__name__)
+
 _RATE_WINDOW_S = 10.0
 PULL_CHUNK = 1 << 16  # ids per lock hold in a pull: a huge pull never stalls pushes for long
 _SWEEP_INTERVAL_S = 1.0  # TTL sweeps: at most this often, and whenever a new pass begins
@@ -78,6 +81,9 @@ class PushResult:
     applied: bool  # False: a duplicate of an applied batch
     skipped: bool  # True: dropped for non-finite values (still recorded as applied)
     pending: bool = False  # sync mode: its round is still open; nothing applied yet
+    # Geo: the window was refused whole because part of it (not all) was applied before,
+    # here or by an earlier layout; none of its batches is recorded, so they stay missing.
+    partly_applied: bool = False
     # Async pushes: the dense state just before and just after this push (dense_tag.py).
     dense_before: DenseTag | None = None
     dense_after: DenseTag | None = None
@@ -140,6 +146,9 @@ class ShardState:
         # Pushes of which an earlier layout had applied a part (legacy.py): a resharding cut
         # through them, and only the rest was applied here.
         self.partly_applied_before = 0
+        # Geo windows refused whole because some (not all) of their batches were applied
+        # before, here or on an earlier layout's shard: applying or masking either is wrong.
+        self.windows_refused_partly_applied = 0
         self.skipped_nonfinite = 0
         self.version = 0  # bumped by every change; the checkpointer skips unchanged shards
         # The dense state's tag (dense_tag.py): bumped by every change of a dense table.
@@ -315,7 +324,9 @@ class ShardState:
             finite = all(np.isfinite(g).all() for g in dense.values()) and all(
                 np.isfinite(rows).all() for _, rows in sparse.values()
             )
-            sparse, counts, keep = self._not_applied_before([batch], sparse, counts)
+            masked = self._not_applied_before([batch], sparse, counts)
+            assert masked is not None  # one batch is applied whole or not at all, per shard
+            sparse, counts, keep = masked
             if self.rounds is not None:
                 dense = {n: np.where(keep[n], np.float32(0), g) if n in keep else g
                          for n, g in dense.items()}
@@ -354,9 +365,14 @@ class ShardState:
         dense: Mapping[str, np.ndarray],
         sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
     ) -> PushResult:
-        """Geo mode: add a trainer's parameter deltas, which cover ``batches``, at most once:
-        if any of them is recorded as applied nothing changes (the master's pass-end
-        reconciliation hands out again whichever were not), else all are recorded."""
+        """Geo mode: add a trainer's parameter deltas, which cover ``batches``, at most once.
+
+        A window all of whose batches are applied is a duplicate. One only part of whose
+        batches were applied, here or (for some row or position it touches) on an earlier
+        layout's shard, is refused whole: nothing changes and none is recorded, so the pass-end
+        reconciliation hands them out again, one batch per window (legacy.py). Otherwise the
+        delta is added, leaving alone what an earlier layout applied the whole window to, and
+        every batch is recorded."""
         if not batches:
             raise InvalidArgumentError("a delta push must name the batches it covers")
         for batch in batches:
@@ -370,14 +386,18 @@ class ShardState:
             self._validate(dense, sparse)
             if len(set(batches)) != len(batches):
                 raise InvalidArgumentError("a delta push names one batch twice")
-            if any(self.applied.contains(b.pass_id, b.task_id, b.seq) for b in batches):
+            here = sum(self.applied.contains(b.pass_id, b.task_id, b.seq) for b in batches)
+            if here == len(batches):
                 self.duplicates += 1
                 return PushResult(applied=False, skipped=False)
+            masked = None if here else self._not_applied_before(batches, sparse, {}, dense)
+            if masked is None:
+                return self._refuse_partly_applied(batches, here)
             finite = all(np.isfinite(g).all() for g in dense.values()) and all(
                 np.isfinite(rows).all() for _, rows in sparse.values())
             if finite:
                 first = batches[0]
-                sparse, _, keep = self._not_applied_before(batches, sparse, {})
+                sparse, _, keep = masked
                 self._apply(batch_seed(first.pass_id, first.task_id, first.seq), dense, sparse,
                             max(b.pass_id for b in batches), delta=True, keep=keep)
             for batch in batches:
@@ -387,11 +407,14 @@ class ShardState:
     def _not_applied_before(
         self, batches: list[BatchKey], sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
         counts: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        dense: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[Mapping[str, tuple[np.ndarray, np.ndarray]],
-               Mapping[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+               Mapping[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]] | None:
         """After a resharding (legacy.py): ``sparse`` (and its show/click ``counts``) without
         the rows an earlier layout already applied ``batches`` to, and per dense table the
-        positions to leave alone."""
+        positions to leave alone. None when, for some row or position the push touches
+        (every dense table when ``dense`` is None), an earlier layout applied some of
+        ``batches`` but not all: no mask makes that window exact (never for one batch)."""
         if not self.legacy:  # the push path's usual case: nothing to mask, nothing copied
             return sparse, counts, {}
         refs = [(b.pass_id, b.task_id, b.seq) for b in batches]
@@ -399,7 +422,10 @@ class ShardState:
         kept_counts = dict(counts)
         skipped = 0
         for name, (ids, rows) in sparse.items():
-            done = sparse_done(self.legacy, refs, ids)
+            mask = sparse_done(self.legacy, refs, ids)
+            if not mask.exact:
+                return None
+            done = mask.done
             kept[name] = (ids[~done], rows[~done]) if done.any() else (ids, rows)
             if done.any() and name in counts:
                 shows, clicks = counts[name]
@@ -407,15 +433,28 @@ class ShardState:
             skipped += int(done.sum())
         keep: dict[str, np.ndarray] = {}
         for name, table in self.tables.items():
-            if isinstance(table, DenseShard):
-                done = dense_done(self.legacy, refs, math.prod(table.spec.shape), table.start,
+            if isinstance(table, DenseShard) and (dense is None or name in dense):
+                mask = dense_done(self.legacy, refs, math.prod(table.spec.shape), table.start,
                                   table.stop)
-                if done.any():
-                    keep[name] = done
-                    skipped += int(done.sum())
+                if not mask.exact:
+                    return None
+                if mask.done.any():
+                    keep[name] = mask.done
+                    skipped += int(mask.done.sum())
         if skipped:
             self.partly_applied_before += 1
         return kept, kept_counts, keep
+
+    def _refuse_partly_applied(self, batches: list[BatchKey], here: int) -> PushResult:
+        self.windows_refused_partly_applied += 1
+        where = (f"{here} of them on this shard" if here else
+                 "some of them on an earlier layout's shard owning rows it touches")
+        first, last = batches[0], batches[-1]
+        log.info("Shard %d refuses a geo window of %d batches (pass %d, task %d, seqs %d..%d): "
+                 "%s were applied before, so none is recorded and the pass-end reconciliation "
+                 "hands them out again, one batch per window.", self.shard, len(batches),
+                 first.pass_id, first.task_id, first.seq, last.seq, where)
+        return PushResult(applied=False, skipped=False, partly_applied=True)
 
     def _apply(self, seed: int, dense: Mapping[str, np.ndarray],
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
@@ -661,6 +700,8 @@ class ShardState:
                 legacy=[layout.copy() for layout in self.legacy],
                 counters={"pushes": self.pushes, "duplicates": self.duplicates,
                           "partly_applied_before": self.partly_applied_before,
+                          "windows_refused_partly_applied":
+                              self.windows_refused_partly_applied,
                           "skipped_nonfinite": self.skipped_nonfinite,
                           **table_counters(sparse_tables)},
                 delta=as_delta, tombstones=tombstones,
@@ -701,6 +742,8 @@ class ShardState:
             self.pushes = snap.counters.get("pushes", 0)
             self.duplicates = snap.counters.get("duplicates", 0)
             self.partly_applied_before = snap.counters.get("partly_applied_before", 0)
+            self.windows_refused_partly_applied = snap.counters.get(
+                "windows_refused_partly_applied", 0)
             self.skipped_nonfinite = snap.counters.get("skipped_nonfinite", 0)
             self.restored_from = source
             self.version += 1

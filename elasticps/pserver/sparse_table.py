@@ -24,6 +24,7 @@ from elasticps.pserver import sparse_policy
 from elasticps.pserver.hashing import splitmix64, uniform01
 from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
+from elasticps.pserver.routing import route_ids
 from elasticps.pserver.snapshot import RowBookkeeping, RowScores, SparseState
 from elasticps.pserver.tables import (
     MAX_DIRECT_IDS,
@@ -176,7 +177,7 @@ class SparseTable:
             raise InvalidArgumentError(
                 f"{what} id {first} for table {self.name!r} is outside the id space {limit}"
             )
-        foreign = ids % self.num_shards != self.shard
+        foreign = route_ids(ids, self.num_shards) != self.shard
         if foreign.any():
             first = int(ids[np.flatnonzero(foreign)[0]])
             raise InvalidArgumentError(

@@ -1,10 +1,7 @@
 """Tables held by one pserver shard: dense slices and sparse embedding rows.
 
-Sharding (the client routes by the same rules):
-
-- a sparse id goes to shard ``id % N``;
-- a dense parameter is flattened (C order) and split by ``np.array_split(flat, N)``: shard ``i``
-  holds part ``i``, so a big parameter spreads over every pserver by size.
+Sharding is :mod:`elasticps.pserver.routing`'s: a sparse id on shard ``id % N``, a dense
+parameter split by ``np.array_split(flat, N)``, so a big parameter spreads over every pserver.
 
 Initial values are a pure function of ``(seed, id, column)`` (sparse) or ``(seed, flat index)``
 (dense), computed with a counter-based hash (splitmix64), so a row has the same start value on
@@ -21,6 +18,7 @@ from elasticps.errors import InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.hashing import uniform01
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
+from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.sparse_policy import check_policy, fill_score_defaults
 
 TableSpec = pserver_pb2.TableSpec
@@ -113,13 +111,6 @@ def sum_duplicates(ids: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.n
     if starts.shape[0] == ids.shape[0]:
         return sorted_ids, grads[order]
     return sorted_ids[starts], np.add.reduceat(grads[order], starts, axis=0)
-
-
-def dense_bounds(size: int, shard: int, num_shards: int) -> tuple[int, int]:
-    """[start, stop) of part ``shard`` of ``np.array_split(flat_of_size, num_shards)``."""
-    base, extra = divmod(size, num_shards)
-    start = shard * base + min(shard, extra)
-    return start, start + base + (1 if shard < extra else 0)
 
 
 class DenseShard:

@@ -26,7 +26,7 @@ import numpy as np
 
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
-from elasticps.pserver.tables import dense_bounds
+from elasticps.pserver.routing import dense_bounds
 
 
 class _Part:

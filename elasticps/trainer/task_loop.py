@@ -223,6 +223,11 @@ class TaskLoop:
             item, next_batch = ahead
             self.worker.train(item, next_batch)
             tally.add(item)
+            if task.only_batches:
+                # A recovered batch may be applied on some shards (or an earlier layout's) and
+                # not others, so each goes out alone: in geo mode a window of several could be
+                # applied in part somewhere, and a shard refuses such a window whole.
+                self.worker.flush()
             if beat.lost.is_set():
                 log.warning("Trainer %s lost task %d (pass %d) to another trainer; dropping "
                             "it.", self.trainer_name, task.task_id, task.pass_id)

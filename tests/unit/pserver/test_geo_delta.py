@@ -47,13 +47,15 @@ def test_a_delta_is_added_once_and_records_every_batch_it_covers() -> None:
     np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 + 1)  # added, no optimizer
     np.testing.assert_allclose(shard.pull_sparse("emb", ids), start + 0.25)
     assert shard.applied.applications(0, 7) == 3
-    # The same window again (a retry), or one overlapping it: nothing changes.
-    for keys in (_keys(0, 1, 2), _keys(2, 3)):
-        again = shard.push_delta(keys, {"w": np.ones(3, np.float32)}, {})
-        assert not again.applied
+    # The same window again (a retry) is a duplicate; one overlapping it is refused whole,
+    # recording nothing: seq 3 is left for the master to hand out again.
+    again = shard.push_delta(_keys(0, 1, 2), {"w": np.ones(3, np.float32)}, {})
+    assert (again.applied, again.partly_applied) == (False, False)
+    overlap = shard.push_delta(_keys(2, 3), {"w": np.ones(3, np.float32)}, {})
+    assert (overlap.applied, overlap.partly_applied) == (False, True)
     np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 + 1)
-    assert not shard.applied.contains(0, 7, 3)  # left for the master to hand out again
-    assert shard.stats().duplicates == 2
+    assert not shard.applied.contains(0, 7, 3)
+    assert (shard.stats().duplicates, shard.windows_refused_partly_applied) == (1, 1)
 
 
 def test_modes_do_not_mix_and_bad_windows_are_refused() -> None:

@@ -15,9 +15,9 @@ from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.legacy import intersection
 from elasticps.pserver.reshard import reshard_snapshots
+from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.snapshot import ShardSnapshot
-from elasticps.pserver.tables import dense_bounds
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

@@ -11,8 +11,9 @@ from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotF
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.index import HashIndex
+from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.shard import BatchKey, ShardState
-from elasticps.pserver.tables import dense_bounds, initial_values
+from elasticps.pserver.tables import initial_values
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
