@@ -140,7 +140,10 @@ def test_a_resharding_stops_the_pservers_runs_the_job_then_asks_for_m(
     pod = job["spec"]["template"]["spec"]
     [container] = pod["containers"]
     pserver = template["spec"]["containers"][0]
-    assert container["command"] == ["elasticps", "reshard", "--pservers", "3", "--wait", "120"]
+    assert container["command"] == ["elasticps", "reshard", "--pservers", "3", "--wait", "120",
+                                    "--layout-file", "/dev/termination-log"]
+    assert (container["terminationMessagePath"], container["terminationMessagePolicy"]) == \
+        ("/dev/termination-log", "File")
     assert (container["image"], container["env"], container["volumeMounts"]) == \
         (pserver["image"], pserver["env"], pserver["volumeMounts"])
     assert pod["volumes"] == template["spec"]["volumes"]
