@@ -219,8 +219,12 @@ def run_scale(args: argparse.Namespace) -> int:
         old = ClusterResharding(client, args.job, namespace, args.pservers,
                                 ReshardTimeouts(job_s=timeout),
                                 say=lambda line: print(line, flush=True)).run()
-        print(f"elasticps scale: job {args.job} in namespace {namespace} resharded from {old} "
-              f"to {args.pservers} pserver(s)")
+        if old == args.pservers:  # found at 0 pservers, the layout already at M
+            print(f"elasticps scale: job {args.job} in namespace {namespace} has its "
+                  f"{args.pservers} pserver(s) back")
+        else:
+            print(f"elasticps scale: job {args.job} in namespace {namespace} resharded from "
+                  f"{old} to {args.pservers} pserver(s)")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The one-shot Job of a cluster resharding, made from the job's pserver pod template (pure).
+"""The one-shot Jobs of a cluster resharding, made from the job's pserver pod template (pure).
 
 ``elasticps scale JOB --pservers M`` creates it once every pserver pod is gone; its one pod
 runs ``elasticps reshard --pservers M`` (:mod:`elasticps.pserver.layout_change`) with
@@ -11,6 +11,11 @@ What a serving pserver needs and a one-shot commit must not have is dropped: por
 The pod is labelled ``elasticps.io/role: reshard``, not ``pserver``: the pserver Service, the
 pserver NetworkPolicy and the wait for "no pserver pod left" must not count it; the job label
 stays, so the job's etcd NetworkPolicy admits it and ``elasticps delete`` removes it.
+
+Both pods write the layout they leave (``--layout-file``) to their termination message, which
+the API server shows in the pod's status: ``elasticps scale`` cannot reach the job's store. The
+layout Job (``<job>-layout``) only runs ``elasticps reshard --show-layout``: it is how ``scale``
+learns whether a resharding committed when the reshard Job's own answer was lost.
 
 Memory: the commit holds every old shard's state and every new shard's at once, about twice
 the model, where one pserver holds 1/N of it. The pod keeps the pserver's requests (it fits
@@ -30,12 +35,18 @@ RESHARD_ROLE = "reshard"
 LABEL_RESHARD = "elasticps.io/reshard"  # the Job's name, on the Job and its pod
 CONTAINER = "reshard"
 TTL_AFTER_FINISHED = 3600  # seconds: a Job `scale` could not delete still goes away
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's file for the termination message
 _SERVING_ONLY = ("ports", "startupProbe", "livenessProbe", "readinessProbe")
 
 
 def reshard_job_name(job_name: str, pservers: int) -> str:
     """``<job>-reshard-<M>``: one resharding to M at a time; a second one finds it."""
     return f"{job_name}-reshard-{pservers}"
+
+
+def layout_job_name(job_name: str) -> str:
+    """``<job>-layout``: it changes nothing, so one leftover is simply replaced."""
+    return f"{job_name}-layout"
 
 
 def _labels(job_name: str, name: str) -> dict[str, str]:
@@ -57,24 +68,23 @@ def _container(pserver: dict[str, Any], command: list[str], shards: int) -> dict
     container["name"] = CONTAINER
     container["command"] = command
     container.pop("args", None)
+    # the defaults, said outright: a template that chose FallbackToLogsOnError would mix a log
+    # tail into the one thing `scale` parses
+    container["terminationMessagePath"] = TERMINATION_LOG
+    container["terminationMessagePolicy"] = "File"
     if "resources" in container:
         container["resources"] = _memory_limit(container["resources"], shards)
     return container
 
 
-def reshard_job(pserver_template: dict[str, Any], *, job_name: str, namespace: str,
-                old_pservers: int, new_pservers: int, slot_wait_s: float,
-                deadline_s: float) -> dict[str, Any]:
-    """The ``batch/v1`` Job that commits a resharding of ``job_name`` from ``old_pservers``
-    to ``new_pservers``; ``deadline_s`` bounds its run on the cluster's side."""
-    name = reshard_job_name(job_name, new_pservers)
+def _one_shot_job(pserver_template: dict[str, Any], *, job_name: str, namespace: str,
+                  name: str, command: list[str], shards: int,
+                  deadline_s: float) -> dict[str, Any]:
     spec = copy.deepcopy(pserver_template.get("spec") or {})
     containers = spec.get("containers") or []
     if not containers:
         raise ValueError(f"the pserver pod template of job {job_name} has no container")
-    command = ["elasticps", "reshard", "--pservers", str(new_pservers),
-               "--wait", f"{slot_wait_s:g}"]
-    spec["containers"] = [_container(containers[0], command, old_pservers + new_pservers)]
+    spec["containers"] = [_container(containers[0], command, shards)]
     spec["restartPolicy"] = "Never"  # a failed commit changed nothing: report, not retry
     labels = _labels(job_name, name)
     return {
@@ -87,4 +97,27 @@ def reshard_job(pserver_template: dict[str, Any], *, job_name: str, namespace: s
     }
 
 
-__all__ = ["CONTAINER", "LABEL_RESHARD", "RESHARD_ROLE", "reshard_job", "reshard_job_name"]
+def reshard_job(pserver_template: dict[str, Any], *, job_name: str, namespace: str,
+                old_pservers: int, new_pservers: int, slot_wait_s: float,
+                deadline_s: float) -> dict[str, Any]:
+    """The ``batch/v1`` Job that commits a resharding of ``job_name`` from ``old_pservers``
+    to ``new_pservers``; ``deadline_s`` bounds its run on the cluster's side."""
+    command = ["elasticps", "reshard", "--pservers", str(new_pservers),
+               "--wait", f"{slot_wait_s:g}", "--layout-file", TERMINATION_LOG]
+    return _one_shot_job(pserver_template, job_name=job_name, namespace=namespace,
+                         name=reshard_job_name(job_name, new_pservers), command=command,
+                         shards=old_pservers + new_pservers, deadline_s=deadline_s)
+
+
+def layout_job(pserver_template: dict[str, Any], *, job_name: str, namespace: str,
+               deadline_s: float) -> dict[str, Any]:
+    """The ``batch/v1`` Job whose pod reads ``job_name``'s ``pserver/layout`` and leaves it
+    in its termination message; a pserver's memory is plenty."""
+    command = ["elasticps", "reshard", "--show-layout", "--layout-file", TERMINATION_LOG]
+    return _one_shot_job(pserver_template, job_name=job_name, namespace=namespace,
+                         name=layout_job_name(job_name), command=command, shards=1,
+                         deadline_s=deadline_s)
+
+
+__all__ = ["CONTAINER", "LABEL_RESHARD", "RESHARD_ROLE", "TERMINATION_LOG", "layout_job",
+           "layout_job_name", "reshard_job", "reshard_job_name"]

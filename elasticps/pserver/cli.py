@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from elasticps.config import load_config
+from elasticps.errors import ConfigError
 
 PSERVER_HELP = """\
 Run one parameter server: it claims a free slot pserver/slot/<i> of N in the store, restores
@@ -28,8 +29,15 @@ one-shot Job on a cluster, after stopping the pservers; it reads the pserver's e
 PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_NUM_PSERVERS (the count before any resharding),
 PADDLE_CHECKPOINT_URL/_KEEP (see `elasticps env`).
 
-example:
+--show-layout changes nothing: it prints the job's current layout, pserver/layout (or the
+starting PADDLE_NUM_PSERVERS at generation 0 before any resharding), as JSON. `elasticps scale`
+runs it in a one-shot Job to learn whether a resharding committed, with --layout-file
+/dev/termination-log so the API server shows the layout in the pod's status; the reshard Job
+passes that too and writes the layout it committed.
+
+examples:
   elasticps reshard --pservers 3 --wait 60
+  elasticps reshard --show-layout
 """
 
 INSPECT_HELP = """\
@@ -52,11 +60,19 @@ def register(subparsers: Any) -> None:
     reshard = subparsers.add_parser(
         "reshard", help="commit a resharding of a stopped job's pservers onto M shards",
         description=RESHARD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    reshard.add_argument("--pservers", type=int, required=True, metavar="M",
-                         help="the number of pserver shards the job should have")
+    action = reshard.add_mutually_exclusive_group(required=True)
+    action.add_argument("--pservers", type=int, metavar="M",
+                        help="the number of pserver shards the job should have")
+    action.add_argument("--show-layout", action="store_true",
+                        help="print the job's current pserver layout as JSON "
+                             '({"generation": G, "shards": S}) and change nothing')
     reshard.add_argument("--wait", type=float, default=120.0, metavar="S",
                          help="seconds to wait for the old pservers' slots to be released "
                               "(default 120)")
+    reshard.add_argument("--layout-file", metavar="PATH",
+                         help="also write the job's layout afterwards, as that JSON, to PATH "
+                              "(a Kubernetes container's termination message: "
+                              "/dev/termination-log)")
     reshard.set_defaults(func=run_reshard)
 
     checkpoint = subparsers.add_parser(
@@ -78,15 +94,32 @@ def run_pserver(args: argparse.Namespace) -> int:
 
 
 def run_reshard(args: argparse.Namespace) -> int:
-    from elasticps.pserver.layout_change import reshard
+    from elasticps.pserver.layout_change import current_layout, reshard, write_layout_file
+    from elasticps.store.keys import PServerLayout
 
     config = load_config(role="pserver")
 
     def say(message: str) -> None:
         print(f"elasticps reshard: job {config.job_name}: {message}", flush=True)
 
+    if args.show_layout:
+        layout = current_layout(config)
+        print(layout.encode().decode(), flush=True)
+        if args.layout_file:  # the point of the run: failing to write it is failing
+            try:
+                write_layout_file(args.layout_file, layout)
+            except OSError as exc:
+                raise ConfigError(f"--layout-file={args.layout_file}: cannot write the layout "
+                                  f"there: {exc}") from exc
+        return 0
     change = reshard(config, args.pservers, wait_s=args.wait, say=say)
     say(change.summary)
+    if args.layout_file:
+        try:  # the commit stands either way; the exit status says so
+            write_layout_file(args.layout_file,
+                              PServerLayout(change.new_shards, change.generation))
+        except OSError as exc:
+            say(f"could not write the layout to {args.layout_file}: {exc}")
     return 0
 
 

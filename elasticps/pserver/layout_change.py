@@ -16,6 +16,12 @@ run would have written counts as resharded, with a warning: the old files are on
 A job already at M shards is left alone and counts as done, so that ``elasticps scale`` run
 again after a reshard pod was killed between its commit and its exit goes on to start the M
 pservers instead of failing.
+
+:func:`current_layout` (``elasticps reshard --show-layout``) only reads: ``elasticps scale``
+runs it in a one-shot Job whenever a resharding's outcome is in doubt, since it talks to the
+API server alone and cannot reach the job's store. Both write the layout they leave
+(:func:`write_layout_file`, the ``pserver/layout`` JSON) to the pod's termination message,
+where the API server shows it in the pod's status.
 """
 
 from __future__ import annotations
@@ -24,12 +30,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from elasticps.config import Config
 from elasticps.errors import ConfigError, ElasticPSError, FailedPreconditionError
 from elasticps.pserver.reshard_commit import commit_reshard
 from elasticps.store import Store, open_store
-from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT, pserver_slot, read_pserver_layout
+from elasticps.store.keys import (
+    MAX_PSERVERS_IN_LAYOUT,
+    PServerLayout,
+    pserver_slot,
+    read_pserver_layout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +79,27 @@ def wait_for_free_slots(store: Store, shards: int, wait_s: float, *,
         time.sleep(poll_s)  # the store's keys expire on its clock; nothing to wait on here
 
 
+def _check_store(config: Config, why: str) -> str:
+    if not config.store:
+        raise ConfigError(f"PADDLE_STORE is not set: `elasticps reshard` {why} in the job's "
+                          "store")
+    return config.store
+
+
+def current_layout(config: Config) -> PServerLayout:
+    """The job's layout as pservers read it: ``pserver/layout``, else the count it was started
+    with (PADDLE_NUM_PSERVERS) at generation 0. Changes nothing."""
+    with open_store(_check_store(config, "reads the layout"), config.job_name) as store:
+        layout = read_pserver_layout(store)
+    return layout if layout is not None else PServerLayout(config.pserver_count, 0)
+
+
+def write_layout_file(path: str, layout: PServerLayout) -> None:
+    """Write ``layout`` as ``pserver/layout``'s JSON (``{"generation": G, "shards": S}``) to
+    ``path``; OSError if it cannot be written."""
+    Path(path).write_bytes(layout.encode())
+
+
 def reshard(config: Config, new_shards: int, *, wait_s: float,
             say: Callable[[str], None]) -> LayoutChange:
     """Carry out one resharding of ``config``'s job to ``new_shards`` (module docstring)."""
@@ -74,13 +107,11 @@ def reshard(config: Config, new_shards: int, *, wait_s: float,
         raise ConfigError(f"--pservers={new_shards} must be in [1, {MAX_PSERVERS_IN_LAYOUT}]")
     if wait_s < 0:
         raise ConfigError(f"--wait={wait_s:g} must be >= 0 seconds")
-    if not config.store:
-        raise ConfigError("PADDLE_STORE is not set: `elasticps reshard` commits the new layout "
-                          "in the job's store")
+    store_url = _check_store(config, "commits the new layout")
     if not config.checkpoint_url:
         raise ConfigError("PADDLE_CHECKPOINT_URL is not set: a resharding re-splits the "
                           "pservers' checkpoints")
-    with open_store(config.store, config.job_name) as store:
+    with open_store(store_url, config.job_name) as store:
         layout = read_pserver_layout(store)
         old = layout.shards if layout is not None else config.pserver_count
         generation = (layout.generation if layout is not None else 0) + 1

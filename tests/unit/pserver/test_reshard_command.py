@@ -5,6 +5,7 @@ stays held."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +114,43 @@ def test_bad_arguments_are_named_and_change_nothing(store: Store, tmp_path: Path
     assert proc.returncode == 1
     assert message in err
     assert read_pserver_layout(store) is None
+
+
+def test_show_layout_reads_it_and_both_commands_leave_it_in_the_layout_file(
+        store: Store, tmp_path: Path) -> None:
+    """What a cluster's reshard and layout pods write to their termination message, the only
+    way `elasticps scale` (talking to the API server alone) learns the job's layout."""
+    _checkpointed_job(store, str(tmp_path / "ckpt"), 2)
+    before = manifests(store)
+    shown = tmp_path / "shown.json"
+    proc = reshard_process(tmp_path, "--show-layout", "--layout-file", str(shown))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == json.loads(shown.read_text()) == {"generation": 0, "shards": 2}
+    assert read_pserver_layout(store) is None
+    assert manifests(store) == before
+
+    committed = tmp_path / "committed.json"
+    proc = reshard_process(tmp_path, "--pservers", "3", "--wait", "5",
+                           "--layout-file", str(committed))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(committed.read_text()) == {"generation": 1, "shards": 3}
+    proc = reshard_process(tmp_path, "--show-layout")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"generation": 1, "shards": 3}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--show-layout", "--pservers", "3"], "not allowed with argument"),
+    ([], "one of the arguments --pservers --show-layout is required"),
+    (["--show-layout", "--layout-file", "/nonexistent/dir/layout"],
+     "--layout-file=/nonexistent/dir/layout: cannot write the layout there"),
+])
+def test_show_layout_arguments_are_checked(store: Store, tmp_path: Path, args: list[str],
+                                           message: str) -> None:
+    proc = reshard_process(tmp_path, *args)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert message in err
