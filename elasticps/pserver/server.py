@@ -262,7 +262,7 @@ class PServerProcess(Lifecycle[PServerState]):
                              max_tables=self.config.max_tables)
         state = ShardState(self.slot, self.num_shards, limits, mode=self.config.mode)
         self.shard = state
-        if state.rounds is not None:  # sync: the barrier forgets trainers that die
+        if state.push_mode.has_rounds:  # sync: the barrier forgets trainers that die
             self._stack.enter_context(RoundMembers(self.store, state, self.node).following())
         checkpoints = self._restore(state)
         checkpoint_now: CheckpointNow | None = None

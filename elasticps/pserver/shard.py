@@ -11,12 +11,16 @@ batch is still recorded as applied (so a retry is not re-examined and exactly-on
 stays whole), ``skipped=true`` is returned and ``skipped_nonfinite`` counts it. A client that finds
 non-finite values in any shard's part sends ``drop=true`` to every shard, so the whole batch is
 dropped consistently.
+
+How a push is taken depends on the job's mode and is decided once, when the shard is built: one
+strategy per mode (push_mode.py: async gradients, sync rounds, geo deltas) owns that mode's
+exactly-once rule; the shard gives it validation, the masks of earlier layouts (legacy.py), the
+optimizer step and the record of applied batches.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 import math
 import threading
 import time
@@ -36,6 +40,10 @@ from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.dense_tag import DenseTag, new_incarnation
 from elasticps.pserver.legacy import LegacyLayout, dense_done, sparse_done
 from elasticps.pserver.limits import ShardLimits, declared_bytes
+from elasticps.pserver.push_async import AsyncGradients
+from elasticps.pserver.push_geo import GeoDeltas
+from elasticps.pserver.push_mode import BatchKey, PushMode, PushResult, Rows
+from elasticps.pserver.push_sync import SyncRoundPush
 from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import (
     COUNTED,
@@ -43,14 +51,10 @@ from elasticps.pserver.sparse_table import (
     SparsePlan,
     SparseTable,
     Table,
-    batch_seed,
     make_table,
     table_counters,
 )
-from elasticps.pserver.sync_round import Contribution, SyncRounds, average, summed_counts
 from elasticps.pserver.tables import DenseShard, normalize_spec
-
-log = logging.getLogger(__name__)
 
 _RATE_WINDOW_S = 10.0
 PULL_CHUNK = 1 << 16  # ids per lock hold in a pull: a huge pull never stalls pushes for long
@@ -59,34 +63,20 @@ _SWEEP_INTERVAL_S = 1.0  # TTL sweeps: at most this often, and whenever a new pa
 # client sends it again), well under the clients' call timeout.
 SYNC_WAIT_S = 5.0
 
+PUSH_MODES: dict[str, type[PushMode]] = {
+    "async": AsyncGradients, "sync": SyncRoundPush, "geo": GeoDeltas}
 
-@dataclass(frozen=True)
-class BatchKey:
-    """One batch of one task in one pass: the unit of exactly-once application."""
-
-    pass_id: int
-    task_id: int
-    seq: int
-
-    def check(self) -> None:
-        if min(self.pass_id, self.task_id, self.seq) < 0:
-            raise InvalidArgumentError(
-                f"batch (pass {self.pass_id}, task {self.task_id}, seq {self.seq}) has a "
-                "negative field; every push needs a BatchRef with pass_id, task_id, seq >= 0"
-            )
+__all__ = ["PULL_CHUNK", "SYNC_WAIT_S", "BatchKey", "DensePull", "Masked", "PushResult",
+           "ShardState", "ShardStats"]
 
 
 @dataclass(frozen=True)
-class PushResult:
-    applied: bool  # False: a duplicate of an applied batch
-    skipped: bool  # True: dropped for non-finite values (still recorded as applied)
-    pending: bool = False  # sync mode: its round is still open; nothing applied yet
-    # Geo: the window was refused whole because part of it (not all) was applied before,
-    # here or by an earlier layout; none of its batches is recorded, so they stay missing.
-    partly_applied: bool = False
-    # Async pushes: the dense state just before and just after this push (dense_tag.py).
-    dense_before: DenseTag | None = None
-    dense_after: DenseTag | None = None
+class Masked:
+    """A push without what earlier layouts already applied of its batches (legacy.py)."""
+
+    sparse: Rows  # the rows left to apply
+    counts: Rows  # their show/click counts
+    keep: dict[str, np.ndarray]  # per dense table: positions to leave as they are
 
 
 @dataclass(frozen=True)
@@ -132,10 +122,11 @@ class ShardState:
         self.current_pass = 0  # the newest pass pushed: TTL in passes counts from it
         self._last_sweep = clock()
         self.lock = threading.Lock()
+        if mode not in PUSH_MODES:
+            raise InvalidArgumentError(
+                f"mode {mode!r} is not one of {', '.join(PUSH_MODES)}")
         self.mode = mode
-        # Sync mode: the step barrier; its waiters wait on the shard's own lock.
-        self.rounds = SyncRounds() if mode == "sync" else None
-        self._round_closed = threading.Condition(self.lock)
+        self.push_mode = PUSH_MODES[mode](self)  # push_mode.py: how this shard takes pushes
         self.tables: dict[str, Table] = {}
         self.initialized = False
         self.applied = AppliedSet()
@@ -303,45 +294,18 @@ class ShardState:
         wait_s: float = SYNC_WAIT_S,
         counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> PushResult:
-        """Apply one batch's gradients for this shard at most once, atomically. In sync mode
-        the batch joins the open round instead, and the call returns once the round is
-        applied, or after ``wait_s`` with ``pending=True`` (nothing applied yet). ``counts``:
-        per sparse table (shows, clicks) per id of its gradient, for SCORE tables."""
+        """Apply one batch's gradients for this shard at most once, atomically (async mode:
+        push_async.py). In sync mode the batch joins the open round instead, and the call
+        returns once the round is applied, or after ``wait_s`` with ``pending=True`` (nothing
+        applied yet: push_sync.py). ``counts``: per sparse table (shows, clicks) per id of its
+        gradient, for SCORE tables."""
         batch.check()
         counts = counts or {}
         with self.lock:
             self._require_initialized("pushes")
+            self.push_mode.check_kind(delta=False)
             self._validate(dense, sparse, counts)
-            before = self.dense_tag()
-            if self.applied.contains(batch.pass_id, batch.task_id, batch.seq):
-                self.duplicates += 1
-                return PushResult(applied=False, skipped=False, dense_before=before,
-                                  dense_after=before)
-            if self.mode == "geo":
-                raise InvalidArgumentError(
-                    f"shard {self.shard} runs in geo mode and takes parameter deltas, not "
-                    "gradients: every role of a job needs the same PADDLE_TRAINING_MODE")
-            finite = all(np.isfinite(g).all() for g in dense.values()) and all(
-                np.isfinite(rows).all() for _, rows in sparse.values()
-            )
-            masked = self._not_applied_before([batch], sparse, counts)
-            assert masked is not None  # one batch is applied whole or not at all, per shard
-            sparse, counts, keep = masked
-            if self.rounds is not None:
-                dense = {n: np.where(keep[n], np.float32(0), g) if n in keep else g
-                         for n, g in dense.items()}
-                return self._push_to_round(Contribution(
-                    trainer, (batch.pass_id, batch.task_id, batch.seq), dense, sparse,
-                    drop or not finite, counts), wait_s)
-            if drop or not finite:
-                self._record(batch, skipped=True)
-                return PushResult(applied=True, skipped=True, dense_before=before,
-                                  dense_after=before)
-            self._apply(batch_seed(batch.pass_id, batch.task_id, batch.seq), dense, sparse,
-                        batch.pass_id, counts=counts, keep=keep)
-            self._record(batch, skipped=False)
-            return PushResult(applied=True, skipped=False, dense_before=before,
-                              dense_after=self.dense_tag())
+            return self.push_mode.push(batch, dense, sparse, drop, counts, trainer, wait_s)
 
     def _validate(self, dense: Mapping[str, np.ndarray],
                   sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -379,44 +343,19 @@ class ShardState:
             batch.check()
         with self.lock:
             self._require_initialized("pushes")
-            if self.mode != "geo":
-                raise InvalidArgumentError(
-                    f"shard {self.shard} runs in {self.mode} mode and takes gradients, not geo "
-                    "deltas: every role of a job needs the same PADDLE_TRAINING_MODE")
+            self.push_mode.check_kind(delta=True)
             self._validate(dense, sparse)
-            if len(set(batches)) != len(batches):
-                raise InvalidArgumentError("a delta push names one batch twice")
-            here = sum(self.applied.contains(b.pass_id, b.task_id, b.seq) for b in batches)
-            if here == len(batches):
-                self.duplicates += 1
-                return PushResult(applied=False, skipped=False)
-            masked = None if here else self._not_applied_before(batches, sparse, {}, dense)
-            if masked is None:
-                return self._refuse_partly_applied(batches, here)
-            finite = all(np.isfinite(g).all() for g in dense.values()) and all(
-                np.isfinite(rows).all() for _, rows in sparse.values())
-            if finite:
-                first = batches[0]
-                sparse, _, keep = masked
-                self._apply(batch_seed(first.pass_id, first.task_id, first.seq), dense, sparse,
-                            max(b.pass_id for b in batches), delta=True, keep=keep)
-            for batch in batches:
-                self._record(batch, skipped=not finite)
-            return PushResult(applied=True, skipped=not finite)
+            return self.push_mode.push_delta(batches, dense, sparse)
 
-    def _not_applied_before(
-        self, batches: list[BatchKey], sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
-        counts: Mapping[str, tuple[np.ndarray, np.ndarray]],
-        dense: Mapping[str, np.ndarray] | None = None,
-    ) -> tuple[Mapping[str, tuple[np.ndarray, np.ndarray]],
-               Mapping[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]] | None:
+    def mask_applied_before(self, batches: list[BatchKey], sparse: Rows, counts: Rows,
+                            dense: Mapping[str, np.ndarray] | None = None) -> Masked | None:
         """After a resharding (legacy.py): ``sparse`` (and its show/click ``counts``) without
         the rows an earlier layout already applied ``batches`` to, and per dense table the
         positions to leave alone. None when, for some row or position the push touches
         (every dense table when ``dense`` is None), an earlier layout applied some of
         ``batches`` but not all: no mask makes that window exact (never for one batch)."""
         if not self.legacy:  # the push path's usual case: nothing to mask, nothing copied
-            return sparse, counts, {}
+            return Masked(sparse, counts, {})
         refs = [(b.pass_id, b.task_id, b.seq) for b in batches]
         kept: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         kept_counts = dict(counts)
@@ -443,20 +382,9 @@ class ShardState:
                     skipped += int(mask.done.sum())
         if skipped:
             self.partly_applied_before += 1
-        return kept, kept_counts, keep
+        return Masked(kept, kept_counts, keep)
 
-    def _refuse_partly_applied(self, batches: list[BatchKey], here: int) -> PushResult:
-        self.windows_refused_partly_applied += 1
-        where = (f"{here} of them on this shard" if here else
-                 "some of them on an earlier layout's shard owning rows it touches")
-        first, last = batches[0], batches[-1]
-        log.info("Shard %d refuses a geo window of %d batches (pass %d, task %d, seqs %d..%d): "
-                 "%s were applied before, so none is recorded and the pass-end reconciliation "
-                 "hands them out again, one batch per window.", self.shard, len(batches),
-                 first.pass_id, first.task_id, first.seq, last.seq, where)
-        return PushResult(applied=False, skipped=False, partly_applied=True)
-
-    def _apply(self, seed: int, dense: Mapping[str, np.ndarray],
+    def apply_step(self, seed: int, dense: Mapping[str, np.ndarray],
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
                delta: bool = False,
                counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
@@ -493,7 +421,7 @@ class ShardState:
             sparse_table.commit(sparse_update, plan, pass_id, now)
         self._sweep(pass_id, now)
 
-    def _record(self, batch: BatchKey, *, skipped: bool) -> None:
+    def record(self, batch: BatchKey, *, skipped: bool) -> None:
         self.applied.add(batch.pass_id, batch.task_id, batch.seq)
         if skipped:
             self.skipped_nonfinite += 1
@@ -502,72 +430,22 @@ class ShardState:
             self._recent.append(time.monotonic())  # pushes/s counts batches in every mode
         self.version += 1
 
-    # -- sync mode's step barrier (sync_round.py) -------------------------------------------
-
-    def _push_to_round(self, contribution: Contribution, wait_s: float) -> PushResult:
-        assert self.rounds is not None
-        if not contribution.trainer:
-            raise InvalidArgumentError(
-                "in sync mode every push must name its trainer (BatchRef.trainer): the step "
-                "barrier waits for trainers by name")
-        mine = self.rounds.offer(contribution)
-        self._close_round_if_ready()
-        give_up = time.monotonic() + wait_s
-        while not mine.done:
-            left = give_up - time.monotonic()
-            if left <= 0:
-                return PushResult(applied=False, skipped=False, pending=True)
-            self._round_closed.wait(left)
-        if mine.error is not None:
-            raise mine.error
-        if mine is not contribution:  # the same batch was already in the round: a duplicate
-            self.duplicates += 1
-            return PushResult(applied=False, skipped=False)
-        return PushResult(applied=mine.applied, skipped=mine.skipped)
+    # -- sync mode's step barrier (push_sync.py) ------------------------------------------
 
     def join_round(self, trainer: str) -> None:
         """Sync mode: the open round (and every later one) waits for ``trainer``'s push."""
         with self.lock:
-            if self.rounds is not None:
-                self.rounds.join(trainer)
+            self.push_mode.join_round(trainer)
 
     def leave_round(self, trainer: str) -> bool:
         """``trainer`` is no longer waited for (sync mode; a no-op otherwise); closes the
         round if it waited only for it. True if it was a member."""
         with self.lock:
-            if self.rounds is None or not self.rounds.leave(trainer):
-                return False
-            self._close_round_if_ready()
-            return True
+            return self.push_mode.leave_round(trainer)
 
     def round_members(self) -> set[str]:
         with self.lock:
-            return set(self.rounds.members) if self.rounds is not None else set()
-
-    def _close_round_if_ready(self) -> None:
-        """Apply the open round if every member has contributed: the finite contributions'
-        mean as one step, every contribution's batch recorded (the dropped ones as skipped)."""
-        assert self.rounds is not None
-        if not self.rounds.ready():
-            return
-        closed = self.rounds.take()
-        kept = [c for c in closed if not c.drop]
-        error: Exception | None = None
-        if kept:
-            try:
-                dense, sparse = average(kept)
-                self._apply(batch_seed(*kept[0].batch), dense, sparse,
-                            max(c.batch[0] for c in kept), counts=summed_counts(kept))
-            except Exception as exc:  # e.g. RESOURCE_EXHAUSTED: nothing changed, all hear it
-                error = exc
-        for c in closed:
-            if c.drop or error is None:
-                c.applied, c.skipped = True, c.drop
-                self._record(BatchKey(*c.batch), skipped=c.drop)
-            else:
-                c.error = error  # every waiter of the round hears it; their retries re-offer
-            c.done = True
-        self._round_closed.notify_all()
+            return self.push_mode.round_members()
 
     # -- capacity ---------------------------------------------------------------------------
 
@@ -755,6 +633,7 @@ class ShardState:
         with self.lock:
             now = time.monotonic()
             recent = sum(1 for t in self._recent if now - t <= _RATE_WINDOW_S)
+            rounds = self.push_mode.round_stats()
             return ShardStats(
                 shard=self.shard, num_shards=self.num_shards, initialized=self.initialized,
                 tables=[(n, t.rows, t.nbytes) for n, t in self.tables.items()],
@@ -763,10 +642,8 @@ class ShardState:
                 pushes=self.pushes, pushes_per_sec=recent / _RATE_WINDOW_S,
                 duplicates=self.duplicates, skipped_nonfinite=self.skipped_nonfinite,
                 applied_batches=len(self.applied), restored_from=self.restored_from,
-                mode=self.mode,
-                rounds=self.rounds.rounds if self.rounds is not None else 0,
-                round_waiting=len(self.rounds.pending) if self.rounds is not None else 0,
-                round_members=len(self.rounds.members) if self.rounds is not None else 0,
+                mode=self.mode, rounds=rounds.rounds, round_waiting=rounds.waiting,
+                round_members=rounds.members,
             )
 
 
