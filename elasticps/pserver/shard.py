@@ -329,14 +329,9 @@ class ShardState:
         dense: Mapping[str, np.ndarray],
         sparse: Mapping[str, tuple[np.ndarray, np.ndarray]],
     ) -> PushResult:
-        """Geo mode: add a trainer's parameter deltas, which cover ``batches``, at most once.
-
-        A window all of whose batches are applied is a duplicate. One only part of whose
-        batches were applied, here or (for some row or position it touches) on an earlier
-        layout's shard, is refused whole: nothing changes and none is recorded, so the pass-end
-        reconciliation hands them out again, one batch per window (legacy.py). Otherwise the
-        delta is added, leaving alone what an earlier layout applied the whole window to, and
-        every batch is recorded."""
+        """Geo mode: add a trainer's parameter deltas, which cover ``batches``, at most once;
+        a window applied in part before, here or on an earlier layout's shard, is refused whole
+        and recorded nowhere (push_geo.py)."""
         if not batches:
             raise InvalidArgumentError("a delta push must name the batches it covers")
         for batch in batches:
