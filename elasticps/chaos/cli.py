@@ -85,6 +85,10 @@ def register(subparsers: Any) -> None:
     job.add_argument("--checkpoint-interval", type=float, default=3.0, metavar="S",
                      help="PADDLE_CHECKPOINT_INTERVAL: what a restarted pserver loses "
                      "(default 3)")
+    job.add_argument("--checkpoint-deltas", type=int, default=0, metavar="K",
+                     help="PADDLE_CHECKPOINT_DELTAS: up to K delta checkpoints between two full "
+                     "ones, so restores read a full checkpoint plus deltas (default 0: full "
+                     "checkpoints only)")
     job.add_argument("--mode", choices=MODES, default="async",
                      help="the job's training mode, as `elasticps run --mode` (default async; "
                           "--oracle takes async or geo)")
@@ -141,7 +145,8 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         script_args=tuple(args.script_args), kills=args.kills,
         seed=args.seed, workdir=Path(args.workdir).resolve(), trainers=args.trainers,
         pservers=args.pservers, scale=not args.no_scale, lease_ttl=args.lease_ttl,
-        checkpoint_interval=args.checkpoint_interval, gap=(args.gap[0], args.gap[1]),
+        checkpoint_interval=args.checkpoint_interval,
+        checkpoint_deltas=args.checkpoint_deltas, gap=(args.gap[0], args.gap[1]),
         start_timeout=args.start_timeout, recovery_timeout=args.recovery_timeout,
         job_timeout=args.job_timeout, skip_baseline=args.skip_baseline or args.oracle,
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,

@@ -27,6 +27,8 @@ class ChaosOptions:
     lease_ttl: int = 2
     # Frequent checkpoints: a restarted pserver loses seconds of pushes, not a pass.
     checkpoint_interval: float = 3.0
+    # PADDLE_CHECKPOINT_DELTAS: delta checkpoints between full ones (0: full ones only)
+    checkpoint_deltas: int = 0
     gap: tuple[float, float] = (0.3, 1.5)  # seconds between a recovery and the next step
     start_timeout: float = 600.0  # job start to its first finished task
     recovery_timeout: float = 60.0  # per kill: serving again, then throughput back
@@ -72,7 +74,8 @@ class ChaosOptions:
                     raise ConfigError(f"{name}={value} must be >= 1")
         for name, value, low in (("--kills", self.kills, 0), ("--trainers", self.trainers, 1),
                                  ("--pservers", self.pservers, 1),
-                                 ("--lease-ttl", self.lease_ttl, 1)):
+                                 ("--lease-ttl", self.lease_ttl, 1),
+                                 ("--checkpoint-deltas", self.checkpoint_deltas, 0)):
             if value < low:
                 raise ConfigError(f"{name}={value} must be >= {low}")
         for name, seconds in (("--checkpoint-interval", self.checkpoint_interval),
@@ -83,12 +86,6 @@ class ChaosOptions:
                 raise ConfigError(f"{name}={seconds} must be > 0 seconds")
         if self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r} is not one of {', '.join(MODES)}")
-        if self.oracle and self.mode == "sync":
-            # Each parameter counts the batches applied to it; sync applies the *mean* of a
-            # round's contributions, so the counts would be fractions by design.
-            raise ConfigError("--oracle counts gradient applications; --mode sync averages a "
-                              "round's gradients, so its counts are not 1 by design: use async "
-                              "or geo with --oracle")
         for count in self.reshard:
             if not 1 <= count <= MAX_PSERVERS_IN_LAYOUT:
                 raise ConfigError(f"--reshard {count}: a pserver count must be in [1, "

@@ -90,7 +90,7 @@ def _account(record: ChaosRecord, store: Store, opts: ChaosOptions) -> None:
 
 def oracle_spec(opts: ChaosOptions) -> OracleSpec:
     return OracleSpec(str(opts.workdir / "oracle-data"), opts.oracle_passes,
-                      opts.oracle_batch_size, opts.pservers)
+                      opts.oracle_batch_size, opts.pservers, opts.mode)
 
 
 def with_oracle(opts: ChaosOptions, say: Say) -> ChaosOptions:
