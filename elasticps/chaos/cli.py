@@ -123,6 +123,12 @@ def register(subparsers: Any) -> None:
                         help="from the start to the first finished task (default 600)")
     limits.add_argument("--recovery-timeout", type=float, default=60.0, metavar="S",
                         help="per kill, to serve again and to make progress (default 60)")
+    limits.add_argument("--progress-bound", type=float, default=None, metavar="S",
+                        help="liveness: after every fault (kill, scale step, resharding, store "
+                        "outage) training must progress again within S; the run fails if its "
+                        "worst case is over (default 3 x --lease-ttl + 10, i.e. 16: the dead "
+                        "process noticed, replaced and reached, plus 10 for a process to start "
+                        "and restore on a small busy machine)")
     limits.add_argument("--job-timeout", type=float, default=1800.0, metavar="S",
                         help="each run of the job as a whole (default 1800)")
     parser.add_argument("--json", metavar="FILE", help="also write the whole report here")
@@ -148,7 +154,8 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_deltas=args.checkpoint_deltas, gap=(args.gap[0], args.gap[1]),
         start_timeout=args.start_timeout, recovery_timeout=args.recovery_timeout,
-        job_timeout=args.job_timeout, skip_baseline=args.skip_baseline or args.oracle,
+        job_timeout=args.job_timeout, progress_bound=args.progress_bound,
+        skip_baseline=args.skip_baseline or args.oracle,
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,
         oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
         oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk,

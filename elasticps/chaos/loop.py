@@ -10,8 +10,12 @@ store records (:mod:`elasticps.chaos.targets`). After each kill it measures
   past its value at the kill,
 
 and waits for both (or ``recovery_timeout``) before the next step, so recoveries are measured one
-at a time. A master kill waits first until a standby is in the election, so it measures a
-takeover, not a cold restart.
+at a time. Scale steps and reshardings are timed the same way (until training progresses
+again), and a wait for progress that times out while the job runs marks its fault ``stalled``:
+the report's liveness check (:func:`elasticps.chaos.report.liveness`) fails on either a stall or
+a progress time over ``progress_bound_s``. "Progress" also counts the master saying the job is
+done, so a fault after the last task is not a stall. A master kill waits first until a standby
+is in the election, so it measures a takeover, not a cold restart.
 
 With a store outage planned, the step after ``outage_at`` kills takes the job's etcd down
 instead (SIGKILL), keeps it down ``outage`` seconds (the fault itself) and restarts it, then
@@ -178,8 +182,8 @@ class ChaosLoop:
         record = KillRecord(role, target.pid, target.name, time.time())
         self.kills.append(record)
         record.serving_s = self._wait_since(at, lambda: self._serving_again(target, view))
-        record.throughput_s = self._wait_since(
-            at, lambda: (self.observer.progress() or 0) > before)
+        record.throughput_s = self._wait_since(at, lambda: self._progressed(before))
+        record.stalled = self._stalled(record.throughput_s)
         self.say(f"chaos: kill {len(self.kills)}/{self.opts.kills}: {target.describe()}; "
                  f"serving again after {_fmt(record.serving_s)}, throughput back after "
                  f"{_fmt(record.throughput_s)}")
@@ -221,8 +225,8 @@ class ChaosLoop:
         self.store.start()
         back = time.monotonic()
         record.serving_s = self._wait_since(back, lambda: self.observer.status() is not None)
-        record.throughput_s = self._wait_since(
-            back, lambda: (self.observer.progress() or 0) > before)
+        record.throughput_s = self._wait_since(back, lambda: self._progressed(before))
+        record.stalled = self._stalled(record.throughput_s)
         self.say(f"chaos: store back after {self.opts.outage:g}s down; the master serves again "
                  f"{_fmt(record.serving_s)} and throughput is back {_fmt(record.throughput_s)} "
                  "after etcd's restart")
@@ -261,8 +265,8 @@ class ChaosLoop:
         self.say(f"chaos: resharding to {pservers} pservers"
                  + (f" right after a SIGKILL of {record.killed}" if record.killed else ""))
         record.serving_s = self._wait_since(at, lambda: self._serves_layout(pservers))
-        record.throughput_s = self._wait_since(
-            at, lambda: (self.observer.progress() or 0) > before)
+        record.throughput_s = self._wait_since(at, lambda: self._progressed(before))
+        record.stalled = self._stalled(record.throughput_s)
         self.say(f"chaos: resharded to {pservers} pservers; serving after "
                  f"{_fmt(record.serving_s)}, throughput back after {_fmt(record.throughput_s)}")
 
@@ -275,12 +279,15 @@ class ChaosLoop:
     # -- scale steps --------------------------------------------------------------------------
 
     def scale(self, trainers: int) -> None:
+        before = self.observer.progress() or 0
+        at = time.monotonic()
         try:
             self.scale_to(trainers)
         except ElasticPSError as exc:
             self.say(f"chaos: could not scale to {trainers} trainers: {exc}")
             return
-        self.scales.append(ScaleRecord(time.time(), trainers))
+        record = ScaleRecord(time.time(), trainers)
+        self.scales.append(record)
         self.say(f"chaos: scaled trainers to {trainers}")
 
         def settled() -> bool:
@@ -289,7 +296,23 @@ class ChaosLoop:
 
         # Let the step finish before the next kill: a trainer that is leaving is not replaced,
         # so killing it would measure nothing but the recovery timeout.
-        self._wait(settled, self.opts.recovery_timeout)
+        record.settled_s = self._wait_since(at, settled)
+        record.throughput_s = self._wait_since(at, lambda: self._progressed(before))
+        record.stalled = self._stalled(record.throughput_s)
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    def _progressed(self, before: int) -> bool:
+        """Training moved past ``before`` (finished tasks plus recovery dispatches), or the
+        job has nothing left to do."""
+        status = self.observer.status()
+        return bool(status) and (bool(status.get("done"))
+                                 or (progress_of(status) or 0) > before)
+
+    def _stalled(self, waited: float | None) -> bool:
+        """A wait for progress that ended without it while the job still ran: no progress
+        within --recovery-timeout, a liveness failure whatever the bound."""
+        return waited is None and self.job.running
 
     # -- waiting ------------------------------------------------------------------------------
 

@@ -9,6 +9,13 @@ from elasticps.config import MODES
 from elasticps.errors import ConfigError
 from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT
 
+# Liveness (chaos/report.py): after each fault, training must progress again within
+# 3 x the lease TTL (the dead process noticed by its lease's expiry; a standby elected or the
+# slot claimed; the trainers' retries reaching the new process) plus this allowance for a
+# restarted process to start and restore on a small, busy machine (python, numpy, grpc and torch
+# import in about 5 s on 2 shared cores; twice that for margin).
+RESTART_ALLOWANCE_S = 10.0
+
 # The oracle's training script (chaos/oracle_script.py), shipped in the package: a wheel has it.
 ORACLE_SCRIPT = Path(__file__).with_name("oracle_script.py")
 
@@ -29,6 +36,9 @@ class ChaosOptions:
     checkpoint_interval: float = 3.0
     # PADDLE_CHECKPOINT_DELTAS: delta checkpoints between full ones (0: full ones only)
     checkpoint_deltas: int = 0
+    # Seconds after any fault within which training must progress again (None: the default
+    # bound, progress_bound_s); a run whose worst case exceeds it fails.
+    progress_bound: float | None = None
     gap: tuple[float, float] = (0.3, 1.5)  # seconds between a recovery and the next step
     start_timeout: float = 600.0  # job start to its first finished task
     recovery_timeout: float = 60.0  # per kill: serving again, then throughput back
@@ -48,6 +58,13 @@ class ChaosOptions:
     # Reshardings (elasticps scale --pservers): the pserver counts to move to, in order, spread
     # evenly between the kills (after kill K * i / (len + 1)).
     reshard: tuple[int, ...] = ()
+
+    @property
+    def progress_bound_s(self) -> float:
+        """The liveness bound: ``progress_bound``, else 3 x lease TTL + RESTART_ALLOWANCE_S."""
+        if self.progress_bound is not None:
+            return self.progress_bound
+        return 3.0 * self.lease_ttl + RESTART_ALLOWANCE_S
 
     def reshard_at(self, index: int) -> int:
         """Kills delivered before resharding number ``index`` (0-based)."""
@@ -81,7 +98,8 @@ class ChaosOptions:
         for name, seconds in (("--checkpoint-interval", self.checkpoint_interval),
                               ("--start-timeout", self.start_timeout),
                               ("--recovery-timeout", self.recovery_timeout),
-                              ("--job-timeout", self.job_timeout)):
+                              ("--job-timeout", self.job_timeout),
+                              ("--progress-bound", self.progress_bound_s)):
             if not seconds > 0:
                 raise ConfigError(f"{name}={seconds} must be > 0 seconds")
         if self.mode not in MODES:

@@ -171,3 +171,43 @@ def test_a_store_outage_follows_its_kill_and_leaves_the_seeds_kills_alone() -> N
     assert outage.throughput_s is not None
     kills = [i for i, line in enumerate(said) if line.startswith("chaos: kill")]
     assert kills[1] < said.index("(etcd down)") < said.index("(etcd up)") < kills[2]
+
+
+class StuckJob(SimJob):
+    """A job whose kills are replaced but whose training never moves again."""
+
+    def kill(self, pid: int) -> None:
+        tasks = self.tasks
+        super().kill(pid)
+        self.tasks = tasks
+
+
+def test_a_fault_after_which_training_does_not_progress_is_recorded_as_stalled() -> None:
+    job = StuckJob()
+    loop, _ = loop_for(job, seed=7, kills=1, recovery_timeout=0.3)
+    loop.step()
+    (kill,) = loop.kills
+    assert kill.serving_s is not None  # the role came back ...
+    assert (kill.throughput_s, kill.stalled) == (None, True)  # ... but training did not
+    live = SimJob()
+    loop, _ = loop_for(live, seed=7, kills=1)
+    loop.step()
+    assert (loop.kills[0].stalled, loop.kills[0].throughput_s is not None) == (False, True)
+
+
+def test_a_scale_step_is_timed_until_training_progresses() -> None:
+    job = SimJob()
+    del job.trainers["t-22"]
+    original = job.scale_to
+
+    def scale_and_progress(count: int) -> None:
+        original(count)
+        job.tasks += 1
+
+    loop, _ = loop_for(job, seed=147, kills=1, scale=True)
+    loop.scale_to = scale_and_progress
+    loop.step()
+    (scale,) = loop.scales
+    assert scale.settled_s is not None
+    assert scale.throughput_s is not None
+    assert not scale.stalled
