@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
+from elasticps.chaos.plan import SCHEDULES
 from elasticps.chaos.report import brief, problems
 from elasticps.config import MODES
 from elasticps.errors import ConfigError
@@ -105,6 +106,10 @@ def register(subparsers: Any) -> None:
     faults.add_argument("--reshard", type=_counts, default=(), metavar="M[,M...]",
                         help="reshard the job onto M pservers (then the next M...) while it "
                         "runs, spread evenly between the kills, e.g. --reshard 3,2")
+    faults.add_argument("--schedule", choices=sorted(SCHEDULES), default=None,
+                        help="first carry out this directed schedule, then the seeded random "
+                        "steps up to --kills (its kills count): " + "; ".join(
+                            f"{name}: {what}" for name, what in SCHEDULES.items()))
     oracle = parser.add_argument_group("the parameter-value oracle")
     oracle.add_argument("--oracle", action="store_true",
                         help="run the oracle's counting model instead of SCRIPT and check "
@@ -159,7 +164,7 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,
         oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
         oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk,
-        mode=args.mode, reshard=args.reshard)
+        mode=args.mode, reshard=args.reshard, schedule=args.schedule)
 
 
 def _counts(text: str) -> tuple[int, ...]:

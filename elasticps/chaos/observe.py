@@ -18,6 +18,7 @@ from elasticps.store.api import Store
 from elasticps.store.keys import (
     MASTER_ADDRESS,
     MASTER_CANDIDATE_PREFIX,
+    PSERVER_CHECKPOINT_PREFIX,
     PSERVER_SLOT_PREFIX,
     TRAINER_PREFIX,
     read_pserver_layout,
@@ -72,3 +73,12 @@ class JobObserver:
             log.debug("Chaos cannot read the job's store now: %s", exc)
             return None
         return None if layout is None else layout.shards
+
+    def checkpoints(self) -> set[str] | None:
+        """The published checkpoints' keys (``pserver/checkpoint/<slot>/<id>``), or None
+        while the store cannot be read."""
+        try:
+            return {kv.key for kv in self.store.get_prefix(PSERVER_CHECKPOINT_PREFIX)}
+        except StoreError as exc:
+            log.debug("Chaos cannot read the job's store now: %s", exc)
+            return None

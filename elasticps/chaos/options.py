@@ -58,6 +58,8 @@ class ChaosOptions:
     # Reshardings (elasticps scale --pservers): the pserver counts to move to, in order, spread
     # evenly between the kills (after kill K * i / (len + 1)).
     reshard: tuple[int, ...] = ()
+    # A directed schedule (plan.SCHEDULES) carried out first, its kills counted in ``kills``.
+    schedule: str | None = None
 
     @property
     def progress_bound_s(self) -> float:
@@ -104,6 +106,11 @@ class ChaosOptions:
                 raise ConfigError(f"{name}={seconds} must be > 0 seconds")
         if self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r} is not one of {', '.join(MODES)}")
+        from elasticps.chaos.plan import SCHEDULES  # plan imports targets, not options
+
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise ConfigError(f"--schedule {self.schedule!r} is not one of "
+                              f"{', '.join(SCHEDULES)}")
         for count in self.reshard:
             if not 1 <= count <= MAX_PSERVERS_IN_LAYOUT:
                 raise ConfigError(f"--reshard {count}: a pserver count must be in [1, "

@@ -69,6 +69,20 @@ class ReshardRecord:
     stalled: bool = False
 
 
+@dataclass
+class PauseRecord:
+    """A trainer SIGSTOPped at ``at`` for ``seconds`` (schedule slow-sync-member), then
+    SIGCONTed: how long the others took to progress, and progress after it woke."""
+
+    at: float
+    trainer: str
+    seconds: float
+    throughput_s: float | None = None  # stopped -> the master counts new progress
+    stalled: bool = False
+    after_wake_s: float | None = None  # SIGCONT -> new progress
+    wake_stalled: bool = False
+
+
 @dataclass(frozen=True)
 class JobRun:
     """One run of the job under ``elasticps run``."""
@@ -102,6 +116,8 @@ class ChaosRecord:
     outages: list[OutageRecord] = field(default_factory=list)
     oracle: Mapping[str, Any] | None = None  # chaos/oracle.py's result, with --oracle
     reshards: list[ReshardRecord] = field(default_factory=list)
+    pauses: list[PauseRecord] = field(default_factory=list)
+    directed: list[str] = field(default_factory=list)  # the schedule's steps as carried out
 
 
 def recovery_stats(values: Sequence[float | None]) -> dict[str, float | int | None]:
@@ -124,6 +140,11 @@ def faults_of(chaos: ChaosRecord) -> list[tuple[str, float | None, bool]]:
     for o in chaos.outages:
         faults.append((o.at, f"store outage of {o.down_s:g}s (timed from etcd's restart)",
                        o.throughput_s, o.stalled))
+    for pause in chaos.pauses:
+        faults.append((pause.at, f"SIGSTOP of trainer {pause.trainer} for {pause.seconds:g}s",
+                       pause.throughput_s, pause.stalled))
+        faults.append((pause.at + pause.seconds, f"SIGCONT of trainer {pause.trainer}",
+                       pause.after_wake_s, pause.wake_stalled))
     return [(what, seconds, stalled) for _, what, seconds, stalled in sorted(faults)]
 
 
@@ -135,8 +156,8 @@ def liveness(faults: Sequence[tuple[str, float | None, bool]], bound: float,
     before anything could progress (None, not stalled) is not counted."""
     worst: float | None = None
     worst_fault: str | None = None
-    for what, seconds, stalled in faults:
-        value = timeout if stalled else seconds
+    for what, seconds, stuck in faults:
+        value = timeout if stuck else seconds
         if value is not None and (worst is None or value > worst):
             worst, worst_fault = value, what
     stalled = [what for what, _, stall in faults if stall]
@@ -179,6 +200,11 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "outages": [asdict(o) for o in outages],
         "reshards": [asdict(r) for r in chaos.reshards] if chaos is not None else [],
         "reshards_planned": list(opts.reshard),
+        "schedule": opts.schedule,
+        "schedule_reshards": sum("DirectedReshard" in step for step in chaos.directed)
+        if chaos is not None else 0,
+        "schedule_steps": list(chaos.directed) if chaos is not None else [],
+        "pauses": [asdict(p) for p in chaos.pauses] if chaos is not None else [],
         "outcome": _liveness_outcome(job_outcome, live),
         "job_outcome": job_outcome,
         "worst_progress_after_fault_s": live["worst_progress_after_fault_s"],
@@ -271,7 +297,7 @@ def problems(report: Mapping[str, Any]) -> list[str]:
                          f"{report['oracle_rows_checked']} rows applied other than exactly once "
                          f"(examples and per-shard counts under 'oracle_result')")
     done = [r for r in report["reshards"] if r["serving_s"] is not None]
-    if len(done) < len(report["reshards_planned"]):
+    if len(done) < len(report["reshards_planned"]) + report["schedule_reshards"]:
         found.append(f"only {len(done)} of {len(report['reshards_planned'])} planned "
                      "reshardings completed (the job ended first, or one did not finish "
                      "within --recovery-timeout)")

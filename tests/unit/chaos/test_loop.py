@@ -83,6 +83,7 @@ class SimJob:
         for _ in range(count - len(live)):
             self._pid += 1
             self.trainers[f"t-{self._pid}"] = TrainerRegistration(self._pid, HERE)
+        self.tasks += 1  # training goes on
 
 
 def loop_for(job: SimJob, seed: int, kills: int, *, scale: bool = False,
@@ -211,3 +212,90 @@ def test_a_scale_step_is_timed_until_training_progresses() -> None:
     assert scale.settled_s is not None
     assert scale.throughput_s is not None
     assert not scale.stalled
+
+
+class ReshardingJob(SimJob):
+    """Also publishes checkpoints (a new one from slot 0 once asked twice) and reshards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slots = {0: PServerSlot("s:0", 10, HERE), 1: PServerSlot("s:1", 11, HERE)}
+        self.looks = 0
+        self.shards: int | None = None
+        self.actions: list[str] = []
+
+    def checkpoints(self) -> set[str]:
+        self.looks += 1
+        return {"pserver/checkpoint/1/000000000001"} | (
+            {"pserver/checkpoint/0/000000000002"} if self.looks > 2 else set())
+
+    def layout(self) -> int | None:
+        return self.shards
+
+    def kill(self, pid: int) -> None:
+        self.actions.append(f"kill {pid}")
+        super().kill(pid)
+
+    def scale_to(self, count: int) -> None:
+        self.actions.append(f"scale {count}")
+        super().scale_to(count)
+
+    def reshard_to(self, count: int) -> None:
+        self.actions.append(f"reshard {count}")
+        self.shards = count
+        self.slots = {i: PServerSlot(f"s:{i}", 200 + i, HERE) for i in range(count)}
+        self.tasks += 1
+
+
+def test_the_scale_down_kill_reshard_schedule_hits_the_pserver_that_just_checkpointed() -> None:
+    job = ReshardingJob()
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=1, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="scale-down-kill-reshard")
+    loop = ChaosLoop(opts, job, job, Planner(7, opts.trainers, scale=False, gap=opts.gap),
+                     job.scale_to, said.append, host=HERE, kill=job.kill,
+                     reshard_to=job.reshard_to)
+    for _ in range(4):
+        loop.step()
+    # slot 0 published the new checkpoint: it is the one killed, between the two requests
+    assert job.actions == ["scale 1", "kill 10", "reshard 3"]
+    assert [k.name for k in loop.kills] == ["0"]
+    (reshard,) = loop.reshards
+    assert (reshard.pservers, reshard.killed, reshard.serving_s is not None) == (3, "", True)
+    # the burst's faults are all timed by the progress after the last one
+    assert loop.kills[0].throughput_s is not None
+    assert loop.scales[0].throughput_s is not None
+    assert loop.scales[0].throughput_s >= loop.kills[0].throughput_s >= reshard.throughput_s
+    assert not loop.directed
+    assert loop.finished()  # its kill counted towards --kills 1
+
+
+class MovingJob(SimJob):
+    """Training moves on by one task each time the master is asked."""
+
+    def status(self, view: JobView | None = None) -> dict[str, Any]:
+        self.tasks += 1
+        return super().status(view)
+
+
+def test_a_paused_trainer_is_stopped_and_continued_and_the_others_progress_is_timed() -> None:
+    import signal
+
+    job = MovingJob()
+    signals: list[tuple[int, int]] = []
+
+    def signal_to(pid: int, signum: int) -> None:
+        signals.append((pid, signum))
+
+    opts = ChaosOptions(script=Path("train.py"), kills=0, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="slow-sync-member", lease_ttl=1)
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     [].append, host=HERE, kill=job.kill, signal_to=signal_to)
+    loop.step()
+    (pause,) = loop.pauses
+    assert [s for _, s in signals] == [signal.SIGSTOP, signal.SIGCONT]
+    assert signals[0][0] == signals[1][0] in {20, 21}  # one of this host's trainers
+    assert pause.seconds == 3.0
+    assert (pause.stalled, pause.wake_stalled) == (False, False)
+    assert pause.throughput_s is not None
+    assert pause.after_wake_s is not None
