@@ -6,16 +6,16 @@ store records (:mod:`elasticps.chaos.targets`). After each kill it measures
 
 - **serving again**: master: a new leader published its address and its status API answers;
   pserver: the slot was claimed by a new process; trainer: a new trainer registered;
-- **throughput back**: the master's progress (finished tasks plus recovery dispatches) moved
-  past its value at the kill,
+- **throughput back**: training progressed past where it was at the kill (observe.py's
+  progress marks: the master's finished tasks plus recovery dispatches, or some trainer's
+  published batches), or the master says the job is done,
 
-and waits for both (or ``recovery_timeout``) before the next step, so recoveries are measured one
-at a time. Scale steps and reshardings are timed the same way (until training progresses
-again), and a wait for progress that times out while the job runs marks its fault ``stalled``:
-the report's liveness check (:func:`elasticps.chaos.report.liveness`) fails on either a stall or
-a progress time over ``progress_bound_s``. "Progress" also counts the master saying the job is
-done, so a fault after the last task is not a stall. A master kill waits first until a standby
-is in the election, so it measures a takeover, not a cold restart.
+and waits for both (or ``recovery_timeout``; both polled together, each timed from the kill)
+before the next step, so recoveries are measured one at a time. Scale steps and reshardings are
+timed the same way, and a wait for progress that times out while the job runs marks its fault
+``stalled``: the report's liveness check (:func:`elasticps.chaos.report.liveness`) fails on a
+stall or on a progress time over ``progress_bound_s``. A master kill waits first until a
+standby is in the election, so it measures a takeover, not a cold restart.
 
 With a store outage planned, the step after ``outage_at`` kills takes the job's etcd down
 instead (SIGKILL), keeps it down ``outage`` seconds (the fault itself) and restarts it, then
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elasticps.chaos.job import Say
-from elasticps.chaos.observe import progress_of
+from elasticps.chaos.observe import progress_of, progressed
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import (
     AwaitCheckpoint,
@@ -94,6 +94,8 @@ class JobReader(Protocol):
 
     def progress(self) -> int | None: ...
 
+    def progress_marks(self) -> dict[str, int] | None: ...
+
     def layout(self) -> int | None: ...
 
     def checkpoints(self) -> set[str] | None: ...
@@ -117,7 +119,7 @@ def send_signal(pid: int, signum: int) -> None:
 
 
 # A record whose progress is timed by a later step of its burst: (record, when, progress then).
-Pending = tuple[KillRecord | ScaleRecord | ReshardRecord, float, int]
+Pending = tuple[KillRecord | ScaleRecord | ReshardRecord, float, dict[str, int]]
 
 
 class ChaosLoop:
@@ -219,7 +221,7 @@ class ChaosLoop:
 
     def kill_target(self, target: Target, view: JobView, then: Then = "progress") -> bool:
         """SIGKILL ``target`` and wait as ``then`` says; False if nothing was delivered."""
-        before = self.observer.progress() or 0
+        before = self._marks()
         at = time.monotonic()
         try:
             self._kill(target.pid)
@@ -230,9 +232,8 @@ class ChaosLoop:
         self.spent.add(target.pid)
         record = KillRecord(role=target.role, pid=target.pid, name=target.name, at=time.time())
         self.kills.append(record)
-        if then != "none":
-            record.serving_s = self._wait_since(at, lambda: self._serving_again(target, view))
-        self._then_progress(record, at, before, then)
+        record.serving_s = self._then_progress(
+            record, at, before, then, lambda: self._serving_again(target, view))
         self.say(f"chaos: kill {len(self.kills)}/{self.opts.kills}: {target.describe()}; "
                  + ("the next step follows at once (timed with it)" if then == "none" else
                     f"serving again after {_fmt(record.serving_s)}, throughput back after "
@@ -268,7 +269,7 @@ class ChaosLoop:
 
     def outage(self) -> None:
         assert self.store is not None
-        before = self.observer.progress() or 0
+        before = self._marks()
         record = OutageRecord(time.time(), self.opts.outage)
         self.outages.append(record)
         self.store.kill()
@@ -276,8 +277,8 @@ class ChaosLoop:
         self.job.pause(self.opts.outage)  # the fault lasts this long (less if the job ends)
         self.store.start()
         back = time.monotonic()
-        record.serving_s = self._wait_since(back, lambda: self.observer.status() is not None)
-        record.throughput_s = self._wait_since(back, lambda: self._progressed(before))
+        record.serving_s, record.throughput_s = self._wait_many(
+            back, [lambda: self.observer.status() is not None, lambda: self._progressed(before)])
         record.stalled = self._stalled(record.throughput_s)
         self.say(f"chaos: store back after {self.opts.outage:g}s down; the master serves again "
                  f"{_fmt(record.serving_s)} and throughput is back {_fmt(record.throughput_s)} "
@@ -296,7 +297,7 @@ class ChaosLoop:
         since its last checkpoint are lost while the others keep theirs, so the resharding cuts
         batches applied on some old shards only (what :mod:`elasticps.pserver.legacy` is for)."""
         assert self.reshard_to is not None
-        before = self.observer.progress() or 0
+        before = self._marks()
         record = ReshardRecord(time.time(), pservers)
         self.reshards.append(record)
         view = self.observer.view()
@@ -318,9 +319,8 @@ class ChaosLoop:
             return
         self.say(f"chaos: resharding to {pservers} pservers"
                  + (f" right after a SIGKILL of {record.killed}" if record.killed else ""))
-        if then != "none":
-            record.serving_s = self._wait_since(at, lambda: self._serves_layout(pservers))
-        self._then_progress(record, at, before, then)
+        record.serving_s = self._then_progress(record, at, before, then,
+                                               lambda: self._serves_layout(pservers))
         self.say(f"chaos: resharded to {pservers} pservers; serving after "
                  f"{_fmt(record.serving_s)}, throughput back after {_fmt(record.throughput_s)}")
 
@@ -333,7 +333,7 @@ class ChaosLoop:
     # -- scale steps --------------------------------------------------------------------------
 
     def scale(self, trainers: int, then: Then = "progress") -> None:
-        before = self.observer.progress() or 0
+        before = self._marks()
         at = time.monotonic()
         try:
             self.scale_to(trainers)
@@ -350,9 +350,7 @@ class ChaosLoop:
 
         # Let the step finish before the next kill: a trainer that is leaving is not replaced,
         # so killing it would measure nothing but the recovery timeout.
-        if then != "none":
-            record.settled_s = self._wait_since(at, settled)
-        self._then_progress(record, at, before, then)
+        record.settled_s = self._then_progress(record, at, before, then, settled)
 
     # -- directed schedules (plan.directed) -----------------------------------------------------
 
@@ -405,7 +403,7 @@ class ChaosLoop:
             self.say("chaos: schedule: no trainer to pause on this host; step skipped")
             return
         target = self.planner.pick(targets)
-        before = self.observer.progress() or 0
+        before = self._marks()
         at = time.monotonic()
         try:
             self._signal(target.pid, signal.SIGSTOP)
@@ -425,7 +423,7 @@ class ChaosLoop:
             record.throughput_s = self._wait_since(at, lambda: self._progressed(before))
         record.stalled = self._stalled(record.throughput_s)
         woke = time.monotonic()
-        after = self.observer.progress() or 0
+        after = self._marks()
         record.after_wake_s = self._wait_since(woke, lambda: self._progressed(after))
         record.wake_stalled = self._stalled(record.after_wake_s)
         self.say(f"chaos: schedule: {target.describe()} stopped {seconds:g}s; the others "
@@ -435,26 +433,37 @@ class ChaosLoop:
     # -- liveness -----------------------------------------------------------------------------
 
     def _then_progress(self, record: KillRecord | ScaleRecord | ReshardRecord, at: float,
-                       before: int, then: Then) -> None:
-        """After a fault: "progress" waits for training to progress again and times this
-        fault and the burst's earlier ones by it; otherwise the fault joins the burst."""
-        if then != "progress":
+                       before: dict[str, int], then: Then,
+                       ready: Callable[[], bool]) -> float | None:
+        """After a fault at ``at``: the seconds until ``ready`` (the role serves again, the
+        scale step settled...) held, or None if not waited for. "progress" waits for ``ready``
+        and, at the same time, for training to progress again: both are timed from the fault,
+        each when it first held; it times the burst's earlier faults by the same progress.
+        "serving" waits for ``ready`` only and "none" for nothing: the fault joins the burst."""
+        if then == "none":
             self._burst.append((record, at, before))
-            return
-        waited = self._wait_since(at, lambda: self._progressed(before))
+            return None
+        if then == "serving":
+            self._burst.append((record, at, before))
+            return self._wait_since(at, ready)
+        ready_s, waited = self._wait_many(at, [ready, lambda: self._progressed(before)])
         record.throughput_s, record.stalled = waited, self._stalled(waited)
         for earlier, since, _ in self._burst:
             earlier.throughput_s = None if waited is None else at + waited - since
             earlier.stalled = record.stalled
         self._burst.clear()
+        return ready_s
 
-    def _progressed(self, before: int) -> bool:
-        """Training moved past ``before`` (finished tasks plus recovery dispatches), or the
-        job has nothing left to do."""
+    def _marks(self) -> dict[str, int]:
+        return self.observer.progress_marks() or {}
+
+    def _progressed(self, before: dict[str, int]) -> bool:
+        """Training moved past ``before`` (observe.progress_marks: the master's tasks and
+        recovery dispatches, each trainer's batches), or the job has nothing left to do."""
+        if progressed(before, self.observer.progress_marks()):
+            return True
         status = self.observer.status()
-        if not status:
-            return False
-        return bool(status.get("done")) or (progress_of(status) or 0) > before
+        return bool(status and status.get("done"))
 
     def _stalled(self, waited: float | None) -> bool:
         """A wait for progress that ended without it while the job still ran: no progress
@@ -466,6 +475,21 @@ class ChaosLoop:
     def _wait(self, predicate: Callable[[], bool], timeout: float) -> float | None:
         """Seconds until ``predicate()`` held, or None (timeout, or the job ended)."""
         return self._wait_since(time.monotonic(), predicate, timeout)
+
+    def _wait_many(self, start: float, predicates: list[Callable[[], bool]],
+                   timeout: float | None = None) -> list[float | None]:
+        """Seconds from ``start`` until each predicate first held (polled together), None for
+        each that did not by the timeout or the job's end."""
+        deadline = start + (self.opts.recovery_timeout if timeout is None else timeout)
+        found: list[float | None] = [None] * len(predicates)
+        while time.monotonic() < deadline:
+            for i, predicate in enumerate(predicates):
+                if found[i] is None and predicate():
+                    found[i] = time.monotonic() - start
+            if all(f is not None for f in found) or not self.job.running:
+                break
+            time.sleep(POLL_S)  # an observer's polling interval
+        return found
 
     def _wait_since(self, start: float, predicate: Callable[[], bool],
                     timeout: float | None = None) -> float | None:

@@ -17,7 +17,8 @@ from elasticps.chaos.targets import ROLES
 
 # The keys printed on the terminal; the --json file holds the whole report.
 BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "store_outages",
-              "outcome", "auc", "auc_fault_free", "auc_delta", "duplicates", "missing",
+              "outcome", "auc", "auc_fault_free", "auc_delta", "accounting_source",
+              "duplicates", "missing",
               "expected_batches", "oracle_rows_checked", "oracle_mismatches",
               "worst_progress_after_fault_s", "worst_fault", "progress_bound_s", "recovery",
               "wall_s", "restarts")
@@ -215,6 +216,13 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "auc": auc,
         "auc_fault_free": auc_ff,
         "auc_delta": None if auc is None or auc_ff is None else round(auc - auc_ff, 5),
+        # The job's own record (the shards' applied sets, the master's task records): what the
+        # mechanism under test says of itself. --oracle reads the parameters instead.
+        "accounting_source": "the job's own record (the shards' applied sets and the master's "
+                             "task records); for evidence from the parameters run --oracle"
+                             if not opts.oracle else
+                             "the job's own record; the oracle_* figures are the evidence, "
+                             "read from the parameters",
         "duplicates": accounting.get("duplicates") if accounting else None,
         "missing": accounting.get("missing") if accounting else None,
         "expected_batches": accounting.get("expected_batches") if accounting else None,
@@ -284,9 +292,11 @@ def problems(report: Mapping[str, Any]) -> list[str]:
         found.append("no exactly-once accounting could be made"
                      + (f": {report['accounting_error']}" if report["accounting_error"] else ""))
     elif report["duplicates"] or report["missing"]:
-        found.append(f"exactly-once was broken: {report['duplicates']} batch application(s) "
-                     f"beyond one and {report['missing']} batch(es) never applied, over "
-                     f"{report['expected_batches']} expected (details under 'accounting')")
+        found.append(f"exactly-once was broken by the job's own record: "
+                     f"{report['duplicates']} batch application(s) beyond one and "
+                     f"{report['missing']} batch(es) never applied, over "
+                     f"{report['expected_batches']} expected (details under 'accounting'"
+                     + ("" if report["oracle"] else "; --oracle reads the parameters") + ")")
     if report["oracle"]:
         result = report["oracle_result"] or {}
         if report["oracle_mismatches"] is None or result.get("error"):

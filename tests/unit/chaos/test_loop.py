@@ -56,6 +56,10 @@ class SimJob:
     def progress(self) -> int | None:
         return progress_of(self.status())
 
+    def progress_marks(self) -> dict[str, int] | None:
+        progress = self.progress()
+        return None if progress is None else {"master": progress}
+
     # -- what the loop does ----------------------------------------------------------------
 
     def kill(self, pid: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from elasticps.chaos.options import ChaosOptions
@@ -135,3 +136,16 @@ def test_a_job_that_succeeded_but_stalled_after_a_fault_fails_the_run() -> None:
     chaos.kills[1].stalled = True
     report = build_report(OPTS, chaos, None)
     assert "no progress within --recovery-timeout after kill 2" in report["outcome"]
+
+
+def test_the_plain_report_says_its_duplicates_and_missing_are_the_jobs_own_record() -> None:
+    broken = CLEAN | {"duplicates": 2, "missing": 1}
+    report = build_report(OPTS, record(accounting=broken), None)
+    assert "job's own record" in report["accounting_source"]
+    assert "--oracle" in report["accounting_source"]
+    assert "accounting_source" in brief(report)
+    (problem,) = problems(report)
+    assert "by the job's own record" in problem
+    assert "--oracle reads the parameters" in problem
+    oracle = build_report(replace(OPTS, oracle=True), record(), None)
+    assert "oracle_* figures are the evidence" in oracle["accounting_source"]
