@@ -111,6 +111,11 @@ class ChaosOptions:
         if self.schedule is not None and self.schedule not in SCHEDULES:
             raise ConfigError(f"--schedule {self.schedule!r} is not one of "
                               f"{', '.join(SCHEDULES)}")
+        for before, count in zip((self.pservers, *self.reshard), self.reshard, strict=False):
+            if count == before:
+                raise ConfigError(f"--reshard {','.join(map(str, self.reshard))}: {count} "
+                                  f"pservers is no change from {before} (the job starts with "
+                                  "--pservers; each count moves from the one before it)")
         for count in self.reshard:
             if not 1 <= count <= MAX_PSERVERS_IN_LAYOUT:
                 raise ConfigError(f"--reshard {count}: a pserver count must be in [1, "

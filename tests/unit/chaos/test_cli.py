@@ -40,6 +40,8 @@ def test_defaults_and_a_relative_workdir_resolved_against_the_current_directory(
     (("--lease-ttl", "0"), "--lease-ttl=0 must be >= 1"),
     (("--recovery-timeout", "0"), "--recovery-timeout=0.0 must be > 0"),
     (("--gap", "2", "1"), "0 <= MIN <= MAX"),
+    (("--reshard", "2,3"), "2 pservers is no change from 2"),  # the job starts on 2
+    (("--reshard", "3,3"), "3 pservers is no change from 3"),
 ])
 def test_options_that_cannot_work_are_refused_before_anything_starts(
         tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
@@ -81,3 +83,10 @@ def test_the_jobs_mode_and_checkpoint_deltas_reach_elasticps_run(tmp_path: Path)
     assert "PADDLE_CHECKPOINT_DELTAS" not in job_env(parse("--oracle"))
     with pytest.raises(ConfigError, match="--checkpoint-deltas"):
         parse("--oracle", "--checkpoint-deltas", "-1").validate()
+
+
+def test_an_unknown_schedule_is_refused_by_the_options_too(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    with pytest.raises(ConfigError, match="--schedule 'nope' is not one of"):
+        ChaosOptions(script=script, schedule="nope").validate()
