@@ -161,6 +161,7 @@ class ChaosLoop:
         self._checkpointed: int | None = None  # the slot of the awaited checkpoint
         self._last_slot: int | None = None  # the slot the last KillPServer hit
         self._planned_reshards = 0  # of opts.reshard, done
+        self.tail_stall: float | None = None  # seconds without progress after the last fault
 
     def run(self, deadline: float) -> None:
         if self._wait(lambda: (progress_of(self.observer.status()) or 0) > 0,
@@ -170,6 +171,31 @@ class ChaosLoop:
             return
         while not self.finished():
             self.step()
+        if self.kills or self.scales or self.reshards or self.outages or self.pauses:
+            self.watch_to_the_end(deadline=self.job.started + self.opts.job_timeout)
+
+    def watch_to_the_end(self, deadline: float) -> None:
+        """After the last fault, training must keep progressing until the job ends: a job that
+        makes no progress for --recovery-timeout while it runs (a stall a fault left behind,
+        found only later, e.g. by a recovery dispatch) is recorded in ``tail_stall`` and the
+        caller stops it, instead of waiting out --job-timeout."""
+        marks = self._marks()
+        last = time.monotonic()
+        while self.job.running and time.monotonic() < deadline:
+            status = self.observer.status()
+            if status and status.get("done"):
+                return  # the job finishes (its final checkpoints) without more progress
+            now = self.observer.progress_marks()
+            if progressed(marks, now):
+                marks = {k: max(v, marks.get(k, 0)) for k, v in (now or {}).items()} | {
+                    k: v for k, v in marks.items() if k not in (now or {})}
+                last = time.monotonic()
+            elif time.monotonic() - last > self.opts.recovery_timeout:
+                self.tail_stall = time.monotonic() - last
+                self.say(f"chaos: no training progress for {self.tail_stall:.0f}s after the "
+                         "last fault while the job runs (a stall); stopping the job")
+                return
+            self.job.pause(1.0)
 
     def finished(self) -> bool:
         if not self.job.running:

@@ -119,6 +119,8 @@ class ChaosRecord:
     reshards: list[ReshardRecord] = field(default_factory=list)
     pauses: list[PauseRecord] = field(default_factory=list)
     directed: list[str] = field(default_factory=list)  # the schedule's steps as carried out
+    # Seconds without progress, while the job ran, after the last fault (then it was stopped).
+    tail_stall_s: float | None = None
 
 
 def recovery_stats(values: Sequence[float | None]) -> dict[str, float | int | None]:
@@ -146,7 +148,11 @@ def faults_of(chaos: ChaosRecord) -> list[tuple[str, float | None, bool]]:
                        pause.throughput_s, pause.stalled))
         faults.append((pause.at + pause.seconds, f"SIGCONT of trainer {pause.trainer}",
                        pause.after_wake_s, pause.wake_stalled))
-    return [(what, seconds, stalled) for _, what, seconds, stalled in sorted(faults)]
+    ordered = [(what, seconds, stalled) for _, what, seconds, stalled in sorted(faults)]
+    if chaos.tail_stall_s is not None:
+        ordered.append((f"the last fault (no progress for {chaos.tail_stall_s:.0f}s later on; "
+                        "the job was stopped)", None, True))
+    return ordered
 
 
 def liveness(faults: Sequence[tuple[str, float | None, bool]], bound: float,

@@ -76,10 +76,12 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
                          lambda n: set_desired_trainers(*location, n), say, store=etcd,
                          reshard_to=lambda m: write_desired_pservers(store, m, "chaos"))
         loop.run(deadline)
+        left = 0.0 if loop.tail_stall is not None else (
+            opts.job_timeout - (time.monotonic() - job.started))
         record = ChaosRecord(
-            job.finish(opts.job_timeout - (time.monotonic() - job.started), say),
+            job.finish(left, say),
             loop.kills, loop.scales, outages=loop.outages, reshards=loop.reshards,
-            pauses=loop.pauses, directed=loop.directed_done)
+            pauses=loop.pauses, directed=loop.directed_done, tail_stall_s=loop.tail_stall)
         _account(record, store, opts)
         if opts.oracle:
             record.oracle = _oracle(record, store, opts)

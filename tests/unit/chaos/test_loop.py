@@ -38,6 +38,7 @@ class SimJob:
                          "t-21": TrainerRegistration(21, HERE),
                          "t-22": TrainerRegistration(22, THERE)}
         self.tasks = 1
+        self.done_after: int | None = None  # the master says done after this many kills
         self.killed: list[int] = []
         self.leaders_killed_with_a_standby: list[bool] = []
 
@@ -51,7 +52,7 @@ class SimJob:
 
     def status(self, view: JobView | None = None) -> dict[str, Any]:
         return {"counts": {}, "tasks_finished_total": self.tasks, "recoveries_total": 0,
-                "done": False}
+                "done": self.done_after is not None and len(self.killed) >= self.done_after}
 
     def progress(self) -> int | None:
         return progress_of(self.status())
@@ -98,6 +99,7 @@ def loop_for(job: SimJob, seed: int, kills: int, *, scale: bool = False,
     planner = Planner(seed, opts.trainers, scale=scale, gap=opts.gap)
     loop = ChaosLoop(opts, job, job, planner, job.scale_to, said.append, host=HERE,
                      kill=job.kill)
+    job.done_after = kills  # the job ends with its last kill (run() watches it to the end)
     return loop, said
 
 
@@ -168,6 +170,7 @@ def test_a_store_outage_follows_its_kill_and_leaves_the_seeds_kills_alone() -> N
     loop = ChaosLoop(opts, job, job, Planner(7, opts.trainers, scale=False, gap=opts.gap),
                      job.scale_to, said.append, host=HERE, kill=job.kill,
                      store=SimStore(job, said))
+    job.done_after = 4
     loop.run(deadline=time.monotonic() + 5)
     assert [k.role for k in loop.kills] == [
         s.role for s in preview(7, 4, 2, scale=False) if isinstance(s, KillRole)]
@@ -190,6 +193,7 @@ class StuckJob(SimJob):
 def test_a_fault_after_which_training_does_not_progress_is_recorded_as_stalled() -> None:
     job = StuckJob()
     loop, _ = loop_for(job, seed=7, kills=1, recovery_timeout=0.3)
+    job.done_after = None  # and never done
     loop.step()
     (kill,) = loop.kills
     assert kill.serving_s is not None  # the role came back ...
@@ -303,3 +307,19 @@ def test_a_paused_trainer_is_stopped_and_continued_and_the_others_progress_is_ti
     assert (pause.stalled, pause.wake_stalled) == (False, False)
     assert pause.throughput_s is not None
     assert pause.after_wake_s is not None
+
+
+def test_a_job_that_stops_progressing_after_the_last_fault_is_caught_and_stopped() -> None:
+    job = SimJob()  # never done, and nothing moves once the kills are over
+    loop, said = loop_for(job, seed=7, kills=2, recovery_timeout=0.3)
+    job.done_after = None
+    loop.run(deadline=time.monotonic() + 5)
+    assert len(loop.kills) == 2
+    assert loop.tail_stall is not None
+    assert loop.tail_stall > 0.3
+    assert "no training progress" in said[-1]
+    from elasticps.chaos.report import ChaosRecord, JobRun, faults_of, liveness
+
+    record = ChaosRecord(JobRun(0, 1.0, Path("w"), Path("o")), loop.kills,
+                         tail_stall_s=loop.tail_stall)
+    assert not liveness(faults_of(record), 16.0, 0.3)["ok"]
