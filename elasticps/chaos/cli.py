@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
+from elasticps.chaos.plan import SCHEDULES
 from elasticps.chaos.report import brief, problems
 from elasticps.config import MODES
 from elasticps.errors import ConfigError
@@ -22,19 +23,34 @@ master's status API; only processes the job published for this host are signalle
 kill hits the leader once a standby waits in the election.
 
 The report gives the kills per role; the job's outcome; its AUC against the fault-free run, if
-the script publishes one; the exactly-once accounting (duplicate and missing batches over all
-shards and passes, from the shards' final checkpoints and the master's records); and per role
-how long the job took to serve again and to make progress again.
+the script publishes one; the exactly-once accounting (duplicates and missing); and per role
+how long the job took to serve again and to make progress again. Without --oracle, duplicates
+and missing are the job's own record of itself: the applied sets in the shards' final
+checkpoints and the master's task records, i.e. the mechanism under test; a bug that loses or
+repeats a batch and records it as applied once would not show. For evidence read from the
+parameters themselves, run --oracle.
 
-The exit code is 0 only if the job succeeded under faults, every batch was applied exactly once
-on every shard, and every kill asked for was delivered. Each kill takes a few seconds (about a
-lease TTL plus a restart), so the job must train long enough for --kills of them: size it
-through SCRIPT's own arguments.
+Liveness is asserted: after every fault (kill, scale step, resharding, store outage, pause) the
+time until training progresses again (the master's finished tasks plus recovery dispatches, or
+some trainer's batches trained as it publishes them every 2 s, grow, or the master says the job
+is done) is measured; worst_progress_after_fault_s must stay within
+progress_bound_s (--progress-bound; by default 3 x --lease-ttl + 10 s), and no fault may go
+--recovery-timeout without progress while the job runs, else the outcome says why it failed.
+
+The exit code is 0 only if the job succeeded under faults and stayed live, every batch was
+applied exactly once on every shard, and every kill asked for was delivered. Each kill takes
+a few seconds (about a lease TTL plus a restart), so the job must train long enough for
+--kills of them: size it through SCRIPT's own arguments.
 
 --oracle runs the parameter-value oracle instead of SCRIPT: a counting model whose gradients do
 not depend on the parameters, trained with plain SGD, so its final parameters count how often
 each batch was applied on each shard; the report's oracle_mismatches is the number of (pass,
-row, shard) counts that are not exactly 1, read from the shards' final checkpoints alone. With
+row, shard) counts that are not exactly 1, read from the shards' final checkpoints alone. It
+takes every --mode. In sync mode a round applies the mean of its r batches (1/r each, r not
+known afterwards: two applications at 1/2 would read as one at 1), so there the counting table
+trains with Adagrad (lr 1, eps 0), whose first step on a row is exactly 1 whatever r and whose
+later steps add strictly less than 1: a duplicate reads in (1, 2), a loss 0; the dense counter
+then counts rounds, checked only to lie in [1, batches]. With
 --oracle a store outage is part of the run (--outage, default 12 s; it needs etcd on PATH) and
 there is no fault-free run: the counts are checked against the data, not against a baseline.
 """
@@ -49,6 +65,11 @@ examples:
   elasticps chaos --kills 24 --seed 7 --oracle --json oracle.json
       24 kills and a 12 s etcd outage on the oracle's counting model (800,000 rows, 3 passes):
       every count must be 1; about 6.5 minutes on 2 cores
+  elasticps chaos --oracle --mode geo --schedule scale-down-kill-reshard --checkpoint-deltas 2 \
+      --kills 20 --reshard 2,3 --json geo.json
+      first hole 1's sequence (a pserver killed right after its checkpoint, inside a scale-down
+      and a resharding to 3), then 20 seeded kills, scale steps and two more reshardings, on
+      delta checkpoints
 
 what lands in --workdir (default ./chaos-run):
   fault-free/, chaos/          each run's launcher workdir: logs/, store.db, checkpoints/,
@@ -85,9 +106,13 @@ def register(subparsers: Any) -> None:
     job.add_argument("--checkpoint-interval", type=float, default=3.0, metavar="S",
                      help="PADDLE_CHECKPOINT_INTERVAL: what a restarted pserver loses "
                      "(default 3)")
+    job.add_argument("--checkpoint-deltas", type=int, default=0, metavar="K",
+                     help="PADDLE_CHECKPOINT_DELTAS: up to K delta checkpoints between two full "
+                     "ones, so restores read a full checkpoint plus deltas (default 0: full "
+                     "checkpoints only)")
     job.add_argument("--mode", choices=MODES, default="async",
                      help="the job's training mode, as `elasticps run --mode` (default async; "
-                          "--oracle takes async or geo)")
+                          "--oracle takes every mode)")
     job.add_argument("--workdir", default="chaos-run", metavar="DIR",
                      help="where both runs keep their files (default ./chaos-run)")
     job.add_argument("--skip-baseline", action="store_true",
@@ -101,6 +126,10 @@ def register(subparsers: Any) -> None:
     faults.add_argument("--reshard", type=_counts, default=(), metavar="M[,M...]",
                         help="reshard the job onto M pservers (then the next M...) while it "
                         "runs, spread evenly between the kills, e.g. --reshard 3,2")
+    faults.add_argument("--schedule", choices=sorted(SCHEDULES), default=None,
+                        help="first carry out this directed schedule, then the seeded random "
+                        "steps up to --kills (its kills count): " + "; ".join(
+                            f"{name}: {what}" for name, what in SCHEDULES.items()))
     oracle = parser.add_argument_group("the parameter-value oracle")
     oracle.add_argument("--oracle", action="store_true",
                         help="run the oracle's counting model instead of SCRIPT and check "
@@ -119,6 +148,12 @@ def register(subparsers: Any) -> None:
                         help="from the start to the first finished task (default 600)")
     limits.add_argument("--recovery-timeout", type=float, default=60.0, metavar="S",
                         help="per kill, to serve again and to make progress (default 60)")
+    limits.add_argument("--progress-bound", type=float, default=None, metavar="S",
+                        help="liveness: after every fault (kill, scale step, resharding, store "
+                        "outage) training must progress again within S; the run fails if its "
+                        "worst case is over (default 3 x --lease-ttl + 10, i.e. 16: the dead "
+                        "process noticed, replaced and reached, plus 10 for a process to start "
+                        "and restore on a small busy machine)")
     limits.add_argument("--job-timeout", type=float, default=1800.0, metavar="S",
                         help="each run of the job as a whole (default 1800)")
     parser.add_argument("--json", metavar="FILE", help="also write the whole report here")
@@ -141,13 +176,15 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         script_args=tuple(args.script_args), kills=args.kills,
         seed=args.seed, workdir=Path(args.workdir).resolve(), trainers=args.trainers,
         pservers=args.pservers, scale=not args.no_scale, lease_ttl=args.lease_ttl,
-        checkpoint_interval=args.checkpoint_interval, gap=(args.gap[0], args.gap[1]),
+        checkpoint_interval=args.checkpoint_interval,
+        checkpoint_deltas=args.checkpoint_deltas, gap=(args.gap[0], args.gap[1]),
         start_timeout=args.start_timeout, recovery_timeout=args.recovery_timeout,
-        job_timeout=args.job_timeout, skip_baseline=args.skip_baseline or args.oracle,
+        job_timeout=args.job_timeout, progress_bound=args.progress_bound,
+        skip_baseline=args.skip_baseline or args.oracle,
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,
         oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
         oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk,
-        mode=args.mode, reshard=args.reshard)
+        mode=args.mode, reshard=args.reshard, schedule=args.schedule)
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -181,9 +218,14 @@ def chaos_command(args: argparse.Namespace) -> int:
         reshards = (f", {len(report['reshards'])} resharding(s) (to "
                     f"{', '.join(str(r['pservers']) for r in report['reshards'])} pservers)"
                     if report["reshards"] else "")
+        source = "" if report["oracle"] else (
+            " by the job's own record (the shards' applied sets and the master's task records; "
+            "--oracle counts the parameters instead)")
         print(f"elasticps chaos: the job survived {report['kills_total']} kills{outages}"
               f"{reshards} and "
-              f"{report['scales_total']} scale steps with every batch applied exactly once "
-              f"({report['expected_batches']} batches over all shards and passes){oracle}",
-              file=sys.stderr)
+              f"{report['scales_total']} scale steps with every batch applied exactly once"
+              f"{source} ({report['expected_batches']} batches over all shards and passes)"
+              f"{oracle}; training progressed again within "
+              f"{report['worst_progress_after_fault_s']}s of every fault (bound "
+              f"{report['progress_bound_s']:g}s)", file=sys.stderr)
     return 1 if found else 0

@@ -36,9 +36,12 @@ STOP_WAIT_S = 60.0
 def job_env(opts: ChaosOptions) -> dict[str, str]:
     env = {**os.environ, "PADDLE_LEASE_TTL": str(opts.lease_ttl),
            "PADDLE_CHECKPOINT_INTERVAL": str(opts.checkpoint_interval)}
+    if opts.checkpoint_deltas:
+        env["PADDLE_CHECKPOINT_DELTAS"] = str(opts.checkpoint_deltas)
     # Each run keeps its checkpoints in its own workdir: a checkpoint URL from the environment
     # would let the run under faults restore the fault-free run's tables.
-    for name in ("PADDLE_ROLE", "PADDLE_CHECKPOINT_URL"):
+    for name in ("PADDLE_ROLE", "PADDLE_CHECKPOINT_URL",
+                 *(() if opts.checkpoint_deltas else ("PADDLE_CHECKPOINT_DELTAS",))):
         env.pop(name, None)
     return env
 

@@ -18,8 +18,10 @@ from elasticps.store.api import Store
 from elasticps.store.keys import (
     MASTER_ADDRESS,
     MASTER_CANDIDATE_PREFIX,
+    PSERVER_CHECKPOINT_PREFIX,
     PSERVER_SLOT_PREFIX,
     TRAINER_PREFIX,
+    read_progress,
     read_pserver_layout,
 )
 
@@ -32,6 +34,12 @@ def progress_of(status: dict[str, Any] | None) -> int | None:
     if not status or status.get("counts") is None:
         return None  # no master, or one still waiting for its dataset
     return int(status.get("tasks_finished_total", 0)) + int(status.get("recoveries_total", 0))
+
+
+def progressed(before: dict[str, int], now: dict[str, int] | None) -> bool:
+    """Some mark grew (a trainer not seen before counts from 0): marks of processes that died
+    may vanish, so no total is compared."""
+    return any(value > before.get(key, 0) for key, value in (now or {}).items())
 
 
 class JobObserver:
@@ -63,6 +71,22 @@ class JobObserver:
     def progress(self) -> int | None:
         return progress_of(self.status())
 
+    def progress_marks(self) -> dict[str, int] | None:
+        """Progress at a finer grain than tasks, for liveness: the master's (finished tasks
+        plus recovery dispatches) and each trainer's batches trained (``trainer/progress/*``,
+        published every 2 s while it trains). None while neither can be read. Training
+        progressed since ``before`` when any mark grew (see :func:`progressed`)."""
+        marks: dict[str, int] = {}
+        master = self.progress()
+        if master is not None:
+            marks["master"] = master
+        try:
+            for name, record in read_progress(self.store).items():
+                marks[f"trainer {name}"] = record.batches
+        except StoreError as exc:
+            log.debug("Chaos cannot read the job's store now: %s", exc)
+        return marks or None
+
     def layout(self) -> int | None:
         """The number of pserver shards of a resharded job (None: never resharded, or the
         store cannot be read now)."""
@@ -72,3 +96,12 @@ class JobObserver:
             log.debug("Chaos cannot read the job's store now: %s", exc)
             return None
         return None if layout is None else layout.shards
+
+    def checkpoints(self) -> set[str] | None:
+        """The published checkpoints' keys (``pserver/checkpoint/<slot>/<id>``), or None
+        while the store cannot be read."""
+        try:
+            return {kv.key for kv in self.store.get_prefix(PSERVER_CHECKPOINT_PREFIX)}
+        except StoreError as exc:
+            log.debug("Chaos cannot read the job's store now: %s", exc)
+            return None

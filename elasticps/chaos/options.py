@@ -9,6 +9,13 @@ from elasticps.config import MODES
 from elasticps.errors import ConfigError
 from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT
 
+# Liveness (chaos/report.py): after each fault, training must progress again within
+# 3 x the lease TTL (the dead process noticed by its lease's expiry; a standby elected or the
+# slot claimed; the trainers' retries reaching the new process) plus this allowance for a
+# restarted process to start and restore on a small, busy machine (python, numpy, grpc and torch
+# import in about 5 s on 2 shared cores; twice that for margin).
+RESTART_ALLOWANCE_S = 10.0
+
 # The oracle's training script (chaos/oracle_script.py), shipped in the package: a wheel has it.
 ORACLE_SCRIPT = Path(__file__).with_name("oracle_script.py")
 
@@ -27,6 +34,11 @@ class ChaosOptions:
     lease_ttl: int = 2
     # Frequent checkpoints: a restarted pserver loses seconds of pushes, not a pass.
     checkpoint_interval: float = 3.0
+    # PADDLE_CHECKPOINT_DELTAS: delta checkpoints between full ones (0: full ones only)
+    checkpoint_deltas: int = 0
+    # Seconds after any fault within which training must progress again (None: the default
+    # bound, progress_bound_s); a run whose worst case exceeds it fails.
+    progress_bound: float | None = None
     gap: tuple[float, float] = (0.3, 1.5)  # seconds between a recovery and the next step
     start_timeout: float = 600.0  # job start to its first finished task
     recovery_timeout: float = 60.0  # per kill: serving again, then throughput back
@@ -46,6 +58,15 @@ class ChaosOptions:
     # Reshardings (elasticps scale --pservers): the pserver counts to move to, in order, spread
     # evenly between the kills (after kill K * i / (len + 1)).
     reshard: tuple[int, ...] = ()
+    # A directed schedule (plan.SCHEDULES) carried out first, its kills counted in ``kills``.
+    schedule: str | None = None
+
+    @property
+    def progress_bound_s(self) -> float:
+        """The liveness bound: ``progress_bound``, else 3 x lease TTL + RESTART_ALLOWANCE_S."""
+        if self.progress_bound is not None:
+            return self.progress_bound
+        return 3.0 * self.lease_ttl + RESTART_ALLOWANCE_S
 
     def reshard_at(self, index: int) -> int:
         """Kills delivered before resharding number ``index`` (0-based)."""
@@ -72,23 +93,29 @@ class ChaosOptions:
                     raise ConfigError(f"{name}={value} must be >= 1")
         for name, value, low in (("--kills", self.kills, 0), ("--trainers", self.trainers, 1),
                                  ("--pservers", self.pservers, 1),
-                                 ("--lease-ttl", self.lease_ttl, 1)):
+                                 ("--lease-ttl", self.lease_ttl, 1),
+                                 ("--checkpoint-deltas", self.checkpoint_deltas, 0)):
             if value < low:
                 raise ConfigError(f"{name}={value} must be >= {low}")
         for name, seconds in (("--checkpoint-interval", self.checkpoint_interval),
                               ("--start-timeout", self.start_timeout),
                               ("--recovery-timeout", self.recovery_timeout),
-                              ("--job-timeout", self.job_timeout)):
+                              ("--job-timeout", self.job_timeout),
+                              ("--progress-bound", self.progress_bound_s)):
             if not seconds > 0:
                 raise ConfigError(f"{name}={seconds} must be > 0 seconds")
         if self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r} is not one of {', '.join(MODES)}")
-        if self.oracle and self.mode == "sync":
-            # Each parameter counts the batches applied to it; sync applies the *mean* of a
-            # round's contributions, so the counts would be fractions by design.
-            raise ConfigError("--oracle counts gradient applications; --mode sync averages a "
-                              "round's gradients, so its counts are not 1 by design: use async "
-                              "or geo with --oracle")
+        from elasticps.chaos.plan import SCHEDULES  # plan imports targets, not options
+
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise ConfigError(f"--schedule {self.schedule!r} is not one of "
+                              f"{', '.join(SCHEDULES)}")
+        for before, count in zip((self.pservers, *self.reshard), self.reshard, strict=False):
+            if count == before:
+                raise ConfigError(f"--reshard {','.join(map(str, self.reshard))}: {count} "
+                                  f"pservers is no change from {before} (the job starts with "
+                                  "--pservers; each count moves from the one before it)")
         for count in self.reshard:
             if not 1 <= count <= MAX_PSERVERS_IN_LAYOUT:
                 raise ConfigError(f"--reshard {count}: a pserver count must be in [1, "

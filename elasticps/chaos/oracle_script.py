@@ -11,6 +11,11 @@ A counting model whose gradients do not depend on the parameters, trained with p
 - dense parameter ``counter`` has one element per shard (``np.array_split`` gives each shard one)
   and each application of any batch on that shard adds exactly 1 to it.
 
+In sync mode a round applies the mean of its batches' gradients (1/r each for r batches), so
+there the counting table trains with Adagrad (lr 1, eps 0) instead of SGD: a fresh row's first
+step is exactly 1 whatever r, a second step adds strictly less than 1 (see
+:mod:`elasticps.chaos.oracle`); the dense counter stays on SGD and counts rounds.
+
 So the final parameters count the applications of every batch on every shard, whatever the
 trainers, the master and the pservers went through: :mod:`elasticps.chaos.oracle` reads them
 from the shards' checkpoints and checks every count is exactly 1. The dataset
@@ -33,7 +38,7 @@ from elasticps.data.batch import Batch, TensorBatch
 from elasticps.data.manifest import read_manifest
 from elasticps.trainer.dataset_reader import cloud
 from elasticps.trainer.events import BeginPass, Event
-from elasticps.trainer.optim import SGD
+from elasticps.trainer.optim import SGD, Adagrad, OptimizerSpec
 from elasticps.trainer.sparse import RowInit, SparseLayer, numpy_batch
 from elasticps.trainer.trainer import Trainer
 
@@ -56,8 +61,9 @@ class PassClock:
 class CountingRows(SparseLayer):
     """Looks up, for each row of a batch, its own row on every shard (ids in the docstring)."""
 
-    def __init__(self, rows: int, passes: int, shards: int, clock: PassClock) -> None:
-        super().__init__(TABLE, passes * rows * shards, 1, optimizer=SGD(lr=1.0),
+    def __init__(self, rows: int, passes: int, shards: int, clock: PassClock,
+                 optimizer: OptimizerSpec) -> None:
+        super().__init__(TABLE, passes * rows * shards, 1, optimizer=optimizer,
                          initializer=RowInit("zeros"))
         self.rows, self.shards, self.clock = rows, shards, clock
 
@@ -76,15 +82,22 @@ class CountingRows(SparseLayer):
 class CountingModel(torch.nn.Module):
     """Output row i = the sum of row i's counting rows, plus (row 0 only) the counters' sum."""
 
-    def __init__(self, rows: int, passes: int, shards: int, clock: PassClock) -> None:
+    def __init__(self, rows: int, passes: int, shards: int, clock: PassClock,
+                 optimizer: OptimizerSpec | None = None) -> None:
         super().__init__()
-        self.rows = CountingRows(rows, passes, shards, clock)
+        self.rows = CountingRows(rows, passes, shards, clock, optimizer or SGD(lr=1.0))
         self.counter = torch.nn.Parameter(torch.zeros(shards))
 
     def forward(self, batch: TensorBatch) -> torch.Tensor:
         per_row = self.rows(batch).sum(1)
         first = torch.nn.functional.pad(self.counter.sum().reshape(1), (0, len(per_row) - 1))
         return per_row + first
+
+
+def counting_optimizer(mode: str) -> OptimizerSpec:
+    """The counting table's optimizer: one whose first step on a row is exactly 1 in ``mode``."""
+    # eps 0: the first step is -g / sqrt(g * g) = 1 exactly for any g < 0 (g = -1/r in sync).
+    return Adagrad(lr=1.0, eps=0.0) if mode == "sync" else SGD(lr=1.0)
 
 
 def counting_loss(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
@@ -101,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     config = init()
     rows = read_manifest(args.data).num_rows
     clock = PassClock()
-    model = CountingModel(rows, args.passes, config.pserver_count, clock)
+    model = CountingModel(rows, args.passes, config.pserver_count, clock,
+                          counting_optimizer(config.mode))
     trainer = Trainer(model, counting_loss, SGD(lr=1.0), label_kind="float")
     try:
         trainer.connect(config)

@@ -6,6 +6,10 @@ gaps and the actions (kill a role, or scale the trainers), the *pick* stream dra
 among a role's targets. The number of targets depends on timing (a restarted trainer may not have
 registered yet), so were both drawn from one stream, the roles of later kills would too; with two,
 the same seed kills the same roles in the same order whenever every role has a process to kill.
+
+A *directed* schedule (:data:`SCHEDULES`, :func:`directed`) is a named, fixed sequence of steps
+aimed at one known hole (e.g. a pserver killed right after its checkpoint, inside a scale step
+and a resharding); the loop carries it out first, then the seeded steps.
 """
 
 from __future__ import annotations
@@ -82,3 +86,87 @@ def preview(seed: int, kills: int, trainers: int, *, scale: bool = True,
         if action is not None:  # always: every role is available
             steps.append(action)
     return steps
+
+
+# -- directed schedules ------------------------------------------------------------------------
+#
+# A named schedule is a fixed sequence of steps the loop carries out once training is under way,
+# before the seeded random steps fill up the rest of --kills. Each step says whether the loop
+# waits, after it, for training to progress again (``then``: "progress") or only for the fault's
+# role to serve again ("serving"), or goes straight on ("none"): a burst of faults lands inside
+# one recovery, which is the point of most of them.
+
+Then = str  # "progress" | "serving" | "none"
+
+
+@dataclass(frozen=True)
+class AwaitCheckpoint:
+    """Wait until a pserver publishes a new checkpoint (``pserver/checkpoint/<slot>/<id>``);
+    the steps after it may aim at that pserver (``slot="checkpointed"``)."""
+
+
+@dataclass(frozen=True)
+class KillPServer:
+    """SIGKILL the pserver of ``slot``: a number, "checkpointed" (the one that published the
+    awaited checkpoint) or "same" (the slot the previous KillPServer hit)."""
+
+    slot: int | str
+    then: Then = "progress"
+
+
+@dataclass(frozen=True)
+class DirectedScale:
+    """Ask for ``trainers`` trainers."""
+
+    trainers: int
+    then: Then = "progress"
+
+
+@dataclass(frozen=True)
+class DirectedReshard:
+    """Ask for ``pservers`` pservers (with no SIGKILL of its own: the schedule kills)."""
+
+    pservers: int
+    then: Then = "progress"
+
+
+@dataclass(frozen=True)
+class PauseTrainer:
+    """SIGSTOP one trainer for ``seconds``, then SIGCONT it: a member that is slow, not dead,
+    for longer than its lease (the rest must progress meanwhile; it then wakes up late)."""
+
+    seconds: float
+    then: Then = "progress"
+
+
+Directed = AwaitCheckpoint | KillPServer | DirectedScale | DirectedReshard | PauseTrainer
+
+SCHEDULES = {
+    "scale-down-kill-reshard": "right after a pserver publishes a checkpoint: scale the trainers "
+                               "down by one, SIGKILL that pserver, then reshard to one pserver "
+                               "more, all inside one recovery",
+    "two-pserver-restores": "right after a pserver publishes a checkpoint: SIGKILL it, and as "
+                            "soon as its replacement serves (restored), SIGKILL that one too: "
+                            "two restores of one shard within about one task",
+    "slow-sync-member": "SIGSTOP a trainer for 2 x the lease TTL + 1 s (its lease expires, the "
+                        "others must go on without it), then SIGCONT it",
+}
+
+
+def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Directed]:
+    """The steps of schedule ``name`` (one of SCHEDULES) for a job of ``trainers`` trainers and
+    ``pservers`` pservers."""
+    if name == "scale-down-kill-reshard":
+        return [AwaitCheckpoint(), DirectedScale(max(1, trainers - 1), then="none"),
+                KillPServer("checkpointed", then="none"), DirectedReshard(pservers + 1)]
+    if name == "two-pserver-restores":
+        return [AwaitCheckpoint(), KillPServer("checkpointed", then="serving"),
+                KillPServer("same")]
+    if name == "slow-sync-member":
+        return [PauseTrainer(2.0 * lease_ttl + 1.0)]
+    raise ValueError(f"no schedule {name!r}: one of {', '.join(SCHEDULES)}")
+
+
+def directed_kills(steps: Sequence[Directed]) -> int:
+    """The SIGKILLs a schedule delivers (they count towards --kills)."""
+    return sum(isinstance(s, KillPServer) for s in steps)

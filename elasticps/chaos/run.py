@@ -24,7 +24,7 @@ from elasticps.chaos.loop import ChaosLoop
 from elasticps.chaos.observe import JobObserver
 from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
 from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_oracle_data
-from elasticps.chaos.plan import KillRole, Planner, preview
+from elasticps.chaos.plan import SCHEDULES, KillRole, Planner, directed, directed_kills, preview
 from elasticps.chaos.report import ChaosRecord, JobRun, build_report
 from elasticps.errors import ElasticPSError
 from elasticps.launch.scale import set_desired_trainers, write_desired_pservers
@@ -48,6 +48,11 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
     planned = [s.role if isinstance(s, KillRole) else f"scale to {s.trainers}"
                for s in preview(opts.seed, opts.kills, opts.trainers, scale=opts.scale,
                                 gap=opts.gap)]
+    if opts.schedule:
+        steps = directed(opts.schedule, opts.trainers, opts.pservers, opts.lease_ttl)
+        say(f"chaos: schedule {opts.schedule} first: {SCHEDULES[opts.schedule]} "
+            f"({', '.join(type(s).__name__ for s in steps)}; {directed_kills(steps)} kill(s) "
+            "of --kills)")
     say(f"chaos: run under faults in {workdir} (output in {output}); seed {opts.seed} plans: "
         f"{', '.join(planned) or 'no kills'}")
     with contextlib.ExitStack() as stack:
@@ -71,9 +76,12 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
                          lambda n: set_desired_trainers(*location, n), say, store=etcd,
                          reshard_to=lambda m: write_desired_pservers(store, m, "chaos"))
         loop.run(deadline)
+        left = 0.0 if loop.tail_stall is not None else (
+            opts.job_timeout - (time.monotonic() - job.started))
         record = ChaosRecord(
-            job.finish(opts.job_timeout - (time.monotonic() - job.started), say),
-            loop.kills, loop.scales, outages=loop.outages, reshards=loop.reshards)
+            job.finish(left, say),
+            loop.kills, loop.scales, outages=loop.outages, reshards=loop.reshards,
+            pauses=loop.pauses, directed=loop.directed_done, tail_stall_s=loop.tail_stall)
         _account(record, store, opts)
         if opts.oracle:
             record.oracle = _oracle(record, store, opts)
@@ -90,7 +98,7 @@ def _account(record: ChaosRecord, store: Store, opts: ChaosOptions) -> None:
 
 def oracle_spec(opts: ChaosOptions) -> OracleSpec:
     return OracleSpec(str(opts.workdir / "oracle-data"), opts.oracle_passes,
-                      opts.oracle_batch_size, opts.pservers)
+                      opts.oracle_batch_size, opts.pservers, opts.mode)
 
 
 def with_oracle(opts: ChaosOptions, say: Say) -> ChaosOptions:

@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from elasticps.chaos.plan import KillRole, preview
+from elasticps.chaos.plan import KillRole, ScaleTrainers, preview
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from tests.fault.chaos.test_chaos_command import SEED, user_env
 
@@ -99,3 +100,62 @@ def test_a_resharding_from_2_to_3_and_back_applies_every_batch_once(tmp_path: Pa
     url = str(tmp_path / "chaos-run" / "chaos" / "checkpoints")
     finals = [ShardCheckpoints(url, shard, 2).load_newest() for shard in range(2)]
     assert sum(f[0].counters.get("partly_applied_before", 0) for f in finals if f) > 0
+
+
+def _oracle_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
+                                                      dict[str, Any]]:
+    chaos = subprocess.run(
+        [sys.executable, "-m", "elasticps", "chaos", "--oracle", "--outage", "0", *args,
+         "--json", "report.json"],
+        cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=240, check=False)
+    assert chaos.returncode == 0, chaos.stdout[-3000:] + chaos.stderr[-3000:]
+    return chaos, json.loads((tmp_path / "report.json").read_text())
+
+
+def test_sync_rounds_count_every_batch_once_through_a_scale_up_and_kills(
+        tmp_path: Path) -> None:
+    """Sync mode (each round applies the mean of its batches): the oracle's Adagrad counting
+    table reads exactly 1 per (pass, row, shard) whatever the rounds' sizes, through a scale
+    step to 3 trainers, a pserver kill and a trainer kill, and every fault is followed by
+    progress within the liveness bound."""
+    rows, passes = 50_000, 2
+    assert preview(221, 2, 2) == [ScaleTrainers(3), KillRole("pserver"), KillRole("trainer")]
+    chaos, report = _oracle_run(tmp_path, "--mode", "sync", "--kills", "2", "--seed", "221",
+                                "--oracle-rows", str(rows), "--oracle-passes", str(passes))
+    assert report["outcome"] == "succeeded"
+    assert [s["trainers"] for s in report["scales"]] == [3]
+    assert report["kills"] == {"master": 0, "pserver": 1, "trainer": 1}, chaos.stdout
+    assert report["oracle_rows_checked"] == passes * rows * PSERVERS
+    assert report["oracle_mismatches"] == 0, report["oracle_result"]
+    shards = report["oracle_result"]["shards"]
+    assert report["oracle_result"]["counters_ok"], shards
+    # the rounds really averaged several batches (fewer rounds than batches on each shard)
+    assert all(s["counter"] < s["counter_expected"] for s in shards), shards
+    live = report["liveness"]
+    assert live["ok"], live
+    assert live["faults_timed"] == 3, live
+    assert 0 < report["worst_progress_after_fault_s"] <= report["progress_bound_s"]
+
+
+def test_geo_through_the_scale_down_kill_reshard_schedule_on_delta_checkpoints(
+        tmp_path: Path) -> None:
+    """Hole 1's sequence in geo mode: right after a pserver publishes a (delta) checkpoint the
+    trainers are scaled down by one, that pserver is SIGKILLed and the job resharded 2 -> 3,
+    all inside one recovery; every count read from the final layout's parameters is 1."""
+    rows = 40_000
+    chaos, report = _oracle_run(tmp_path, "--mode", "geo", "--kills", "1",
+                                "--schedule", "scale-down-kill-reshard",
+                                "--checkpoint-deltas", "2", "--oracle-rows", str(rows),
+                                "--oracle-passes", "1")
+    assert report["outcome"] == "succeeded"
+    assert report["schedule_steps"][0] == "AwaitCheckpoint()"
+    assert [s["trainers"] for s in report["scales"]] == [1]
+    assert report["kills"] == {"master": 0, "pserver": 1, "trainer": 0}, chaos.stdout
+    assert [(r["pservers"], r["serving_s"] is not None) for r in report["reshards"]] == [
+        (3, True)]
+    assert report["oracle_rows_checked"] == rows * PSERVERS
+    assert report["oracle_mismatches"] == 0, report["oracle_result"]
+    assert report["oracle_result"]["counters_ok"], report["oracle_result"]
+    assert report["liveness"]["ok"], report["liveness"]
+    manifests = list((tmp_path / "chaos-run" / "chaos" / "checkpoints").glob("*/*.json"))
+    assert any(json.loads(m.read_text()).get("parent") for m in manifests)  # deltas written

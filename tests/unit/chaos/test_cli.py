@@ -40,6 +40,8 @@ def test_defaults_and_a_relative_workdir_resolved_against_the_current_directory(
     (("--lease-ttl", "0"), "--lease-ttl=0 must be >= 1"),
     (("--recovery-timeout", "0"), "--recovery-timeout=0.0 must be > 0"),
     (("--gap", "2", "1"), "0 <= MIN <= MAX"),
+    (("--reshard", "2,3"), "2 pservers is no change from 2"),  # the job starts on 2
+    (("--reshard", "3,3"), "3 pservers is no change from 3"),
 ])
 def test_options_that_cannot_work_are_refused_before_anything_starts(
         tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
@@ -65,13 +67,26 @@ def test_oracle_runs_its_own_script_with_a_store_outage_and_no_baseline() -> Non
         parse()
 
 
-def test_the_jobs_mode_reaches_elasticps_run_and_the_oracle_refuses_sync(tmp_path: Path) -> None:
-    from elasticps.chaos.job import launch_command
+def test_the_jobs_mode_and_checkpoint_deltas_reach_elasticps_run(tmp_path: Path) -> None:
+    from elasticps.chaos.job import job_env, launch_command
 
     geo = parse("--oracle", "--mode", "geo")
     geo.validate()
     argv = launch_command(geo, tmp_path)
     assert argv[argv.index("--mode") + 1] == "geo"
     assert "--mode" not in launch_command(parse("--oracle"), tmp_path)  # async: as before
-    with pytest.raises(ConfigError, match="--mode sync averages"):
-        parse("--oracle", "--mode", "sync").validate()
+    sync = parse("--oracle", "--mode", "sync", "--checkpoint-deltas", "3")
+    sync.validate()  # the oracle counts sync rounds too (chaos/oracle.py)
+    argv = launch_command(sync, tmp_path)
+    assert argv[argv.index("--mode") + 1] == "sync"
+    assert job_env(sync)["PADDLE_CHECKPOINT_DELTAS"] == "3"
+    assert "PADDLE_CHECKPOINT_DELTAS" not in job_env(parse("--oracle"))
+    with pytest.raises(ConfigError, match="--checkpoint-deltas"):
+        parse("--oracle", "--checkpoint-deltas", "-1").validate()
+
+
+def test_an_unknown_schedule_is_refused_by_the_options_too(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    with pytest.raises(ConfigError, match="--schedule 'nope' is not one of"):
+        ChaosOptions(script=script, schedule="nope").validate()

@@ -38,6 +38,7 @@ class SimJob:
                          "t-21": TrainerRegistration(21, HERE),
                          "t-22": TrainerRegistration(22, THERE)}
         self.tasks = 1
+        self.done_after: int | None = None  # the master says done after this many kills
         self.killed: list[int] = []
         self.leaders_killed_with_a_standby: list[bool] = []
 
@@ -51,10 +52,14 @@ class SimJob:
 
     def status(self, view: JobView | None = None) -> dict[str, Any]:
         return {"counts": {}, "tasks_finished_total": self.tasks, "recoveries_total": 0,
-                "done": False}
+                "done": self.done_after is not None and len(self.killed) >= self.done_after}
 
     def progress(self) -> int | None:
         return progress_of(self.status())
+
+    def progress_marks(self) -> dict[str, int] | None:
+        progress = self.progress()
+        return None if progress is None else {"master": progress}
 
     # -- what the loop does ----------------------------------------------------------------
 
@@ -83,6 +88,7 @@ class SimJob:
         for _ in range(count - len(live)):
             self._pid += 1
             self.trainers[f"t-{self._pid}"] = TrainerRegistration(self._pid, HERE)
+        self.tasks += 1  # training goes on
 
 
 def loop_for(job: SimJob, seed: int, kills: int, *, scale: bool = False,
@@ -93,6 +99,7 @@ def loop_for(job: SimJob, seed: int, kills: int, *, scale: bool = False,
     planner = Planner(seed, opts.trainers, scale=scale, gap=opts.gap)
     loop = ChaosLoop(opts, job, job, planner, job.scale_to, said.append, host=HERE,
                      kill=job.kill)
+    job.done_after = kills  # the job ends with its last kill (run() watches it to the end)
     return loop, said
 
 
@@ -163,6 +170,7 @@ def test_a_store_outage_follows_its_kill_and_leaves_the_seeds_kills_alone() -> N
     loop = ChaosLoop(opts, job, job, Planner(7, opts.trainers, scale=False, gap=opts.gap),
                      job.scale_to, said.append, host=HERE, kill=job.kill,
                      store=SimStore(job, said))
+    job.done_after = 4
     loop.run(deadline=time.monotonic() + 5)
     assert [k.role for k in loop.kills] == [
         s.role for s in preview(7, 4, 2, scale=False) if isinstance(s, KillRole)]
@@ -171,3 +179,147 @@ def test_a_store_outage_follows_its_kill_and_leaves_the_seeds_kills_alone() -> N
     assert outage.throughput_s is not None
     kills = [i for i, line in enumerate(said) if line.startswith("chaos: kill")]
     assert kills[1] < said.index("(etcd down)") < said.index("(etcd up)") < kills[2]
+
+
+class StuckJob(SimJob):
+    """A job whose kills are replaced but whose training never moves again."""
+
+    def kill(self, pid: int) -> None:
+        tasks = self.tasks
+        super().kill(pid)
+        self.tasks = tasks
+
+
+def test_a_fault_after_which_training_does_not_progress_is_recorded_as_stalled() -> None:
+    job = StuckJob()
+    loop, _ = loop_for(job, seed=7, kills=1, recovery_timeout=0.3)
+    job.done_after = None  # and never done
+    loop.step()
+    (kill,) = loop.kills
+    assert kill.serving_s is not None  # the role came back ...
+    assert (kill.throughput_s, kill.stalled) == (None, True)  # ... but training did not
+    live = SimJob()
+    loop, _ = loop_for(live, seed=7, kills=1)
+    loop.step()
+    assert (loop.kills[0].stalled, loop.kills[0].throughput_s is not None) == (False, True)
+
+
+def test_a_scale_step_is_timed_until_training_progresses() -> None:
+    job = SimJob()
+    del job.trainers["t-22"]
+    original = job.scale_to
+
+    def scale_and_progress(count: int) -> None:
+        original(count)
+        job.tasks += 1
+
+    loop, _ = loop_for(job, seed=147, kills=1, scale=True)
+    loop.scale_to = scale_and_progress
+    loop.step()
+    (scale,) = loop.scales
+    assert scale.settled_s is not None
+    assert scale.throughput_s is not None
+    assert not scale.stalled
+
+
+class ReshardingJob(SimJob):
+    """Also publishes checkpoints (a new one from slot 0 once asked twice) and reshards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slots = {0: PServerSlot("s:0", 10, HERE), 1: PServerSlot("s:1", 11, HERE)}
+        self.looks = 0
+        self.shards: int | None = None
+        self.actions: list[str] = []
+
+    def checkpoints(self) -> set[str]:
+        self.looks += 1
+        return {"pserver/checkpoint/1/000000000001"} | (
+            {"pserver/checkpoint/0/000000000002"} if self.looks > 2 else set())
+
+    def layout(self) -> int | None:
+        return self.shards
+
+    def kill(self, pid: int) -> None:
+        self.actions.append(f"kill {pid}")
+        super().kill(pid)
+
+    def scale_to(self, count: int) -> None:
+        self.actions.append(f"scale {count}")
+        super().scale_to(count)
+
+    def reshard_to(self, count: int) -> None:
+        self.actions.append(f"reshard {count}")
+        self.shards = count
+        self.slots = {i: PServerSlot(f"s:{i}", 200 + i, HERE) for i in range(count)}
+        self.tasks += 1
+
+
+def test_the_scale_down_kill_reshard_schedule_hits_the_pserver_that_just_checkpointed() -> None:
+    job = ReshardingJob()
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=1, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="scale-down-kill-reshard")
+    loop = ChaosLoop(opts, job, job, Planner(7, opts.trainers, scale=False, gap=opts.gap),
+                     job.scale_to, said.append, host=HERE, kill=job.kill,
+                     reshard_to=job.reshard_to)
+    for _ in range(4):
+        loop.step()
+    # slot 0 published the new checkpoint: it is the one killed, between the two requests
+    assert job.actions == ["scale 1", "kill 10", "reshard 3"]
+    assert [k.name for k in loop.kills] == ["0"]
+    (reshard,) = loop.reshards
+    assert (reshard.pservers, reshard.killed, reshard.serving_s is not None) == (3, "", True)
+    # the burst's faults are all timed by the progress after the last one
+    assert loop.kills[0].throughput_s is not None
+    assert loop.scales[0].throughput_s is not None
+    assert loop.scales[0].throughput_s >= loop.kills[0].throughput_s >= reshard.throughput_s
+    assert not loop.directed
+    assert loop.finished()  # its kill counted towards --kills 1
+
+
+class MovingJob(SimJob):
+    """Training moves on by one task each time the master is asked."""
+
+    def status(self, view: JobView | None = None) -> dict[str, Any]:
+        self.tasks += 1
+        return super().status(view)
+
+
+def test_a_paused_trainer_is_stopped_and_continued_and_the_others_progress_is_timed() -> None:
+    import signal
+
+    job = MovingJob()
+    signals: list[tuple[int, int]] = []
+
+    def signal_to(pid: int, signum: int) -> None:
+        signals.append((pid, signum))
+
+    opts = ChaosOptions(script=Path("train.py"), kills=0, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="slow-sync-member", lease_ttl=1)
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     [].append, host=HERE, kill=job.kill, signal_to=signal_to)
+    loop.step()
+    (pause,) = loop.pauses
+    assert [s for _, s in signals] == [signal.SIGSTOP, signal.SIGCONT]
+    assert signals[0][0] == signals[1][0] in {20, 21}  # one of this host's trainers
+    assert pause.seconds == 3.0
+    assert (pause.stalled, pause.wake_stalled) == (False, False)
+    assert pause.throughput_s is not None
+    assert pause.after_wake_s is not None
+
+
+def test_a_job_that_stops_progressing_after_the_last_fault_is_caught_and_stopped() -> None:
+    job = SimJob()  # never done, and nothing moves once the kills are over
+    loop, said = loop_for(job, seed=7, kills=2, recovery_timeout=0.3)
+    job.done_after = None
+    loop.run(deadline=time.monotonic() + 5)
+    assert len(loop.kills) == 2
+    assert loop.tail_stall is not None
+    assert loop.tail_stall > 0.3
+    assert "no training progress" in said[-1]
+    from elasticps.chaos.report import ChaosRecord, JobRun, faults_of, liveness
+
+    record = ChaosRecord(JobRun(0, 1.0, Path("w"), Path("o")), loop.kills,
+                         tail_stall_s=loop.tail_stall)
+    assert not liveness(faults_of(record), 16.0, 0.3)["ok"]

@@ -56,3 +56,57 @@ def test_every_count_not_exactly_one_is_found(tmp_path: Path) -> None:
             shard_applying(shard, {0: 1, 1: 1}).snapshot()[0])
     ok = check_oracle(OracleSpec(data, 1, BATCH, SHARDS), str(clean))
     assert (ok.mismatches, ok.batch_mismatches, ok.counters_ok) == (0, 0, True)
+
+
+def sync_shard(shard: int, rounds: list[list[int]]) -> ShardState:
+    """A sync-mode shard that closed ``rounds`` (each the batches its trainers pushed), with the
+    oracle script's sync optimizer (Adagrad, eps 0) on the counting table: each round applies
+    the mean of its batches' gradients, -1/r per row."""
+    from elasticps.chaos.oracle_script import counting_optimizer
+
+    state = ShardState(shard, SHARDS, mode="sync")
+    state.declare([SPEC(name=TABLE, kind=SPEC.SPARSE, dim=1, id_space=ROWS * SHARDS,
+                        optimizer=counting_optimizer("sync").to_proto(),
+                        initializer=pserver_pb2.Initializer(kind=pserver_pb2.Initializer.ZEROS)),
+                   SPEC(name=COUNTER, kind=SPEC.DENSE, shape=[SHARDS], optimizer=SGD)])
+    state.init_dense({COUNTER: np.zeros(1, dtype=np.float32)})
+    push = 0
+    for batches in rounds:
+        trainers = [f"t{i}" for i in range(len(batches))]
+        for trainer in trainers:
+            state.join_round(trainer)
+        for trainer, batch in zip(trainers, batches, strict=True):
+            ids = np.arange(batch * BATCH, (batch + 1) * BATCH, dtype=np.int64) * SHARDS + shard
+            # every push but the round's last stays pending: the last one closes the round
+            state.push(BatchKey(0, 0, push), {COUNTER: -np.ones(1, dtype=np.float32)},
+                       {TABLE: (ids, -np.ones((BATCH, 1), dtype=np.float32))},
+                       trainer=trainer, wait_s=0.0)
+            push += 1
+        for trainer in trainers:
+            state.leave_round(trainer)
+    return state
+
+
+def test_sync_rounds_of_any_size_count_exactly_one_and_a_second_application_does_not(
+        tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    write_oracle_data(data, ROWS, rows_per_chunk=ROWS)
+    spec = OracleSpec(data, 1, BATCH, SHARDS, mode="sync")
+    clean = str(tmp_path / "clean")
+    # shard 0: both batches in one round of 2 (1/2 each); shard 1: two rounds of 1
+    for shard, rounds in ((0, [[0, 1]]), (1, [[0], [1]])):
+        ShardCheckpoints(clean, shard, SHARDS).save(sync_shard(shard, rounds).snapshot()[0])
+    ok = check_oracle(spec, clean)
+    assert (ok.mismatches, ok.batch_mismatches, ok.counters_ok) == (0, 0, True), ok.examples
+    assert [s.counter for s in ok.shards] == [1.0, 2.0]  # the counter counts rounds
+    # Batch 1 applied twice at 1/2 on shard 0 (with SGD's mean it would read 1: invisible),
+    # batch 0 lost on shard 1.
+    broken = str(tmp_path / "broken")
+    for shard, rounds in ((0, [[0, 1], [1]]), (1, [[1]])):
+        ShardCheckpoints(broken, shard, SHARDS).save(sync_shard(shard, rounds).snapshot()[0])
+    bad = check_oracle(spec, broken)
+    first, second = bad.shards
+    assert (first.applied_twice_or_more, first.never_applied) == (BATCH, 0)
+    assert (second.applied_twice_or_more, second.never_applied) == (0, BATCH)
+    assert (bad.mismatches, bad.batch_mismatches) == (2 * BATCH, 2)
+    assert all(1.0 < e["count"] < 2.0 for e in bad.examples if e["shard"] == 0)

@@ -62,3 +62,31 @@ def test_preview_lists_the_steps_of_a_seed_until_its_kills() -> None:
     # The end-to-end test's seed (tests/fault/chaos): one kill of every role and a scale step.
     assert preview(148, 3, 2) == [KillRole("master"), KillRole("pserver"), ScaleTrainers(3),
                                   KillRole("trainer")]
+
+
+def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
+    from elasticps.chaos.plan import (
+        SCHEDULES,
+        AwaitCheckpoint,
+        DirectedReshard,
+        DirectedScale,
+        KillPServer,
+        PauseTrainer,
+        directed,
+        directed_kills,
+    )
+
+    steps = directed("scale-down-kill-reshard", trainers=2, pservers=2, lease_ttl=2)
+    assert steps == [AwaitCheckpoint(), DirectedScale(1, then="none"),
+                     KillPServer("checkpointed", then="none"), DirectedReshard(3)]
+    assert directed("scale-down-kill-reshard", 1, 3, 2)[1:4:2] == [DirectedScale(1, "none"),
+                                                                  DirectedReshard(4)]
+    restores = directed("two-pserver-restores", 2, 2, 2)
+    assert restores == [AwaitCheckpoint(), KillPServer("checkpointed", then="serving"),
+                        KillPServer("same")]
+    assert directed_kills(restores) == 2
+    assert directed("slow-sync-member", 2, 2, lease_ttl=3) == [PauseTrainer(7.0)]
+    assert set(SCHEDULES) == {"scale-down-kill-reshard", "two-pserver-restores",
+                              "slow-sync-member"}
+    with pytest.raises(ValueError, match="no schedule"):
+        directed("nope", 2, 2, 2)

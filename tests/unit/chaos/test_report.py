@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from elasticps.chaos.options import ChaosOptions
@@ -97,3 +98,54 @@ def test_recovery_stats_count_what_never_recovered() -> None:
     assert recovery_stats([1.0, None, 3.0, 2.0]) == {"n": 4, "recovered": 3, "median_s": 2.0,
                                                      "max_s": 3.0}
     assert recovery_stats([]) == {"n": 0, "recovered": 0, "median_s": None, "max_s": None}
+
+
+def test_liveness_takes_the_worst_fault_and_fails_over_the_bound_or_on_a_stall() -> None:
+    from elasticps.chaos.report import ReshardRecord, faults_of, liveness
+
+    chaos = record()  # kills: progress after 3.0 s, never (the job ended), 4.0 s
+    chaos.scales = [ScaleRecord(1.5, 3, 0.5, 2.5)]
+    chaos.reshards = [ReshardRecord(2.5, 3, "1", 6.0, 9.0)]
+    faults = faults_of(chaos)
+    assert [f[0] for f in faults] == ["kill 1 (master m)", "scale to 3 trainers",
+                                      "kill 2 (pserver 0)", "reshard to 3 pservers",
+                                      "kill 3 (pserver 1)"]
+    ok = liveness(faults, bound=16.0, timeout=60.0)
+    assert (ok["ok"], ok["worst_progress_after_fault_s"], ok["worst_fault"],
+            ok["faults_timed"]) == (True, 9.0, "reshard to 3 pservers", 4)
+    over = liveness(faults, bound=8.0, timeout=60.0)
+    assert (over["ok"], over["faults_over_bound"]) == (False, ["reshard to 3 pservers"])
+    chaos.kills[1].stalled = True  # no progress within the recovery timeout, the job running
+    stalled = liveness(faults_of(chaos), bound=16.0, timeout=60.0)
+    assert (stalled["ok"], stalled["worst_progress_after_fault_s"], stalled["faults_stalled"]) \
+        == (False, 60.0, ["kill 2 (pserver 0)"])
+    assert liveness([], 16.0, 60.0)["ok"]
+
+
+def test_a_job_that_succeeded_but_stalled_after_a_fault_fails_the_run() -> None:
+    chaos = record()
+    report = build_report(OPTS, chaos, None)
+    assert (report["outcome"], report["progress_bound_s"]) == ("succeeded", 16.0)
+    assert report["worst_progress_after_fault_s"] == 4.0
+    chaos.kills[2].throughput_s = 17.5
+    report = build_report(OPTS, chaos, None)
+    assert report["job_outcome"] == "succeeded"
+    assert report["outcome"] == ("failed (liveness: training progressed again only 17.5s after "
+                                 "kill 3 (pserver 1), over the bound of 16s)")
+    assert any("did not stay live" in p for p in problems(report))
+    chaos.kills[1].stalled = True
+    report = build_report(OPTS, chaos, None)
+    assert "no progress within --recovery-timeout after kill 2" in report["outcome"]
+
+
+def test_the_plain_report_says_its_duplicates_and_missing_are_the_jobs_own_record() -> None:
+    broken = CLEAN | {"duplicates": 2, "missing": 1}
+    report = build_report(OPTS, record(accounting=broken), None)
+    assert "job's own record" in report["accounting_source"]
+    assert "--oracle" in report["accounting_source"]
+    assert "accounting_source" in brief(report)
+    (problem,) = problems(report)
+    assert "by the job's own record" in problem
+    assert "--oracle reads the parameters" in problem
+    oracle = build_report(replace(OPTS, oracle=True), record(), None)
+    assert "oracle_* figures are the evidence" in oracle["accounting_source"]
