@@ -10,6 +10,11 @@ contributions' mean is applied as one optimizer step and every contribution's ba
 Exactly-once: a batch already applied is a duplicate, answered at once; a batch waiting in the
 round is in it once whoever pushes it; after a resharding, what an earlier layout's shard
 applied of a batch is zeroed out of its contribution (one batch is never applied in part).
+
+Liveness across shards: a trainer's push goes to every shard and returns when each has answered.
+A trainer whose batch is a duplicate on a shard (a recovery dispatch pushes to every shard; some
+hold the batch) leaves that shard's round: otherwise two trainers recovering batches missing on
+different shards would each wait in one shard's round for the other, for ever.
 """
 
 from __future__ import annotations
@@ -57,6 +62,12 @@ class SyncRoundPush(PushMode):
                 "barrier waits for trainers by name")
         shard = self.shard
         if shard.applied.contains(*batch.ref):
+            # The trainer has nothing for this shard's round now (a recovery pushes to every
+            # shard, and this one holds the batch): the round must not wait for it while it
+            # waits on another shard's round, whose members may be waited for here. Its next
+            # push that contributes makes it a member again.
+            if self.rounds.leave(trainer):
+                self._close_if_ready()
             shard.duplicates += 1
             tag = shard.dense_tag()
             return PushResult(applied=False, skipped=False, dense_before=tag, dense_after=tag)

@@ -1,25 +1,33 @@
-"""A model-based test of sync mode's step barrier (``SyncRounds``): trainers take tasks, push
-their batches, die (their lease expires, so the pserver drops them), come back under the same
-name, end tasks; a task whose holder died goes to another trainer, which pushes the batch its
-holder left waiting in the round. After every step:
+"""Model-based tests of sync mode's step barrier.
 
-- no batch is applied twice;
-- the barrier never deadlocks: whenever every member of the round waits on a contribution of
-  it, the round has closed (there is no member left for it to wait for).
+``SyncRounds`` alone: trainers take tasks, push their batches, die (their lease expires, so the
+pserver drops them), come back under the same name, end tasks; a task whose holder died goes to
+another trainer, which pushes the batch its holder left waiting in the round. After every step
+no batch is applied twice, and the barrier never deadlocks: whenever every member of the round
+waits on a contribution of it, the round has closed. Before a batch's new holder counted as
+having contributed (the contribution was keyed by the trainer that first pushed it), this found
+the deadlock at once: b pushes and dies, c takes b's task and pushes the same batch, a pushes;
+every member waits and the round never closes.
 
-Before a batch's new holder counted as having contributed (the contribution was keyed by the
-trainer that first pushed it), this found the deadlock at once: b pushes and dies, c takes b's
-task and pushes the same batch, a pushes; every member waits and the round never closes.
+Then real sync shards (``SyncShards``): every push goes to every shard and pservers restore,
+so a recovering trainer's batch is a duplicate on some shards. Before such a trainer left the
+round of a shard that holds its batch, two trainers recovering batches missing on different
+shards each waited in one shard's round for the other
+(``test_two_recoveries_missing_on_different_shards_do_not_wait_for_each_other``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from elasticps.proto import pserver_pb2
+from elasticps.pserver.routing import dense_bounds
+from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.sync_round import Contribution, SyncRounds
 
 TRAINERS = ("a", "b", "c")
@@ -128,3 +136,192 @@ class SyncBarrier(RuleBasedStateMachine):
 TestSyncBarrier = SyncBarrier.TestCase
 TestSyncBarrier.settings = settings(max_examples=200, stateful_step_count=30, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- the same over real sync shards: every push goes to every shard, shards restore ----------
+
+OPT = pserver_pb2.OptimizerSpec
+SPEC = pserver_pb2.TableSpec
+SHARDS = 2
+W_SIZE = 4  # 2 dense elements per shard
+
+
+def _fresh_shard(i: int) -> ShardState:
+    shard = ShardState(i, SHARDS, mode="sync")
+    shard.declare([SPEC(name="w", kind=SPEC.DENSE, shape=[W_SIZE],
+                        optimizer=OPT(kind=OPT.SGD, lr=1.0))])
+    start, stop = dense_bounds(W_SIZE, i, SHARDS)
+    shard.init_dense({"w": np.zeros(stop - start, np.float32)})
+    return shard
+
+
+class SyncShards(RuleBasedStateMachine):
+    """Trainers push each batch to every shard (``wait_s=0``: an open round answers pending
+    and the client sends again, as PServerClient does) and move on once every shard has
+    answered; a pserver is restored from its checkpoint (its open round is lost, and it may
+    lose batches other shards hold, so the task's next holder recomputes batches some shards
+    answer as duplicates). After every step each trainer resends what is pending until nothing
+    changes; then some trainer holding a task must be free to act, or the job is deadlocked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shards = [_fresh_shard(i) for i in range(SHARDS)]
+        self.checkpoints = [s.snapshot()[0] for s in self.shards]
+        self.alive = set(TRAINERS)
+        self.holder: dict[int, str | None] = dict.fromkeys(range(TASKS))
+        self.holding: dict[str, int] = {}
+        self.seq: dict[str, int] = {}  # the batch the trainer trains now
+        self.unanswered: dict[str, set[int]] = {}  # trainer -> shards still pending its push
+
+    def _first_missing(self, task: int) -> int:
+        seq = 0
+        while seq < BATCHES_PER_TASK and all(s.applied.contains(0, task, seq)
+                                             for s in self.shards):
+            seq += 1
+        return seq
+
+    def _idle(self) -> list[str]:
+        return sorted(self.alive - self.holding.keys())
+
+    def _free_tasks(self) -> list[int]:
+        return [t for t, h in self.holder.items()
+                if h is None and self._first_missing(t) < BATCHES_PER_TASK]
+
+    def _ready_to_push(self) -> list[str]:
+        return sorted(t for t in self.holding if not self.unanswered.get(t))
+
+    @precondition(lambda self: self._idle() and self._free_tasks())
+    @rule(data=st.data())
+    def take_task(self, data: st.DataObject) -> None:
+        trainer = data.draw(st.sampled_from(self._idle()))
+        task = data.draw(st.sampled_from(self._free_tasks()))
+        self.holder[task], self.holding[trainer] = trainer, task
+        self.seq[trainer] = self._first_missing(task)  # resumes where some shard lacks it
+        for shard in self.shards:
+            shard.join_round(trainer)
+        self._drain()
+
+    @precondition(lambda self: self._ready_to_push())
+    @rule(data=st.data())
+    def push(self, data: st.DataObject) -> None:
+        trainer = data.draw(st.sampled_from(self._ready_to_push()))
+        self.unanswered[trainer] = set(range(SHARDS))
+        self._send(trainer)
+        self._drain()
+
+    @precondition(lambda self: self.alive)
+    @rule(data=st.data())
+    def die(self, data: st.DataObject) -> None:
+        trainer = data.draw(st.sampled_from(sorted(self.alive)))
+        self.alive.discard(trainer)
+        self._release(trainer)
+        self._drain()
+
+    @precondition(lambda self: len(self.alive) < len(TRAINERS))
+    @rule(data=st.data())
+    def come_back(self, data: st.DataObject) -> None:
+        self.alive.add(data.draw(st.sampled_from(sorted(set(TRAINERS) - self.alive))))
+
+    @rule(i=st.integers(0, SHARDS - 1))
+    def checkpoint(self, i: int) -> None:
+        self.checkpoints[i] = self.shards[i].snapshot()[0]
+
+    @rule(i=st.integers(0, SHARDS - 1))
+    def restore(self, i: int) -> None:
+        """Pserver i was SIGKILLed: a new process restores its checkpoint (no round members:
+        trainers' pushes make them members again)."""
+        shard = ShardState(i, SHARDS, mode="sync")
+        shard.restore(self.checkpoints[i], "checkpoint")
+        self.shards[i] = shard
+        self.checkpoints[i] = shard.snapshot()[0]
+        self._drain()
+
+    def _release(self, trainer: str) -> None:
+        task = self.holding.pop(trainer, None)
+        if task is not None:
+            self.holder[task] = None
+        self.unanswered.pop(trainer, None)
+        for shard in self.shards:
+            shard.leave_round(trainer)  # its lease expired, or it ended its task
+
+    def _send(self, trainer: str) -> bool:
+        """(Re)send the trainer's batch to the shards that have not answered; True if one did."""
+        task, seq = self.holding[trainer], self.seq[trainer]
+        moved = False
+        for i in sorted(self.unanswered[trainer]):
+            part = np.zeros(W_SIZE // SHARDS, np.float32)
+            part[:] = -1.0
+            result = self.shards[i].push(BatchKey(0, task, seq), {"w": part}, {},
+                                         trainer=trainer, wait_s=0.0)
+            if not result.pending:
+                self.unanswered[trainer].discard(i)
+                moved = True
+        if not self.unanswered[trainer]:
+            del self.unanswered[trainer]
+            self.seq[trainer] = seq + 1
+            if self.seq[trainer] >= BATCHES_PER_TASK:
+                self._release(trainer)
+        return moved
+
+    def _drain(self) -> None:
+        for _ in range(50):
+            if not any([self._send(t) for t in list(self.unanswered) if t in self.unanswered]):
+                return
+        raise AssertionError("resends kept changing the state")
+
+    @invariant()
+    def some_trainer_can_act(self) -> None:
+        if self.holding and all(t in self.unanswered for t in self.holding):
+            raise AssertionError(
+                "deadlock: every trainer holding a task waits on a shard's round: "
+                + "; ".join(f"{t} (task {self.holding[t]}, seq {self.seq[t]}) on shard(s) "
+                            f"{sorted(self.unanswered[t])}" for t in sorted(self.holding)))
+
+    @invariant()
+    def no_shard_applies_a_batch_twice(self) -> None:
+        for shard in self.shards:
+            for _, task, below, extra in shard.applied.tasks():
+                held = below + len(extra)
+                assert shard.applied.applications(0, task) <= held, (
+                    f"shard {shard.shard} applied a batch of task {task} twice")
+
+
+TestSyncShards = SyncShards.TestCase
+TestSyncShards.settings = settings(max_examples=200, stateful_step_count=30, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+class _Draws:
+    """Stands in for hypothesis' ``data`` to replay one schedule by hand."""
+
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: object) -> object:
+        return self.values.pop(0)
+
+
+def test_two_recoveries_missing_on_different_shards_do_not_wait_for_each_other() -> None:
+    """Shard 0 lacks task 0's batch 0 and shard 1 task 1's; one trainer recovers each. Each
+    push is a duplicate on the other shard: were its trainer still waited for there, each
+    would wait in one shard's round for the other, for ever."""
+    m = SyncShards()
+    d = _Draws
+    m.take_task(d("a", 0))
+    m.push(d("a"))  # (0, 0) on both shards
+    m.checkpoint(1)  # shard 1 holds (0, 0)
+    m.restore(0)  # shard 0 is back to its empty first checkpoint
+    m.die(d("a"))
+    m.take_task(d("b", 1))
+    m.push(d("b"))  # (1, 0) on both shards
+    m.die(d("b"))
+    m.restore(1)  # shard 1 is back to holding (0, 0) only
+    assert [[s.applied.contains(0, t, 0) for t in (0, 1)] for s in m.shards] == [
+        [False, True], [True, False]]
+    m.come_back(d("a"))
+    m.take_task(d("c", 0))
+    m.take_task(d("a", 1))
+    m.push(d("c"))
+    m.push(d("a"))
+    m.some_trainer_can_act()
+    assert all(s.applied.contains(0, t, 0) for s in m.shards for t in (0, 1))
