@@ -10,4 +10,5 @@ echo "== mypy"; "$py" -m mypy
 echo "== import layers"; .venv/bin/lint-imports --no-cache
 echo "== Dockerfile (hadolint)"; .venv/bin/hadolint Dockerfile
 echo "== generated protobuf code"; PYTHON="$py" scripts/gen_protos.sh --check
-echo "== pytest"; "$py" -m pytest -q -p no:cacheprovider "$@"
+# --durations: where the time goes, in every run's log (the whole command must stay under 20 min).
+echo "== pytest"; "$py" -m pytest -q -p no:cacheprovider --durations=30 "$@"
