@@ -38,7 +38,7 @@ from elasticps.cluster.render_reshard import (
     layout_job,
     layout_job_name,
 )
-from elasticps.cluster.validate import schema_problems
+from elasticps.cluster.validate import job_schema_problems
 from elasticps.errors import ClusterError, ElasticPSError
 from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT, PServerLayout
 
@@ -146,10 +146,7 @@ class LayoutProbe:
     def _run_layout_job(self, deadline: float) -> tuple[PServerLayout, str]:
         job = layout_job(self.template, job_name=self.job_name, namespace=self.namespace,
                          deadline_s=max(1.0, deadline - self.clock()))
-        try:
-            problems = schema_problems([job])
-        except ImportError:  # kubernetes-validate is a dev extra; the API server checks too
-            problems = []
+        problems = job_schema_problems(job)
         if problems:
             raise LayoutUnknownError("the layout Job is invalid:\n  " + "\n  ".join(problems))
         name = job["metadata"]["name"]

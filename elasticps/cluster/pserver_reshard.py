@@ -51,7 +51,7 @@ from elasticps.cluster.render_reshard import (
     reshard_job,
     reshard_job_name,
 )
-from elasticps.cluster.validate import schema_problems
+from elasticps.cluster.validate import job_schema_problems
 from elasticps.errors import ClusterError, ConfigError, ElasticPSError
 from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT
 
@@ -172,10 +172,7 @@ class ClusterResharding:
         job = reshard_job(workload.template, job_name=self.job_name, namespace=self.namespace,
                           old_pservers=old, new_pservers=self.target,
                           slot_wait_s=self.timeouts.slot_wait_s, deadline_s=self.timeouts.job_s)
-        try:
-            problems = schema_problems([job])
-        except ImportError:  # kubernetes-validate is a dev extra; the API server checks too
-            problems = []
+        problems = job_schema_problems(job)
         if problems:
             raise ClusterError("the reshard Job is invalid:\n  " + "\n  ".join(problems))
         return job

@@ -76,6 +76,16 @@ def _ident(obj: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- layers 1 and 2: schemas
 
 
+def job_schema_problems(job: dict[str, Any]) -> list[str]:
+    """:func:`schema_problems` of one Job this command renders and creates; none when the
+    schemas' validator (kubernetes-validate, a dev extra) is not installed: the API server
+    checks the Job too."""
+    try:
+        return schema_problems([job])
+    except ImportError:
+        return []
+
+
 def schema_problems(objects: list[dict[str, Any]]) -> list[str]:
     problems: list[str] = []
     for obj in objects:

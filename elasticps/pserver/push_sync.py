@@ -71,12 +71,13 @@ class SyncRoundPush(PushMode):
             shard.duplicates += 1
             tag = shard.dense_tag()
             return PushResult(applied=False, skipped=False, dense_before=tag, dense_after=tag)
+        dropped = drop or not finite(dense, sparse)  # judged on the batch as it was sent
         masked = shard.mask_applied_before([batch], sparse, counts)
         assert masked is not None  # one batch is applied whole or not at all, per old shard
         dense = {n: np.where(masked.keep[n], np.float32(0), g) if n in masked.keep else g
                  for n, g in dense.items()}
-        contribution = Contribution(trainer, batch.ref, dense, masked.sparse,
-                                    drop or not finite(dense, sparse), masked.counts)
+        contribution = Contribution(trainer, batch.ref, dense, masked.sparse, dropped,
+                                    masked.counts)
         mine = self.rounds.offer(contribution)
         self._close_if_ready()
         give_up = time.monotonic() + wait_s
