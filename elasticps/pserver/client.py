@@ -50,6 +50,7 @@ from elasticps.errors import (
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.dense_tag import DenseTag, TaggedDense
 from elasticps.pserver.routing import dense_parts, route_ids
+from elasticps.pserver.sync_wait import CrossShardWait
 from elasticps.retry import RetryPolicy
 from elasticps.rpc import (
     JobCredentials,
@@ -585,7 +586,8 @@ class PServerClient:
                         for _ in range(shards)]
             if finite:
                 self._split(requests, dense_grads, sparse_grads, counts or {})
-            futures = [self._pool.submit(self._push_until_closed, i, r, shards)
+            wait = CrossShardWait()
+            futures = [self._pool.submit(self._push_until_closed, i, r, shards, wait)
                        for i, r in enumerate(requests)]
             return [f.result() for f in futures]
 
@@ -640,14 +642,20 @@ class PServerClient:
                             np.asarray(shown[1], dtype=np.float32)[g]))
                     requests[i].sparse.append(entry)
 
-    def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest, shards: int
-                           ) -> pserver_pb2.PushResponse:
+    def _push_until_closed(self, slot: int, request: pserver_pb2.PushRequest, shards: int,
+                           wait: CrossShardWait) -> pserver_pb2.PushResponse:
         """Push; in sync mode a shard answers ``pending`` while the step's barrier is open,
-        and the same push is sent again (the shard knows it: it waits on, adds nothing)."""
+        and the same push is sent again (the shard knows it: it waits on, adds nothing).
+        Meanwhile the trainer leaves the rounds of the shards that answered this push
+        (:mod:`elasticps.pserver.sync_wait`: otherwise two shards can wait on each other)."""
         while True:
             response: pserver_pb2.PushResponse = self._call(slot, "Push", request, shards)
             if not response.pending or self._closed.is_set():
+                wait.answered(slot)
                 return response
+            leave = pserver_pb2.RoundMemberRequest(trainer=request.batch.trainer)
+            for answered in wait.to_leave():
+                self._call(answered, "LeaveRound", leave, shards)
 
     def join_round(self, trainer: str) -> None:
         """Sync mode: every shard's step barrier waits for ``trainer``'s pushes from now on

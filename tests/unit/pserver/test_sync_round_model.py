@@ -29,6 +29,7 @@ from elasticps.proto import pserver_pb2
 from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.sync_round import Contribution, SyncRounds
+from elasticps.pserver.sync_wait import CrossShardWait
 
 TRAINERS = ("a", "b", "c")
 TASKS = 2
@@ -143,6 +144,7 @@ TestSyncBarrier.settings = settings(max_examples=200, stateful_step_count=30, de
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
 SHARDS = 2
+SHARD_TASKS = 3  # three trainers can hold a task at once: the fewest a cross-shard cycle needs
 W_SIZE = 4  # 2 dense elements per shard
 
 
@@ -156,22 +158,28 @@ def _fresh_shard(i: int) -> ShardState:
 
 
 class SyncShards(RuleBasedStateMachine):
-    """Trainers push each batch to every shard (``wait_s=0``: an open round answers pending
-    and the client sends again, as PServerClient does) and move on once every shard has
-    answered; a pserver is restored from its checkpoint (its open round is lost, and it may
-    lose batches other shards hold, so the task's next holder recomputes batches some shards
-    answer as duplicates). After every step each trainer resends what is pending until nothing
-    changes; then some trainer holding a task must be free to act, or the job is deadlocked."""
+    """Trainers push each batch to every shard and move on once every shard has answered. A
+    shard answers ``pending`` at once (``wait_s=0``) while its round is open, and the trainer
+    sends again, as PServerClient does; on a ``pending`` it leaves the rounds of the shards
+    that already answered that push (:class:`CrossShardWait`, as PServerClient does). A
+    pserver crashes (its open round and members are lost; pushes to it wait until it is back)
+    and restarts from its checkpoint (it may lack batches other shards hold, so the task's next
+    holder recomputes batches some shards answer as duplicates). Resends are rules of their
+    own, so pushes reach a restarted shard in any order. Whenever every shard is up and every
+    trainer holding a task waits, resending until nothing changes must free one, or the job is
+    deadlocked."""
 
     def __init__(self) -> None:
         super().__init__()
         self.shards = [_fresh_shard(i) for i in range(SHARDS)]
         self.checkpoints = [s.snapshot()[0] for s in self.shards]
+        self.down: set[int] = set()
         self.alive = set(TRAINERS)
-        self.holder: dict[int, str | None] = dict.fromkeys(range(TASKS))
+        self.holder: dict[int, str | None] = dict.fromkeys(range(SHARD_TASKS))
         self.holding: dict[str, int] = {}
         self.seq: dict[str, int] = {}  # the batch the trainer trains now
-        self.unanswered: dict[str, set[int]] = {}  # trainer -> shards still pending its push
+        self.unanswered: dict[str, set[int]] = {}  # trainer -> shards yet to answer its push
+        self.waits: dict[str, CrossShardWait] = {}  # trainer -> its push's answers
 
     def _first_missing(self, task: int) -> int:
         seq = 0
@@ -188,9 +196,13 @@ class SyncShards(RuleBasedStateMachine):
                 if h is None and self._first_missing(t) < BATCHES_PER_TASK]
 
     def _ready_to_push(self) -> list[str]:
-        return sorted(t for t in self.holding if not self.unanswered.get(t))
+        return sorted(t for t in self.holding if t not in self.unanswered)
 
-    @precondition(lambda self: self._idle() and self._free_tasks())
+    def _can_resend(self) -> list[str]:
+        return sorted(t for t, left in self.unanswered.items() if left - self.down)
+
+    # JoinRound goes to every shard and waits for one that is down: no task begins meanwhile.
+    @precondition(lambda self: not self.down and self._idle() and self._free_tasks())
     @rule(data=st.data())
     def take_task(self, data: st.DataObject) -> None:
         trainer = data.draw(st.sampled_from(self._idle()))
@@ -199,15 +211,19 @@ class SyncShards(RuleBasedStateMachine):
         self.seq[trainer] = self._first_missing(task)  # resumes where some shard lacks it
         for shard in self.shards:
             shard.join_round(trainer)
-        self._drain()
 
     @precondition(lambda self: self._ready_to_push())
     @rule(data=st.data())
     def push(self, data: st.DataObject) -> None:
         trainer = data.draw(st.sampled_from(self._ready_to_push()))
         self.unanswered[trainer] = set(range(SHARDS))
+        self.waits[trainer] = CrossShardWait()
         self._send(trainer)
-        self._drain()
+
+    @precondition(lambda self: self._can_resend())
+    @rule(data=st.data())
+    def resend(self, data: st.DataObject) -> None:
+        self._send(data.draw(st.sampled_from(self._can_resend())))
 
     @precondition(lambda self: self.alive)
     @rule(data=st.data())
@@ -215,7 +231,6 @@ class SyncShards(RuleBasedStateMachine):
         trainer = data.draw(st.sampled_from(sorted(self.alive)))
         self.alive.discard(trainer)
         self._release(trainer)
-        self._drain()
 
     @precondition(lambda self: len(self.alive) < len(TRAINERS))
     @rule(data=st.data())
@@ -224,36 +239,50 @@ class SyncShards(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, SHARDS - 1))
     def checkpoint(self, i: int) -> None:
-        self.checkpoints[i] = self.shards[i].snapshot()[0]
+        if i not in self.down:
+            self.checkpoints[i] = self.shards[i].snapshot()[0]
 
     @rule(i=st.integers(0, SHARDS - 1))
-    def restore(self, i: int) -> None:
-        """Pserver i was SIGKILLed: a new process restores its checkpoint (no round members:
-        trainers' pushes make them members again)."""
+    def crash(self, i: int) -> None:
+        """Pserver i is SIGKILLed: its open round and its members are gone."""
+        self.down.add(i)
+
+    @precondition(lambda self: self.down)
+    @rule(data=st.data())
+    def restart(self, data: st.DataObject) -> None:
+        """A new process restores the crashed pserver's checkpoint, with no round members:
+        trainers' pushes make them members again, in the order they arrive."""
+        i = data.draw(st.sampled_from(sorted(self.down)))
         shard = ShardState(i, SHARDS, mode="sync")
         shard.restore(self.checkpoints[i], "checkpoint")
         self.shards[i] = shard
         self.checkpoints[i] = shard.snapshot()[0]
-        self._drain()
+        self.down.discard(i)
 
     def _release(self, trainer: str) -> None:
         task = self.holding.pop(trainer, None)
         if task is not None:
             self.holder[task] = None
         self.unanswered.pop(trainer, None)
-        for shard in self.shards:
-            shard.leave_round(trainer)  # its lease expired, or it ended its task
+        for i, shard in enumerate(self.shards):
+            if i not in self.down:
+                shard.leave_round(trainer)  # its lease expired, or it ended its task
 
     def _send(self, trainer: str) -> bool:
-        """(Re)send the trainer's batch to the shards that have not answered; True if one did."""
-        task, seq = self.holding[trainer], self.seq[trainer]
+        """(Re)send the trainer's batch to the shards that are up and have not answered; True
+        if one answered."""
+        task, seq, wait = self.holding[trainer], self.seq[trainer], self.waits[trainer]
         moved = False
-        for i in sorted(self.unanswered[trainer]):
-            part = np.zeros(W_SIZE // SHARDS, np.float32)
-            part[:] = -1.0
+        for i in sorted(self.unanswered[trainer] - self.down):
+            part = np.full(W_SIZE // SHARDS, -1.0, np.float32)
             result = self.shards[i].push(BatchKey(0, task, seq), {"w": part}, {},
                                          trainer=trainer, wait_s=0.0)
-            if not result.pending:
+            if result.pending:
+                for j in wait.to_leave():
+                    if j not in self.down:
+                        self.shards[j].leave_round(trainer)
+            else:
+                wait.answered(i)
                 self.unanswered[trainer].discard(i)
                 moved = True
         if not self.unanswered[trainer]:
@@ -263,14 +292,28 @@ class SyncShards(RuleBasedStateMachine):
                 self._release(trainer)
         return moved
 
-    def _drain(self) -> None:
+    def settle(self) -> None:
+        """Every waiting trainer resends until nothing changes."""
         for _ in range(50):
             if not any([self._send(t) for t in list(self.unanswered) if t in self.unanswered]):
                 return
         raise AssertionError("resends kept changing the state")
 
+    def finish(self) -> None:
+        """Every trainer pushes until its task is done (every shard up)."""
+        for _ in range(SHARD_TASKS * BATCHES_PER_TASK * 4):
+            if not self.holding:
+                return
+            for trainer in self._ready_to_push():
+                self.push(_Draws(trainer))
+            self.some_trainer_can_act()
+        raise AssertionError(f"tasks still held after every push: {self.holding}")
+
     @invariant()
     def some_trainer_can_act(self) -> None:
+        if self.down or not self.holding or not all(t in self.unanswered for t in self.holding):
+            return
+        self.settle()
         if self.holding and all(t in self.unanswered for t in self.holding):
             raise AssertionError(
                 "deadlock: every trainer holding a task waits on a shard's round: "
@@ -279,7 +322,9 @@ class SyncShards(RuleBasedStateMachine):
 
     @invariant()
     def no_shard_applies_a_batch_twice(self) -> None:
-        for shard in self.shards:
+        for i, shard in enumerate(self.shards):
+            if i in self.down:
+                continue
             for _, task, below, extra in shard.applied.tasks():
                 held = below + len(extra)
                 assert shard.applied.applications(0, task) <= held, (
@@ -287,7 +332,7 @@ class SyncShards(RuleBasedStateMachine):
 
 
 TestSyncShards = SyncShards.TestCase
-TestSyncShards.settings = settings(max_examples=200, stateful_step_count=30, deadline=None,
+TestSyncShards.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -310,12 +355,14 @@ def test_two_recoveries_missing_on_different_shards_do_not_wait_for_each_other()
     m.take_task(d("a", 0))
     m.push(d("a"))  # (0, 0) on both shards
     m.checkpoint(1)  # shard 1 holds (0, 0)
-    m.restore(0)  # shard 0 is back to its empty first checkpoint
+    m.crash(0)
+    m.restart(d(0))  # shard 0 is back to its empty first checkpoint
     m.die(d("a"))
     m.take_task(d("b", 1))
     m.push(d("b"))  # (1, 0) on both shards
     m.die(d("b"))
-    m.restore(1)  # shard 1 is back to holding (0, 0) only
+    m.crash(1)
+    m.restart(d(1))  # shard 1 is back to holding (0, 0) only
     assert [[s.applied.contains(0, t, 0) for t in (0, 1)] for s in m.shards] == [
         [False, True], [True, False]]
     m.come_back(d("a"))
@@ -325,3 +372,29 @@ def test_two_recoveries_missing_on_different_shards_do_not_wait_for_each_other()
     m.push(d("a"))
     m.some_trainer_can_act()
     assert all(s.applied.contains(0, t, 0) for s in m.shards for t in (0, 1))
+
+
+def test_a_restarted_shard_that_closes_rounds_in_another_order_does_not_deadlock() -> None:
+    """Three trainers push while shard 1 is down; shard 0 closes their round. Back with no
+    members, shard 1 takes their resends one by one: a's closes alone, a pushes its next batch
+    and it closes there with b's, b pushes its next. Then a's batch waits at shard 0 for c's
+    next push, and c's waits at shard 1 for a's next: each trainer's batch is applied where
+    the other waits. Unless a trainer leaves the rounds of the shards that answered while
+    another keeps it waiting, no round ever closes again."""
+    m = SyncShards()
+    d = _Draws
+    for trainer, task in (("a", 0), ("b", 1), ("c", 2)):
+        m.take_task(d(trainer, task))
+    m.crash(1)
+    for trainer in "abc":
+        m.push(d(trainer))  # shard 0 closes {a, b, c}; shard 1 is down
+    m.restart(d(1))
+    m.resend(d("a"))  # shard 1: members {a}, closes {a0}; a is done with batch 0
+    m.resend(d("b"))  # shard 1: members {a, b}, waits for a
+    m.push(d("a"))  # a1: shard 1 closes {b0, a1}; shard 0 waits for b and c
+    m.push(d("b"))  # b1: shard 0 waits for c; shard 1 waits for a
+    m.resend(d("c"))  # c0 at shard 1: waits for a, who waits at shard 0 for c
+    m.some_trainer_can_act()
+    m.finish()
+    assert all(s.applied.contains(0, task, seq) for s in m.shards
+               for task in range(SHARD_TASKS) for seq in range(BATCHES_PER_TASK))
