@@ -94,6 +94,10 @@ def register(subparsers: Any) -> None:
                         "script's own seeds are in its ARGS; default 1)")
     faults.add_argument("--no-scale", action="store_true",
                         help="no trainer scale steps between kills")
+    faults.add_argument("--autoscale", action="store_true",
+                        help="run the job under the launcher's autoscaler (1 to N+1 trainers, "
+                        "a decision every few seconds) instead of the harness's own scale "
+                        "steps; the run fails if the autoscaler decided nothing")
     faults.add_argument("--gap", type=float, nargs=2, default=(0.3, 1.5),
                         metavar=("MIN", "MAX"),
                         help="seconds between a recovery and the next step (default 0.3 1.5)")
@@ -175,7 +179,8 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         script=ORACLE_SCRIPT if args.oracle else Path(args.script),
         script_args=tuple(args.script_args), kills=args.kills,
         seed=args.seed, workdir=Path(args.workdir).resolve(), trainers=args.trainers,
-        pservers=args.pservers, scale=not args.no_scale, lease_ttl=args.lease_ttl,
+        pservers=args.pservers, scale=not (args.no_scale or args.autoscale),
+        autoscale=args.autoscale, lease_ttl=args.lease_ttl,
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_deltas=args.checkpoint_deltas, gap=(args.gap[0], args.gap[1]),
         start_timeout=args.start_timeout, recovery_timeout=args.recovery_timeout,
@@ -221,9 +226,10 @@ def chaos_command(args: argparse.Namespace) -> int:
         source = "" if report["oracle"] else (
             " by the job's own record (the shards' applied sets and the master's task records; "
             "--oracle counts the parameters instead)")
+        scaled = (f"{len(report['autoscale_decisions'])} autoscaler decisions"
+                  if report["autoscale"] else f"{report['scales_total']} scale steps")
         print(f"elasticps chaos: the job survived {report['kills_total']} kills{outages}"
-              f"{reshards} and "
-              f"{report['scales_total']} scale steps with every batch applied exactly once"
+              f"{reshards} and {scaled} with every batch applied exactly once"
               f"{source} ({report['expected_batches']} batches over all shards and passes)"
               f"{oracle}; training progressed again within "
               f"{report['worst_progress_after_fault_s']}s of every fault (bound "

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from elasticps.chaos.options import ChaosOptions
+from elasticps.chaos.options import AUTOSCALE_FLAGS, ChaosOptions
 from elasticps.chaos.report import JobRun
 from elasticps.errors import ConfigError
 from elasticps.launch.scale import job_location
@@ -53,6 +53,8 @@ def launch_command(opts: ChaosOptions, workdir: Path, store: str | None = None) 
             "--pservers", str(opts.pservers), "--workdir", str(workdir),
             *(["--store", store] if store else []),
             *(["--mode", opts.mode] if opts.mode != "async" else []),
+            *(["--autoscale", "--min-trainers", "1", "--max-trainers", str(opts.trainers + 1),
+               *AUTOSCALE_FLAGS] if opts.autoscale else []),
             # faults are the point: the launcher must never give up restarting a role
             "--max-restarts", "1000", str(opts.script), *opts.script_args]
 

@@ -16,6 +16,12 @@ from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT
 # import in about 5 s on 2 shared cores; twice that for margin).
 RESTART_ALLOWANCE_S = 10.0
 
+# How the autoscaler runs under chaos: decisions every few seconds (faults are seconds apart),
+# a step up that does not lower samples/s is kept, and the CPU is not looked at (the 2 cores of
+# a small test machine are always busy under chaos), so it both adds and removes trainers.
+AUTOSCALE_FLAGS = ("--autoscale-cooldown", "5", "--autoscale-cpu", "0",
+                   "--autoscale-min-gain", "0")
+
 # The oracle's training script (chaos/oracle_script.py), shipped in the package: a wheel has it.
 ORACLE_SCRIPT = Path(__file__).with_name("oracle_script.py")
 
@@ -30,6 +36,9 @@ class ChaosOptions:
     trainers: int = 2
     pservers: int = 2
     scale: bool = True  # also scale trainers up and down between kills
+    # The job runs under the launcher's autoscaler (between 1 and trainers + 1 trainers, with
+    # AUTOSCALE_FLAGS) instead of the harness's own scale steps.
+    autoscale: bool = False
     # A short lease makes every recovery fast, so many faults fit in one job.
     lease_ttl: int = 2
     # Frequent checkpoints: a restarted pserver loses seconds of pushes, not a pass.
@@ -104,6 +113,9 @@ class ChaosOptions:
                               ("--progress-bound", self.progress_bound_s)):
             if not seconds > 0:
                 raise ConfigError(f"{name}={seconds} must be > 0 seconds")
+        if self.autoscale and self.scale:
+            raise ConfigError("--autoscale lets the job's autoscaler scale the trainers: the "
+                              "harness's own scale steps must be off (--no-scale)")
         if self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r} is not one of {', '.join(MODES)}")
         from elasticps.chaos.plan import SCHEDULES  # plan imports targets, not options

@@ -16,7 +16,8 @@ from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.targets import ROLES
 
 # The keys printed on the terminal; the --json file holds the whole report.
-BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "store_outages",
+BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "autoscale_decisions",
+              "store_outages",
               "outcome", "auc", "auc_fault_free", "auc_delta", "accounting_source",
               "duplicates", "missing",
               "expected_batches", "oracle_rows_checked", "oracle_mismatches",
@@ -202,6 +203,10 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "kills_short": short,
         "kills_short_reason": _short_reason(opts, len(kills)) if short and chaos else None,
         "scales_total": len(chaos.scales) if chaos is not None else 0,
+        "autoscale": opts.autoscale,
+        # the launcher's autoscaler's decisions (summary.json), with --autoscale
+        "autoscale_decisions": list(chaos.job.summary.get("autoscale") or [])
+        if chaos is not None else [],
         "store_outages": len(outages),
         "store_outages_planned": int(opts.outage > 0),
         "outages": [asdict(o) for o in outages],
@@ -319,6 +324,9 @@ def problems(report: Mapping[str, Any]) -> list[str]:
                      "within --recovery-timeout)")
     if report["store_outages"] < report["store_outages_planned"]:
         found.append("the planned store outage was not delivered (the job ended first)")
+    if report["autoscale"] and not report["autoscale_decisions"]:
+        found.append("--autoscale: the job's autoscaler made no decision, so no trainer was "
+                     "added or removed by it (give the job more work, or more --kills)")
     if report["kills_short"]:
         found.append(f"only {report['kills_total']} of {report['kills_planned']} kills were "
                      f"delivered: {report['kills_short_reason']}")

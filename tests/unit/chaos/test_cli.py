@@ -90,3 +90,18 @@ def test_an_unknown_schedule_is_refused_by_the_options_too(tmp_path: Path) -> No
     script.write_text("")
     with pytest.raises(ConfigError, match="--schedule 'nope' is not one of"):
         ChaosOptions(script=script, schedule="nope").validate()
+
+
+def test_autoscale_hands_the_trainer_count_to_the_jobs_autoscaler(tmp_path: Path) -> None:
+    from elasticps.chaos.job import launch_command
+
+    opts = parse("--oracle", "--mode", "sync", "--autoscale", "--trainers", "3")
+    opts.validate()
+    assert (opts.autoscale, opts.scale) == (True, False)  # the harness scales nothing itself
+    argv = launch_command(opts, tmp_path)
+    assert "--autoscale" in argv
+    assert argv[argv.index("--max-trainers") + 1] == "4"
+    assert argv[argv.index("--autoscale-cpu") + 1] == "0"
+    assert "--autoscale" not in launch_command(parse("--oracle"), tmp_path)
+    with pytest.raises(ConfigError, match="--no-scale"):
+        ChaosOptions(script=ORACLE_SCRIPT, autoscale=True).validate()

@@ -62,6 +62,19 @@ def test_a_script_without_an_auc_or_a_skipped_baseline_leaves_the_auc_fields_emp
     assert build_report(OPTS, record(), run(auc=True))["auc_fault_free"] is None
 
 
+def test_an_autoscaled_run_reports_the_decisions_and_fails_without_any() -> None:
+    opts = replace(OPTS, autoscale=True, scale=False)
+    decided = record()
+    decided.job.summary["autoscale"] = [
+        {"elapsed_s": 12.0, "trainers_from": 2, "trainers_to": 3, "reason": "backlog"}]
+    report = build_report(opts, decided, None)
+    assert [d["trainers_to"] for d in report["autoscale_decisions"]] == [3]
+    assert problems(report) == []
+    [problem] = problems(build_report(opts, record(), None))
+    assert "autoscaler made no decision" in problem
+    assert problems(build_report(OPTS, record(), None)) == []  # without --autoscale: no check
+
+
 def test_too_few_kills_tells_the_user_to_give_the_job_more_work() -> None:
     report = build_report(OPTS, record(kills=1), None)
     assert report["kills_short"] == 2
