@@ -50,7 +50,7 @@ takes every --mode. In sync mode a round applies the mean of its r batches (1/r 
 known afterwards: two applications at 1/2 would read as one at 1), so there the counting table
 trains with Adagrad (lr 1, eps 0), whose first step on a row is exactly 1 whatever r and whose
 later steps add strictly less than 1: a duplicate reads in (1, 2), a loss 0; the dense counter
-then counts rounds, checked only to lie in [1, batches]. With
+then counts rounds, checked only to lie in (0, batches]. With
 --oracle a store outage is part of the run (--outage, default 12 s; it needs etcd on PATH) and
 there is no fault-free run: the counts are checked against the data, not against a baseline.
 """

@@ -28,8 +28,10 @@ strictly between 1 and 2. Every count must therefore still be exactly 1; a value
 duplicate, 0 a loss, anything else a partial or corrupt step. What stays invisible, in every mode:
 the same rows applied twice *within one step* (two copies of a batch in one sync round, which the
 round's per-batch dedup prevents) sum their gradients before the step. The dense counter stays on
-SGD: in sync mode it counts the *rounds* applied on its shard (each round's mean adds 1), so it
-is only checked to lie in [1, batches] there (exactly the batches in async and geo).
+SGD: in sync mode it counts the *rounds* applied on its shard (each round's mean adds 1; after a
+resharding, a round in which some batches' counter position was already applied by an older
+layout's shard, and so masked, adds the fraction of its batches that were not), so it is only
+checked to lie in (0, batches] there (exactly the batches, a whole number, in async and geo).
 """
 
 from __future__ import annotations
@@ -94,8 +96,18 @@ class ShardCount:
     unexpected_rows: int = 0  # nonzero rows outside the dataset's ids (must be 0)
     counter: float | None = None  # the dense counter: batches applied on this shard
     counter_expected: int = 0  # the batches (sync: the most rounds there can be)
-    counter_low: int = 0  # sync: the fewest rounds (1); else counter_expected
+    counter_low: int = 0  # the fewest batches (counter_expected; sync: 0, exclusive)
+    counter_whole: bool = True  # the counter counts whole batches (not in sync mode)
     checkpoint: str = ""
+
+    @property
+    def counter_ok(self) -> bool:
+        c = self.counter
+        if c is None:
+            return False
+        if not self.counter_whole:  # sync: some round applied, each adding at most 1
+            return 0 < c <= self.counter_expected or c == self.counter_expected == 0
+        return float(c).is_integer() and self.counter_low <= c <= self.counter_expected
 
 
 @dataclass
@@ -110,8 +122,7 @@ class OracleResult:
 
     @property
     def counters_ok(self) -> bool:
-        return all(s.counter is not None and s.counter_low <= s.counter <= s.counter_expected
-                   and float(s.counter).is_integer() for s in self.shards)
+        return all(s.counter_ok for s in self.shards)
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows_checked": self.rows_checked, "mismatches": self.mismatches,
@@ -132,7 +143,8 @@ def check_oracle(spec: OracleSpec, checkpoint_url: str, store: Store | None = No
         counts = np.zeros((spec.passes, rows), dtype=np.float64)
         batches = spec.passes * len(starts)
         account = ShardCount(shard, counter_expected=batches,
-                             counter_low=min(1, batches) if spec.mode == "sync" else batches,
+                             counter_low=0 if spec.mode == "sync" else batches,
+                             counter_whole=spec.mode != "sync",
                              checkpoint=checkpoints if final != spec.shards
                              else checkpoints.split(",")[shard])
         _fill(counts, ids, values, misplaced, spec, shard, rows, account)

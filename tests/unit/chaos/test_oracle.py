@@ -7,7 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
-from elasticps.chaos.oracle import COUNTER, TABLE, OracleSpec, check_oracle, write_oracle_data
+from elasticps.chaos.oracle import (
+    COUNTER,
+    TABLE,
+    OracleResult,
+    OracleSpec,
+    ShardCount,
+    check_oracle,
+    write_oracle_data,
+)
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
@@ -58,10 +66,12 @@ def test_every_count_not_exactly_one_is_found(tmp_path: Path) -> None:
     assert (ok.mismatches, ok.batch_mismatches, ok.counters_ok) == (0, 0, True)
 
 
-def sync_shard(shard: int, rounds: list[list[int]]) -> ShardState:
+def sync_shard(shard: int, rounds: list[list[int]], masked: frozenset[int] = frozenset()
+               ) -> ShardState:
     """A sync-mode shard that closed ``rounds`` (each the batches its trainers pushed), with the
     oracle script's sync optimizer (Adagrad, eps 0) on the counting table: each round applies
-    the mean of its batches' gradients, -1/r per row."""
+    the mean of its batches' gradients, -1/r per row. A ``masked`` batch pushes 0 on the
+    counter, as after a resharding when an older layout's shard applied its counter part."""
     from elasticps.chaos.oracle_script import counting_optimizer
 
     state = ShardState(shard, SHARDS, mode="sync")
@@ -78,7 +88,8 @@ def sync_shard(shard: int, rounds: list[list[int]]) -> ShardState:
         for trainer, batch in zip(trainers, batches, strict=True):
             ids = np.arange(batch * BATCH, (batch + 1) * BATCH, dtype=np.int64) * SHARDS + shard
             # every push but the round's last stays pending: the last one closes the round
-            state.push(BatchKey(0, 0, push), {COUNTER: -np.ones(1, dtype=np.float32)},
+            counter = np.zeros(1, np.float32) if batch in masked else -np.ones(1, np.float32)
+            state.push(BatchKey(0, 0, push), {COUNTER: counter},
                        {TABLE: (ids, -np.ones((BATCH, 1), dtype=np.float32))},
                        trainer=trainer, wait_s=0.0)
             push += 1
@@ -110,3 +121,22 @@ def test_sync_rounds_of_any_size_count_exactly_one_and_a_second_application_does
     assert (second.applied_twice_or_more, second.never_applied) == (0, BATCH)
     assert (bad.mismatches, bad.batch_mismatches) == (2 * BATCH, 2)
     assert all(1.0 < e["count"] < 2.0 for e in bad.examples if e["shard"] == 0)
+
+
+def test_in_sync_mode_a_round_with_a_masked_counter_adds_a_fraction_and_passes(
+        tmp_path: Path) -> None:
+    """After a resharding a batch's counter position may have been applied by an older
+    layout's shard: its push carries 0 there, and its round's mean adds 1/2, not 1. Only sync
+    mode's counter may be fractional; in async and geo it counts whole batches."""
+    data = str(tmp_path / "data")
+    write_oracle_data(data, ROWS, rows_per_chunk=ROWS)
+    spec = OracleSpec(data, 1, BATCH, SHARDS, mode="sync")
+    for shard in range(SHARDS):
+        ShardCheckpoints(str(tmp_path / "c"), shard, SHARDS).save(
+            sync_shard(shard, [[0, 1]], masked=frozenset({1})).snapshot()[0])
+    ok = check_oracle(spec, str(tmp_path / "c"))
+    assert [s.counter for s in ok.shards] == [0.5, 0.5]
+    assert (ok.mismatches, ok.counters_ok) == (0, True), ok.examples
+    whole = OracleResult(shards=[ShardCount(0, counter=0.5, counter_expected=2,
+                                            counter_low=2)])
+    assert not whole.counters_ok  # async and geo: a fraction of a batch is never right
