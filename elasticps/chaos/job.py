@@ -125,13 +125,15 @@ class LaunchedJob:
                     return None
             time.sleep(POLL_S)
 
-    def finish(self, timeout: float, say: Say) -> JobRun:
-        """Wait for the job to end (stopping it after ``timeout``) and collect its run."""
+    def finish(self, timeout: float, say: Say, why: str = "it ran past --job-timeout"
+               ) -> JobRun:
+        """Wait for the job to end (stopping it after ``timeout``, saying ``why``) and collect
+        its run."""
         assert self.proc is not None, "finish() inside the with block"
         try:
             code = self.proc.wait(timeout=max(0.0, timeout))
         except subprocess.TimeoutExpired:
-            say(f"chaos: the job ran past --job-timeout; stopping it (output in {self.output})")
+            say(f"chaos: stopping the job: {why} (output in {self.output})")
             self.stop()
             code = self.proc.returncode
         return JobRun(code, time.monotonic() - self.started, self.workdir, self.output,

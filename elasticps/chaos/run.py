@@ -68,7 +68,7 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
         if location is None:
             say(f"chaos: the launcher wrote no job.json within --start-timeout; stopping it "
                 f"(output in {output})")
-            return ChaosRecord(job.finish(0.0, say),
+            return ChaosRecord(job.finish(0.0, say, "it never published where its store is"),
                                accounting_error="the job never published where its store is")
         store = stack.enter_context(open_store(*location))
         planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
@@ -76,10 +76,12 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
                          lambda n: set_desired_trainers(*location, n), say, store=etcd,
                          reshard_to=lambda m: write_desired_pservers(store, m, "chaos"))
         loop.run(deadline)
-        left = 0.0 if loop.tail_stall is not None else (
-            opts.job_timeout - (time.monotonic() - job.started))
+        stalled = loop.tail_stall is not None
+        left = 0.0 if stalled else opts.job_timeout - (time.monotonic() - job.started)
+        why = (f"no training progress for {loop.tail_stall:.0f}s after the last fault"
+               if stalled else "it ran past --job-timeout")
         record = ChaosRecord(
-            job.finish(left, say),
+            job.finish(left, say, why),
             loop.kills, loop.scales, outages=loop.outages, reshards=loop.reshards,
             pauses=loop.pauses, directed=loop.directed_done, tail_stall_s=loop.tail_stall)
         _account(record, store, opts)
