@@ -30,7 +30,8 @@ class, so a caller handles "task 7 does not exist" alike in-process and over gRP
 
 Status codes of elasticps' own services are turned into these classes in exactly one place,
 :func:`elasticps.rpc.status.raise_for_rpc_error`; servers turn them back into status codes in
-:func:`elasticps.rpc.status.status_for`; nothing else knows the mapping. (etcd speaks gRPC
+:func:`elasticps.rpc.status.status_for` and answer them, marked as theirs, in
+:func:`elasticps.rpc.status.abort_for`; nothing else knows the mapping. (etcd speaks gRPC
 too: the etcd backend maps its client's failures to :class:`StoreError` at the store boundary,
 ``store/etcd_store.py``.)
 """

@@ -1,8 +1,9 @@
 """The ``Master`` gRPC servicer: the task queue, persisted before every answer.
 
-Every handler takes one lock, steps the :class:`~elasticps.master.task_queue.TaskQueue` and
-stages the resulting delta's writes (:class:`~elasticps.master.snapshot.QueueSnapshot`'s fenced
-transactions) with the :class:`~elasticps.master.group_commit.GroupCommit`; it leaves the lock,
+Every handler that steps the :class:`~elasticps.master.task_queue.TaskQueue` does so in one
+:meth:`MasterState.queue_step`: under one lock it steps the queue and stages the resulting
+delta's writes (:class:`~elasticps.master.snapshot.QueueSnapshot`'s fenced transactions) with
+the :class:`~elasticps.master.group_commit.GroupCommit`; leaving the step it leaves the lock,
 waits until its change is stored (in one transaction with those of calls that came meanwhile)
 and only then answers. If the write cannot be made the caller gets an error, never
 an acknowledgement: NotLeaderError (we were deposed) answers UNAVAILABLE so the client goes to
@@ -13,11 +14,12 @@ from the store.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -39,6 +41,7 @@ from elasticps.master.task_queue import (
     GetTaskResult,
     Outcome,
     QueuePolicy,
+    Reply,
     TaskQueue,
     TaskView,
 )
@@ -67,6 +70,34 @@ def data_chunk_lister(url: str, schemes: Sequence[str] = ("file",)) -> Sequence[
     if len(url) > MAX_URL:
         raise InvalidArgumentError(f"a dataset URL of {len(url)} characters is too long")
     return read_manifest(check_scheme(url, schemes)).chunks
+
+
+class QueueStep:
+    """One call's step of the serving queue, made in :meth:`MasterState.queue_step`: the
+    handler steps :attr:`queue` for :attr:`trainer` at :attr:`now` and hands the delta to
+    :meth:`stage`."""
+
+    def __init__(self, state: MasterState, queue: TaskQueue, trainer: str) -> None:
+        self._state = state
+        self.queue = queue
+        self.trainer = trainer
+        self.now = state.clock()
+        self.ticket: int | None = None
+        self.finished_records: int | None = None
+
+    def stage(self, delta: Delta) -> None:
+        """Stage ``delta``'s writes; the step waits for them before the handler answers."""
+        self.ticket = self._state.stage(delta)
+
+    def count_finish(self, reply: Reply, records: int) -> None:
+        """Count ``records`` in the throughput once stored, if this call finished the task
+        (the queue's ``done_now``: a repeated or stale finish counts nothing)."""
+        if reply.done_now:
+            self.finished_records = records
+
+    def task_response(self, result: GetTaskResult) -> master_pb2.GetTaskResponse:
+        """The GetTask answer for ``result``, built from the queue as this step left it."""
+        return get_task_response(result, self._state.dataset, self.queue.policy.task_lease)
 
 
 class MasterState:
@@ -134,6 +165,20 @@ class MasterState:
         with self.lock:
             self.persist_seconds += self.clock() - started
             self.persist_count += 1
+
+    @contextlib.contextmanager
+    def queue_step(self, trainer: str) -> Iterator[QueueStep]:
+        """The one way a trainer's call steps the serving queue: the body runs under the lock,
+        on the queue :meth:`check_serving` returns, for ``trainer`` (checked as a name), and
+        stages its delta with the step; after the lock is released the step waits until that
+        change is stored (:meth:`settle`), then counts a finish the body reported. A body
+        that raises answers nothing and waits for nothing."""
+        with self.lock:
+            step = QueueStep(self, self.check_serving(), check_name(trainer, "trainer"))
+            yield step
+        self.settle(self.commits.latest() if step.ticket is None else step.ticket)
+        if step.finished_records is not None:
+            self.note_finished(step.finished_records)
 
     def persist(self, delta: Delta, with_meta: Sequence[Op] = ()) -> None:
         """:meth:`stage` and :meth:`settle` in one, for callers that keep the lock (rare
@@ -372,46 +417,33 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
     def GetTask(  # noqa: N802 - gRPC's method name
         self, request: master_pb2.GetTaskRequest, context: grpc.ServicerContext,
     ) -> master_pb2.GetTaskResponse:
-        state = self.state
-        with state.lock:
-            queue = state.check_serving()
-            result, delta = queue.get_task(check_name(request.trainer, "trainer"),
-                                           request.pass_id, state.clock())
-            ticket = state.stage(delta)
-            response = get_task_response(result, state.dataset, queue.policy.task_lease)
-        state.settle(ticket)
+        with self.state.queue_step(request.trainer) as step:
+            result, delta = step.queue.get_task(step.trainer, request.pass_id, step.now)
+            step.stage(delta)
+            response = step.task_response(result)
         return response
 
     @rpc_handler
     def ReportProgress(  # noqa: N802 - gRPC's method name
         self, request: master_pb2.ReportProgressRequest, context: grpc.ServicerContext,
     ) -> master_pb2.ReportProgressResponse:
-        state = self.state
-        with state.lock:
-            queue = state.check_serving()
-            reply, delta = queue.report_progress(check_name(request.trainer, "trainer"),
-                                                 request.task_id,
-                                                 request.epoch, request.records_done,
-                                                 state.clock())
-            ticket = state.stage(delta)
-        state.settle(ticket)
+        with self.state.queue_step(request.trainer) as step:
+            reply, delta = step.queue.report_progress(step.trainer, request.task_id,
+                                                      request.epoch, request.records_done,
+                                                      step.now)
+            step.stage(delta)
         return master_pb2.ReportProgressResponse(still_owner=reply.accepted, reason=reply.reason)
 
     @rpc_handler
     def TaskFinished(  # noqa: N802 - gRPC's method name
         self, request: master_pb2.TaskFinishedRequest, context: grpc.ServicerContext,
     ) -> master_pb2.TaskFinishedResponse:
-        state = self.state
-        with state.lock:
-            queue = state.check_serving()
-            reply, delta = queue.task_finished(check_name(request.trainer, "trainer"),
-                                               request.task_id, request.epoch,
-                                               request.records, state.clock(),
-                                               batches=request.batches)
-            ticket = state.stage(delta)
-        state.settle(ticket)
-        if not delta.empty:
-            state.note_finished(request.records)
+        with self.state.queue_step(request.trainer) as step:
+            reply, delta = step.queue.task_finished(step.trainer, request.task_id,
+                                                    request.epoch, request.records, step.now,
+                                                    batches=request.batches)
+            step.stage(delta)
+            step.count_finish(reply, request.records)
         return master_pb2.TaskFinishedResponse(accepted=reply.accepted, reason=reply.reason)
 
     @rpc_handler
@@ -420,17 +452,14 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
     ) -> master_pb2.FinishAndGetTaskResponse:
         """TaskFinished and GetTask in one step of the queue, so their writes are staged
         together and stored in one transaction (one group-commit wait, one round trip)."""
-        state, finished = self.state, request.finished
-        with state.lock:
-            queue = state.check_serving()
-            reply, result, delta = queue.finish_and_get(
-                check_name(finished.trainer, "trainer"), finished.task_id, finished.epoch,
-                finished.records, request.pass_id, state.clock(), batches=finished.batches)
-            ticket = state.stage(delta)
-            following = get_task_response(result, state.dataset, queue.policy.task_lease)
-        state.settle(ticket)
-        if reply.accepted and finished.task_id in delta.tasks:
-            state.note_finished(finished.records)
+        finished = request.finished
+        with self.state.queue_step(finished.trainer) as step:
+            reply, result, delta = step.queue.finish_and_get(
+                step.trainer, finished.task_id, finished.epoch, finished.records,
+                request.pass_id, step.now, batches=finished.batches)
+            step.stage(delta)
+            step.count_finish(reply, finished.records)
+            following = step.task_response(result)
         return master_pb2.FinishAndGetTaskResponse(
             finished=master_pb2.TaskFinishedResponse(accepted=reply.accepted,
                                                      reason=reply.reason),
@@ -441,14 +470,11 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self, request: master_pb2.TaskFailedRequest, context: grpc.ServicerContext,
     ) -> master_pb2.TaskFailedResponse:
         state = self.state
-        with state.lock:
-            queue = state.check_serving()
+        with state.queue_step(request.trainer) as step:
             reason = clip_text(request.reason)
-            reply, delta = queue.task_failed(check_name(request.trainer, "trainer"),
-                                             request.task_id, request.epoch, reason,
-                                             state.clock())
-            ticket = state.stage(delta)
-        state.settle(ticket)
+            reply, delta = step.queue.task_failed(step.trainer, request.task_id,
+                                                  request.epoch, reason, step.now)
+            step.stage(delta)
         if reply.accepted and not delta.empty:
             log.warning("Master %s of job %s: trainer %s failed task %d: %s.", state.node,
                         state.job, request.trainer, request.task_id, reason)
@@ -458,14 +484,10 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
     def RequestSaveModel(  # noqa: N802 - gRPC's method name
         self, request: master_pb2.RequestSaveModelRequest, context: grpc.ServicerContext,
     ) -> master_pb2.RequestSaveModelResponse:
-        state = self.state
-        with state.lock:
-            queue = state.check_serving()
-            reply, delta = queue.request_save_model(check_name(request.trainer, "trainer"),
-                                                    request.block_seconds,
-                                                    state.clock())
-            ticket = state.stage(delta)
-        state.settle(ticket)
+        with self.state.queue_step(request.trainer) as step:
+            reply, delta = step.queue.request_save_model(step.trainer, request.block_seconds,
+                                                         step.now)
+            step.stage(delta)
         return master_pb2.RequestSaveModelResponse(granted=reply.accepted, reason=reply.reason)
 
     @rpc_handler

@@ -154,10 +154,15 @@ class GetTaskResult:
 
 @dataclass(frozen=True)
 class Reply:
-    """Answer to a report: ``accepted`` False means the caller is not (or no longer) the holder."""
+    """Answer to a report: ``accepted`` False means the caller is not (or no longer) the holder.
+
+    ``done_now`` is True only on the answer to the call that moved a task to DONE: a repeat of
+    an accepted finish, a refused (stale) one and every other report leave it False, so the
+    service counts a task's finished records once."""
 
     accepted: bool
     reason: str = ""
+    done_now: bool = False
 
 
 @dataclass(frozen=True)
@@ -424,7 +429,7 @@ class TaskQueue:
             self.records_total += task.num_records  # progress; `records` may be a resume
             self.tasks_finished_total += 1
         delta = Delta(frozenset([task_id]), meta=True)
-        return Reply(True), delta | self._maybe_end_pass()
+        return Reply(True, done_now=True), delta | self._maybe_end_pass()
 
     def finish_and_get(self, trainer: str, task_id: int, epoch: int, records: int,
                        pass_id: int, now: float,

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import grpc
 
 from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
-from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.errors import ConfigError, ElasticPSError, UnauthenticatedError
 from elasticps.rpc.credentials import JobCredentials
-from elasticps.rpc.status import status_for
+from elasticps.rpc.status import abort_for
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _deny(message: str) -> grpc.RpcMethodHandler:
     """
 
     def abort(requests: Iterator[Any], context: grpc.ServicerContext) -> None:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        abort_for(context, UnauthenticatedError(message))
 
     return grpc.stream_unary_rpc_method_handler(abort)
 
@@ -160,7 +160,8 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 def rpc_handler(method: Handler) -> Handler:
-    """Decorate a servicer method: an ``ElasticPSError`` becomes the matching gRPC status.
+    """Decorate a servicer method: an ``ElasticPSError`` becomes the matching gRPC status,
+    marked as ours (:func:`~elasticps.rpc.status.abort_for`).
 
     Anything else is a bug: it is logged with its traceback and answered INTERNAL.
     """
@@ -170,7 +171,7 @@ def rpc_handler(method: Handler) -> Handler:
         try:
             return method(self, request, context)
         except ElasticPSError as exc:
-            context.abort(status_for(exc), str(exc))
+            abort_for(context, exc)
         except Exception as exc:
             if isinstance(exc, grpc.RpcError) or type(exc).__name__ == "_AbortError":
                 raise  # context.abort() inside the handler: already answered

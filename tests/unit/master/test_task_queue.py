@@ -430,6 +430,24 @@ def test_a_repeated_finish_and_get_finishes_nothing_twice_and_returns_the_same_t
     assert queue.counts() == {"todo": 1, "pending": 1, "done": 1, "failed": 0}
 
 
+def test_only_the_finish_that_moves_a_task_to_done_says_so() -> None:
+    """``done_now``: the service counts a task's records on it, so a repeat, a stale finish
+    and every other report leave it False."""
+    queue = make_queue(max_failures=3)  # 3 tasks
+    first, second = take(queue, "t1"), take(queue, "t2")
+    reply, _ = queue.task_finished("t1", first.task_id, first.epoch, 200, 1.0)
+    assert (reply.accepted, reply.done_now) == (True, True)
+    repeat, _ = queue.task_finished("t1", first.task_id, first.epoch, 200, 2.0)
+    assert (repeat.accepted, repeat.done_now) == (True, False)
+    again, _, _ = queue.finish_and_get("t1", first.task_id, first.epoch, 200, 0, 2.0)
+    assert (again.accepted, again.done_now) == (True, False)
+    assert not queue.report_progress("t2", second.task_id, second.epoch, 50, 2.0)[0].done_now
+    queue.task_failed("t2", second.task_id, second.epoch, "bad disk", 3.0)
+    assert take(queue, "t3").task_id == second.task_id  # dispatched again
+    stale, _, _ = queue.finish_and_get("t2", second.task_id, second.epoch, 200, 0, 3.0)
+    assert (stale.accepted, stale.done_now) == (False, False)
+
+
 def test_finish_and_get_of_the_last_task_answers_what_get_task_would() -> None:
     queue = make_queue(num_chunks=2, num_passes=2)  # one task, two passes
     task = take(queue)

@@ -11,7 +11,7 @@ from elasticps import errors
 from elasticps.master.client import MASTER_RETRY
 from elasticps.pserver.client import PSERVER_RETRY
 from elasticps.rpc.channel import RETRY_UNAVAILABLE
-from elasticps.rpc.status import raise_for_rpc_error, status_for
+from elasticps.rpc.status import ERROR_METADATA_KEY, raise_for_rpc_error, status_for
 
 
 class FailedCall(grpc.RpcError, grpc.Call):
@@ -130,3 +130,35 @@ def test_resource_exhausted_is_told_apart_by_who_sent_it(
         raise_for_rpc_error(FailedCall(grpc.StatusCode.RESOURCE_EXHAUSTED, details), what="push")
     assert type(info.value) is cls
     assert isinstance(info.value, errors.RPCError) is (cls is not errors.ResourceExhaustedError)
+
+
+class MarkedCall(FailedCall):
+    """A failure an elasticps servicer answered: it carries the x-elasticps-error marker."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, error: str) -> None:
+        super().__init__(code, details)
+        self._error = error
+
+    def trailing_metadata(self) -> Any:
+        return ((ERROR_METADATA_KEY, self._error),)
+
+
+@pytest.mark.parametrize("details", ["Concurrent RPC limit exceeded!",
+                                     "Received message larger than max (300 vs. 100)"])
+def test_a_marked_resource_exhausted_is_the_domain_error_whatever_its_text(details: str) -> None:
+    with pytest.raises(errors.ResourceExhaustedError) as info:
+        raise_for_rpc_error(MarkedCall(grpc.StatusCode.RESOURCE_EXHAUSTED, details,
+                                       "ResourceExhaustedError"), what="push")
+    assert type(info.value) is errors.ResourceExhaustedError
+
+
+@pytest.mark.parametrize(("code", "error", "cls"), [
+    (grpc.StatusCode.UNAVAILABLE, "NotLeaderError", errors.UnavailableError),  # find the leader
+    (grpc.StatusCode.INVALID_ARGUMENT, "ConfigError", errors.InvalidArgumentError),
+    (grpc.StatusCode.ABORTED, "LayoutChangedError", errors.LayoutChangedError),
+])
+def test_a_marked_status_maps_by_its_code(code: grpc.StatusCode, error: str,
+                                          cls: type[errors.ElasticPSError]) -> None:
+    with pytest.raises(cls) as info:
+        raise_for_rpc_error(MarkedCall(code, "x", error))
+    assert type(info.value) is cls
