@@ -36,7 +36,6 @@ from elasticps.master.snapshot import (
     QueueSnapshot,
     encode_meta,
     encode_task,
-    task_key,
 )
 from elasticps.master.task_queue import QueuePolicy, TaskQueue
 from elasticps.rpc.credentials import JobCredentials
@@ -44,6 +43,7 @@ from elasticps.rpc.tls import TlsIdentity, write_job_identities
 from elasticps.store import open_store
 from elasticps.store.api import Op, Put
 from elasticps.store.election import Election
+from elasticps.store.keys import master_task_key
 
 TOKEN = "bench"
 
@@ -148,7 +148,7 @@ def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
         encode_meta(queue.meta_record()))
     # Worst case for loading: every task has a record (as after a full pass).
     t0 = time.perf_counter()
-    ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
+    ops: list[Op] = [Put(master_task_key(t), encode_task(queue.task_record(t)))
                      for t in range(queue.num_tasks)]
     for start in range(0, len(ops), 100):
         commit(ops[start:start + 100])

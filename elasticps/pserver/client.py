@@ -272,7 +272,7 @@ class PServerClient:
                 remaining = give_up_at - time.monotonic()
                 if remaining <= 0 or self._closed.is_set():
                     raise UnavailableError(
-                        f"pserver shard {slot} has no address in the store (pserver/slot/{slot}) "
+                        f"pserver shard {slot} has no address in the store ({pserver_slot(slot)}) "
                         f"after waiting {self.deadline:.0f}s"
                     )
                 self._cond.wait(min(remaining, 1.0))

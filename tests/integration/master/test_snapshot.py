@@ -10,16 +10,12 @@ import pytest
 
 from elasticps.data.batching import BatchPlan
 from elasticps.errors import NotLeaderError
-from elasticps.master.snapshot import (
-    DATASET_KEY,
-    TASK_PREFIX,
-    DatasetRecord,
-    QueueSnapshot,
-)
+from elasticps.master.snapshot import DatasetRecord, QueueSnapshot
 from elasticps.master.task_queue import Outcome, QueuePolicy
 from elasticps.store import Store, open_store
 from elasticps.store.api import Op
 from elasticps.store.election import Election
+from elasticps.store.keys import MASTER_STATE_DATASET, MASTER_STATE_TASK_PREFIX
 from tests.integration.master.helpers import store_url_for, synthetic_chunks
 
 POLICY = QueuePolicy(max_failures=2, task_lease=5.0, max_failed_fraction=0.5)
@@ -112,8 +108,8 @@ def test_a_deposed_master_cannot_write_the_snapshot(store: Store) -> None:
     _, delta = queue.get_task("a", 0, 0.0)
     with pytest.raises(NotLeaderError):
         snapshot.write_delta(queue, delta)
-    assert store.get_prefix(TASK_PREFIX) == []
-    assert store.get(DATASET_KEY) is not None
+    assert store.get_prefix(MASTER_STATE_TASK_PREFIX) == []
+    assert store.get(MASTER_STATE_DATASET) is not None
     rival.resign()
 
 
@@ -123,7 +119,7 @@ def test_a_dataset_write_cut_before_its_header_loads_as_no_dataset(store: Store)
     dataset = DatasetRecord("u", 1, 1, tuple(chunks), PLAN)
     queue = dataset.new_queue(POLICY)
     snapshot.write_dataset(dataset, queue)
-    store.delete(DATASET_KEY)  # as if the master died after the parts, before the header
+    store.delete(MASTER_STATE_DATASET)  # as if the master died after the parts, before the header
     assert QueueSnapshot(store, lambda ops: None).load(POLICY, set(), 0.0) is None
     election.resign()
 
@@ -163,7 +159,7 @@ def test_a_reconciliation_cut_between_transactions_leaves_its_recovery_to_do(
     with pytest.raises(MasterKilledError):
         QueueSnapshot(store, dies_after_one, max_ops=3).write_delta(queue, delta)
     written = sorted(int(op.key.rsplit("/", 1)[1]) for op in commits[0]
-                     if op.key.startswith(TASK_PREFIX))
+                     if op.key.startswith(MASTER_STATE_TASK_PREFIX))
     assert written  # some recovery dispatches made it, the meta did not
     loaded = QueueSnapshot(store, lambda ops: None).load(policy, set(), now=2.0)
     assert loaded is not None
