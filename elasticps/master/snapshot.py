@@ -203,7 +203,7 @@ class QueueSnapshot:
     @staticmethod
     def accounting_op(pass_id: int, doc: dict[str, Any]) -> Op:
         """The record of a pass's last reconciliation (the exactly-once accounting), to be
-        written with the delta it decided (:meth:`write_delta`'s ``with_meta``)."""
+        written with the delta it decided (:meth:`delta_transactions`'s ``with_meta``)."""
         return Put(master_accounting_key(pass_id), _dumps(doc))
 
     def ops_for(self, queue: TaskQueue, delta: Delta) -> tuple[list[Op], list[Op]]:
@@ -232,13 +232,6 @@ class QueueSnapshot:
         txns = [records[start:min(start + self.max_ops, cut)]
                 for start in range(0, cut, self.max_ops)]
         return [*txns, [*records[cut:], *last]]
-
-    def write_delta(self, queue: TaskQueue, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
-        """Persist ``delta`` now (:meth:`delta_transactions`); returns the bytes written."""
-        before = self.bytes_written
-        for ops in self.delta_transactions(queue, delta, with_meta):
-            self.write(ops)
-        return self.bytes_written - before
 
     # ------------------------------------------------------------------------------ reading
 
