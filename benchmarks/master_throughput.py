@@ -36,14 +36,14 @@ from elasticps.master.snapshot import (
     QueueSnapshot,
     encode_meta,
     encode_task,
-    task_key,
 )
-from elasticps.master.task_queue import QueuePolicy, TaskQueue
+from elasticps.master.task_queue import Delta, QueuePolicy, TaskQueue
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.tls import TlsIdentity, write_job_identities
 from elasticps.store import open_store
 from elasticps.store.api import Op, Put
 from elasticps.store.election import Election
+from elasticps.store.keys import master_task_key
 
 TOKEN = "bench"
 
@@ -113,6 +113,14 @@ def round_trips(url: str, trainers: int, seconds: float, num_chunks: int) -> dic
             "p99_round_trip_ms": 1e3 * flat[int(0.99 * (len(flat) - 1))] if flat else None}
 
 
+def persist(snapshot: QueueSnapshot, queue: TaskQueue, delta: Delta) -> int:
+    """Store ``delta`` as the master's service does, one transaction at a time; the bytes."""
+    before = snapshot.bytes_written
+    for ops in snapshot.delta_transactions(queue, delta):
+        snapshot.write(ops)
+    return snapshot.bytes_written - before
+
+
 def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
     job = f"bench-{uuid.uuid4().hex[:8]}"
     store = open_store(url, job)
@@ -135,12 +143,12 @@ def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
     for _ in range(changes):
         result, delta = queue.get_task("t", 0, 0.0)
         t0 = time.perf_counter()
-        get_bytes.append(snapshot.write_delta(queue, delta))
+        get_bytes.append(persist(snapshot, queue, delta))
         get_ms.append(1e3 * (time.perf_counter() - t0))
         assert result.task is not None
         _, delta = queue.task_finished("t", result.task.task_id, result.task.epoch, 1000, 0.0)
         t0 = time.perf_counter()
-        finish_bytes.append(snapshot.write_delta(queue, delta))
+        finish_bytes.append(persist(snapshot, queue, delta))
         finish_ms.append(1e3 * (time.perf_counter() - t0))
     # The naive design: one blob with the chunk list and every task, rewritten per change.
     blob = initial_bytes + sum(len(encode_task(queue.task_record(t))) + 30
@@ -148,7 +156,7 @@ def snapshot_cost(url: str, num_chunks: int, changes: int) -> dict[str, Any]:
         encode_meta(queue.meta_record()))
     # Worst case for loading: every task has a record (as after a full pass).
     t0 = time.perf_counter()
-    ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
+    ops: list[Op] = [Put(master_task_key(t), encode_task(queue.task_record(t)))
                      for t in range(queue.num_tasks)]
     for start in range(0, len(ops), 100):
         commit(ops[start:start + 100])

@@ -33,12 +33,12 @@ from typing import Any
 def _serve(args: argparse.Namespace) -> int:
     from elasticps.chaos.accounting import job_accounting
     from elasticps.launch.monitor import fetch_status
-    from elasticps.master.snapshot import decode_task, task_key
+    from elasticps.master.snapshot import decode_task
     from elasticps.pserver.client import PServerClient
     from elasticps.rpc.credentials import JobCredentials
     from elasticps.rpc.tls import TlsIdentity
     from elasticps.store import Store, open_store
-    from elasticps.store.keys import read_master_address, read_progress
+    from elasticps.store.keys import master_task_key, read_master_address, read_progress
 
     store: Store | None = None
     pservers: PServerClient | None = None
@@ -58,7 +58,7 @@ def _serve(args: argparse.Namespace) -> int:
             address = read_master_address(the_store())
             return None if address is None else fetch_status(address.http, timeout=2.0)
         if len(words) == 2 and words[0] == "task":
-            kv = the_store().get(task_key(int(words[1])))
+            kv = the_store().get(master_task_key(int(words[1])))
             if kv is None:
                 return None
             rec = decode_task(kv.value)

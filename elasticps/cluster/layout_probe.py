@@ -40,7 +40,7 @@ from elasticps.cluster.render_reshard import (
 )
 from elasticps.cluster.validate import job_schema_problems
 from elasticps.errors import ClusterError, ElasticPSError
-from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT, PServerLayout
+from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT, PSERVER_LAYOUT, PServerLayout
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class LayoutProbe:
                     lambda: None if self.client.delete(BATCH_JOB, self.namespace, name) else [])
         self._until(deadline, f"Job {name} to be created", lambda: self._create(job))
         self.say(f"created Job {name}: `elasticps reshard --show-layout` reads the job's "
-                 "pserver/layout")
+                 f"{PSERVER_LAYOUT}")
         # Left behind if it never ends here: it finishes on its own and `kubectl` can read
         # its pod's termination message (ttlSecondsAfterFinished removes it an hour later).
         state = self._until(deadline, f"Job {name} to finish", lambda: self._finished(name))

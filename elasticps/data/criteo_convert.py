@@ -30,12 +30,13 @@ import fsspec
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from elasticps.data.bad_rows import MAX_REPORTED
 from elasticps.data.criteo_columns import parse_block
 from elasticps.data.criteo_layout import FEATURE_COLUMNS, arrow_schema
 from elasticps.data.manifest import Manifest
 from elasticps.data.prefetch import prefetch
 from elasticps.data.progress import Progress
-from elasticps.data.sources import CountingFile, read_first_line
+from elasticps.data.sources import BLOCK_SIZE, CountingFile, read_first_line
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
@@ -46,8 +47,6 @@ from elasticps.errors import DataError, MalformedInputError
 
 log = logging.getLogger(__name__)
 
-BLOCK_SIZE = 4 << 20
-MAX_REPORTED = 20  # bad lines kept with their reasons; all are counted
 
 
 @dataclass

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from elasticps.data.criteo_preset import CLIP_MAX, CLIP_MIN, DEFAULT_ID_SPACE, DENSE_NORMS
-from elasticps.data.hashing import splitmix64
 from elasticps.errors import ConfigError
+from elasticps.hashing import splitmix64
 
 __all__ = [
     "DEFAULT_ID_SPACE", "DENSE_MAX", "DENSE_MIN", "DENSE_NORMS", "MISSING_VALUE", "FeatureConfig",

@@ -10,7 +10,7 @@ salted per process), vectorised over numpy arrays, and defined for integers and 
     key = (salt << 33) XOR u         (mod 2**64; a salt is below 2**31)
     id  = splitmix64(key) mod id_space
 
-``splitmix64`` is one step of Steele, Lea and Flood's generator::
+``splitmix64`` (:mod:`elasticps.hashing`) is one step of Steele, Lea and Flood's generator::
 
     z = key + 0x9E3779B97F4A7C15                 (mod 2**64)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9     (mod 2**64)
@@ -35,29 +35,15 @@ import numpy as np
 import pyarrow as pa
 
 from elasticps.data.schema import SALT_LIMIT, default_salt
+from elasticps.hashing import splitmix64
 
 __all__ = ["MISSING_KEY", "default_salt", "fnv1a64", "hash_keys", "int_keys", "splitmix64",
            "string_keys"]
 
 MISSING_KEY = 1 << 32
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
-_MUL2 = np.uint64(0x94D049BB133111EB)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
-
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """One splitmix64 step for every element of a uint64 array (wrapping arithmetic)."""
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN  # a new array; the rest works in place
-    with np.errstate(over="ignore"):
-        z ^= z >> np.uint64(30)
-        z *= _MUL1
-        z ^= z >> np.uint64(27)
-        z *= _MUL2
-        z ^= z >> np.uint64(31)
-    return z
 
 
 def int_keys(values: np.ndarray) -> np.ndarray:

@@ -86,7 +86,3 @@ def read_first_line(url: str) -> str:
     with fsspec.open(url, "rb", compression="infer") as raw:
         line = bytes(raw.readline(1 << 20)).decode("utf-8", "replace")
     return line.removeprefix("\ufeff").rstrip("\r\n")
-
-
-def nulls_like(n: int) -> pa.Array:
-    return pa.nulls(n, pa.string())

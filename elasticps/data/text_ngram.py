@@ -39,13 +39,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from elasticps.data.hashing import splitmix64
 from elasticps.data.manifest import Manifest
 from elasticps.data.schema import ColumnSpec, LabelSpec, Schema, TableDecl
 from elasticps.data.sources import BLOCK_SIZE
 from elasticps.data.storage import arrow_schema
 from elasticps.data.writer import DEFAULT_ROWS_PER_CHUNK, DatasetWriter
 from elasticps.errors import DataError
+from elasticps.hashing import splitmix64
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,12 @@ from elasticps.retry import RetryPolicy
 from elasticps.rpc.channel import call, make_channel
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.store.api import Lease, Store
-from elasticps.store.keys import TrainerRegistration, read_master_address, trainer_key
+from elasticps.store.keys import (
+    MASTER_ADDRESS,
+    TrainerRegistration,
+    read_master_address,
+    trainer_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +77,7 @@ class MasterClient:
             published = read_master_address(self.store)
             address = None if published is None else published.grpc
             if address is None:
-                raise UnavailableError("no master has published master/address yet")
+                raise UnavailableError(f"no master has published {MASTER_ADDRESS} yet")
             if address != self._address or self._stub is None:
                 if self._channel is not None:
                     self._channel.close()

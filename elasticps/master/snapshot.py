@@ -47,17 +47,21 @@ from elasticps.master.task_queue import (
     TaskState,
 )
 from elasticps.store.api import Delete, Op, Put, Store
+from elasticps.store.keys import (
+    MASTER_STATE_ACCOUNTING_PREFIX,
+    MASTER_STATE_DATASET,
+    MASTER_STATE_FAILED_PREFIX,
+    MASTER_STATE_META,
+    MASTER_STATE_PREFIX,
+    MASTER_TASKS_PER_RANGE,
+    master_accounting_key,
+    master_chunks_part_key,
+    master_failed_key,
+    master_task_key,
+    master_task_range,
+)
 
-DATASET_KEY = "master/state/dataset"
-CHUNKS_PREFIX = "master/state/chunks/"
-META_KEY = "master/state/meta"
-TASK_PREFIX = "master/state/task/"
-FAILED_PREFIX = "master/state/failed/"
-ACCOUNTING_PREFIX = "master/state/accounting/"
-STATE_PREFIX = "master/state/"
 FORMAT_VERSION = 2  # 2: the dataset header pins the batch plan; task records carry no count
-TASK_ID_DIGITS = 8
-TASK_RANGE_DIGITS = 4  # task keys are read in ranges sharing their first 4 digits
 
 Commit = Callable[[Sequence[Op]], None]
 
@@ -94,10 +98,6 @@ class LoadedState:
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
-
-
-def task_key(task_id: int) -> str:
-    return f"{TASK_PREFIX}{task_id:0{TASK_ID_DIGITS}d}"
 
 
 def encode_task(rec: TaskRecord) -> bytes:
@@ -186,33 +186,34 @@ class QueueSnapshot:
     def write_dataset(self, dataset: DatasetRecord, queue: TaskQueue) -> None:
         """Write a new job's dataset and initial meta: parts first, then the header (the
         commit mark), so a master killed half-way leaves no header and starts over."""
-        self.write([Delete(STATE_PREFIX, prefix=True)])
+        self.write([Delete(MASTER_STATE_PREFIX, prefix=True)])
         digest = hashlib.sha256()
         parts = 0
         for parts, part in enumerate(_chunk_parts(dataset.chunks, self.part_bytes), start=1):
             digest.update(part)
-            self.write([Put(f"{CHUNKS_PREFIX}{parts - 1:06d}", part)])
+            self.write([Put(master_chunks_part_key(parts - 1), part)])
         header = {"version": FORMAT_VERSION, "url": dataset.url,
                   "chunks_per_task": dataset.chunks_per_task, "num_passes": dataset.num_passes,
                   "plan": dataset.plan.to_dict(), "num_chunks": len(dataset.chunks),
                   "parts": parts,
                   "sha256": digest.hexdigest()}
-        self.write([Put(META_KEY, encode_meta(queue.meta_record())),
-                      Put(DATASET_KEY, _dumps(header))])
+        self.write([Put(MASTER_STATE_META, encode_meta(queue.meta_record())),
+                      Put(MASTER_STATE_DATASET, _dumps(header))])
 
     @staticmethod
     def accounting_op(pass_id: int, doc: dict[str, Any]) -> Op:
         """The record of a pass's last reconciliation (the exactly-once accounting), to be
-        written with the delta it decided (:meth:`write_delta`'s ``with_meta``)."""
-        return Put(f"{ACCOUNTING_PREFIX}{pass_id:06d}", _dumps(doc))
+        written with the delta it decided (:meth:`delta_transactions`'s ``with_meta``)."""
+        return Put(master_accounting_key(pass_id), _dumps(doc))
 
     def ops_for(self, queue: TaskQueue, delta: Delta) -> tuple[list[Op], list[Op]]:
         """(task and failure records, the meta record): the meta is written last."""
-        ops: list[Op] = [Put(task_key(t), encode_task(queue.task_record(t)))
+        ops: list[Op] = [Put(master_task_key(t), encode_task(queue.task_record(t)))
                          for t in sorted(delta.tasks)]
-        ops.extend(Put(f"{FAILED_PREFIX}{e.pass_id:06d}-{e.task_id:0{TASK_ID_DIGITS}d}",
-                       e.reason.encode()) for e in delta.failures)
-        meta: list[Op] = [Put(META_KEY, encode_meta(queue.meta_record()))] if delta.meta else []
+        ops.extend(Put(master_failed_key(e.pass_id, e.task_id), e.reason.encode())
+                   for e in delta.failures)
+        meta: list[Op] = ([Put(MASTER_STATE_META, encode_meta(queue.meta_record()))]
+                          if delta.meta else [])
         return ops, meta
 
     def delta_transactions(self, queue: TaskQueue, delta: Delta,
@@ -232,18 +233,11 @@ class QueueSnapshot:
                 for start in range(0, cut, self.max_ops)]
         return [*txns, [*records[cut:], *last]]
 
-    def write_delta(self, queue: TaskQueue, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
-        """Persist ``delta`` now (:meth:`delta_transactions`); returns the bytes written."""
-        before = self.bytes_written
-        for ops in self.delta_transactions(queue, delta, with_meta):
-            self.write(ops)
-        return self.bytes_written - before
-
     # ------------------------------------------------------------------------------ reading
 
     def load_dataset(self) -> DatasetRecord | None:
         """The committed dataset, or None if no job was started (or the start was cut)."""
-        kv = self.store.get(DATASET_KEY)
+        kv = self.store.get(MASTER_STATE_DATASET)
         if kv is None:
             return None
         header = json.loads(kv.value)
@@ -253,9 +247,9 @@ class QueueSnapshot:
         digest = hashlib.sha256()
         chunks: list[ChunkRef] = []
         for k in range(int(header["parts"])):
-            part = self.store.get(f"{CHUNKS_PREFIX}{k:06d}")
+            part = self.store.get(master_chunks_part_key(k))
             if part is None:
-                raise DataError(f"master state part {CHUNKS_PREFIX}{k:06d} is missing")
+                raise DataError(f"master state part {master_chunks_part_key(k)} is missing")
             digest.update(part.value)
             chunks.extend(_decode_part(part.value))
         if digest.hexdigest() != header["sha256"] or len(chunks) != header["num_chunks"]:
@@ -271,18 +265,16 @@ class QueueSnapshot:
         dataset = self.load_dataset()
         if dataset is None:
             return None
-        meta_kv = self.store.get(META_KEY)
+        meta_kv = self.store.get(MASTER_STATE_META)
         if meta_kv is None:
-            raise DataError(f"master state has a dataset but no {META_KEY}")
+            raise DataError(f"master state has a dataset but no {MASTER_STATE_META}")
         records: dict[int, TaskRecord] = {}
         num_tasks = -(-len(dataset.chunks) // dataset.chunks_per_task)
-        group = 10 ** (TASK_ID_DIGITS - TASK_RANGE_DIGITS)
-        for first in range(0, num_tasks, group):
-            prefix = f"{TASK_PREFIX}{first // group:0{TASK_RANGE_DIGITS}d}"
-            for kv in self.store.get_prefix(prefix):
+        for first in range(0, num_tasks, MASTER_TASKS_PER_RANGE):
+            for kv in self.store.get_prefix(master_task_range(first)):
                 records[int(kv.key.rsplit("/", 1)[1])] = decode_task(kv.value)
         failures = []
-        for kv in self.store.get_prefix(FAILED_PREFIX):
+        for kv in self.store.get_prefix(MASTER_STATE_FAILED_PREFIX):
             pass_text, task_text = kv.key.rsplit("/", 1)[1].split("-")
             failures.append(FailureEntry(int(pass_text), int(task_text), kv.value.decode()))
         queue, delta = TaskQueue.restore(
@@ -296,4 +288,4 @@ def load_accounting(store: Store) -> dict[int, dict[str, Any]]:
     """Every pass's last reconciliation record, by pass
     (see :meth:`QueueSnapshot.accounting_op`)."""
     return {int(kv.key.rsplit("/", 1)[1]): json.loads(kv.value)
-            for kv in store.get_prefix(ACCOUNTING_PREFIX)}
+            for kv in store.get_prefix(MASTER_STATE_ACCOUNTING_PREFIX)}

@@ -47,6 +47,7 @@ from elasticps.errors import (
     StoreValueError,
     UnavailableError,
 )
+from elasticps.gradients import finite
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
 from elasticps.pserver.dense_tag import DenseTag, TaggedDense
 from elasticps.pserver.routing import dense_parts, route_ids
@@ -271,7 +272,7 @@ class PServerClient:
                 remaining = give_up_at - time.monotonic()
                 if remaining <= 0 or self._closed.is_set():
                     raise UnavailableError(
-                        f"pserver shard {slot} has no address in the store (pserver/slot/{slot}) "
+                        f"pserver shard {slot} has no address in the store ({pserver_slot(slot)}) "
                         f"after waiting {self.deadline:.0f}s"
                     )
                 self._cond.wait(min(remaining, 1.0))
@@ -575,16 +576,15 @@ class PServerClient:
     ) -> list[pserver_pb2.PushResponse]:
         """One atomic Push per shard, in parallel; returns each shard's answer. ``counts``:
         per SCORE table, (shows, clicks) per id of its gradient, split with the ids."""
-        finite = all(np.isfinite(g).all() for g in dense_grads.values()) and all(
-            np.isfinite(rows).all() for _, rows in sparse_grads.values())
-        if not finite:
+        sendable = finite(dense_grads, sparse_grads)
+        if not sendable:
             log.warning("Trainer %s drops batch (pass %d, task %d, seq %d): its gradients hold "
                         "NaN or Inf.", self.name, batch.pass_id, batch.task_id, batch.seq)
 
         def push_all(shards: int) -> list[pserver_pb2.PushResponse]:
-            requests = [pserver_pb2.PushRequest(batch=batch, drop=not finite)
+            requests = [pserver_pb2.PushRequest(batch=batch, drop=not sendable)
                         for _ in range(shards)]
-            if finite:
+            if sendable:
                 self._split(requests, dense_grads, sparse_grads, counts or {})
             wait = CrossShardWait()
             futures = [self._pool.submit(self._push_until_closed, i, r, shards, wait)

@@ -1,20 +1,15 @@
 """Counter-based hashing over numpy arrays: the same bits for the same inputs on any machine.
 
-Row start values, admission draws and the admission sketch all hash with splitmix64, so none of
-them keeps random state that a checkpoint would have to save.
+Row start values, admission draws and the admission sketch all hash with splitmix64
+(:mod:`elasticps.hashing`), so none of them keeps random state that a checkpoint would have to
+save.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser over a uint64 array (wrapping arithmetic is intended)."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+from elasticps.hashing import splitmix64
 
 
 def uniform01(seed: int, keys: np.ndarray, width: int, stream: int) -> np.ndarray:

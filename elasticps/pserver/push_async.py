@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from elasticps.pserver.push_mode import BatchKey, PushMode, PushResult, Rows, finite
+from elasticps.gradients import finite
+from elasticps.pserver.push_mode import BatchKey, PushMode, PushResult, Rows
 from elasticps.pserver.sparse_table import batch_seed
 
 

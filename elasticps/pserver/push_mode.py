@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from elasticps.errors import InvalidArgumentError
+from elasticps.gradients import finite as finite  # re-exported: push_sync imports it here
 from elasticps.pserver.dense_tag import DenseTag
 
 if TYPE_CHECKING:
@@ -117,9 +118,3 @@ class PushMode:
     @property
     def has_rounds(self) -> bool:
         return False
-
-
-def finite(dense: Mapping[str, np.ndarray], sparse: Rows) -> bool:
-    """No NaN or Inf in any gradient or delta of a push."""
-    return all(np.isfinite(g).all() for g in dense.values()) and all(
-        np.isfinite(rows).all() for _, rows in sparse.values())

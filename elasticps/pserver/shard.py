@@ -55,6 +55,7 @@ from elasticps.pserver.sparse_table import (
     table_counters,
 )
 from elasticps.pserver.tables import DenseShard, normalize_spec
+from elasticps.store.keys import PSERVER_INIT_DONE
 
 _RATE_WINDOW_S = 10.0
 PULL_CHUNK = 1 << 16  # ids per lock hold in a pull: a huge pull never stalls pushes for long
@@ -209,7 +210,7 @@ class ShardState:
         if not self.initialized:
             raise FailedPreconditionError(
                 f"shard {self.shard} is not initialised yet, so it refuses {what}; one trainer "
-                "initialises the tables (InitDense) and the others wait for pserver/init/done"
+                f"initialises the tables (InitDense) and the others wait for {PSERVER_INIT_DONE}"
             )
 
     # -- dense ------------------------------------------------------------------------------

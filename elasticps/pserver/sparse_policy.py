@@ -28,8 +28,8 @@ from typing import Literal
 import numpy as np
 
 from elasticps.errors import InvalidArgumentError
+from elasticps.hashing import splitmix64
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.hashing import splitmix64
 
 Policy = pserver_pb2.SparsePolicy
 MAX_ADMIT_AFTER = 1000  # the sketch's counters are uint16; a larger k is a typo, not a policy

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from elasticps.errors import InvalidArgumentError
+from elasticps.hashing import splitmix64
 from elasticps.proto import pserver_pb2
 from elasticps.pserver import sparse_policy
-from elasticps.pserver.hashing import splitmix64, uniform01
+from elasticps.pserver.hashing import uniform01
 from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
 from elasticps.pserver.routing import route_ids

@@ -66,7 +66,13 @@ from elasticps.store.api import Store
 MASTER_ELECTION = "master/election"
 MASTER_ADDRESS = "master/address"
 MASTER_CANDIDATE_PREFIX = "master/candidate/"
-MASTER_STATE_PREFIX = "master/state/"
+MASTER_STATE_PREFIX = "master/state/"  # below it: elasticps/master/snapshot.py's records
+MASTER_STATE_DATASET = f"{MASTER_STATE_PREFIX}dataset"
+MASTER_STATE_CHUNKS_PREFIX = f"{MASTER_STATE_PREFIX}chunks/"
+MASTER_STATE_META = f"{MASTER_STATE_PREFIX}meta"
+MASTER_STATE_TASK_PREFIX = f"{MASTER_STATE_PREFIX}task/"
+MASTER_STATE_FAILED_PREFIX = f"{MASTER_STATE_PREFIX}failed/"
+MASTER_STATE_ACCOUNTING_PREFIX = f"{MASTER_STATE_PREFIX}accounting/"
 PSERVER_SLOT_PREFIX = "pserver/slot/"
 PSERVER_INIT_PREFIX = "pserver/init/"
 PSERVER_INIT_LOCK = "pserver/init/lock"
@@ -87,6 +93,34 @@ METRICS_PREFIX = "metrics/"
 
 def master_candidate(node: str) -> str:
     return f"{MASTER_CANDIDATE_PREFIX}{node}"
+
+
+MASTER_TASK_ID_DIGITS = 8
+MASTER_TASK_RANGE_DIGITS = 4  # task keys are read in ranges sharing their first 4 digits
+MASTER_TASKS_PER_RANGE = 10 ** (MASTER_TASK_ID_DIGITS - MASTER_TASK_RANGE_DIGITS)
+
+
+def master_chunks_part_key(part: int) -> str:
+    return f"{MASTER_STATE_CHUNKS_PREFIX}{part:06d}"
+
+
+def master_task_key(task_id: int) -> str:
+    return f"{MASTER_STATE_TASK_PREFIX}{task_id:0{MASTER_TASK_ID_DIGITS}d}"
+
+
+def master_task_range(task_id: int) -> str:
+    """The prefix of the task keys sharing ``task_id``'s first
+    :data:`MASTER_TASK_RANGE_DIGITS` digits (a range of :data:`MASTER_TASKS_PER_RANGE`)."""
+    first = task_id // MASTER_TASKS_PER_RANGE
+    return f"{MASTER_STATE_TASK_PREFIX}{first:0{MASTER_TASK_RANGE_DIGITS}d}"
+
+
+def master_failed_key(pass_id: int, task_id: int) -> str:
+    return f"{MASTER_STATE_FAILED_PREFIX}{pass_id:06d}-{task_id:0{MASTER_TASK_ID_DIGITS}d}"
+
+
+def master_accounting_key(pass_id: int) -> str:
+    return f"{MASTER_STATE_ACCOUNTING_PREFIX}{pass_id:06d}"
 
 
 def pserver_slot(slot: int) -> str:

@@ -72,12 +72,6 @@ def dataset_schema(url: str) -> Schema | None:
     return schema if isinstance(schema, Schema) else None
 
 
-def label_kind_of(url: str) -> str:
-    """The label kind of the dataset at ``url`` (binary for datasets without a schema)."""
-    schema = dataset_schema(url)
-    return schema.label_kind if schema is not None else "binary"
-
-
 def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
     """``(batches, dataset URL or None)`` of a reader, a URL, or an iterable of batches (numpy
     ``Batch`` or ``TensorBatch``), read whole and in order."""

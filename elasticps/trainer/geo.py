@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from elasticps.errors import ConfigError
+from elasticps.gradients import finite
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
 from elasticps.pserver.tables import sum_duplicates
@@ -160,9 +161,7 @@ class GeoParams:
         """One local optimizer step (a batch with NaN/Inf is dropped, as the pservers would);
         the window's deltas go out after ``steps`` of them. Show/click ``counts`` are not
         carried: a SCORE table counts each id of a delta as shown once."""
-        finite = all(np.isfinite(g).all() for g in dense_grads.values()) and all(
-            np.isfinite(rows).all() for _, rows in sparse_grads.values())
-        if finite:
+        if finite(dense_grads, sparse_grads):
             for name, grad in dense_grads.items():
                 self._step_dense(name, grad)
             for table, (ids, grads) in sparse_grads.items():

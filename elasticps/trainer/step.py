@@ -39,6 +39,7 @@ import torch
 
 from elasticps.data.batch import Batch
 from elasticps.errors import ConfigError
+from elasticps.gradients import finite
 from elasticps.proto import common_pb2
 from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.dense import DenseSync
@@ -69,13 +70,6 @@ def as_batch(batch: object) -> Batch:
         raise ConfigError(f"the trainer trains elasticps.data.Batch objects, not "
                           f"{type(batch).__name__} (readers yield them)")
     return batch
-
-
-def _finite(dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]
-            ) -> bool:
-    """Whether the pservers will apply these gradients (they drop a batch with NaN or Inf)."""
-    return (all(np.isfinite(g).all() for g in dense.values())
-            and all(np.isfinite(rows).all() for _, rows in sparse.values()))
 
 
 class StepRunner:
@@ -196,7 +190,7 @@ class StepRunner:
             sparse_grads, counts = self.tables.grads_and_counts()
         finally:
             self.tables.clear()
-        if self.own_update is not None and _finite(dense_grads, sparse_grads):
+        if self.own_update is not None and finite(dense_grads, sparse_grads):
             ran_on = self.dense.values()
             self._own = (ran_on, self.own_update.step(ran_on, dense_grads))
         t2 = time.perf_counter()

@@ -17,9 +17,10 @@ from elasticps.errors import InvalidArgumentError, RemoteError
 from elasticps.master.client import MasterClient
 from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
-from elasticps.master.snapshot import decode_task, task_key
+from elasticps.master.snapshot import decode_task
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.store import Store, open_store
+from elasticps.store.keys import master_task_key
 from tests.helpers import job_credentials, wait_for
 
 
@@ -80,7 +81,7 @@ def test_reasons_are_cut_and_names_bounded(master: MasterServer, store: Store, j
         client.set_dataset(str(data), 1, 1, BatchPlan(4))
         task = client.get_task(0).task
         assert client.task_failed(task, "x" * (2 << 20))
-        record = store.get(task_key(task.task_id))  # what the master persisted
+        record = store.get(master_task_key(task.task_id))  # what the master persisted
         assert record is not None
         assert len(record.value) < 3000
         assert decode_task(record.value).last_error.startswith("trainer t0 reported: xxx")

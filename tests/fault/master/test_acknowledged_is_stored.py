@@ -23,11 +23,11 @@ import pytest
 
 from elasticps.errors import ElasticPSError
 from elasticps.master.client import MasterClient
-from elasticps.master.snapshot import META_KEY, TASK_PREFIX, decode_meta, decode_task
+from elasticps.master.snapshot import decode_meta, decode_task
 from elasticps.master.task_queue import TaskState
 from elasticps.proto import master_pb2
 from elasticps.store import open_store
-from elasticps.store.keys import read_master_address
+from elasticps.store.keys import MASTER_STATE_META, MASTER_STATE_TASK_PREFIX, read_master_address
 from tests.helpers import REPO, job_credentials, wait_for
 from tests.integration.master.helpers import store_url_for
 
@@ -99,8 +99,8 @@ def test_every_acknowledged_change_is_in_the_store_after_sigkill(
         assert not any(t.is_alive() for t in threads)
 
         records = {int(kv.key.rsplit("/", 1)[1]): decode_task(kv.value)
-                   for kv in store.get_prefix(TASK_PREFIX)}
-        meta = store.get(META_KEY)
+                   for kv in store.get_prefix(MASTER_STATE_TASK_PREFIX)}
+        meta = store.get(MASTER_STATE_META)
         assert meta is not None
         finished = sorted({task for _, task in acks.finished})
         assert len(finished) >= KILL_AFTER

@@ -16,11 +16,11 @@ from elasticps.data.batching import BatchPlan
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
-from elasticps.master.snapshot import decode_task, task_key
+from elasticps.master.snapshot import decode_task
 from elasticps.master.task_queue import QueuePolicy, TaskRecord, TaskState
 from elasticps.proto import master_pb2
 from elasticps.store import Store, open_store
-from elasticps.store.keys import read_master_address
+from elasticps.store.keys import master_task_key, read_master_address
 from elasticps.trainer.task_batches import TaskBatch
 from elasticps.trainer.task_loop import LoopState, TaskEnd
 from tests.helpers import job_credentials, wait_for
@@ -201,7 +201,7 @@ def test_stale_and_bad_requests_get_defined_answers(
 
 
 def stored_task(store: Store, task_id: int) -> TaskRecord:
-    kv = store.get(task_key(task_id))
+    kv = store.get(master_task_key(task_id))
     assert kv is not None, f"task {task_id} has no record in the store"
     return decode_task(kv.value)
 

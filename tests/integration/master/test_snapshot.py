@@ -10,16 +10,12 @@ import pytest
 
 from elasticps.data.batching import BatchPlan
 from elasticps.errors import NotLeaderError
-from elasticps.master.snapshot import (
-    DATASET_KEY,
-    TASK_PREFIX,
-    DatasetRecord,
-    QueueSnapshot,
-)
-from elasticps.master.task_queue import Outcome, QueuePolicy
+from elasticps.master.snapshot import DatasetRecord, QueueSnapshot
+from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue
 from elasticps.store import Store, open_store
 from elasticps.store.api import Op
 from elasticps.store.election import Election
+from elasticps.store.keys import MASTER_STATE_DATASET, MASTER_STATE_TASK_PREFIX
 from tests.integration.master.helpers import store_url_for, synthetic_chunks
 
 POLICY = QueuePolicy(max_failures=2, task_lease=5.0, max_failed_fraction=0.5)
@@ -44,6 +40,16 @@ def leader(store: Store) -> tuple[Election, QueueSnapshot]:
     return election, QueueSnapshot(store, commit, max_ops=3, part_bytes=2000)
 
 
+def persist(snapshot: QueueSnapshot, queue: TaskQueue, delta: Delta,
+            with_meta: Sequence[Op] = ()) -> int:
+    """Store ``delta`` the way the master's service does (``MasterState.stage``, then one
+    ``QueueSnapshot.write`` per transaction); the bytes written."""
+    before = snapshot.bytes_written
+    for ops in snapshot.delta_transactions(queue, delta, with_meta):
+        snapshot.write(ops)
+    return snapshot.bytes_written - before
+
+
 def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> None:
     election, snapshot = leader(store)
     chunks = synthetic_chunks(403)
@@ -55,31 +61,31 @@ def test_state_rebuilt_from_the_store_equals_the_state_before(store: Store) -> N
     # Pass 0 entirely, then part of pass 1 with every kind of change.
     for _ in range(queue.num_tasks):
         result, delta = queue.get_task("a", 0, now)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
         assert result.task is not None
         _, delta = queue.task_finished("a", result.task.task_id, result.task.epoch, 300, now)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
     assert queue.pass_id == 1
     taken = []
     for trainer in ("a", "a2", "b", "gone", "c", "d"):
         result, delta = queue.get_task(trainer, 1, now)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
         assert result.outcome is Outcome.TASK
         assert result.task is not None
         taken.append((trainer, result.task))
     _, delta = queue.task_finished("a", taken[0][1].task_id, taken[0][1].epoch, 300, now)
-    snapshot.write_delta(queue, delta)
+    persist(snapshot, queue, delta)
     _, delta = queue.report_progress("a2", taken[1][1].task_id, taken[1][1].epoch, 120, now)
-    snapshot.write_delta(queue, delta)
+    persist(snapshot, queue, delta)
     _, delta = queue.task_failed("b", taken[2][1].task_id, taken[2][1].epoch, "bad", now)
-    snapshot.write_delta(queue, delta)
+    persist(snapshot, queue, delta)
     for trainer, task in taken[4:]:  # twice failed: FAILED in pass 1
         _, delta = queue.task_failed(trainer, task.task_id, task.epoch, "corrupt", now)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
         result, delta = queue.get_task(trainer, 1, now)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
     _, delta = queue.request_save_model("a", 60.0, now)
-    snapshot.write_delta(queue, delta)
+    persist(snapshot, queue, delta)
 
     loaded = QueueSnapshot(store, lambda ops: None).load(POLICY, {"a", "a2", "b", "c", "d"},
                                                          now=50.0)
@@ -111,9 +117,9 @@ def test_a_deposed_master_cannot_write_the_snapshot(store: Store) -> None:
     assert rival.campaign(timeout=10)
     _, delta = queue.get_task("a", 0, 0.0)
     with pytest.raises(NotLeaderError):
-        snapshot.write_delta(queue, delta)
-    assert store.get_prefix(TASK_PREFIX) == []
-    assert store.get(DATASET_KEY) is not None
+        persist(snapshot, queue, delta)
+    assert store.get_prefix(MASTER_STATE_TASK_PREFIX) == []
+    assert store.get(MASTER_STATE_DATASET) is not None
     rival.resign()
 
 
@@ -123,7 +129,7 @@ def test_a_dataset_write_cut_before_its_header_loads_as_no_dataset(store: Store)
     dataset = DatasetRecord("u", 1, 1, tuple(chunks), PLAN)
     queue = dataset.new_queue(POLICY)
     snapshot.write_dataset(dataset, queue)
-    store.delete(DATASET_KEY)  # as if the master died after the parts, before the header
+    store.delete(MASTER_STATE_DATASET)  # as if the master died after the parts, before the header
     assert QueueSnapshot(store, lambda ops: None).load(POLICY, set(), 0.0) is None
     election.resign()
 
@@ -145,10 +151,10 @@ def test_a_reconciliation_cut_between_transactions_leaves_its_recovery_to_do(
     snapshot.write_dataset(dataset, queue)
     for task_id in range(queue.num_tasks):
         result, delta = queue.get_task(f"t{task_id}", 0, 0.0)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
         assert result.task is not None
         _, delta = queue.task_finished(f"t{task_id}", task_id, result.task.epoch, 100, 0.0)
-        snapshot.write_delta(queue, delta)
+        persist(snapshot, queue, delta)
     assert queue.reconciling
     missing = {0: (0, 1), 1: (1,), 2: (0,)}
     delta = queue.reconciled(0, missing, 1.0)  # 3 task records + the meta: 2 transactions
@@ -161,9 +167,9 @@ def test_a_reconciliation_cut_between_transactions_leaves_its_recovery_to_do(
         snapshot.commit(ops)
 
     with pytest.raises(MasterKilledError):
-        QueueSnapshot(store, dies_after_one, max_ops=3).write_delta(queue, delta)
+        persist(QueueSnapshot(store, dies_after_one, max_ops=3), queue, delta)
     written = sorted(int(op.key.rsplit("/", 1)[1]) for op in commits[0]
-                     if op.key.startswith(TASK_PREFIX))
+                     if op.key.startswith(MASTER_STATE_TASK_PREFIX))
     assert written  # some recovery dispatches made it, the meta did not
     loaded = QueueSnapshot(store, lambda ops: None).load(policy, set(), now=2.0)
     assert loaded is not None
@@ -190,10 +196,10 @@ def test_a_pass_ends_in_one_transaction_with_its_accounting(store: Store) -> Non
         result, delta = queue.get_task("t", 0, 0.0)
         assert result.task is not None
         _, more = queue.task_finished("t", task_id, result.task.epoch, 100, 0.0)
-        snapshot.write_delta(queue, delta | more)
+        persist(snapshot, queue, delta | more)
     txns = snapshot.txns
-    written = snapshot.write_delta(queue, queue.reconciled(0, {}, 1.0),
-                                   [QueueSnapshot.accounting_op(0, {"complete": True})])
+    written = persist(snapshot, queue, queue.reconciled(0, {}, 1.0),
+                      [QueueSnapshot.accounting_op(0, {"complete": True})])
     assert written > 0
     assert snapshot.txns == txns + 1
     assert queue.finished
