@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from elasticps.errors import InvalidArgumentError
-from elasticps.gradients import finite as finite  # re-exported: push_sync imports it here
 from elasticps.pserver.dense_tag import DenseTag
 
 if TYPE_CHECKING:

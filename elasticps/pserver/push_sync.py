@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from elasticps.errors import InvalidArgumentError
+from elasticps.gradients import finite
 from elasticps.pserver.push_mode import (
     BatchKey,
     PushMode,
     PushResult,
     RoundStats,
     Rows,
-    finite,
 )
 from elasticps.pserver.sparse_table import batch_seed
 from elasticps.pserver.sync_round import Contribution, SyncRounds, average, summed_counts
