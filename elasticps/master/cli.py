@@ -13,10 +13,7 @@ from typing import Any
 from elasticps.config import load_config
 from elasticps.data.batching import BatchPlan
 from elasticps.errors import ConfigError, InvalidArgumentError
-from elasticps.master.options import MasterOptions
-from elasticps.master.server import MasterServer
 from elasticps.master.task_queue import QueuePolicy
-from elasticps.rpc.credentials import credentials_from_config
 from elasticps.store import open_store
 from elasticps.telemetry.logfmt import set_node
 
@@ -92,6 +89,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elasticps.master.options import MasterOptions
+    from elasticps.master.server import MasterServer
+    from elasticps.rpc.credentials import credentials_from_config
+
     config = load_config()
     if args.port is None:
         # 7164 is the seed's default for a pserver; a master only takes it when asked to.
