@@ -109,7 +109,8 @@ def run_cli(*argv: str, env: Mapping[str, str] | None = None, cwd: str | Path | 
     stderr as text, log lines and warnings included.
 
     ``env``, like ``subprocess.run``'s, is the command's whole environment (None: this one);
-    ``cwd`` its working directory; ``stdin`` what it reads. Everything the command changes of
+    ``cwd`` its working directory; ``stdin`` what it reads. Both are this process's, so the
+    test's own threads see them too while the command runs. Everything the command changes of
     this process is put back afterwards: the environment, the directory, the standard streams,
     the root logger, the log context, signal handlers and warning filters. A command that leaves
     a non-daemon thread running would keep a real process alive: that fails here.
