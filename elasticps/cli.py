@@ -2,6 +2,11 @@
 
 A subsystem's ``cli.py`` exposes ``register(subparsers)``, adding parsers whose ``func``
 default takes the parsed ``argparse.Namespace`` and returns an exit code.
+
+Every command registers at every start (``elasticps --help``, and each role process that
+``elasticps run`` starts), so a ``cli.py`` imports at module level only what its parsers need;
+what a command needs to run (grpc, pyarrow, the launcher...) it imports in its function
+(tests/unit/test_cli.py checks that building the parser loads none of them).
 """
 
 from __future__ import annotations

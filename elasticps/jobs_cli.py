@@ -17,7 +17,6 @@ from typing import Any
 
 from elasticps.cluster import cli as cluster_cli
 from elasticps.errors import ConfigError
-from elasticps.launch import local_cli
 from elasticps.launch import scale as local_scale
 from elasticps.launch.scale import JOB_FILE
 
@@ -129,7 +128,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="loopback address to bind (default 127.0.0.1; the page asks no token, so "
                         "it is never served beyond this machine)")
-    p.set_defaults(func=local_cli.run_ui)
+    p.set_defaults(func=run_ui)
 
 
 def _local(args: argparse.Namespace, cluster_name: str | None) -> bool:
@@ -148,11 +147,15 @@ def _local(args: argparse.Namespace, cluster_name: str | None) -> bool:
 
 def run_status(args: argparse.Namespace) -> int:
     if _local(args, args.job):
+        from elasticps.launch import local_cli
+
         return local_cli.run_status(args)
     return cluster_cli.run_status(args)
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    from elasticps.launch import local_cli
+
     if args.workdir is None and args.target is not None and (Path.cwd() / JOB_FILE).exists() \
             and local_cli.is_role(args.target):
         args.workdir = "."
@@ -162,6 +165,12 @@ def run_logs(args: argparse.Namespace) -> int:
         return local_cli.run_logs(args)
     args.job = args.target
     return cluster_cli.run_logs(args)
+
+
+def run_ui(args: argparse.Namespace) -> int:
+    from elasticps.launch import local_cli
+
+    return local_cli.run_ui(args)
 
 
 def run_scale(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from elasticps.data.cli_convert import register as register_convert
-from elasticps.data.writer import (
+from elasticps.data.write_defaults import (
     COMPRESSIONS,
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,

@@ -34,16 +34,16 @@ from elasticps.data.manifest import (
     Manifest,
 )
 from elasticps.data.schema import Schema
+from elasticps.data.write_defaults import (
+    COMPRESSIONS,
+    DEFAULT_CHUNKS_PER_FILE,
+    DEFAULT_COMPRESSION,
+    DEFAULT_ROWS_PER_CHUNK,
+)
 from elasticps.errors import DataError
 from elasticps.version import __version__
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ROWS_PER_CHUNK = 65536
-DEFAULT_CHUNKS_PER_FILE = 64
-COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "none")
-# Snappy: within 10% of zstd in size and over twice as fast to decode on the read hot path.
-DEFAULT_COMPRESSION = "snappy"
 
 
 def _join(root: str, name: str) -> str:

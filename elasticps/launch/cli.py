@@ -13,7 +13,6 @@ from typing import Any
 from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import MODES, load_config
 from elasticps.errors import ConfigError
-from elasticps.launch.launcher import LaunchOptions, run_job
 
 RUN_EPILOG = """\
 examples:
@@ -111,6 +110,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from elasticps.launch.launcher import LaunchOptions, run_job
+
     opts = LaunchOptions(
         script=args.script, script_args=list(args.script_args), trainers=args.trainers,
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,

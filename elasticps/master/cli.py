@@ -13,11 +13,6 @@ from typing import Any
 from elasticps.config import load_config
 from elasticps.data.batching import BatchPlan
 from elasticps.errors import ConfigError, InvalidArgumentError
-from elasticps.master.options import MasterOptions
-from elasticps.master.server import MasterServer
-from elasticps.master.task_queue import QueuePolicy
-from elasticps.rpc.credentials import credentials_from_config
-from elasticps.store import open_store
 from elasticps.telemetry.logfmt import set_node
 
 log = logging.getLogger(__name__)
@@ -92,6 +87,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elasticps.master.options import MasterOptions
+    from elasticps.master.server import MasterServer
+    from elasticps.master.task_queue import QueuePolicy
+    from elasticps.rpc.credentials import credentials_from_config
+    from elasticps.store import open_store
+
     config = load_config()
     if args.port is None:
         # 7164 is the seed's default for a pserver; a master only takes it when asked to.

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.store import open_store
 from elasticps.store.keys import checkpoint_key
-from tests.helpers import REPO
+from tests.helpers import run_cli
 
 SPEC = pserver_pb2.TableSpec
 
@@ -68,10 +66,7 @@ def test_a_traversal_manifest_is_refused_with_nothing_deleted(tmp_path: Path,
     finally:
         store.close()
     # `elasticps checkpoint inspect` reports the forged manifests; it reads no victim.
-    done = subprocess.run(
-        [sys.executable, "-m", "elasticps", "checkpoint", "inspect", "--json",
-         f"file://{tmp_path}/ckpt"], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_cli("checkpoint", "inspect", "--json", f"file://{tmp_path}/ckpt")
     assert done.returncode == 1  # some checkpoint is bad
     reports = json.loads(done.stdout)
     bad = [r for r in reports if not r["checksum_ok"]]

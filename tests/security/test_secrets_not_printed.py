@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +13,13 @@ import pytest
 import yaml
 
 from elasticps import cli
-from tests.helpers import REPO
+from tests.helpers import REPO, CliResult, run_cli
 
 EXAMPLE = REPO / "examples/ctr/job.yaml"
 
 
-def elasticps(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elasticps", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+def elasticps(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    return run_cli(*args, cwd=REPO, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 
 import elasticps
 from elasticps.config import ENV_VARS, Config, alias_of, load_config
 from elasticps.errors import ConfigError
+from tests.helpers import run_cli
 
 # (variable, raw value, field, parsed value) - one good value per variable.
 GOOD = [
@@ -190,11 +189,10 @@ def test_init_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_env_command_lists_variables_and_checks() -> None:
-    out = subprocess.run([sys.executable, "-m", "elasticps", "env"], capture_output=True,
-                         text=True, check=True).stdout
+    listed = run_cli("env")
+    assert listed.returncode == 0, listed.stderr
     for var in ENV_VARS:
-        assert var.name in out
-    bad = subprocess.run([sys.executable, "-m", "elasticps", "env", "--check"],
-                         capture_output=True, text=True, env={"PADDLE_PORT": "abc"})
+        assert var.name in listed.stdout
+    bad = run_cli("env", "--check", env={"PADDLE_PORT": "abc"})
     assert bad.returncode == 1
     assert "PADDLE_PORT='abc'" in bad.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.checkpoint import ShardCheckpoints
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
-from tests.helpers import REPO, job_credentials, wait_for
+from tests.helpers import job_credentials, run_cli, wait_for
 from tests.integration.pserver.harness import PServers
 
 OPT = pserver_pb2.OptimizerSpec
@@ -73,10 +71,7 @@ def test_restart_restores_newest_good_checkpoint_and_skips_a_corrupt_one(
             raw = bytearray(data_path.read_bytes())
             raw[-7] ^= 0x10
             data_path.write_bytes(bytes(raw))
-            inspect = subprocess.run(
-                [sys.executable, "-m", "elasticps", "checkpoint", "inspect", ckpt_url],
-                env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, capture_output=True,
-                text=True, timeout=60)
+            inspect = run_cli("checkpoint", "inspect", ckpt_url, env={"PATH": "/usr/bin:/bin"})
             assert inspect.returncode == 1, inspect.stderr
             assert f"checkpoint {newest.id}" in inspect.stdout
             assert "checksum BAD" in inspect.stdout

@@ -21,7 +21,7 @@ import torch
 from safetensors.numpy import load_file
 
 from elasticps.data import Batch
-from tests.helpers import REPO
+from tests.helpers import REPO, run_cli
 
 
 def load_example(path: str) -> ModuleType:
@@ -70,11 +70,10 @@ def run_job(script: str, workdir: Path, args: Sequence[str], *, trainers: int,
 
 
 def cli(*args: str, cwd: Path) -> str:
-    """``elasticps ARGS`` in ``cwd``, as a user types it; its stdout."""
-    proc = subprocess.run([sys.executable, "-m", "elasticps", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc.stdout
+    """``elasticps ARGS`` in ``cwd``, as a user types it (run in-process); its stdout."""
+    done = run_cli(*args, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
 
 
 class Reference:

@@ -18,7 +18,7 @@ from elasticps.store import open_store
 from elasticps.store.keys import read_master_address
 from elasticps.trainer.task_batches import data_chunk_batches
 from elasticps.trainer.task_loop import LoopState
-from tests.helpers import REPO, job_credentials, tls_env, wait_for
+from tests.helpers import REPO, job_credentials, run_cli, tls_env, wait_for
 from tests.task_workers import Collect, task_loop
 
 TOKEN = "cli-token"
@@ -69,18 +69,14 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
 
 
 def test_master_cli_rejects_bad_flags_naming_them(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_STORE": f"file://{tmp_path}/j.db",
-           "PADDLE_JOB_TOKEN": TOKEN}
-    done = subprocess.run([sys.executable, "-m", "elasticps", "master", "--max-failures", "0"],
-                          env=env, capture_output=True, timeout=60)
+    env = {**os.environ, "PADDLE_STORE": f"file://{tmp_path}/j.db", "PADDLE_JOB_TOKEN": TOKEN}
+    done = run_cli("master", "--max-failures", "0", env=env)
     assert done.returncode == 1
-    assert b"max_failures=0" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "elasticps", "master", "--dataset", "/d"],
-                          env=env, capture_output=True, timeout=60)
+    assert "max_failures=0" in done.stderr
+    done = run_cli("master", "--dataset", "/d", env=env)
     assert done.returncode == 1
-    assert b"--dataset needs --batch-size" in done.stderr
+    assert "--dataset needs --batch-size" in done.stderr
     env.pop("PADDLE_JOB_TOKEN")
-    done = subprocess.run([sys.executable, "-m", "elasticps", "master"], env=env,
-                          capture_output=True, timeout=60)
+    done = run_cli("master", env=env)
     assert done.returncode == 1
-    assert b"PADDLE_JOB_TOKEN" in done.stderr
+    assert "PADDLE_JOB_TOKEN" in done.stderr

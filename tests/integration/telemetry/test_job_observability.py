@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from elasticps.data.synth import synth_ctr
 from elasticps.store.local_etcd import free_port
 from tests.browser import Browser
-from tests.helpers import REPO, kill_quietly, wait_for
+from tests.helpers import REPO, CliResult, kill_quietly, run_cli, wait_for
 
 SCRIPT = REPO / "tests/integration/telemetry/scripts/gated_job.py"
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")},
@@ -68,9 +68,8 @@ def value(family: Any, **labels: str) -> float:
     return float(sum(found))
 
 
-def elasticps(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elasticps", *args], env=ENV,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+def elasticps(*args: str) -> CliResult:
+    return run_cli(*args, env=ENV)
 
 
 @pytest.fixture(scope="module")

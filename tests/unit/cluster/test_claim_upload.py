@@ -31,7 +31,7 @@ from elasticps.cluster.validate import validate_manifests
 from elasticps.data.receive import RECEIVER_PORT, TOKEN_HEADER
 from elasticps.data.upload import PARTIAL_SUFFIX, RECORD_NAME
 from elasticps.errors import ClusterError, ConfigError, DataError
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, run_cli, wait_for
 from tests.unit.cluster.fake_kube import FakeKube
 
 
@@ -220,11 +220,8 @@ def test_the_transfer_job_is_valid_and_least_privileged() -> None:
 def test_the_cli_uploads_into_a_claim(fake: FakeKube, pods: StandInPods, tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr", files=1)
     kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")
-    done = subprocess.run(
-        [sys.executable, "-m", "elasticps", "data", "upload", str(local), "pvc://datasets",
-         "-n", "ml", "--kubeconfig", str(kubeconfig), "--ready-timeout", "120"],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_cli("data", "upload", str(local), "pvc://datasets", "-n", "ml", "--kubeconfig",
+                   str(kubeconfig), "--ready-timeout", "120", cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert "job spec: data: pvc://datasets/ml/ctr" in done.stdout
     assert "2 file(s) copied" in done.stdout

@@ -1,28 +1,23 @@
-"""`elasticps submit|status|logs|delete` as a user runs them: real subprocesses."""
+"""`elasticps submit|status|logs|delete` as a user runs them, through the command line's
+`main` (in this process), against a fake API server."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from elasticps.cluster.validate import validate_manifests
-from tests.helpers import REPO
+from tests.helpers import REPO, CliResult, run_cli
 from tests.unit.cluster.fake_kube import FakeKube
 
 EXAMPLE = REPO / "examples/ctr/job.yaml"
 
 
-def elasticps(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "elasticps", *args], cwd=REPO, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-    )
+def elasticps(*args: str) -> CliResult:
+    return run_cli(*args, cwd=REPO)
 
 
 def test_example_has_top_level_trainers() -> None:

@@ -29,7 +29,7 @@ from elasticps.cluster.manifests import BACKENDS, render
 from elasticps.cluster.spec import Job
 from elasticps.cluster.validate import semantic_problems, validate_manifests
 from elasticps.errors import ConfigError
-from tests.helpers import REPO
+from tests.helpers import REPO, run_cli
 
 
 def make_code(root: Path) -> Path:
@@ -175,8 +175,7 @@ def test_trainers_unpack_the_code_from_a_content_named_config_map(tmp_path: Path
     command = [a.replace(ARCHIVE_DIR, str(tmp_path / "archive"))
                .replace(CODE_DIR, str(tmp_path / "workspace")) for a in init["command"]]
     (tmp_path / "archive" / "code.tar.gz").write_bytes(data)
-    done = subprocess.run([sys.executable, "-m", "elasticps", *command[1:]], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    done = run_cli(*command[1:], cwd=REPO)
     assert done.returncode == 0, done.stderr
     ran = subprocess.run([sys.executable, "train.py"], cwd=tmp_path / "workspace",
                          capture_output=True, text=True, timeout=60)
@@ -197,18 +196,14 @@ def test_dry_run_renders_the_code_relative_to_the_spec(tmp_path: Path) -> None:
                                     "entry_point": "python train.py", "code": "src"}))
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    done = subprocess.run([sys.executable, "-m", "elasticps", "submit", str(spec), "--dry-run"],
-                          cwd=outside, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_cli("submit", str(spec), "--dry-run", cwd=outside)
     assert done.returncode == 0, done.stderr
     objects = list(yaml.safe_load_all(done.stdout))
     (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
     data = base64.b64decode(config_map["binaryData"]["code.tar.gz"])
     assert config_map["metadata"]["name"] == f"mine-code-{hashlib.sha256(data).hexdigest()[:12]}"
     shutil.rmtree(tmp_path / "project" / "src")
-    done = subprocess.run([sys.executable, "-m", "elasticps", "submit", str(spec), "--dry-run"],
-                          cwd=outside, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_cli("submit", str(spec), "--dry-run", cwd=outside)
     assert done.returncode == 1
     assert "job spec field 'code'" in done.stderr
     assert "is not a directory" in done.stderr

@@ -21,7 +21,7 @@ from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import submit
 from elasticps.cluster.validate import validate_manifests
 from elasticps.errors import ConfigError
-from tests.helpers import REPO
+from tests.helpers import REPO, run_cli
 from tests.unit.cluster.fake_kube import FakeKube
 from tests.unit.cluster.test_code_archive import _trainer_spec, make_code
 
@@ -54,8 +54,7 @@ def test_the_rendered_init_container_fetches_the_archive_by_its_hash(tmp_path: P
     # Upload as submit does, then run the init container's own command, paths under tmp.
     assert publish_code(archive, store).uploaded
     command = [a.replace(CODE_DIR, str(tmp_path / "workspace")) for a in init["command"]]
-    done = subprocess.run([sys.executable, "-m", "elasticps", *command[1:]], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    done = run_cli(*command[1:], cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "workspace").iterdir()) == \
         ["model", "run.sh", "train.py"]  # the scratch copy of the archive is gone
@@ -102,10 +101,8 @@ def test_a_hash_mismatch_is_refused_and_nothing_unpacked(tmp_path: Path) -> None
     store.mkdir()
     # someone replaced the object after submission
     (store / f"{archive.sha256}.tar.gz").write_bytes(other.data)
-    done = subprocess.run(
-        [sys.executable, "-m", "elasticps", "code", "fetch",
-         f"file://{store}/{archive.sha256}.tar.gz", "--sha256", archive.sha256, "--into",
-         str(tmp_path / "workspace")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = run_cli("code", "fetch", f"file://{store}/{archive.sha256}.tar.gz", "--sha256",
+                   archive.sha256, "--into", str(tmp_path / "workspace"), cwd=REPO)
     assert done.returncode == 1
     assert f"has sha256 {other.sha256}, not the expected {archive.sha256}" in done.stderr
     assert list((tmp_path / "workspace").iterdir()) == []
@@ -145,9 +142,7 @@ def test_submit_uploads_before_creating_and_dry_run_uploads_nothing(
                                     "entry_point": "python train.py", "code": "src",
                                     "code_url": f"file://{store}"}))
     sha = pack_code(code).sha256
-    done = subprocess.run([sys.executable, "-m", "elasticps", "submit", str(spec), "--dry-run"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_cli("submit", str(spec), "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"sha256 {sha}, from file://{store}/{sha}.tar.gz (dry run: nothing uploaded)" \
         in done.stderr

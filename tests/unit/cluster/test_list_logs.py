@@ -4,9 +4,6 @@ fake API server (tests/unit/cluster/fake_kube.py)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +16,7 @@ from elasticps.cluster.kube_client import KubeClient
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import submit
 from elasticps.errors import ClusterError
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, CliResult, run_cli, wait_for
 from tests.unit.cluster.fake_kube import FakeKube
 from tests.unit.cluster.test_submit import SPEC, secrets
 
@@ -135,11 +132,9 @@ def test_follow_streams_every_pod_at_once(fake: FakeKube, client: KubeClient) ->
 
 def test_list_and_logs_on_the_command_line(fake: FakeKube, tmp_path: Path) -> None:
     kubeconfig = str(fake.kubeconfig(tmp_path / "kubeconfig"))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    def elasticps(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "elasticps", *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=120, env=env)
+    def elasticps(*args: str) -> CliResult:
+        return run_cli(*args, cwd=REPO)
 
     result = elasticps("list", "-n", "ml", "--kubeconfig", kubeconfig)
     assert result.returncode == 0, result.stderr

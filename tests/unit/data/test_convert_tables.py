@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from elasticps.data.schema import default_salt
 from elasticps.data.source_parquet import ParquetSource
 from elasticps.data.source_text import TextSource
 from elasticps.errors import DataError, MalformedInputError
+from tests.helpers import CliResult, run_cli
 
 SCHEMA = """
 label: clicked
@@ -54,11 +53,9 @@ EXPECTED = {
 }
 
 
-def convert_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elasticps.cli", "data", "convert", *args,
-                           "--no-progress"] if "--infer" not in args else
-                          [sys.executable, "-m", "elasticps.cli", "data", "convert", *args],
-                          capture_output=True, text=True, timeout=120)
+def convert_cli(*args: str) -> CliResult:
+    quiet = () if "--infer" in args else ("--no-progress",)
+    return run_cli("data", "convert", *args, *quiet)
 
 
 def stored(out: Path) -> dict[str, list[object]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 
 from elasticps.data.receive import SHA256_HEADER, TOKEN_HEADER
 from elasticps.data.upload import PARTIAL_SUFFIX
-from tests.helpers import REPO
+from tests.helpers import REPO, run_cli
 
 TOKEN = "t" * 20 + "-transfer-token"
 
@@ -157,10 +156,7 @@ def test_a_short_token_or_no_token_file_is_a_clear_error(tmp_path: Path) -> None
     (tmp_path / "short").write_text("abc")
     for token_file, message in ((tmp_path / "short", "shorter than 16 characters"),
                                 (tmp_path / "missing", "cannot read the transfer token")):
-        done = subprocess.run(
-            [sys.executable, "-m", "elasticps", "data", "receive", "--dir", str(tmp_path / "d"),
-             "--token-file", str(token_file), "--port", "0"],
-            cwd=REPO, capture_output=True, text=True, timeout=60,
-            env={**os.environ, "PYTHONPATH": str(REPO)})
+        done = run_cli("data", "receive", "--dir", str(tmp_path / "d"), "--token-file",
+                       str(token_file), "--port", "0", cwd=REPO)
         assert done.returncode == 1
         assert message in done.stderr

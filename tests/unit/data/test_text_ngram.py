@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from elasticps.data import open_dataset
 from elasticps.data.text_ngram import TextOptions, convert_text, ngram_rows, tokenize
+from tests.helpers import run_cli
 
 CORPUS = """The cat sat on the mat.
 The dog sat on the log!
@@ -41,10 +40,8 @@ def test_a_corpus_converts_with_its_vocabulary_and_a_held_out_split(tmp_path: Pa
     text = tmp_path / "corpus.txt"
     text.write_text(CORPUS)
     out = tmp_path / "words"
-    done = subprocess.run([sys.executable, "-m", "elasticps.cli", "data", "convert", "text",
-                           str(text), "--ngram", "3", "--out", str(out), "--test-fraction",
-                           "0.3", "--seed", "1", "--no-progress"],
-                          capture_output=True, text=True, timeout=120)
+    done = run_cli("data", "convert", "text", str(text), "--ngram", "3", "--out", str(out),
+                   "--test-fraction", "0.3", "--seed", "1", "--no-progress")
     assert done.returncode == 0, done.stderr
     ds = open_dataset(str(out))
     vocab = (out / ds.manifest.files["vocab"]).read_text().splitlines()

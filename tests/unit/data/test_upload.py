@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
 from elasticps.data.upload import PARTIAL_SUFFIX, RECORD_NAME, dataset_url, upload
 from elasticps.errors import ConfigError, DataError
-from tests.helpers import REPO
+from tests.helpers import run_cli
 
 
 class StopUploadError(Exception):
@@ -154,16 +152,13 @@ def test_bad_arguments_name_the_bad_value(tmp_path: Path) -> None:
 
 def test_the_command_line(tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr", files=2)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "USER_NAMESPACE": "team-a"}
-    done = subprocess.run([sys.executable, "-m", "elasticps", "data", "upload", str(local),
-                           str(tmp_path / "store")], capture_output=True, text=True,
-                          timeout=120, env=env)
+    env = {**os.environ, "USER_NAMESPACE": "team-a"}
+    done = run_cli("data", "upload", str(local), str(tmp_path / "store"), env=env)
     assert done.returncode == 0, done.stderr
     url = f"{tmp_path / 'store'}/team-a/ctr"
     assert f"job spec: data: {url}\n" in done.stdout
     assert "3 file(s) copied" in done.stdout
     assert (Path(url) / "part" / "chunk-1.parquet").exists()
-    helped = subprocess.run([sys.executable, "-m", "elasticps", "data", "upload", "--help"],
-                            capture_output=True, text=True, timeout=60, env=env)
+    helped = run_cli("data", "upload", "--help", env=env)
     assert helped.returncode == 0
     assert "interruption" in helped.stdout

@@ -1,7 +1,7 @@
-"""`elasticps reshard --pservers M` as a real process (what a cluster's reshard Job runs),
-against an embedded store and real checkpoint files: it commits 2 -> 3 from a pserver's
-environment, waits for a held slot to be released, and refuses, changing nothing, while one
-stays held."""
+"""`elasticps reshard --pservers M` (what a cluster's reshard Job runs), from a pserver's
+environment, against an embedded store and real checkpoint files: it commits 2 -> 3, waits for a
+held slot to be released (a real process, which the test frees while it waits), and refuses,
+changing nothing, while one stays held."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from elasticps.store.keys import (
     pserver_slot,
     read_pserver_layout,
 )
+from tests.helpers import CliResult, run_cli
 from tests.unit.pserver.test_reshard_commit import _checkpointed_job, _restored
 
 JOB = "reshard"
@@ -41,6 +42,10 @@ def pserver_env(tmp_path: Path) -> dict[str, str]:
             "PADDLE_CHECKPOINT_URL": str(tmp_path / "ckpt")}
 
 
+def reshard(tmp_path: Path, *args: str) -> CliResult:
+    return run_cli("reshard", *args, env=pserver_env(tmp_path))
+
+
 def reshard_process(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "elasticps", "reshard", *args],
                             env=pserver_env(tmp_path), stdout=subprocess.PIPE,
@@ -54,10 +59,9 @@ def manifests(store: Store) -> list[str]:
 def test_the_command_commits_two_to_three_from_the_pserver_environment(
         store: Store, tmp_path: Path) -> None:
     old = _checkpointed_job(store, str(tmp_path / "ckpt"), 2)
-    proc = reshard_process(tmp_path, "--pservers", "3", "--wait", "5")
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert "elasticps reshard: job reshard: resharded 2 -> 3 pservers (generation 1" in out
+    done = reshard(tmp_path, "--pservers", "3", "--wait", "5")
+    assert done.returncode == 0, done.stderr
+    assert "elasticps reshard: job reshard: resharded 2 -> 3 pservers (generation 1" in done.stdout
     layout = read_pserver_layout(store)
     assert layout is not None
     assert (layout.shards, layout.generation) == (3, 1)
@@ -66,10 +70,9 @@ def test_the_command_commits_two_to_three_from_the_pserver_environment(
     np.testing.assert_array_equal(new.rows(), old.rows())
 
     # Run again (a reshard pod killed after its commit, then `scale` rerun): nothing to do.
-    proc = reshard_process(tmp_path, "--pservers", "3", "--wait", "5")
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert "already has 3 pserver shards (generation 1); nothing to do" in out
+    done = reshard(tmp_path, "--pservers", "3", "--wait", "5")
+    assert done.returncode == 0, done.stderr
+    assert "already has 3 pserver shards (generation 1); nothing to do" in done.stdout
     assert read_pserver_layout(store).generation == 1  # type: ignore[union-attr]
 
 
@@ -93,10 +96,9 @@ def test_the_command_refuses_while_a_slot_stays_held_and_changes_nothing(
     _checkpointed_job(store, str(tmp_path / "ckpt"), 2)
     store.put(pserver_slot(1), PServerSlot("10.0.0.8:7164").encode())
     before = manifests(store)
-    proc = reshard_process(tmp_path, "--pservers", "3", "--wait", "0.2")
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    assert "elasticps: error: pserver slot(s) [1] of 2 are still held after 0.2s" in err
+    done = reshard(tmp_path, "--pservers", "3", "--wait", "0.2")
+    assert done.returncode == 1
+    assert "elasticps: error: pserver slot(s) [1] of 2 are still held after 0.2s" in done.stderr
     assert read_pserver_layout(store) is None
     assert manifests(store) == before
     assert not (tmp_path / "ckpt" / "shard-0-of-3").exists()
@@ -109,10 +111,9 @@ def test_the_command_refuses_while_a_slot_stays_held_and_changes_nothing(
 def test_bad_arguments_are_named_and_change_nothing(store: Store, tmp_path: Path,
                                                     args: list[str], message: str) -> None:
     _checkpointed_job(store, str(tmp_path / "ckpt"), 2)
-    proc = reshard_process(tmp_path, *args)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    assert message in err
+    done = reshard(tmp_path, *args)
+    assert done.returncode == 1
+    assert message in done.stderr
     assert read_pserver_layout(store) is None
 
 
@@ -123,23 +124,20 @@ def test_show_layout_reads_it_and_both_commands_leave_it_in_the_layout_file(
     _checkpointed_job(store, str(tmp_path / "ckpt"), 2)
     before = manifests(store)
     shown = tmp_path / "shown.json"
-    proc = reshard_process(tmp_path, "--show-layout", "--layout-file", str(shown))
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert json.loads(out) == json.loads(shown.read_text()) == {"generation": 0, "shards": 2}
+    done = reshard(tmp_path, "--show-layout", "--layout-file", str(shown))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == json.loads(shown.read_text()) == {"generation": 0,
+                                                                        "shards": 2}
     assert read_pserver_layout(store) is None
     assert manifests(store) == before
 
     committed = tmp_path / "committed.json"
-    proc = reshard_process(tmp_path, "--pservers", "3", "--wait", "5",
-                           "--layout-file", str(committed))
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    done = reshard(tmp_path, "--pservers", "3", "--wait", "5", "--layout-file", str(committed))
+    assert done.returncode == 0, done.stderr
     assert json.loads(committed.read_text()) == {"generation": 1, "shards": 3}
-    proc = reshard_process(tmp_path, "--show-layout")
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert json.loads(out) == {"generation": 1, "shards": 3}
+    done = reshard(tmp_path, "--show-layout")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"generation": 1, "shards": 3}
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -150,7 +148,6 @@ def test_show_layout_reads_it_and_both_commands_leave_it_in_the_layout_file(
 ])
 def test_show_layout_arguments_are_checked(store: Store, tmp_path: Path, args: list[str],
                                            message: str) -> None:
-    proc = reshard_process(tmp_path, *args)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
-    assert message in err
+    done = reshard(tmp_path, *args)
+    assert done.returncode != 0
+    assert message in done.stderr

@@ -1,21 +1,17 @@
-"""``elasticps store`` against a real embedded store file, through the real command line."""
+"""``elasticps store`` against a real embedded store file, through the command line's ``main``."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from elasticps.store import open_store
-from tests.helpers import REPO
+from tests.helpers import REPO, CliResult, run_cli
 
 
-def elasticps(*args: str) -> subprocess.CompletedProcess[str]:
+def elasticps(*args: str) -> CliResult:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
-    return subprocess.run([sys.executable, "-m", "elasticps", *args], cwd=REPO,
-                          env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=60)
+    return run_cli(*args, cwd=REPO, env=env)
 
 
 def test_store_cli_lists_gets_watches_and_names_the_leader(tmp_path: Path) -> None:
