@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer

@@ -44,7 +44,7 @@ def _specs(bounded: bool) -> list[Any]:
 
 def write(directory: str, rows: int, bounded: bool) -> dict[str, Any]:
     """Train ``rows`` rows into one shard and write a full checkpoint of it."""
-    from elasticps.pserver.checkpoint import ShardCheckpoints
+    from elasticps.pserver.checkpoint.files import ShardCheckpoints
     from elasticps.pserver.shard import BatchKey, ShardState
 
     state = ShardState(0, 1)
@@ -67,7 +67,7 @@ def _rss_bytes() -> int:
 
 def restore(directory: str, bounded: bool) -> dict[str, Any]:
     """Load the newest checkpoint and restore a fresh shard from it; the restore's peaks."""
-    from elasticps.pserver.checkpoint import ShardCheckpoints
+    from elasticps.pserver.checkpoint.files import ShardCheckpoints
     from elasticps.pserver.shard import ShardState
 
     state = ShardState(0, 1)

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import thread_cpu  # this directory's helper, found through the path set above
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer

@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from elasticps.proto import pserver_pb2  # noqa: E402
-from elasticps.pserver.checkpoint import ShardCheckpoints  # noqa: E402
+from elasticps.pserver.checkpoint.files import ShardCheckpoints  # noqa: E402
 from elasticps.pserver.limits import ShardLimits  # noqa: E402
 from elasticps.pserver.shard import BatchKey, ShardState  # noqa: E402
 from elasticps.trainer.export import export_model  # noqa: E402

@@ -29,9 +29,9 @@ codec) with no notion of RPC; they cross the wire as status codes and come back 
 class, so a caller handles "task 7 does not exist" alike in-process and over gRPC.
 
 Status codes of elasticps' own services are turned into these classes in exactly one place,
-:func:`elasticps.rpc.status.raise_for_rpc_error`; servers turn them back into status codes in
-:func:`elasticps.rpc.status.status_for` and answer them, marked as theirs, in
-:func:`elasticps.rpc.status.abort_for`; nothing else knows the mapping. (etcd speaks gRPC
+:func:`elasticps.rpc.error_codes.raise_for_rpc_error`; servers turn them back into status codes in
+:func:`elasticps.rpc.error_codes.status_for` and answer them, marked as theirs, in
+:func:`elasticps.rpc.error_codes.abort_for`; nothing else knows the mapping. (etcd speaks gRPC
 too: the etcd backend maps its client's failures to :class:`StoreError` at the store boundary,
 ``store/etcd_store.py``.)
 """
@@ -112,7 +112,7 @@ class ClusterError(ElasticPSError):
 
 class RPCError(ElasticPSError):
     """A remote call failed in transport. ``code`` is the gRPC status name, e.g.
-    ``"UNAVAILABLE"``; :mod:`elasticps.rpc.status` sets it."""
+    ``"UNAVAILABLE"``; :mod:`elasticps.rpc.error_codes` sets it."""
 
     default_code = "UNKNOWN"
 

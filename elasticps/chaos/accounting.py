@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from elasticps.master.snapshot import load_accounting
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.store import Store
 from elasticps.store.keys import read_pserver_layout
 

@@ -321,7 +321,8 @@ class ChaosLoop:
                 then: Then = "progress") -> None:
         """SIGKILL one pserver, then at once ask for ``pservers``: the killed shard's pushes
         since its last checkpoint are lost while the others keep theirs, so the resharding cuts
-        batches applied on some old shards only (what :mod:`elasticps.pserver.legacy` is for)."""
+        batches applied on some old shards only (what :mod:`elasticps.pserver.reshard.lineage`
+        is for)."""
         assert self.reshard_to is not None
         before = self._marks()
         record = ReshardRecord(time.time(), pservers)

@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from elasticps.data.batching import batches_in_chunk
+from elasticps.data.batch_plan import batches_in_chunk
+from elasticps.data.from_table import write_dataset
 from elasticps.data.manifest import read_manifest
-from elasticps.data.write import write_dataset
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.store.api import Store
 from elasticps.store.keys import read_pserver_layout
 

@@ -1,7 +1,7 @@
 """``elasticps data upload DIR pvc://CLAIM[/PATH] -n NS``: a dataset into a PersistentVolumeClaim.
 
 A claim is mounted only by pods, so the upload creates one: a transfer Job
-(:mod:`elasticps.cluster.render_transfer`) running ``elasticps data receive`` on the claim,
+(:mod:`elasticps.cluster.render.transfer`) running ``elasticps data receive`` on the claim,
 waits until its pod is ready, and streams the files to it through the API server's pod proxy
 (the user's own credentials and TLS to the API server; the receiver checks a fresh random
 token from a Secret). The files go through :func:`elasticps.data.upload.upload_to`, so this
@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from elasticps.cluster.kube_client import POD, KubeClient, kind_of
-from elasticps.cluster.render_transfer import (
+from elasticps.cluster.render.transfer import (
     LABEL_TRANSFER,
     Transfer,
     transfer_name,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elasticps.cluster.kube_client import BATCH_JOB, POD, VOLCANO_JOB, KubeClient
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_MANAGED_BY, LABEL_ROLE
+from elasticps.cluster.render.common import LABEL_JOB, LABEL_MANAGED_BY, LABEL_ROLE
 from elasticps.cluster.submit import batch_phase
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from elasticps.cluster.kube_client import POD, KubeClient
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE, ROLES
+from elasticps.cluster.render.common import LABEL_JOB, LABEL_ROLE, ROLES
 from elasticps.cluster.submit import PodInfo, pod_info, role_order
 from elasticps.errors import ClusterError, ConfigError
 

@@ -11,7 +11,7 @@ trainers waiting forever on slots nobody serves. :meth:`LayoutProbe.read`
    gone;
 2. takes the layout the resharding's own pod left in its termination message, if it did
    (``elasticps reshard --layout-file``: it writes the layout it committed, or found);
-3. else runs the layout Job (:func:`~elasticps.cluster.render_reshard.layout_job`,
+3. else runs the layout Job (:func:`~elasticps.cluster.render.reshard.layout_job`,
    ``elasticps reshard --show-layout`` from the pserver template: the same store, token and
    TLS) and reads its pod's termination message.
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from elasticps.cluster.kube_client import BATCH_JOB, POD, KubeAPIError, KubeClient
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE
-from elasticps.cluster.render_reshard import (
+from elasticps.cluster.render.common import LABEL_JOB, LABEL_ROLE
+from elasticps.cluster.render.reshard import (
     CONTAINER,
     LABEL_RESHARD,
     RESHARD_ROLE,

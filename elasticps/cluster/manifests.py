@@ -6,11 +6,12 @@ from typing import Any
 
 import yaml
 
-from elasticps.cluster import render_kubernetes, render_volcano
 from elasticps.cluster.code_archive import CodeArchive, pack_code
 from elasticps.cluster.code_store import code_limits
 from elasticps.cluster.job_secrets import JobSecrets, new_token
-from elasticps.cluster.render_common import Names, etcd_hosts
+from elasticps.cluster.render import kubernetes as render_kubernetes
+from elasticps.cluster.render import volcano as render_volcano
+from elasticps.cluster.render.common import Names, etcd_hosts
 from elasticps.cluster.spec import Job
 from elasticps.errors import ConfigError
 

@@ -8,7 +8,7 @@ cluster's controllers:
    (deleted with the pods), and a reshard Job already there, all before changing anything;
 2. patch the pservers to 0 and wait (bounded) until no pserver pod of the job is left: each
    gets SIGTERM and writes a final checkpoint within its grace period;
-3. create the one-shot reshard Job (:mod:`elasticps.cluster.render_reshard`), which runs
+3. create the one-shot reshard Job (:mod:`elasticps.cluster.render.reshard`), which runs
    ``elasticps reshard --pservers M`` in a pod made from the pserver template, and wait
    (bounded) for it to succeed;
 4. patch the pservers to the shard count of the job's layout: M once the Job succeeded.
@@ -43,8 +43,8 @@ from elasticps.cluster.layout_probe import (
     parse_layout,
 )
 from elasticps.cluster.pserver_workload import PServerWorkload, locate_pservers, scale_pservers
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE
-from elasticps.cluster.render_reshard import (
+from elasticps.cluster.render.common import LABEL_JOB, LABEL_ROLE
+from elasticps.cluster.render.reshard import (
     CONTAINER,
     LABEL_RESHARD,
     layout_job_name,

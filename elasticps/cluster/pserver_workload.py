@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticps.cluster.kube_client import KINDS, VOLCANO_JOB, Kind, KubeClient
-from elasticps.cluster.render_common import Names
-from elasticps.cluster.render_kubernetes import stateful_pserver_hosts
+from elasticps.cluster.render.common import Names
+from elasticps.cluster.render.kubernetes import stateful_pserver_hosts
 from elasticps.errors import ClusterError
 
 STATEFUL_SET = KINDS[("apps/v1", "StatefulSet")]

@@ -33,8 +33,8 @@ from elasticps.cluster.kube_client import (
     kind_of,
 )
 from elasticps.cluster.manifests import dry_run_yaml, job_secrets, render
-from elasticps.cluster.render_code import config_map_name
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_ROLE, ROLES, Names, secret_object
+from elasticps.cluster.render.code import config_map_name
+from elasticps.cluster.render.common import LABEL_JOB, LABEL_ROLE, ROLES, Names, secret_object
 from elasticps.cluster.spec import Job, warn_environment
 from elasticps.cluster.validate import check_manifests
 from elasticps.errors import ClusterError, ConfigError

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticps.cluster.kube_client import BATCH_JOB, VOLCANO_JOB, KubeClient
-from elasticps.cluster.render_common import (
+from elasticps.cluster.render.common import (
     MAX_TRAINERS_ANNOTATION,
     MIN_TRAINERS_ANNOTATION,
     Names,

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from elasticps.cluster.render_common import LABEL_ROLE, OPTIONAL_ROLE_ENV, ROLE_ENV
+from elasticps.cluster.render.common import LABEL_ROLE, OPTIONAL_ROLE_ENV, ROLE_ENV
 from elasticps.errors import ClusterError
 
 logger = logging.getLogger(__name__)

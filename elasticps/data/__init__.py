@@ -35,9 +35,9 @@ if TYPE_CHECKING:
         read_chunk_table,
     )
     from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
+    from elasticps.data.from_table import write_dataset
     from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
     from elasticps.data.schema import ColumnSpec, DenseStats, LabelSpec, Schema, TableDecl
-    from elasticps.data.write import write_dataset
     from elasticps.data.writer import DatasetWriter
 
 # Loaded on first use, so that importing the light modules (the manifest, for the master)
@@ -49,7 +49,7 @@ _WHERE = {
     "open_dataset": "dataset", "read_chunk_table": "dataset",
     "FeatureConfig": "features", "hash_categorical": "features", "normalize_dense": "features",
     "ChunkRef": "manifest", "Manifest": "manifest", "read_manifest": "manifest",
-    "ConvertReport": "convert", "criteo_preset": "criteo_preset", "write_dataset": "write",
+    "ConvertReport": "convert", "criteo_preset": "criteo_preset", "write_dataset": "from_table",
     "ColumnSpec": "schema", "DenseStats": "schema", "LabelSpec": "schema", "Schema": "schema",
     "TableDecl": "schema", "DatasetWriter": "writer",
 }

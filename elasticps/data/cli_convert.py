@@ -97,8 +97,8 @@ def _sources(args: argparse.Namespace, order: tuple[str, ...], bad: Any) -> list
 def run_convert_table(args: argparse.Namespace) -> int:
     from elasticps.data.bad_rows import BadRows
     from elasticps.data.convert import WriteOptions, convert
+    from elasticps.data.from_table import load_schema
     from elasticps.data.infer import infer_schema
-    from elasticps.data.write import load_schema
 
     if args.infer:
         order = () if args.schema is None else load_schema(args.schema).source_columns()

@@ -19,8 +19,8 @@ from typing import Any, TextIO
 from elasticps.errors import ConfigError
 from elasticps.launch.local_job import LocalJob
 from elasticps.launch.progress_view import format_eta
-from elasticps.master.http_status import StatusServer
 from elasticps.master.status_access import is_loopback
+from elasticps.master.status_page import StatusServer
 
 ROLES = ("master", "pserver", "trainer")
 _ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?$")

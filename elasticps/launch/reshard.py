@@ -9,7 +9,7 @@ follows it with :class:`PServerResharder`, a small state machine stepped by its 
 STOPPING sends SIGTERM to every pserver (each stops serving, then writes a final checkpoint;
 SIGKILL after the grace: its newest checkpoint stands and the master's reconciliation hands out
 what it lost). Trainers pause meanwhile: their calls wait for the pservers as for a restart.
-The commit (:func:`elasticps.pserver.reshard_commit.commit_reshard`) re-splits the checkpoints
+The commit (:func:`elasticps.pserver.reshard.commit.commit_reshard`) re-splits the checkpoints
 and publishes the new layout in one store transaction; then M pservers start, restore their new
 checkpoints, and trainers route their waiting calls again under the new layout. A commit that
 fails changes nothing, and the old pservers are started again. The pause (the first SIGTERM to
@@ -125,7 +125,7 @@ class PServerResharder:
             return
         if any(self.store.get(pserver_slot(i)) is not None for i in range(self.count)):
             return  # a killed pserver's slot frees when its lease expires
-        from elasticps.pserver.reshard_commit import commit_reshard
+        from elasticps.pserver.reshard.commit import commit_reshard
 
         try:
             result = commit_reshard(self.store, self.checkpoint_url, self.launch.opts.pservers,

@@ -4,7 +4,7 @@
 - :mod:`.snapshot`     persistence of the queue in the store, by parts
 - :mod:`.service`      ``MasterState`` (queue + persistence under one lock) and the gRPC servicer
 - :mod:`.leader`       the leader's life as a state machine; :mod:`.server` wires real servers
-- :mod:`.http_status`  ``/api/status`` and the human page
+- :mod:`.status_page`  ``/api/status`` and the human page
 - :mod:`.client`       ``MasterClient`` for trainers (the loop that drives it is
                         :mod:`elasticps.trainer.task_loop`)
 """

@@ -11,7 +11,7 @@ from types import FrameType
 from typing import Any
 
 from elasticps.config import load_config
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.errors import ConfigError, InvalidArgumentError
 from elasticps.telemetry.logfmt import set_node
 

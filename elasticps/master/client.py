@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.errors import (
     LeaseExpiredError,
     OverloadedError,

@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass, field
 
 from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.errors import ConfigError
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.rpc.credentials import JobCredentials

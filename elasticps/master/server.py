@@ -18,11 +18,11 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from elasticps.master.http_status import StatusServer
 from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
 from elasticps.master.service import ChunkLister, MasterState, data_chunk_lister
 from elasticps.master.status_access import status_access
+from elasticps.master.status_page import StatusServer
 from elasticps.master.telemetry import MasterMetrics, TimedMasterServicer
 from elasticps.proto import master_pb2_grpc
 from elasticps.pserver.client import PServerClient

@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.locations import check_scheme
 from elasticps.data.manifest import ChunkRef, read_manifest
 from elasticps.errors import (

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError, StoreError
 from elasticps.master.task_queue import (

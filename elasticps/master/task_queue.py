@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from elasticps.data.batching import batches_in_chunks
+from elasticps.data.batch_plan import batches_in_chunks
 from elasticps.errors import InvalidArgumentError, NotFoundError
 
 MAX_TRAINER_NAME = 253

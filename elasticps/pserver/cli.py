@@ -94,7 +94,7 @@ def run_pserver(args: argparse.Namespace) -> int:
 
 
 def run_reshard(args: argparse.Namespace) -> int:
-    from elasticps.pserver.layout_change import current_layout, reshard, write_layout_file
+    from elasticps.pserver.reshard.layout_change import current_layout, reshard, write_layout_file
     from elasticps.store.keys import PServerLayout
 
     config = load_config(role="pserver")
@@ -124,7 +124,7 @@ def run_reshard(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
+    from elasticps.pserver.checkpoint.inspection import format_report, inspect_url
 
     reports = inspect_url(args.url)
     if args.json:

@@ -12,11 +12,11 @@ retries, up to ``deadline`` seconds, so a pserver restart pauses trainers instea
 them. Retrying a push is safe: a shard that already applied it answers ``applied=false``.
 
 The number of shards can change while a job runs (``elasticps scale --pservers M``,
-:mod:`elasticps.pserver.reshard`): the client follows ``pserver/layout``, every call carries
+:mod:`elasticps.pserver.reshard.split`): the client follows ``pserver/layout``, every call carries
 the shard count it was routed for (metadata ``x-elasticps-shards``), and a pserver of another
 layout refuses it with ABORTED (:class:`LayoutChangedError`), changing nothing. Each public call
 is routed as a whole again under the new layout; a push re-sent that way is safe (shards that
-applied parts of it before the resharding know which, :mod:`elasticps.pserver.legacy`).
+applied parts of it before the resharding know which, :mod:`elasticps.pserver.reshard.lineage`).
 
 Initialisation: exactly one trainer initialises (store lock ``pserver/init/lock``, then
 ``pserver/init/done``); the others wait until every shard reports initialised. A shard restored

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from elasticps.errors import ResourceExhaustedError
 from elasticps.proto import pserver_pb2
+from elasticps.pserver.dense_table import MAX_DIRECT_IDS, TableSpec
 from elasticps.pserver.optimizers import config_from_spec, make_optimizer
 from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.sparse_policy import SKETCH_DEPTH, SKETCH_WIDTH
-from elasticps.pserver.tables import MAX_DIRECT_IDS, TableSpec
 
 DEFAULT_MAX_IDS_PER_REQUEST = 1 << 20  # a push this size runs ~1 s under the lock (Adam, dim 16)
 DEFAULT_MAX_TABLES = 1000

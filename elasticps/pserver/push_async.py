@@ -2,9 +2,9 @@
 
 Exactly-once: the shard's applied set answers "duplicate" to a batch it holds; after a
 resharding, the rows and dense positions an earlier layout's shard applied the batch to are
-left alone (:mod:`~elasticps.pserver.legacy`: one batch is applied whole or not at all on each
-shard, so that mask is exact). A batch with NaN or Inf (or one the client drops) changes nothing
-and is recorded as applied, so its retry is not re-examined.
+left alone (:mod:`~elasticps.pserver.reshard.lineage`: one batch is applied whole or not at
+all on each shard, so that mask is exact). A batch with NaN or Inf (or one the client drops)
+changes nothing and is recorded as applied, so its retry is not re-examined.
 """
 
 from __future__ import annotations

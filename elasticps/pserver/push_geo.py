@@ -5,7 +5,7 @@ is applied once only if the window is applied whole or not at all wherever it la
 
 - every batch of the window is in the shard's applied set: a duplicate, nothing changes;
 - some are and some are not, here or, for a row or position it touches, on an earlier layout's
-  shard (:mod:`~elasticps.pserver.legacy`): refused whole, nothing changes and none is
+  shard (:mod:`~elasticps.pserver.reshard.lineage`): refused whole, nothing changes and none is
   recorded, so the pass-end reconciliation hands the missing ones out again; a recovery
   dispatch pushes each batch as its own window, which is never applied in part;
 - otherwise the delta is added, leaving alone what an earlier layout applied the whole window

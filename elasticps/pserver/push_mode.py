@@ -9,7 +9,7 @@ geo        a window's parameter deltas       the window's delta added, every bat
 =========  ================================  =================================================
 
 Each strategy owns its exactly-once rule across restores and layout changes (the applied set
-and the earlier layouts of :mod:`~elasticps.pserver.legacy`); the shard
+and the earlier layouts of :mod:`~elasticps.pserver.reshard.lineage`); the shard
 (:class:`~elasticps.pserver.shard.ShardState`) owns the tables, the lock, validation and the
 optimizer step, and calls the strategy under its lock. A push of the wrong kind for the mode (a
 gradient to a geo shard, a delta to an async one) is refused naming the mode: every role of a

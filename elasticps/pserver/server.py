@@ -28,7 +28,7 @@ STOPPED     final
 ==========  ===============================================================  ==================
 
 Every checkpoint is published in a store transaction that checks the slot key is still the one
-this process created (its ``create_revision``; see :mod:`elasticps.pserver.checkpoint`), so a
+this process created (its ``create_revision``; see :mod:`elasticps.pserver.checkpoint.files`), so a
 process that lost its slot (its lease expired and another pserver claimed the slot) cannot
 replace the new owner's checkpoints, whatever its periodic loop or its shutdown tries.
 
@@ -57,7 +57,7 @@ from elasticps.errors import CheckpointError, ConfigError, LeaseExpiredError, St
 from elasticps.lifecycle import Lifecycle
 from elasticps.proto import pserver_pb2_grpc
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.checkpoint import BeforePublish, ShardCheckpoints
+from elasticps.pserver.checkpoint.files import BeforePublish, ShardCheckpoints
 from elasticps.pserver.limits import ShardLimits
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
 from elasticps.pserver.shard import ShardState

@@ -14,8 +14,8 @@ dropped consistently.
 
 How a push is taken depends on the job's mode and is decided once, when the shard is built: one
 strategy per mode (push_mode.py: async gradients, sync rounds, geo deltas) owns that mode's
-exactly-once rule; the shard gives it validation, the masks of earlier layouts (legacy.py), the
-optimizer step and the record of applied batches.
+exactly-once rule; the shard gives it validation, the masks of earlier layouts
+(reshard/lineage.py), the optimizer step and the record of applied batches.
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ from elasticps.errors import (
 )
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.checkpoint.snapshot import DenseState, ShardSnapshot, SparseState
+from elasticps.pserver.dense_table import DenseShard, normalize_spec
 from elasticps.pserver.dense_tag import DenseTag, new_incarnation
-from elasticps.pserver.legacy import LegacyLayout, dense_done, sparse_done
 from elasticps.pserver.limits import ShardLimits, declared_bytes
 from elasticps.pserver.push_async import AsyncGradients
 from elasticps.pserver.push_geo import GeoDeltas
 from elasticps.pserver.push_mode import BatchKey, PushMode, PushResult, Rows
 from elasticps.pserver.push_sync import SyncRoundPush
-from elasticps.pserver.snapshot import DenseState, ShardSnapshot, SparseState
+from elasticps.pserver.reshard.lineage import LegacyLayout, dense_done, sparse_done
 from elasticps.pserver.sparse_table import (
     COUNTED,
     SparseCounters,
@@ -54,7 +55,6 @@ from elasticps.pserver.sparse_table import (
     make_table,
     table_counters,
 )
-from elasticps.pserver.tables import DenseShard, normalize_spec
 from elasticps.store.keys import PSERVER_INIT_DONE
 
 _RATE_WINDOW_S = 10.0
@@ -73,7 +73,7 @@ __all__ = ["PULL_CHUNK", "SYNC_WAIT_S", "BatchKey", "DensePull", "Masked", "Push
 
 @dataclass(frozen=True)
 class Masked:
-    """A push without what earlier layouts already applied of its batches (legacy.py)."""
+    """A push without what earlier layouts already applied of its batches (reshard/lineage.py)."""
 
     sparse: Rows  # the rows left to apply
     counts: Rows  # their show/click counts
@@ -131,12 +131,12 @@ class ShardState:
         self.tables: dict[str, Table] = {}
         self.initialized = False
         self.applied = AppliedSet()
-        # Earlier layouts of a resharded job (legacy.py): what their shards had applied.
+        # Earlier layouts of a resharded job (reshard/lineage.py): what their shards had applied.
         self.legacy: list[LegacyLayout] = []
         self.pushes = 0
         self.duplicates = 0
-        # Pushes of which an earlier layout had applied a part (legacy.py): a resharding cut
-        # through them, and only the rest was applied here.
+        # Pushes of which an earlier layout had applied a part (reshard/lineage.py): a resharding
+        # cut through them, and only the rest was applied here.
         self.partly_applied_before = 0
         # Geo windows refused whole because some (not all) of their batches were applied
         # before, here or on an earlier layout's shard: applying or masking either is wrong.
@@ -345,8 +345,8 @@ class ShardState:
 
     def mask_applied_before(self, batches: list[BatchKey], sparse: Rows, counts: Rows,
                             dense: Mapping[str, np.ndarray] | None = None) -> Masked | None:
-        """After a resharding (legacy.py): ``sparse`` (and its show/click ``counts``) without
-        the rows an earlier layout already applied ``batches`` to, and per dense table the
+        """After a resharding (reshard/lineage.py): ``sparse`` (and its show/click ``counts``)
+        without the rows an earlier layout already applied ``batches`` to, and per dense table the
         positions to leave alone. None when, for some row or position the push touches
         (every dense table when ``dense`` is None), an earlier layout applied some of
         ``batches`` but not all: no mask makes that window exact (never for one batch)."""

@@ -22,18 +22,18 @@ from elasticps.errors import InvalidArgumentError
 from elasticps.hashing import splitmix64
 from elasticps.proto import pserver_pb2
 from elasticps.pserver import sparse_policy
-from elasticps.pserver.hashing import uniform01
-from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
-from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
-from elasticps.pserver.routing import route_ids
-from elasticps.pserver.snapshot import RowBookkeeping, RowScores, SparseState
-from elasticps.pserver.tables import (
+from elasticps.pserver.checkpoint.snapshot import RowBookkeeping, RowScores, SparseState
+from elasticps.pserver.dense_table import (
     MAX_DIRECT_IDS,
     DenseShard,
     TableSpec,
     initial_values,
     sum_duplicates,
 )
+from elasticps.pserver.hashing import uniform01
+from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
+from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
+from elasticps.pserver.routing import route_ids
 
 MAX_TOMBSTONES = 1 << 20  # evicted ids kept for the next delta; beyond it the delta is a full one
 _TRACK_BYTES = 4 + 8 + 4  # touched_pass int32, touched_at float64, hits uint32

@@ -21,8 +21,8 @@ import grpc
 from elasticps.errors import OverloadedError, UnavailableError
 from elasticps.retry import RetryPolicy
 from elasticps.rpc.credentials import JobCredentials
+from elasticps.rpc.error_codes import raise_for_rpc_error
 from elasticps.rpc.server import CHANNEL_OPTIONS, TOKEN_METADATA_KEY
-from elasticps.rpc.status import raise_for_rpc_error
 from elasticps.rpc.tls import peer_options
 
 Response = TypeVar("Response")

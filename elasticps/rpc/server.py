@@ -28,7 +28,7 @@ import grpc
 from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
 from elasticps.errors import ConfigError, ElasticPSError, UnauthenticatedError
 from elasticps.rpc.credentials import JobCredentials
-from elasticps.rpc.status import abort_for
+from elasticps.rpc.error_codes import abort_for
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 def rpc_handler(method: Handler) -> Handler:
     """Decorate a servicer method: an ``ElasticPSError`` becomes the matching gRPC status,
-    marked as ours (:func:`~elasticps.rpc.status.abort_for`).
+    marked as ours (:func:`~elasticps.rpc.error_codes.abort_for`).
 
     Anything else is a bug: it is logged with its traceback and answered INTERNAL.
     """

@@ -17,10 +17,10 @@ mistaken for a real one::
     pserver/init/lock                InitMarker {by, what, time}: the trainer initialising the
                                      tables, under its lease
     pserver/init/done                InitMarker: the tables were initialised (or restored)
-    pserver/checkpoint/<i>/<id>      a checkpoint manifest of slot i (pserver/checkpoint.py)
+    pserver/checkpoint/<i>/<id>      a checkpoint manifest of slot i (pserver/checkpoint/files.py)
     pserver/layout                   PServerLayout {shards, generation}: the job's shard count
                                      after a resharding (absent before the first); written only
-                                     by the resharding's commit (pserver/reshard_commit.py)
+                                     by the resharding's commit (pserver/reshard/commit.py)
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
@@ -309,7 +309,7 @@ MAX_PSERVERS_IN_LAYOUT = 1000
 class PServerLayout:
     """How many shards the job's tables are split into now, and how often that changed. Absent
     until the first resharding: the job then has the count it was started with, generation 0.
-    Written only by a resharding's commit (:mod:`elasticps.pserver.reshard`)."""
+    Written only by a resharding's commit (:mod:`elasticps.pserver.reshard.split`)."""
 
     shards: int
     generation: int

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.proto import common_pb2, master_pb2, pserver_pb2
 from elasticps.pserver.dense_tag import DenseTag, TaggedDense
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elasticps.data.batch import Batch, TensorBatch
-from elasticps.data.batching import BatchPlan, features_key
+from elasticps.data.batch_plan import BatchPlan, features_key
 from elasticps.data.dataset import open_dataset
 from elasticps.data.features import FeatureConfig
 from elasticps.data.manifest import read_manifest

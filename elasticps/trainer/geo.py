@@ -25,8 +25,8 @@ import numpy as np
 from elasticps.errors import ConfigError
 from elasticps.gradients import finite
 from elasticps.proto import common_pb2, pserver_pb2
+from elasticps.pserver.dense_table import sum_duplicates
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
-from elasticps.pserver.tables import sum_duplicates
 
 
 class _LocalRows:

@@ -2,11 +2,11 @@
 
 A task's batches are numbered chunk by chunk; chunk ``c`` starts at
 ``sum(ceil(rows_j / batch_size) for j < c)`` (a chunk's last batch may be short;
-:mod:`elasticps.data.batching` holds that arithmetic, which the master counts with too). A task that
-comes back with ``records_done = k`` resumes at the batch boundary at or before record ``k``,
-with the same sequence numbers it would have had; with ``only_batches`` (a recovery dispatch)
-only those seqs are produced. ``BatchRef(pass, task, seq)`` is the unit of exactly-once on the
-pservers, so this numbering is a contract with them.
+:mod:`elasticps.data.batch_plan` holds that arithmetic, which the master counts with too). A
+task that comes back with ``records_done = k`` resumes at the batch boundary at or before
+record ``k``, with the same sequence numbers it would have had; with ``only_batches`` (a
+recovery dispatch) only those seqs are produced. ``BatchRef(pass, task, seq)`` is the unit of
+exactly-once on the pservers, so this numbering is a contract with them.
 
 Where the batches come from is a parameter (``chunk_batches(chunk, start_record)``), so the
 numbering is tested without datasets; :func:`data_chunk_batches` is the data layer's.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticps import data
-from elasticps.data.batching import batches_in_chunk
+from elasticps.data.batch_plan import batches_in_chunk
 from elasticps.errors import DataError
 from elasticps.proto import master_pb2
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.store import open_store
 from elasticps.store.keys import checkpoint_key

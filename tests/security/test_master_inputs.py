@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.synth import synth_ctr
 from elasticps.errors import InvalidArgumentError, RemoteError
 from elasticps.master.client import MasterClient

@@ -11,7 +11,7 @@ import pytest
 
 from elasticps.errors import CheckpointError, InvalidArgumentError
 from elasticps.proto import common_pb2
-from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.checkpoint import format as fmt
 from elasticps.rpc.codec import decode_tensor
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.master.options import MasterOptions
 from elasticps.master.server import MasterServer
 from elasticps.store import Store, open_store

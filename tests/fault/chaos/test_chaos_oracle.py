@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from elasticps.chaos.plan import KillRole, ScaleTrainers, preview
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from tests.fault.chaos.test_chaos_command import SEED, user_env
 
 ROWS, PASSES, PSERVERS = 100_000, 3, 2
@@ -96,7 +96,7 @@ def test_a_resharding_from_2_to_3_and_back_applies_every_batch_once(tmp_path: Pa
     assert report["oracle_mismatches"] == 0, report["oracle_result"]
     assert report["oracle_result"]["counters_ok"], report["oracle_result"]
     # The cut was real: some pushes after a resharding found part of their batch applied by
-    # the layout before (pserver/legacy.py) and applied only the rest.
+    # the layout before (pserver/reshard/lineage.py) and applied only the rest.
     url = str(tmp_path / "chaos-run" / "chaos" / "checkpoints")
     finals = [ShardCheckpoints(url, shard, 2).load_newest() for shard in range(2)]
     assert sum(f[0].counters.get("partly_applied_before", 0) for f in finals if f) > 0

@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.store import open_store

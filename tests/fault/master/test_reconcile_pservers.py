@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer
 from elasticps.master.snapshot import load_accounting

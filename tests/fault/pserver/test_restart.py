@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticps.proto import common_pb2, pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.client import PServerClient
 from elasticps.store import open_store
 from tests.helpers import job_credentials, run_cli, wait_for

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from elasticps.master.client import MasterClient
 from elasticps.master.server import MasterOptions, MasterServer

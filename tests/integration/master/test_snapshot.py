@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.errors import NotLeaderError
 from elasticps.master.snapshot import DatasetRecord, QueueSnapshot
 from elasticps.master.task_queue import Delta, Outcome, QueuePolicy, TaskQueue

@@ -19,7 +19,7 @@ from elasticps import errors
 from elasticps.proto import common_pb2
 from elasticps.rpc import bind, call, encode_tensor, make_channel, make_server, rpc_handler
 from elasticps.rpc.credentials import JobCredentials
-from elasticps.rpc.status import ERROR_METADATA_KEY, error_marker
+from elasticps.rpc.error_codes import ERROR_METADATA_KEY, error_marker
 from tests.helpers import wait_for
 
 CREDS = JobCredentials("errors-test", "s3cret-token")  # insecure: the token, no TLS

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver import checkpoint_format as fmt
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.checkpoint_manifest import Manifest, data_name
+from elasticps.pserver.checkpoint import format as fmt
+from elasticps.pserver.checkpoint.manifest import Manifest, data_name
 from elasticps.pserver.shard import DenseState, ShardSnapshot, SparseState
 from tests.security.fuzz.common import FUZZ, json_values, with_fields
 

@@ -17,7 +17,7 @@ from elasticps.chaos.oracle import (
     write_oracle_data,
 )
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
 
 SPEC = pserver_pb2.TableSpec

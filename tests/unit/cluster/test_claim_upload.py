@@ -20,7 +20,7 @@ import pytest
 
 from elasticps.cluster.claim_upload import upload_to_claim
 from elasticps.cluster.kube_client import KubeClient
-from elasticps.cluster.render_transfer import (
+from elasticps.cluster.render.transfer import (
     CLAIM_MOUNT,
     LABEL_TRANSFER,
     TOKEN_DIR,

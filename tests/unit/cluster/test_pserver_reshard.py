@@ -21,7 +21,7 @@ from elasticps.cli import main
 from elasticps.cluster.kube_client import KubeClient
 from elasticps.cluster.pserver_reshard import ClusterResharding, ReshardTimeouts
 from elasticps.cluster.quantity import parse_memory
-from elasticps.cluster.render_reshard import CONTAINER, LABEL_RESHARD
+from elasticps.cluster.render.reshard import CONTAINER, LABEL_RESHARD
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import submit
 from elasticps.cluster.validate import validate_manifests

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from elasticps.cluster import render_kubernetes, render_volcano
 from elasticps.cluster.job_secrets import PLACEHOLDER
 from elasticps.cluster.manifests import BACKENDS, job_secrets, render, to_yaml
-from elasticps.cluster.render_common import NOT_RENDERED_ENV, OPTIONAL_ROLE_ENV, ROLE_ENV
+from elasticps.cluster.render import kubernetes as render_kubernetes
+from elasticps.cluster.render import volcano as render_volcano
+from elasticps.cluster.render.common import NOT_RENDERED_ENV, OPTIONAL_ROLE_ENV, ROLE_ENV
 from elasticps.cluster.spec import Job
 from elasticps.cluster.validate import (
     kubernetes_schema_problems,
@@ -107,7 +108,7 @@ def test_every_env_var_elasticps_reads_is_assigned_to_a_role() -> None:
     assigned |= set(NOT_RENDERED_ENV)
     assert {var.name for var in ENV_VARS} <= assigned, (
         "a PADDLE_* variable was added to elasticps.config: decide which roles read it and "
-        "add it to ROLE_ENV in elasticps/cluster/render_common.py")
+        "add it to ROLE_ENV in elasticps/cluster/render/common.py")
 
 
 def _resolve(env: list[dict[str, Any]], index: int) -> dict[str, str]:

@@ -291,7 +291,7 @@ def test_memory_quantities(text: object, nbytes: int) -> None:
 
 
 def test_the_training_mode_reaches_pservers_and_trainers() -> None:
-    from elasticps.cluster.render_common import role_env
+    from elasticps.cluster.render.common import role_env
 
     job = make(mode="geo", geo_steps=4)
     envs = {role: {e["name"]: e.get("value") for e in role_env(

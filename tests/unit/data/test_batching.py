@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elasticps.data.batching import BatchPlan, batches_in_chunk, batches_in_chunks, features_key
+from elasticps.data.batch_plan import BatchPlan, batches_in_chunk, batches_in_chunks, features_key
 from elasticps.data.features import FeatureConfig
 from elasticps.errors import InvalidArgumentError
 from elasticps.trainer.dataset_reader import cloud

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import grpc
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.service import MasterServicer, MasterState
 from elasticps.master.snapshot import QueueSnapshot

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from elasticps.data.batching import BatchPlan
+from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.master.leader import TRANSITIONS, Components, Leader, LeaderState
 from elasticps.master.options import MasterOptions

@@ -9,8 +9,8 @@ import pytest
 
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver import checkpoint_format as fmt
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint import format as fmt
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.store import open_store
 

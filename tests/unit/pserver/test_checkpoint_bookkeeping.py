@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
 
 OPT = pserver_pb2.OptimizerSpec

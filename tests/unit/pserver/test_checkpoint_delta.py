@@ -10,7 +10,7 @@ import pytest
 
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.shard import BatchKey, ShardState
 
 OPT = pserver_pb2.OptimizerSpec
@@ -194,7 +194,7 @@ def test_a_failed_save_makes_the_next_one_full(tmp_path: Path) -> None:
 
 
 def test_a_manifest_naming_a_newer_parent_is_refused() -> None:
-    from elasticps.pserver.checkpoint_manifest import Manifest
+    from elasticps.pserver.checkpoint.manifest import Manifest
     good = Manifest(id="000000000002", shard=0, num_shards=1,
                     data="ckpt-000000000002.safetensors", size=1, sha256="0" * 64,
                     created_unix=1.0, parent="000000000001")

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
-from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
+from elasticps.pserver.checkpoint.inspection import format_report, inspect_url
 from elasticps.pserver.shard import BatchKey, ShardState
 
 OPT = pserver_pb2.OptimizerSpec

@@ -1,7 +1,7 @@
-"""Resharding N -> M shards (pserver/reshard.py, legacy.py): what moves where, and exactly-once
-for batches that a resharding cut (applied on some old shards only), against a one-shard
-reference that received every batch exactly once. No RPC: the shards are ShardStates and the
-"client" splits pushes by the same rules as PServerClient."""
+"""Resharding N -> M shards (pserver/reshard/split.py, lineage.py): what moves where, and
+exactly-once for batches that a resharding cut (applied on some old shards only), against a
+one-shard reference that received every batch exactly once. No RPC: the shards are ShardStates
+and the "client" splits pushes by the same rules as PServerClient."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.legacy import intersection
-from elasticps.pserver.reshard import reshard_snapshots
+from elasticps.pserver.checkpoint.snapshot import ShardSnapshot
+from elasticps.pserver.reshard.lineage import intersection
+from elasticps.pserver.reshard.split import reshard_snapshots
 from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.shard import BatchKey, ShardState
-from elasticps.pserver.snapshot import ShardSnapshot
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

@@ -16,11 +16,11 @@ from elasticps.errors import (
     InvalidArgumentError,
     StoreUnavailableError,
 )
-from elasticps.pserver import checkpoint_format as fmt
-from elasticps.pserver.checkpoint import ShardCheckpoints
-from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
-from elasticps.pserver.reshard import reshard_snapshots
-from elasticps.pserver.reshard_commit import commit_reshard
+from elasticps.pserver.checkpoint import format as fmt
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
+from elasticps.pserver.checkpoint.inspection import format_report, inspect_url
+from elasticps.pserver.reshard.commit import commit_reshard
+from elasticps.pserver.reshard.split import reshard_snapshots
 from elasticps.pserver.shard import ShardState
 from elasticps.store import Store, open_store
 from elasticps.store.keys import (

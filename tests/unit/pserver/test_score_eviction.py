@@ -12,9 +12,9 @@ import pytest
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver import sparse_policy
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
+from elasticps.pserver.dense_table import normalize_spec
 from elasticps.pserver.shard import BatchKey, ShardState
-from elasticps.pserver.tables import normalize_spec
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec
@@ -285,7 +285,7 @@ def test_a_checkpoint_without_scores_restores_rows_as_shown_once(tmp_path: Path)
 
 
 def test_checkpoint_inspect_shows_the_scores(tmp_path: Path) -> None:
-    from elasticps.pserver.checkpoint_inspect import format_report, inspect_url
+    from elasticps.pserver.checkpoint.inspection import format_report, inspect_url
 
     state = _state(_score_policy(score_decay=0.5))
     _push(state, 0, 0, np.array([1, 2], np.int64), np.array([10, 4], np.float32),

@@ -12,7 +12,7 @@ import pytest
 from elasticps.config import Config, load_config
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint import ShardCheckpoints
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.pserver.server import TRANSITIONS, PServerProcess, PServerState
 from elasticps.pserver.service import ParameterServerServicer
 from elasticps.pserver.shard import BatchKey

@@ -10,10 +10,10 @@ import pytest
 from elasticps.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.applied import AppliedSet
+from elasticps.pserver.dense_table import initial_values
 from elasticps.pserver.index import HashIndex
 from elasticps.pserver.routing import dense_bounds
 from elasticps.pserver.shard import BatchKey, ShardState
-from elasticps.pserver.tables import initial_values
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

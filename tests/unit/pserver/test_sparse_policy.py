@@ -7,17 +7,17 @@ import pytest
 
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.checkpoint_format import (
+from elasticps.pserver.checkpoint.format import (
     parse,
     snapshot_metadata,
     snapshot_tensors,
     to_snapshot,
     write_stream,
 )
+from elasticps.pserver.dense_table import initial_values
 from elasticps.pserver.index import HashIndex
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.sparse_policy import CountMinSketch
-from elasticps.pserver.tables import initial_values
 
 OPT = pserver_pb2.OptimizerSpec
 SPEC = pserver_pb2.TableSpec

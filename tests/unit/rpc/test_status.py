@@ -11,7 +11,7 @@ from elasticps import errors
 from elasticps.master.client import MASTER_RETRY
 from elasticps.pserver.client import PSERVER_RETRY
 from elasticps.rpc.channel import RETRY_UNAVAILABLE
-from elasticps.rpc.status import ERROR_METADATA_KEY, raise_for_rpc_error, status_for
+from elasticps.rpc.error_codes import ERROR_METADATA_KEY, raise_for_rpc_error, status_for
 
 
 class FailedCall(grpc.RpcError, grpc.Call):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from elasticps.master.http_status import StatusServer
+from elasticps.master.status_page import StatusServer
 from elasticps.master.telemetry import MasterMetrics
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.shard import BatchKey, ShardState

@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 from elasticps.master.reconcile_policy import HeldSeqs, ShardReport, reconcile
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.proto import common_pb2, master_pb2, pserver_pb2
-from elasticps.pserver.reshard import reshard_snapshots
+from elasticps.pserver.checkpoint.snapshot import ShardSnapshot
+from elasticps.pserver.reshard.split import reshard_snapshots
 from elasticps.pserver.routing import dense_bounds, dense_parts, route_ids
 from elasticps.pserver.shard import BatchKey, ShardState
-from elasticps.pserver.snapshot import ShardSnapshot
 from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.task_batches import TaskBatch, task_batches
 from elasticps.trainer.task_loop import LoopState, TaskLoop, TaskWorker

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.tables import DenseShard
+from elasticps.pserver.dense_table import DenseShard
 from elasticps.trainer.own_update import OwnDenseUpdate, corrected
 
 OPT = pserver_pb2.OptimizerSpec

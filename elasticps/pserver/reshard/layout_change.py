@@ -7,7 +7,7 @@ after every old pserver pod is gone. It
 1. reads the job's current shard count (``pserver/layout``, else ``PADDLE_NUM_PSERVERS``);
 2. waits, at most ``wait_s``, until no pserver slot of that layout is held: a pserver that was
    killed rather than stopped keeps its slot until its lease expires (``PADDLE_LEASE_TTL``);
-3. calls :func:`~elasticps.pserver.reshard_commit.commit_reshard`, which re-splits the newest
+3. calls :func:`~elasticps.pserver.reshard.commit.commit_reshard`, which re-splits the newest
    checkpoints and publishes the new layout in one store transaction, or changes nothing.
 
 A commit can fail after its transaction succeeded (removing the old layout's files or
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from elasticps.config import Config
 from elasticps.errors import ConfigError, ElasticPSError, FailedPreconditionError
-from elasticps.pserver.reshard_commit import commit_reshard
+from elasticps.pserver.reshard.commit import commit_reshard
 from elasticps.store import Store, open_store
 from elasticps.store.keys import (
     MAX_PSERVERS_IN_LAYOUT,

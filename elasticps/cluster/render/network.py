@@ -1,4 +1,4 @@
-"""NetworkPolicies of the master and pserver pods (the etcd's is in ``render_etcd``).
+"""NetworkPolicies of the master and pserver pods (the etcd's is in ``render/etcd.py``).
 
 Only the job's own pods (label ``elasticps.io/job=<job>``) may open the gRPC port. Two ports are
 open to any source, because their callers are not pods:
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elasticps.cluster.render_common import (
+from elasticps.cluster.render.common import (
     HEALTH_PORT,
     HTTP_PORT,
     LABEL_JOB,

@@ -29,14 +29,14 @@ bytes; no code is ever executed to read it). Tensors:
 ====================================  ==========================================
 
 Metadata ``legacy_shards`` ([N_0, N_1, ...], optional) gives each earlier layout's shard count
-(:mod:`.legacy`); a file without it comes from a job never resharded.
+(reshard/lineage.py); a file without it comes from a job never resharded.
 
 The optional per-row tensors are written for tables that evict (the eviction bookkeeping), the
 sketch for tables that admit after k pushes, the show/click counts for tables that evict by
 score; a file without them restores rows as pushed (and shown) once, at restore time, and an
 empty sketch (what older files meant).
 
-A **delta** (an incremental checkpoint, :mod:`.checkpoint_delta`) has the same layout; its
+A **delta** (an incremental checkpoint, :mod:`.delta`) has the same layout; its
 metadata holds ``delta: {"parent": "<id>"}``, its sparse tensors hold only the rows pushed since
 that parent, and its tombstones the ids evicted since.
 
@@ -44,10 +44,10 @@ The two optional tensors were added for exactly-once accounting (docs/fault-tole
 file without them reads as "each batch applied once" and floor 0, so version 1 still holds.
 
 The header's ``__metadata__`` holds one key, ``elasticps``, whose value is a JSON object:
-``format`` (``"elasticps.pserver.checkpoint"``), ``version`` (1), ``id``, ``shard``,
+``format`` (``"elasticps.pserver.checkpoint.files"``), ``version`` (1), ``id``, ``shard``,
 ``num_shards``, ``created_unix``, ``initialized``, ``tables`` (the TableSpecs as proto JSON),
 ``dense_steps`` ({table: step}) and ``counters``. The file's sha256 lives in a separate manifest
-(see :mod:`elasticps.pserver.checkpoint`), so the data file is never rewritten after the fact.
+(see :mod:`elasticps.pserver.checkpoint.files`), so the data file is never rewritten after the fact.
 """
 
 from __future__ import annotations
@@ -66,16 +66,16 @@ from google.protobuf import json_format
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.legacy import LegacyLayout
-from elasticps.pserver.snapshot import (
+from elasticps.pserver.checkpoint.snapshot import (
     DenseState,
     RowBookkeeping,
     RowScores,
     ShardSnapshot,
     SparseState,
 )
+from elasticps.pserver.reshard.lineage import LegacyLayout
 
-FORMAT = "elasticps.pserver.checkpoint"
+FORMAT = "elasticps.pserver.checkpoint.files"
 MAX_LEGACY_SHARDS = 1000
 VERSION = 1
 _DTYPES: dict[np.dtype[Any], str] = {

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from elasticps.cluster.render_common import LABEL_MANAGED_BY
+from elasticps.cluster.render.common import LABEL_MANAGED_BY
 from elasticps.data.receive import DEFAULT_IDLE_TIMEOUT, RECEIVER_PORT
 
 CLAIM_MOUNT = "/mnt/claim"

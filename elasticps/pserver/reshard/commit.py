@@ -4,7 +4,7 @@
 final checkpoints are their newest): it
 
 1. reads the newest good checkpoint of every old shard (base + deltas, checksums verified);
-2. builds the new shards' states (:func:`elasticps.pserver.reshard.reshard_snapshots`) and
+2. builds the new shards' states (:func:`elasticps.pserver.reshard.split.reshard_snapshots`) and
    writes each as a full checkpoint of the new layout (``shard-<j>-of-<M>``), not yet published;
 3. commits in ONE store transaction: every new manifest and the new ``pserver/layout``
    (generation + 1), only if the layout is still the one it read and no pserver holds an old
@@ -29,9 +29,9 @@ from elasticps.errors import (
     InvalidArgumentError,
     StoreError,
 )
-from elasticps.pserver.checkpoint import ShardCheckpoints
-from elasticps.pserver.checkpoint_manifest import Manifest
-from elasticps.pserver.reshard import reshard_snapshots
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
+from elasticps.pserver.checkpoint.manifest import Manifest
+from elasticps.pserver.reshard.split import reshard_snapshots
 from elasticps.store.api import Compare, Put, Store
 from elasticps.store.keys import (
     MAX_PSERVERS_IN_LAYOUT,

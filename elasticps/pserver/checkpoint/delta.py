@@ -19,8 +19,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from elasticps.errors import CheckpointError
-from elasticps.pserver.checkpoint_manifest import Manifest
-from elasticps.pserver.snapshot import RowBookkeeping, RowScores, ShardSnapshot, SparseState
+from elasticps.pserver.checkpoint.manifest import Manifest
+from elasticps.pserver.checkpoint.snapshot import (
+    RowBookkeeping,
+    RowScores,
+    ShardSnapshot,
+    SparseState,
+)
 
 
 def apply_delta(base: ShardSnapshot, delta: ShardSnapshot) -> ShardSnapshot:

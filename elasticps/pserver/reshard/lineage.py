@@ -1,6 +1,6 @@
 """Exactly-once across a resharding: which parts of a batch an earlier layout already applied.
 
-When a job moves from N to M shards (:mod:`elasticps.pserver.reshard`), a batch may have been
+When a job moves from N to M shards (:mod:`elasticps.pserver.reshard.split`), a batch may have been
 applied on some old shards and not on others (its trainer died between two shards' pushes, or
 the cut fell between them). A new shard holds rows and dense positions from every old shard, so
 "has this shard applied batch B" no longer has one answer per shard: it has one per old shard.

@@ -2,7 +2,7 @@
 
 Layout under the checkpoint URL::
 
-    <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.safetensors   the data (see checkpoint_format)
+    <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.safetensors   the data (see format.py)
     <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.json          the manifest: size, sha256, summary
 
 ``<id>`` is a zero-padded sequence number, so names sort by age; ``<writer>`` names the process
@@ -20,7 +20,7 @@ never write the same file. A save:
 4. only then deletes checkpoints beyond the newest ``keep`` (store key first, then files).
 
 With ``deltas = K > 0`` (``PADDLE_CHECKPOINT_DELTAS``) a save after a full checkpoint writes a
-delta (:mod:`.checkpoint_delta`: only the rows pushed since, and tombstones) whose manifest names
+delta (:mod:`.delta`: only the rows pushed since, and tombstones) whose manifest names
 its parent, up to K deltas, then a full one again; ``keep`` then counts full checkpoints, and
 every delta on a kept one is kept too. A save that fails makes the next one full (the shard's
 change marks were spent on the snapshot that was not published), as does a restart.
@@ -30,7 +30,7 @@ newest first, and returns the first whose data file (and, for a delta, every lin
 has the manifest's size and sha256, logging each one it skips — so a truncated or bit-flipped
 newest checkpoint falls back to the previous one, and a file nobody published (a zombie's, or
 a write cut before step 3) is never restored.
-Manifests are read strictly (:mod:`.checkpoint_manifest`): file names come from the checkpoint
+Manifests are read strictly (:mod:`.manifest`): file names come from the checkpoint
 id and writer tag, never from the manifest as given, and every path is checked to lie in the
 shard directory before it is read or deleted.
 """
@@ -48,15 +48,15 @@ import fsspec
 import numpy as np
 
 from elasticps.errors import CheckpointError
-from elasticps.pserver import checkpoint_format as fmt
-from elasticps.pserver.checkpoint_delta import apply_delta, chain, to_keep
-from elasticps.pserver.checkpoint_manifest import (
+from elasticps.pserver.checkpoint import format as fmt
+from elasticps.pserver.checkpoint.delta import apply_delta, chain, to_keep
+from elasticps.pserver.checkpoint.manifest import (
     Manifest,
     check_writer,
     data_name,
     manifest_name,
 )
-from elasticps.pserver.snapshot import ShardSnapshot
+from elasticps.pserver.checkpoint.snapshot import ShardSnapshot
 from elasticps.store.api import Compare, Put, Store
 from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 

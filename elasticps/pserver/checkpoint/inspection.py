@@ -11,11 +11,11 @@ import numpy as np
 
 from elasticps.errors import CheckpointError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver import checkpoint_format as fmt
 from elasticps.pserver import sparse_policy
-from elasticps.pserver.checkpoint_delta import chain
-from elasticps.pserver.checkpoint_manifest import Manifest, data_name
-from elasticps.pserver.snapshot import ShardSnapshot, SparseState
+from elasticps.pserver.checkpoint import format as fmt
+from elasticps.pserver.checkpoint.delta import chain
+from elasticps.pserver.checkpoint.manifest import Manifest, data_name
+from elasticps.pserver.checkpoint.snapshot import ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import COUNTED
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
-from elasticps.cluster.render_code import add_code, code_config_map, config_map_name
+from elasticps.cluster.render.code import add_code, code_config_map, config_map_name
 from elasticps.cluster.spec import Job, RoleResources, sparse_policies_env
 from elasticps.config import Config, default_max_concurrent_rpcs
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE

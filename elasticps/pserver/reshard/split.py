@@ -10,8 +10,8 @@ new shard, as the routing rules of :mod:`elasticps.pserver.client` place it:
   moves to shard ``id % M``; an admission sketch is the sum of the old shards' (their ids are
   disjoint, so the counts add), given whole to each new shard;
 - applied batches: each new shard's own set is the batches *every* old shard had applied, and it
-  remembers the old layout with each old shard's set (:mod:`.legacy`), so a batch applied on only
-  some old shards is applied again exactly where it was not.
+  remembers the old layout with each old shard's set (:mod:`.lineage`), so a batch applied on
+  only some old shards is applied again exactly where it was not.
 
 Counters: ``pushes``, ``duplicates`` and ``skipped_nonfinite`` count batches (each batch reaches
 every shard), so each new shard takes the old shards' largest; per-table row counters
@@ -27,15 +27,15 @@ import numpy as np
 
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
-from elasticps.pserver.legacy import LegacyLayout, intersection
-from elasticps.pserver.routing import dense_bounds, route_ids
-from elasticps.pserver.snapshot import (
+from elasticps.pserver.checkpoint.snapshot import (
     DenseState,
     RowBookkeeping,
     RowScores,
     ShardSnapshot,
     SparseState,
 )
+from elasticps.pserver.reshard.lineage import LegacyLayout, intersection
+from elasticps.pserver.routing import dense_bounds, route_ids
 
 _PER_BATCH_COUNTERS = ("pushes", "duplicates", "skipped_nonfinite")
 _SKETCH_MAX = np.iinfo(np.uint16).max

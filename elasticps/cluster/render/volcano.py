@@ -23,7 +23,7 @@ from typing import Any
 
 from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import JobSecrets
-from elasticps.cluster.render_common import (
+from elasticps.cluster.render.common import (
     Names,
     code_objects,
     common_objects,
@@ -31,8 +31,8 @@ from elasticps.cluster.render_common import (
     pod_template,
     trainer_bounds,
 )
-from elasticps.cluster.render_etcd import etcd_objects
-from elasticps.cluster.render_network import network_policies
+from elasticps.cluster.render.etcd import etcd_objects
+from elasticps.cluster.render.network import network_policies
 from elasticps.cluster.spec import Job
 
 TRAINER_INDEX_PATH = "metadata.annotations['volcano.sh/task-index']"

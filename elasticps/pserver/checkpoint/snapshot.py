@@ -8,7 +8,7 @@ import numpy as np
 
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
-from elasticps.pserver.legacy import LegacyLayout
+from elasticps.pserver.reshard.lineage import LegacyLayout
 
 
 @dataclass
@@ -72,5 +72,5 @@ class ShardSnapshot:
     delta: bool = False
     tombstones: dict[str, np.ndarray] = field(default_factory=dict)
     parent: str = ""
-    # Earlier layouts of a resharded job and what their shards had applied (legacy.py).
+    # Earlier layouts of a resharded job and what their shards had applied (reshard/lineage.py).
     legacy: list[LegacyLayout] = field(default_factory=list)

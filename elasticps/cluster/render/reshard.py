@@ -1,7 +1,7 @@
 """The one-shot Jobs of a cluster resharding, made from the job's pserver pod template (pure).
 
 ``elasticps scale JOB --pservers M`` creates it once every pserver pod is gone; its one pod
-runs ``elasticps reshard --pservers M`` (:mod:`elasticps.pserver.layout_change`) with
+runs ``elasticps reshard --pservers M`` (:mod:`elasticps.pserver.reshard.layout_change`) with
 everything a pserver has that the commit needs: the image, the environment (store URL, job
 token, checkpoint URL, PADDLE_NUM_PSERVERS), the TLS volume with the pserver's certificate
 (the job's etcd admits it), the checkpoint volume, the service account and security context.
@@ -29,7 +29,7 @@ import copy
 from typing import Any
 
 from elasticps.cluster.quantity import format_memory, parse_memory
-from elasticps.cluster.render_common import LABEL_JOB, LABEL_MANAGED_BY, LABEL_ROLE
+from elasticps.cluster.render.common import LABEL_JOB, LABEL_MANAGED_BY, LABEL_ROLE
 
 RESHARD_ROLE = "reshard"
 LABEL_RESHARD = "elasticps.io/reshard"  # the Job's name, on the Job and its pod

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from elasticps.errors import CheckpointError
-from elasticps.pserver import checkpoint_format as fmt
+from elasticps.pserver.checkpoint import format as fmt
 
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_TABLES = 10_000

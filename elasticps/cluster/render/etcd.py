@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from elasticps.cluster.job_secrets import CA_KEY, ETCD_ROOT, ETCD_SERVER
-from elasticps.cluster.render_common import (
+from elasticps.cluster.render.common import (
     LABEL_JOB,
     TLS_MOUNT,
     Names,

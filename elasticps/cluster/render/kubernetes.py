@@ -22,7 +22,7 @@ from typing import Any
 
 from elasticps.cluster.code_archive import CodeArchive
 from elasticps.cluster.job_secrets import JobSecrets
-from elasticps.cluster.render_common import (
+from elasticps.cluster.render.common import (
     PORT,
     Names,
     code_objects,
@@ -33,8 +33,8 @@ from elasticps.cluster.render_common import (
     selector,
     trainer_bounds,
 )
-from elasticps.cluster.render_etcd import etcd_objects
-from elasticps.cluster.render_network import network_policies
+from elasticps.cluster.render.etcd import etcd_objects
+from elasticps.cluster.render.network import network_policies
 from elasticps.cluster.spec import Job
 
 TRAINER_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
