@@ -1,5 +1,5 @@
 """Submit a job to a cluster and follow it: the functions behind ``elasticps submit|status|logs|
-delete`` and the handle ``dist_train`` returns for a cluster job.
+delete``, and the handle that ``elasticps.launch_job``'s cluster backend wraps.
 
 ``submit`` renders, validates, then creates the objects in order; if one is refused, the ones
 this call created are deleted again, so a failed submission leaves nothing behind. Every
@@ -227,9 +227,9 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
 
 
 def _check_cluster_job(job: Job) -> None:
-    if job.local:
-        raise ConfigError("job spec field 'local': the job is local; run it with "
-                          "`elasticps run` or dist_train, not on a cluster")
+    if job.backend != "cluster":
+        raise ConfigError(f"job spec field 'backend': the job's backend is {job.backend}; run "
+                          "it with `elasticps run` or elasticps.launch_job, not on a cluster")
     if job.insecure:
         logger.warning("Job %s is submitted with insecure: true: no TLS on gRPC, the status "
                        "page or the job's etcd, and the token crosses the network in clear.",

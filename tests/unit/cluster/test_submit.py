@@ -91,8 +91,8 @@ def test_dry_run_sends_nothing_and_prints_no_secret(fake: FakeKube) -> None:
 
 
 def test_local_job_is_not_submitted(fake: FakeKube) -> None:
-    with pytest.raises(ConfigError, match="'local'"):
-        submit(Job.from_dict({**SPEC, "local": True}), "volcano", dry_run=True)
+    with pytest.raises(ConfigError, match="'backend': the job's backend is local"):
+        submit(Job.from_dict({**SPEC, "backend": "local"}), "volcano", dry_run=True)
 
 
 def test_existing_job_is_a_409_with_advice_and_leaves_nothing_new(fake: FakeKube,
