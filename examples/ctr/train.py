@@ -3,11 +3,12 @@
     elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py
 
 Run directly (``python examples/ctr/train.py --trainers 2 --pservers 2``), it starts the same
-job with ``elasticps.launch_job`` (the local launcher). Inside the job, without ``--data``, exactly one trainer
-generates a synthetic dataset (planted model, known best AUC) with a held-out test split into
-WORKDIR/data, under a store lock; the others wait for it. After the last pass the one trainer the
-master lets save the model exports it to WORKDIR/model, scores the test split with the exported
-model (``score.py``, plain PyTorch), and publishes the result the launcher puts in summary.json.
+job with ``elasticps.launch_job`` (the local launcher). Inside the job, without ``--data``,
+exactly one trainer generates a synthetic dataset (planted model, known best AUC) with a
+held-out test split into WORKDIR/data, under a store lock; the others wait for it. After the
+last pass the one trainer the master lets save the model exports it to WORKDIR/model, scores
+the test split with the exported model (``score.py``, plain PyTorch), and publishes the result
+the launcher puts in summary.json.
 """
 
 from __future__ import annotations
