@@ -1,8 +1,9 @@
 """elasticps: elastic, fault-tolerant parameter-server training for PyTorch models.
 
 The public surface lives here; everything else is internal and may change. Names that need
-torch (``Trainer``, ``nn``, ``dist_train``...) are imported on first use, so server roles start
-without loading torch.
+torch (``Trainer``, ``nn``, ``dist_train``...) or the Kubernetes client are imported on first
+use, so server roles start without loading torch, and ``Job``, ``launch_job`` and the handles
+without either.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from elasticps.version import __version__
 if TYPE_CHECKING:
     from elasticps import nn, reader
     from elasticps.api import dist_train, publish_result
+    from elasticps.cluster.spec import Job
+    from elasticps.jobs.api import JobHandle, JobResult, launch_job
     from elasticps.trainer import events, optim
     from elasticps.trainer.trainer import Trainer
 
@@ -24,6 +27,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Trainer": ("elasticps.trainer.trainer", "Trainer"),
     "dist_train": ("elasticps.api", "dist_train"),
     "publish_result": ("elasticps.api", "publish_result"),
+    "Job": ("elasticps.cluster.spec", "Job"),
+    "launch_job": ("elasticps.jobs.api", "launch_job"),
+    "JobHandle": ("elasticps.jobs.api", "JobHandle"),
+    "JobResult": ("elasticps.jobs.api", "JobResult"),
     "nn": ("elasticps.nn", None),
     "optim": ("elasticps.trainer.optim", None),
     "events": ("elasticps.trainer.events", None),
@@ -32,11 +39,6 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Job":
-        try:
-            return importlib.import_module("elasticps.cluster.spec").Job
-        except (ImportError, AttributeError):
-            return importlib.import_module("elasticps.api").LocalJob
     if name not in _LAZY:
         raise AttributeError(f"module 'elasticps' has no attribute {name!r}")
     module_name, attr = _LAZY[name]
@@ -46,5 +48,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["Config", "ElasticPSError", "Job", "Trainer", "__version__", "dist_train", "events",
-           "init", "load_config", "nn", "optim", "publish_result", "reader"]
+__all__ = ["Config", "ElasticPSError", "Job", "JobHandle", "JobResult", "Trainer", "__version__",
+           "dist_train", "events", "init", "launch_job", "load_config", "nn", "optim",
+           "publish_result", "reader"]

@@ -1,10 +1,14 @@
-"""``elasticps.dist_train``: train inside a job, or start the job when called outside one.
+"""``elasticps.dist_train``, the seed's one call, is a facade over two functions.
 
-Inside a launched job (``PADDLE_ROLE=trainer`` and ``PADDLE_STORE`` set) it connects, trains and
-returns a handle whose ``result`` holds the training stats. Outside one, with ``job.local`` (or no
-cluster configured), it re-executes the current script under ``elasticps run`` (the way torchrun
-does) and returns a handle on that launcher: ``status_url()``, ``wait()``, ``summary()``. With a
-cluster job it submits it through :mod:`elasticps.cluster`.
+* Inside a launched job (``PADDLE_ROLE=trainer`` and ``PADDLE_STORE`` set) it trains: it
+  connects, calls :meth:`Trainer.train` and returns a :class:`TrainerHandle` (``stats``).
+* Outside one it launches the job with :func:`elasticps.launch_job`: a local job (the
+  default, ``Job(backend="local")``) re-runs the current script with its arguments under
+  ``elasticps run`` (the way torchrun does); a cluster job is submitted.
+
+Either way it returns a :class:`~elasticps.jobs.api.JobHandle`: ``status_url()``,
+``summary()`` and ``wait() -> JobResult``. Code that knows which side it is on calls
+:meth:`Trainer.train` or :func:`elasticps.launch_job` itself.
 
 ``elasticps.publish_result(doc)`` makes a script's own document the job's result (the launcher
 copies it into ``WORKDIR/summary.json``); without it the trainers publish the last pass's metrics
@@ -13,21 +17,17 @@ copies it into ``WORKDIR/summary.json``); without it the trainers publish the la
 
 from __future__ import annotations
 
-import atexit
-import json
+import dataclasses
 import math
-import os
-import subprocess
 import sys
-import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elasticps.cluster.spec import Job, sparse_policies_env
+from elasticps.cluster.spec import Job
 from elasticps.config import Config, current
 from elasticps.errors import ConfigError
+from elasticps.jobs.api import SUCCEEDED, JobHandle, JobResult, launch_job
 from elasticps.store import open_store
 from elasticps.store.keys import publish_result as put_result
 from elasticps.store.keys import read_master_address
@@ -36,20 +36,10 @@ from elasticps.trainer.step_worker import LoopStats
 from elasticps.trainer.trainer import Trainer
 
 
-@dataclass
-class LocalJob:
-    """The job spec fields the local launcher uses (``elasticps.cluster.spec.Job`` has them all)."""
-
-    trainers: int = 1
-    pservers: int = 1
-    job_name: str | None = None
-    local: bool = True
-    mode: str = "async"  # async, sync or geo (elasticps run --mode)
-    geo_steps: int | None = None
-
-
-class TrainerHandle:
-    """Returned inside a job: this trainer's part is done when dist_train returns."""
+class TrainerHandle(JobHandle):
+    """What ``dist_train`` returns inside a job: this trainer's part is over when it returns
+    (a failure raised in ``dist_train``), so ``wait()`` returns at once and ``summary()`` is
+    this trainer's loop statistics; the job's own summary is the launcher's."""
 
     in_job = True
 
@@ -62,83 +52,22 @@ class TrainerHandle:
         address = read_master_address(store) if store is not None else None
         return address.status_url if address else None
 
-    def wait(self) -> int:
-        return 0
+    def wait(self, timeout: float | None = None) -> JobResult:
+        return JobResult(SUCCEEDED, 0, self.summary())
+
+    def summary(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.stats)
 
 
-class LocalJobHandle:
-    """A job started by ``elasticps run`` in a child process of this one."""
-
-    in_job = False
-
-    def __init__(self, argv: list[str], workdir: Path,
-                 env: Mapping[str, str] | None = None) -> None:
-        self.argv = argv
-        self.workdir = workdir
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
-                                     env=None if env is None else {**os.environ, **env})
-        self._url: str | None = None
-        self._url_ready = threading.Event()
-        self._reader = threading.Thread(target=self._pump, name="elasticps-launcher-out",
-                                        daemon=True)
-        self._reader.start()
-        atexit.register(self.wait)
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("status: ") and self._url is None:
-                self._url = line.removeprefix("status: ").strip()
-                self._url_ready.set()
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        self._url_ready.set()
-
-    def status_url(self, timeout: float = 120.0) -> str | None:
-        """The master's status page, once the launcher printed it."""
-        self._url_ready.wait(timeout)
-        return self._url
-
-    def wait(self) -> int:
-        """Wait for the job; its launcher's exit code (0 = succeeded)."""
-        try:
-            code = self.proc.wait()
-        except KeyboardInterrupt:
-            self.proc.terminate()  # the launcher stops its children in order
-            code = self.proc.wait()
-        self._reader.join(timeout=5.0)
-        return code
-
-    def summary(self) -> dict[str, Any] | None:
-        path = self.workdir / "summary.json"
-        if not path.exists():
-            return None
-        doc = json.loads(path.read_text())
-        return doc if isinstance(doc, dict) else None
-
-
-def _launch_locally(job: Any, workdir: str | None) -> LocalJobHandle:
+def _launch_from_script(job: Job, workdir: str | None) -> JobHandle:
+    """The job, launched from outside: a local one re-runs this very script and arguments."""
+    if job.backend != "local":
+        return launch_job(job, workdir=workdir)  # a workdir is refused there: pods have none
     script = sys.argv[0]
     if not script or not Path(script).is_file():
         raise ConfigError("dist_train outside a job re-runs the current script under "
                           f"`elasticps run`, but sys.argv[0]={script!r} is not a script file")
-    target = Path(workdir or getattr(job, "workdir", None) or "elasticps-job").resolve()
-    sizes = getattr(job, "plan", job)  # cluster Job: resolved counts live in its plan
-    argv = [sys.executable, "-m", "elasticps", "run",
-            "--trainers", str(getattr(sizes, "trainers", 1) or 1),
-            "--pservers", str(getattr(sizes, "pservers", 1) or 1),
-            "--workdir", str(target)]
-    name = getattr(job, "job_name", None)
-    if name:
-        argv += ["--job-name", str(name)]
-    argv += ["--mode", str(getattr(job, "mode", "async") or "async")]
-    if getattr(job, "geo_steps", None):
-        argv += ["--geo-steps", str(job.geo_steps)]
-    argv += [script, *sys.argv[1:]]
-    # A cluster Job's tables: reach the local trainers as they would a cluster's.
-    policies = sparse_policies_env(job) if isinstance(job, Job) else ""
-    return LocalJobHandle(argv, target,
-                          {"PADDLE_SPARSE_POLICIES": policies} if policies else None)
+    return launch_job(job, script, sys.argv[1:], workdir=workdir)
 
 
 def dist_train(
@@ -146,17 +75,27 @@ def dist_train(
     reader: Any,
     num_passes: int = 1,
     event_handler: Callable[[Event], None] | None = None,
-    job: Any = None,
+    job: Job | None = None,
     *,
     workdir: str | None = None,
     config: Config | None = None,
     test_reader: Any = None,
-) -> TrainerHandle | LocalJobHandle | Any:
-    """Train (inside a job) or start the job (outside one); see the module docstring.
+    paddle_job: Job | None = None,
+) -> JobHandle:
+    """Train (inside a job) or launch the job (outside one): a facade, see the module docstring.
 
-    ``test_reader`` (inside a job): a held-out dataset evaluated at every pass end; its metrics
-    (by label kind) arrive in ``EndPass.metrics`` as ``test_auc``, ``test_logloss``..., and the
-    last pass's become the job's result unless the script publishes its own."""
+    ``job`` (``paddle_job``, the seed's name, is the same argument): an
+    :class:`elasticps.Job`; outside a job, None means ``Job(backend="local")``. ``workdir``: a
+    local job's work directory (default ``./elasticps-job``). ``test_reader`` (inside a job): a
+    held-out dataset evaluated at every pass end; its metrics (by label kind) arrive in
+    ``EndPass.metrics`` as ``test_auc``, ``test_logloss``..., and the last pass's become the
+    job's result unless the script publishes its own."""
+    if paddle_job is not None:
+        if job is not None:
+            raise ConfigError("give dist_train job= or paddle_job= (the same argument), not both")
+        job = paddle_job
+    if job is not None and not isinstance(job, Job):
+        raise ConfigError(f"dist_train's job is an elasticps.Job, not {type(job).__name__}")
     config = config or current()
     if config.role == "trainer" and config.store is not None:
         if trainer.params is None:
@@ -165,11 +104,7 @@ def dist_train(
         return TrainerHandle(trainer, stats)
     if config.role is not None:
         raise ConfigError(f"dist_train runs in trainers only, not in PADDLE_ROLE={config.role}")
-    if job is None or getattr(job, "local", True):
-        return _launch_locally(job or LocalJob(), workdir)
-    from elasticps.cluster.submit import submit
-
-    return submit(job)
+    return _launch_from_script(job if job is not None else Job(backend="local"), workdir)
 
 
 def _json_ready(value: Any, where: str) -> Any:

@@ -54,6 +54,7 @@ DEFAULT_TRAINER_MEM = 2**30  # bytes, when neither trainer_mem nor memory is giv
 # Longest suffix we append is "-pserver" / "-trainer" plus StatefulSet/Job pod suffixes; 40
 # keeps every derived object, pod and label value within Kubernetes' 63-character limits.
 MAX_JOB_NAME = 40
+BACKENDS = ("local", "cluster")  # Job.backend: `elasticps run` on this machine, or `submit`
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -285,10 +286,13 @@ class JobPlan:
 
 @dataclass(frozen=True)
 class Job:
-    """A training job for a cluster (or, with ``local=True``, for this machine).
+    """A training job for a cluster (``backend="cluster"``, the default) or for this machine
+    (``backend="local"``: ``elasticps.launch_job`` runs it under ``elasticps run``).
 
     Beginners give ``num_gpus``/``num_cpus``/``memory`` for the whole job; the advanced
-    per-role fields win where given. See docs/cluster.md for every field.
+    per-role fields win where given. See docs/cluster.md for every field. ``local`` is a
+    deprecated alias: ``local=True`` means ``backend="local"`` (with a DeprecationWarning);
+    after construction ``job.local`` is always ``job.backend == "local"``.
     """
 
     entry_point: str | Sequence[str] = ""
@@ -325,7 +329,9 @@ class Job:
     tables: Mapping[str, Any] = field(default_factory=dict)
     etcd: EtcdSpec | Mapping[str, Any] | None = None
     queue: str = "default"
-    local: bool = False
+    # Where the job runs: "cluster" (`elasticps submit`) or "local" (`elasticps run`).
+    backend: str | None = None
+    local: bool | None = None  # deprecated alias of backend="local"; see the class docstring
     # No TLS anywhere (gRPC, the status page, the job's etcd): only for a cluster network you
     # trust; every role warns at start. `elasticps submit --insecure` sets it.
     insecure: bool = False
@@ -343,8 +349,9 @@ class Job:
         if not isinstance(self.image, str) or not _IMAGE.match(self.image):
             raise _fail("image", f"{self.image!r} is not an image reference")
         _dns_label("queue", self.queue)
-        if not isinstance(self.local, bool):
-            raise _fail("local", f"must be true or false, got {self.local!r}")
+        backend = _backend(self.backend, self.local)
+        set_(self, "backend", backend)
+        set_(self, "local", backend == "local")
         if not isinstance(self.insecure, bool):
             raise _fail("insecure", f"must be true or false, got {self.insecure!r}")
         set_(self, "data", None if self.data is None else Storage.parse("data", self.data))
@@ -365,8 +372,9 @@ class Job:
         set_(self, "plan", self._make_plan(namespace))
 
     def _make_plan(self, namespace: str) -> JobPlan:
-        # A local job re-runs the script that called dist_train: it needs no entry point.
-        command = () if self.local and not self.entry_point \
+        # A local job runs the script given to launch_job (dist_train: the calling script), so
+        # it needs no entry point.
+        command = () if self.backend == "local" and not self.entry_point \
             else _trainer_command(self.entry_point)
         num_gpus = _count("num_gpus", self.num_gpus, 0, MAX_GPUS_PER_POD * MAX_TRAINERS)
         if self.num_cpus is not None:  # checked even when per-trainer values override it
@@ -500,7 +508,7 @@ class Job:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not f.init or value is None:
+            if not f.init or value is None or f.name == "local":  # local: backend says it
                 continue
             if isinstance(value, Storage | Path):
                 value = str(value)
@@ -514,6 +522,23 @@ class Job:
                 value = list(value)
             out[f.name] = value
         return out
+
+
+def _backend(backend: object, local: object) -> str:
+    """The job's backend from ``backend`` and the deprecated ``local`` alias."""
+    if local is not None and not isinstance(local, bool):
+        raise _fail("local", f"must be true or false, got {local!r}")
+    if backend is None:
+        if local is not None:  # with backend too (dataclasses.replace passes both): no warning
+            warnings.warn("job spec field 'local' is deprecated; write backend: local (or "
+                          "backend: cluster) instead", DeprecationWarning, stacklevel=4)
+        return "local" if local else "cluster"
+    if backend not in BACKENDS:
+        raise _fail("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    if local is not None and local != (backend == "local"):
+        raise _fail("local", f"local: {str(local).lower()} contradicts backend: {backend}; "
+                             "give backend only")
+    return str(backend)
 
 
 def warn_gpu_mismatch(job_name: str, trainer_gpu: int, use_gpu: bool, where: str) -> bool:

@@ -1,5 +1,5 @@
 """Submit a job to a cluster and follow it: the functions behind ``elasticps submit|status|logs|
-delete`` and the handle ``dist_train`` returns for a cluster job.
+delete``, and the handle that ``elasticps.launch_job``'s cluster backend wraps.
 
 ``submit`` renders, validates, then creates the objects in order; if one is refused, the ones
 this call created are deleted again, so a failed submission leaves nothing behind. Every
@@ -14,7 +14,6 @@ import binascii
 import json
 import logging
 import os
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,7 +121,8 @@ def role_order(role: str) -> tuple[int, str]:
 
 @dataclass
 class SubmittedJob:
-    """The handle of a submitted (or dry-run) job: ``status_url()``, ``wait()``, ``logs()``."""
+    """A submitted (or dry-run) job: ``status_url()``, ``status()``, ``logs()``, ``delete()``.
+    Waiting for its end is :class:`elasticps.jobs.cluster_backend.ClusterJobHandle`'s."""
 
     name: str
     namespace: str
@@ -167,19 +167,6 @@ class SubmittedJob:
 
     def status(self) -> JobStatus:
         return job_status(self._client(), self.name, self.namespace)
-
-    def wait(self, timeout: float | None = None, poll_interval: float = 5.0) -> JobStatus:
-        """Poll until the job completes or fails; returns the final status."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.status()
-            if status.finished:
-                logger.info("Job %s in namespace %s finished: %s.", self.name, self.namespace,
-                            status.phase)
-                return status
-            if deadline is not None and time.monotonic() >= deadline:
-                raise ClusterError(f"job {self.name} is still {status.phase} after {timeout}s")
-            time.sleep(poll_interval)  # polling a remote API; there is nothing to wait on
 
     def logs(self, role: str = "trainer", index: int = 0, *,
              follow: bool = False) -> Iterator[str]:
@@ -227,9 +214,9 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
 
 
 def _check_cluster_job(job: Job) -> None:
-    if job.local:
-        raise ConfigError("job spec field 'local': the job is local; run it with "
-                          "`elasticps run` or dist_train, not on a cluster")
+    if job.backend != "cluster":
+        raise ConfigError(f"job spec field 'backend': the job's backend is {job.backend}; run "
+                          "it with `elasticps run` or elasticps.launch_job, not on a cluster")
     if job.insecure:
         logger.warning("Job %s is submitted with insecure: true: no TLS on gRPC, the status "
                        "page or the job's etcd, and the token crosses the network in clear.",

@@ -2,12 +2,13 @@
 
     elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py
 
-Run directly (``python examples/ctr/train.py --trainers 2 --pservers 2``), ``dist_train`` starts
-the same job with the local launcher. Inside the job, without ``--data``, exactly one trainer
-generates a synthetic dataset (planted model, known best AUC) with a held-out test split into
-WORKDIR/data, under a store lock; the others wait for it. After the last pass the one trainer the
-master lets save the model exports it to WORKDIR/model, scores the test split with the exported
-model (``score.py``, plain PyTorch), and publishes the result the launcher puts in summary.json.
+Run directly (``python examples/ctr/train.py --trainers 2 --pservers 2``), it starts the same
+job with ``elasticps.launch_job`` (the local launcher). Inside the job, without ``--data``,
+exactly one trainer generates a synthetic dataset (planted model, known best AUC) with a
+held-out test split into WORKDIR/data, under a store lock; the others wait for it. After the
+last pass the one trainer the master lets save the model exports it to WORKDIR/model, scores
+the test split with the exported model (``score.py``, plain PyTorch), and publishes the result
+the launcher puts in summary.json.
 """
 
 from __future__ import annotations
@@ -200,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
                           dense_sync_every=args.dense_sync_every,
                           prefetch=not args.no_prefetch)
     if config.role != "trainer":  # outside a job: start one running this script
-        job = eps.Job(trainers=args.trainers, pservers=args.pservers, local=True)
-        handle = eps.dist_train(trainer=trainer, reader=None, num_passes=args.passes, job=job,
+        job = eps.Job(trainers=args.trainers, pservers=args.pservers, backend="local")
+        handle = eps.launch_job(job, __file__, sys.argv[1:] if argv is None else argv,
                                 workdir=args.workdir)
-        return int(handle.wait())
+        return handle.wait().exit_code
     workdir = Path(config.workdir or os.getcwd())
     trainer.connect(config)
     try:

@@ -151,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     trainer = eps.Trainer(make_model(schema, args), optimizer=make_optimizer(args),
                           prefetch=not args.no_prefetch)
     if config.role != "trainer":  # outside a job: start one running this script
-        job = eps.Job(trainers=args.trainers, pservers=args.pservers, local=True)
-        handle = eps.dist_train(trainer=trainer, reader=None, job=job, workdir=args.workdir)
-        return int(handle.wait())
+        job = eps.Job(trainers=args.trainers, pservers=args.pservers, backend="local")
+        handle = eps.launch_job(job, __file__, sys.argv[1:] if argv is None else argv,
+                                workdir=args.workdir)
+        return handle.wait().exit_code
     if args.dump_initial and config.trainer_count != 1:
         raise SystemExit("--dump-initial takes the values training starts from: one trainer")
     workdir = Path(config.workdir or os.getcwd())

@@ -71,11 +71,34 @@ def test_entry_point_forms() -> None:
 
 
 def test_a_local_job_needs_no_entry_point_and_a_cluster_job_does() -> None:
-    # dist_train re-runs the calling script for a local job; a cluster job must name it.
-    assert Job(trainers=2, pservers=2, local=True, namespace="ml").plan.trainer_command == ()
-    assert Job(entry_point="t.py", local=True, namespace="ml").plan.trainer_command == ("t.py",)
+    # launch_job runs the script it is given for a local job; a cluster job must name it.
+    local = Job(trainers=2, pservers=2, backend="local", namespace="ml")
+    assert (local.backend, local.local, local.plan.trainer_command) == ("local", True, ())
+    assert Job(entry_point="t.py", backend="local", namespace="ml").plan.trainer_command == (
+        "t.py",)
     with pytest.raises(ConfigError, match="entry_point"):
         Job(trainers=2, pservers=2, namespace="ml")
+    assert Job(entry_point="t.py", namespace="ml").backend == "cluster"
+
+
+def test_local_is_a_deprecated_alias_of_the_local_backend() -> None:
+    with pytest.warns(DeprecationWarning, match="'local' is deprecated; write backend: local"):
+        job = Job(trainers=2, local=True, namespace="ml")
+    assert (job.backend, job.local) == ("local", True)
+    with pytest.warns(DeprecationWarning, match="backend: cluster"):
+        assert Job(entry_point="t.py", local=False, namespace="ml").backend == "cluster"
+    # what to_dict writes (backend only) reads back equal, with no warning
+    assert "local" not in job.to_dict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Job.from_dict({**job.to_dict(), "entry_point": "t.py"}).backend == "local"
+        assert dataclasses.replace(job, trainers=3).backend == "local"  # passes both: agreed
+    with pytest.raises(ConfigError, match="'local': local: false contradicts backend: local"):
+        Job(backend="local", local=False, namespace="ml")
+    with pytest.raises(ConfigError, match="'backend': 'k8s' is not one of local, cluster"):
+        Job(entry_point="t.py", backend="k8s", namespace="ml")
+    with pytest.raises(ConfigError, match="'local': must be true or false"):
+        Job.from_dict({**BASE, "local": "yes"})
 
 
 def test_storage_forms() -> None:

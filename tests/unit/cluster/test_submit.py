@@ -91,8 +91,8 @@ def test_dry_run_sends_nothing_and_prints_no_secret(fake: FakeKube) -> None:
 
 
 def test_local_job_is_not_submitted(fake: FakeKube) -> None:
-    with pytest.raises(ConfigError, match="'local'"):
-        submit(Job.from_dict({**SPEC, "local": True}), "volcano", dry_run=True)
+    with pytest.raises(ConfigError, match="'backend': the job's backend is local"):
+        submit(Job.from_dict({**SPEC, "backend": "local"}), "volcano", dry_run=True)
 
 
 def test_existing_job_is_a_409_with_advice_and_leaves_nothing_new(fake: FakeKube,
@@ -222,14 +222,8 @@ def test_status_of_a_kubernetes_job_follows_the_trainer_job(fake: FakeKube,
     assert (status.backend, status.phase) == ("kubernetes", "Running")
     assert status.master_error == "no master pod is ready yet"
     trainer_job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-    final = handle.wait(timeout=5, poll_interval=0.01)
-    assert final.succeeded
-
-
-def test_wait_gives_up_after_its_timeout(fake: FakeKube, client: KubeClient) -> None:
-    handle = submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
-    with pytest.raises(ClusterError, match="still Pending"):
-        handle.wait(timeout=0.05, poll_interval=0.01)
+    final = handle.status()
+    assert (final.phase, final.finished, final.succeeded) == ("Completed", True, True)
 
 
 def test_status_of_an_unknown_job(fake: FakeKube, client: KubeClient) -> None:
