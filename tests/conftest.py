@@ -3,10 +3,21 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.etcd_server import EtcdServer
+
+FAST_TIER = tuple(Path(__file__).parent / tier for tier in ("unit", "contract"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fast tier (``-m fast``): unit and contract tests not marked slow."""
+    for item in items:
+        in_tier = any(item.path.is_relative_to(tier) for tier in FAST_TIER)
+        if in_tier and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(scope="session")

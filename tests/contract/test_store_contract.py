@@ -209,6 +209,7 @@ def test_bad_urls_are_refused_by_name() -> None:
         open_store("file://relative/job.db", "job")
 
 
+@pytest.mark.slow
 def test_cas_increments_from_racing_processes_are_never_lost(
         store: Store, store_url: str, job_name: str,
         workers: list[subprocess.Popen[bytes]]) -> None:
@@ -230,6 +231,7 @@ def test_cas_increments_from_racing_processes_are_never_lost(
 
 # -- leases ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_lease_expiry_removes_keys_and_emits_delete_events(store: Store) -> None:
     lease = store.grant_lease(1)
     start = store.put("member/a", b"a", lease=lease.id) + 1
@@ -252,6 +254,7 @@ def test_lease_expiry_removes_keys_and_emits_delete_events(store: Store) -> None
     assert store.get("member/late") is None
 
 
+@pytest.mark.slow
 def test_keepalive_keeps_leased_keys_past_several_ttls(store: Store) -> None:
     lease = store.grant_lease(1)
     start = store.put("alive", b"yes", lease=lease.id) + 1
@@ -333,6 +336,7 @@ def test_wait_deleted_sees_a_delete_and_times_out_when_nothing_happens(store: St
     assert store.wait_deleted("lock", revision + 1, timeout=5)
 
 
+@pytest.mark.slow
 def test_wait_deleted_wakes_when_the_holders_lease_expires(store: Store) -> None:
     lease = store.grant_lease(1)  # never refreshed: the holder "died" at once
     revision = store.put("lock", b"held", lease=lease.id)
@@ -346,6 +350,7 @@ def test_wait_deleted_wakes_when_the_holders_lease_expires(store: Store) -> None
 
 # -- election --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_election_hands_over_within_ttl_plus_one_second_after_sigkill(
         store: Store, store_url: str, job_name: str,
         workers: list[subprocess.Popen[bytes]]) -> None:
@@ -368,6 +373,7 @@ def test_election_hands_over_within_ttl_plus_one_second_after_sigkill(
     assert leader_value(store, "master/election") is None
 
 
+@pytest.mark.slow
 def test_deposed_leader_write_is_refused(store: Store, store_url: str, job_name: str,
                                          workers: list[subprocess.Popen[bytes]]) -> None:
     old = spawn_worker("hold", store_url, job_name, "master/election", str(TTL), "old")
@@ -414,6 +420,7 @@ def private_etcd() -> Iterator[EtcdServer]:
     server.stop()
 
 
+@pytest.mark.slow
 def test_etcd_watch_survives_kill_and_restart_without_missing_an_event(
         private_etcd: EtcdServer, job_name: str) -> None:
     prefix = job_prefix(job_name)

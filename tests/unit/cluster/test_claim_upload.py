@@ -116,6 +116,7 @@ def transfer_collections(fake: FakeKube) -> dict[str, list[str]]:
             for prefix, kind in (("/apis/batch/v1", "jobs"), ("/api/v1", "secrets"))}
 
 
+@pytest.mark.slow
 def test_a_full_upload_lands_verified_under_the_namespace_layout(
         fake: FakeKube, client: KubeClient, pods: StandInPods, tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr")
@@ -144,6 +145,7 @@ def test_a_full_upload_lands_verified_under_the_namespace_layout(
     assert not any(r.headers[TOKEN_HEADER.lower()] in r.path for r in proxied)
 
 
+@pytest.mark.slow
 def test_an_interrupted_upload_resumes(fake: FakeKube, client: KubeClient, pods: StandInPods,
                                        tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr")
@@ -169,6 +171,7 @@ def test_an_interrupted_upload_resumes(fake: FakeKube, client: KubeClient, pods:
     assert (landed / RECORD_NAME).exists()
 
 
+@pytest.mark.slow
 def test_another_file_in_the_claim_is_refused_unless_overwrite(
         fake: FakeKube, client: KubeClient, pods: StandInPods, tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr", files=1)
@@ -186,6 +189,7 @@ def test_another_file_in_the_claim_is_refused_unless_overwrite(
         (local / "part" / "chunk 0.parquet").read_bytes()
 
 
+@pytest.mark.slow
 def test_a_pod_never_ready_times_out_and_cleans_up(fake: FakeKube, client: KubeClient,
                                                    tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr", files=1)  # no stand-in: the pod never appears
@@ -217,6 +221,7 @@ def test_the_transfer_job_is_valid_and_least_privileged() -> None:
     assert "s3cr3t-" not in str(job)  # the token is only in the Secret
 
 
+@pytest.mark.slow
 def test_the_cli_uploads_into_a_claim(fake: FakeKube, pods: StandInPods, tmp_path: Path) -> None:
     local = make_dataset(tmp_path / "ctr", files=1)
     kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")

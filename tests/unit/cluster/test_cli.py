@@ -24,6 +24,7 @@ def test_example_has_top_level_trainers() -> None:
     assert isinstance(yaml.safe_load(EXAMPLE.read_text())["trainers"], int)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_dry_run_prints_manifests_that_validate(backend: str) -> None:
     result = elasticps("submit", str(EXAMPLE), "--backend", backend, "--dry-run")
@@ -58,6 +59,7 @@ def test_spec_error_exits_nonzero_naming_the_field(tmp_path: Path) -> None:
     assert "'trainerz'" in result.stderr
 
 
+@pytest.mark.slow
 def test_submit_status_logs_delete_against_the_api(fake: FakeKube, tmp_path: Path) -> None:
     kubeconfig = str(fake.kubeconfig(tmp_path / "kubeconfig"))
     result = elasticps("submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "-n", "team")

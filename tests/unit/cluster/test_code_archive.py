@@ -148,6 +148,7 @@ def _trainer_spec(objects: list[dict[str, Any]], role: str = "trainer") -> dict[
     raise AssertionError(f"no {role} template")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_trainers_unpack_the_code_from_a_content_named_config_map(tmp_path: Path,
                                                                   backend: str) -> None:
@@ -189,6 +190,7 @@ def test_a_missing_config_map_is_caught(tmp_path: Path) -> None:
     assert any("missing ConfigMap" in p for p in semantic_problems(objects))
 
 
+@pytest.mark.slow
 def test_dry_run_renders_the_code_relative_to_the_spec(tmp_path: Path) -> None:
     make_code(tmp_path / "project" / "src")
     spec = tmp_path / "project" / "job.yaml"

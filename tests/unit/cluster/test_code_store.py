@@ -111,6 +111,7 @@ def test_a_hash_mismatch_is_refused_and_nothing_unpacked(tmp_path: Path) -> None
                    code_limits(url_job(code, str(store))))
 
 
+@pytest.mark.slow
 def test_the_limit_is_code_limit_and_named(tmp_path: Path) -> None:
     code = make_code(tmp_path / "code")
     (code / "weights.bin").write_bytes(os.urandom(3 * 2**20))  # past a ConfigMap
@@ -133,6 +134,7 @@ def test_the_limit_is_code_limit_and_named(tmp_path: Path) -> None:
     assert list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_submit_uploads_before_creating_and_dry_run_uploads_nothing(
         fake: FakeKube, client: KubeClient, tmp_path: Path) -> None:
     code = make_code(tmp_path / "project" / "src")

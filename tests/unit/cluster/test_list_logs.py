@@ -39,6 +39,7 @@ def add_role_pods(fake: FakeKube, job: str, *, trainers: int = 2, pservers: int 
                      phase="Running" if i == 0 else "Pending")
 
 
+@pytest.mark.slow
 def test_list_shows_both_backends_with_phase_trainers_and_age(fake: FakeKube,
                                                               client: KubeClient) -> None:
     submit(Job.from_dict(SPEC), "volcano", client=client, secrets=secrets(), environ={})

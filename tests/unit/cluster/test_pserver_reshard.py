@@ -178,6 +178,7 @@ def resharding(client: KubeClient, controllers: Controllers, target: int = 3,
                              sleep=controllers)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_a_resharding_stops_the_pservers_runs_the_job_then_asks_for_m(
         fake: FakeKube, client: KubeClient, backend: str) -> None:
@@ -235,6 +236,7 @@ def test_a_resharding_stops_the_pservers_runs_the_job_then_asks_for_m(
     assert validate_manifests(job_objects(fake)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_a_failed_reshard_job_puts_the_old_pservers_back_and_says_why(
         fake: FakeKube, client: KubeClient, backend: str) -> None:
@@ -277,6 +279,7 @@ def test_a_bad_count_is_refused_and_changes_nothing(fake: FakeKube, client: Kube
     assert pserver_count(fake, "volcano") == 2
 
 
+@pytest.mark.slow
 def test_checkpoints_in_an_empty_dir_or_a_leftover_job_are_refused_first(
         fake: FakeKube, client: KubeClient) -> None:
     submitted(fake, client, "kubernetes", {**RESHARDABLE, "checkpoint": None})
@@ -285,6 +288,7 @@ def test_checkpoints_in_an_empty_dir_or_a_leftover_job_are_refused_first(
     assert patch_bodies(fake) == []
 
 
+@pytest.mark.slow
 def test_a_reshard_job_left_behind_is_refused_before_anything_changes(
         fake: FakeKube, client: KubeClient) -> None:
     submitted(fake, client, "volcano")
@@ -313,6 +317,7 @@ def test_pods_that_do_not_stop_in_time_get_their_pservers_back_and_no_job(
                 and r.body["metadata"]["name"].startswith("ctr-reshard")]
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_waiting_puts_the_pservers_back(fake: FakeKube,
                                                      client: KubeClient) -> None:
     submitted(fake, client, "volcano")
@@ -326,6 +331,7 @@ def test_ctrl_c_while_waiting_puts_the_pservers_back(fake: FakeKube,
     assert validate_manifests(job_objects(fake)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_a_commit_whose_job_then_cannot_be_read_brings_back_m_pservers(
         fake: FakeKube, client: KubeClient, backend: str) -> None:
@@ -346,6 +352,7 @@ def test_a_commit_whose_job_then_cannot_be_read_brings_back_m_pservers(
     assert validate_manifests(job_objects(fake)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "outcome"), [
     ("volcano", "killed"), ("kubernetes", "killed"), ("kubernetes", "vanished")])
 def test_a_pod_lost_after_its_commit_brings_back_m_pservers_read_by_the_layout_job(
@@ -373,6 +380,7 @@ def test_a_pod_lost_after_its_commit_brings_back_m_pservers_read_by_the_layout_j
     assert validate_manifests([*controllers.at_zero[0]["objects"], job]) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_a_layout_that_cannot_be_read_leaves_the_pservers_at_zero_and_says_so(
         fake: FakeKube, client: KubeClient, backend: str) -> None:
@@ -391,6 +399,7 @@ def test_a_layout_that_cannot_be_read_leaves_the_pservers_at_zero_and_says_so(
     assert "ctr-reshard-3" not in fake.objects[BATCH_JOBS]  # it cannot commit later
 
 
+@pytest.mark.slow
 def test_an_api_server_that_stops_answering_leaves_the_pservers_at_zero(
         fake: FakeKube, client: KubeClient) -> None:
     """Every Job call fails from the reshard Job's creation on: the layout is not read within
@@ -432,6 +441,7 @@ def test_ctrl_c_once_the_job_exists_stops_it_and_leaves_the_pservers_at_zero(
     assert "ctr-reshard-3" not in fake.objects[BATCH_JOBS]
 
 
+@pytest.mark.slow
 def test_pservers_found_at_zero_come_back_at_the_layouts_count(fake: FakeKube,
                                                                client: KubeClient) -> None:
     """An earlier run left them at 0 after the commit: the layout says 3, so the same
@@ -447,6 +457,7 @@ def test_pservers_found_at_zero_come_back_at_the_layouts_count(fake: FakeKube,
     assert not controllers.reshard_jobs
 
 
+@pytest.mark.slow
 def test_pservers_found_at_zero_with_an_unreadable_layout_change_nothing(
         fake: FakeKube, client: KubeClient) -> None:
     submitted(fake, client, "kubernetes")
@@ -460,6 +471,7 @@ def test_pservers_found_at_zero_with_an_unreadable_layout_change_nothing(
     assert not controllers.reshard_jobs
 
 
+@pytest.mark.slow
 def test_scale_command_reshards_a_cluster_job(fake: FakeKube, client: KubeClient,
                                               tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -81,6 +81,7 @@ def test_golden_manifests(size: str, backend: str) -> None:
     assert text == path.read_text(), f"{path.name} differs; rerun with ELASTICPS_UPDATE_GOLDEN=1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.name)
 def test_golden_files_pass_every_schema_and_semantic_check(path: Path) -> None:
     objects = list(yaml.safe_load_all(path.read_text()))

@@ -60,6 +60,7 @@ def secrets() -> JobSecrets:
     return job_secrets(job())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
 def test_submit_creates_every_object_in_order(fake: FakeKube, client: KubeClient,
                                               backend: str) -> None:
@@ -95,6 +96,7 @@ def test_local_job_is_not_submitted(fake: FakeKube) -> None:
         submit(Job.from_dict({**SPEC, "backend": "local"}), "volcano", dry_run=True)
 
 
+@pytest.mark.slow
 def test_existing_job_is_a_409_with_advice_and_leaves_nothing_new(fake: FakeKube,
                                                                    client: KubeClient) -> None:
     submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
@@ -260,6 +262,7 @@ def test_logs_of_a_replaced_trainer_come_from_the_running_pod(fake: FakeKube,
     assert list(pod_logs(client, "ctr", "ml")) == ["resumed"]
 
 
+@pytest.mark.slow
 def test_delete_removes_every_labelled_object(fake: FakeKube, client: KubeClient) -> None:
     submit(job(), "kubernetes", client=client, secrets=secrets(), environ={})
     other = Job.from_dict({**SPEC, "job_name": "other"})
@@ -276,6 +279,7 @@ def test_delete_removes_every_labelled_object(fake: FakeKube, client: KubeClient
         delete_job(client, "ctr", "ml")
 
 
+@pytest.mark.slow
 def test_delete_forbidden_is_reported(fake: FakeKube, client: KubeClient) -> None:
     submit(job(), "volcano", client=client, secrets=secrets(), environ={})
     fake.faults.append(Fault("DELETE", r"/jobs/ctr$", 403, "Forbidden"))

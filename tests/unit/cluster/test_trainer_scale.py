@@ -52,6 +52,7 @@ def test_volcano_scale_patches_the_trainer_task_replicas_only(fake: FakeKube,
     assert trainer_count(client, "ctr", "ml").trainers == 4
 
 
+@pytest.mark.slow
 def test_kubernetes_scale_patches_the_indexed_job_together(fake: FakeKube,
                                                            client: KubeClient) -> None:
     submitted(fake, client, "kubernetes")
@@ -86,6 +87,7 @@ def test_a_patch_made_stale_by_another_scaler_is_refused_whole(fake: FakeKube,
     assert volcano_replicas(fake)["trainer"] == 3
 
 
+@pytest.mark.slow
 def test_scale_command_reaches_a_cluster_job(fake: FakeKube, client: KubeClient,
                                              tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,6 +130,7 @@ def master_page(fake: FakeKube, *, todo: int, rate: float, live: int,
         "live_trainers": [f"trainer-{i}" for i in range(live)]})
 
 
+@pytest.mark.slow
 def test_the_autoscaler_grows_a_job_with_work_and_room_then_keeps_what_paid(
         fake: FakeKube, client: KubeClient) -> None:
     submitted(fake, client, "volcano")

@@ -93,6 +93,7 @@ def test_shuffle_is_a_seeded_permutation_of_the_chunk(dataset: str) -> None:
     np.testing.assert_array_equal(sorted_rows(a[1]), sorted_rows(plain[1]))
 
 
+@pytest.mark.slow
 def test_same_chunk_offset_and_batch_size_give_the_same_batches_in_another_process(
     dataset: str,
 ) -> None:

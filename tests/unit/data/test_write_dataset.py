@@ -103,6 +103,7 @@ SCHEMA = Schema.from_dict({
 })
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=tables(), rows_per_chunk=st.integers(1, 16))
 def test_a_written_table_reads_back_row_for_row(data: dict[str, list[Any]],
@@ -323,6 +324,7 @@ print(h.hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_any_schema_reads_the_same_in_another_process(tmp_path: Path) -> None:
     import os
     import subprocess

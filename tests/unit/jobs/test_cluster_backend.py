@@ -72,6 +72,7 @@ def test_launch_job_submits_a_cluster_job_and_wait_follows_its_phase(
     assert handle.last_status.phase == "Completed"
 
 
+@pytest.mark.slow
 def test_a_failed_kubernetes_job_ends_like_a_failed_local_one(
         fake: FakeKube, client: KubeClient, secrets: JobSecrets) -> None:
     handle = handle_of(client, secrets, "kubernetes")
@@ -81,6 +82,7 @@ def test_a_failed_kubernetes_job_ends_like_a_failed_local_one(
     assert (result.succeeded, result.state, result.exit_code) == (False, "failed", 1)
 
 
+@pytest.mark.slow
 def test_the_summary_is_the_masters_status_page(fake: FakeKube, client: KubeClient,
                                                 secrets: JobSecrets) -> None:
     handle = handle_of(client, secrets, "volcano")

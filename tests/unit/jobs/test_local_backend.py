@@ -48,6 +48,7 @@ def test_a_job_that_fails_or_is_stopped_says_so_with_no_summary(tmp_path: Path, 
         False, state, code, {})
 
 
+@pytest.mark.slow
 def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(tmp_path: Path) -> None:
     handle = launcher(tmp_path, 0, {"done": True}, sleep=1.0)
     with pytest.raises(TimeoutError, match=r"still runs after 0\.05s"):

@@ -191,6 +191,7 @@ def test_a_trainer_watch_that_failed_is_recreated_and_still_releases_a_dead_trai
     step_to(leader, S.RESIGNING, S.STOPPED)
 
 
+@pytest.mark.slow
 def test_a_standby_takes_over_when_the_leader_resigns_and_resumes_its_queue(
         store: Store) -> None:
     first_parts, second_parts = FakeParts(store), FakeParts(store)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -271,5 +272,7 @@ SETTINGS = settings(max_examples=300, stateful_step_count=40, deadline=None,
 QueueModel.TestCase.settings = SETTINGS
 OneShardModel.TestCase.settings = SETTINGS
 TestTwoShards = QueueModel.TestCase
+TestTwoShards = pytest.mark.slow(TestTwoShards)
 TestOneShard = OneShardModel.TestCase
+TestOneShard = pytest.mark.slow(TestOneShard)
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from elasticps.pserver.applied import AppliedSet
 
@@ -126,6 +127,7 @@ def test_a_copy_is_independent() -> None:
     assert list(copied.tasks()) == [(0, 1, 2, [5]), (0, 2, 1, [])]
 
 
+@pytest.mark.slow
 def test_a_task_takes_a_fraction_of_the_dicts_memory() -> None:
     def traced(build) -> int:  # type: ignore[no-untyped-def]
         tracemalloc.start()

@@ -29,6 +29,7 @@ def _dense_spec(opt: pserver_pb2.OptimizerSpec, shape: tuple[int, ...]) -> pserv
                                  dtype=common_pb2.FLOAT32, optimizer=opt)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("label", "spec", "make_torch"), CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("num_shards", [1, 3])
 def test_dense_matches_torch(label, spec, make_torch, num_shards) -> None:
@@ -57,6 +58,7 @@ def test_dense_matches_torch(label, spec, make_torch, num_shards) -> None:
     assert not np.allclose(got, start)  # it actually trained
 
 
+@pytest.mark.slow
 def test_dense_clip_matches_torch_clip_grad_norm() -> None:
     rng = np.random.default_rng(3)
     start = rng.normal(size=20).astype(np.float32)

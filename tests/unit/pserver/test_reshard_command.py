@@ -76,6 +76,7 @@ def test_the_command_commits_two_to_three_from_the_pserver_environment(
     assert read_pserver_layout(store).generation == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_the_command_waits_for_a_held_slot_then_commits(store: Store, tmp_path: Path) -> None:
     _checkpointed_job(store, str(tmp_path / "ckpt"), 2)
     store.put(pserver_slot(0), PServerSlot("10.0.0.7:7164").encode())

@@ -202,6 +202,7 @@ def test_a_pserver_that_lost_its_slot_cannot_replace_the_new_owners_checkpoints(
     assert owner.run() == 0
 
 
+@pytest.mark.slow
 def test_a_pserver_waiting_for_a_free_slot_stops_without_one(harness: Harness) -> None:
     holder = harness.process()
     step_to(holder, S.CLAIMING, S.RESTORING, S.SERVING)

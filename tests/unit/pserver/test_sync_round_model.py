@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -135,6 +136,7 @@ class SyncBarrier(RuleBasedStateMachine):
 
 
 TestSyncBarrier = SyncBarrier.TestCase
+TestSyncBarrier = pytest.mark.slow(TestSyncBarrier)
 TestSyncBarrier.settings = settings(max_examples=200, stateful_step_count=30, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -332,6 +334,7 @@ class SyncShards(RuleBasedStateMachine):
 
 
 TestSyncShards = SyncShards.TestCase
+TestSyncShards = pytest.mark.slow(TestSyncShards)
 TestSyncShards.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
 

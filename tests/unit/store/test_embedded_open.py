@@ -6,9 +6,12 @@ import stat
 import threading
 from pathlib import Path
 
+import pytest
+
 from elasticps.store.embedded_store import EmbeddedStore
 
 
+@pytest.mark.slow
 def test_concurrent_opens_of_a_new_file_all_succeed(tmp_path: Path) -> None:
     # While one connection switches a new file to WAL, SQLite answers another's switch with
     # "database is locked" at once (no busy handler there). Before the store retried that,

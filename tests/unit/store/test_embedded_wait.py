@@ -13,6 +13,7 @@ from elasticps.store import job_prefix
 from elasticps.store.embedded_store import IDLE_POLL_S, EmbeddedStore
 
 
+@pytest.mark.slow
 def test_waiting_on_a_live_lock_reads_the_store_a_few_times_a_second(tmp_path: Path) -> None:
     # No reaper thread and a lease far from expiry: every statement seen is the wait's own.
     with EmbeddedStore(tmp_path / "job.db", job_prefix("wait"), reap_interval=3600) as store:
@@ -29,6 +30,7 @@ def test_waiting_on_a_live_lock_reads_the_store_a_few_times_a_second(tmp_path: P
     assert 2 <= len(looks) <= waited / IDLE_POLL_S + 2, looks
 
 
+@pytest.mark.slow
 def test_a_dead_holders_lock_is_seen_gone_right_after_its_lease_expires(tmp_path: Path) -> None:
     with EmbeddedStore(tmp_path / "job.db", job_prefix("wait"), reap_interval=3600) as store:
         lease = store.grant_lease(1)  # never refreshed; no reaper: the waiter reaps it

@@ -65,6 +65,7 @@ def test_the_device_path_trains_exactly_like_local_pytorch(prefetch: bool) -> No
         np.testing.assert_allclose(row, tables[table][row_id].numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_trainer_on_the_device_path_trains_and_evaluates() -> None:
     torch.manual_seed(0)
     trainer = Trainer(Tiny(), prefetch=False, device=DEVICE_PATH)

@@ -335,6 +335,7 @@ FAULTS = st.sampled_from(["leave", "kill", "kill-mid-push:1", "kill-mid-push:2"]
 SHARD_EVENTS = st.sampled_from(["checkpoint", "restore", "reshard"])
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.integers(1, 6), pservers=st.integers(1, 3),
        rounds=st.lists(st.tuples(st.integers(1, 12), FAULTS, SHARD_EVENTS,
