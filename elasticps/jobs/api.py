@@ -23,6 +23,7 @@ from elasticps.errors import ConfigError
 SUCCEEDED, FAILED, INTERRUPTED = "succeeded", "failed", "interrupted"
 STATES = (SUCCEEDED, FAILED, INTERRUPTED)
 EXIT_INTERRUPTED = 130  # what `elasticps run` exits with when it was stopped (SIGINT/SIGTERM)
+EXIT_CODE = {SUCCEEDED: 0, FAILED: 1, INTERRUPTED: EXIT_INTERRUPTED}  # by state
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,14 @@ class JobResult:
     @property
     def succeeded(self) -> bool:
         return self.state == SUCCEEDED
+
+    @classmethod
+    def from_state(cls, state: str, summary: dict[str, Any] | None = None) -> JobResult:
+        """The result of a job that ended in ``state``, with the exit code it means."""
+        if state not in EXIT_CODE:
+            raise ConfigError(f"a job result's state is one of {', '.join(STATES)}, "
+                              f"not {state!r}")
+        return cls(state, EXIT_CODE[state], dict(summary or {}))
 
     @classmethod
     def from_exit_code(cls, code: int, summary: dict[str, Any] | None = None) -> JobResult:

@@ -15,14 +15,7 @@ from typing import Any
 from elasticps.cluster.kube_client import KubeClient
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import JobStatus, SubmittedJob, submit
-from elasticps.jobs.api import (
-    EXIT_INTERRUPTED,
-    FAILED,
-    INTERRUPTED,
-    SUCCEEDED,
-    JobHandle,
-    JobResult,
-)
+from elasticps.jobs.api import FAILED, INTERRUPTED, SUCCEEDED, JobHandle, JobResult
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +23,6 @@ POLL_INTERVAL = 5.0  # seconds between two reads of a job's phase: a remote API,
 # Volcano's final phases by what they mean here (a Kubernetes trainer Job ends Completed/Failed).
 _STATE_OF_PHASE = {"Completed": SUCCEEDED, "Failed": FAILED, "Aborted": INTERRUPTED,
                    "Terminated": INTERRUPTED}
-_EXIT_CODE = {SUCCEEDED: 0, FAILED: 1, INTERRUPTED: EXIT_INTERRUPTED}
 
 
 def result_of_status(status: JobStatus) -> JobResult | None:
@@ -39,7 +31,7 @@ def result_of_status(status: JobStatus) -> JobResult | None:
     state = _STATE_OF_PHASE.get(status.phase)
     if state is None:
         return None
-    return JobResult(state, _EXIT_CODE[state], dict(status.master or {}))
+    return JobResult.from_state(state, status.master)
 
 
 class ClusterJobHandle(JobHandle):

@@ -13,10 +13,10 @@ Neither pushes again, and nothing times out (the pushes are answered ``pending``
 heartbeats keep the tasks' leases). The rule that breaks it: when a shard answers ``pending``,
 the trainer leaves the round of every shard that has already answered this push, since it
 has nothing more for them until the pending one closes. Its next push makes it a member of
-those rounds again. A round then waits only for members that compute or that wait in it, so
-every round closes within a shard's wait (``SYNC_WAIT_S``) of its last contribution. When no
-shard has answered (every round waits for one slow member), nobody leaves: a slow step is not
-a dead one, and the barrier holds.
+those rounds again. A round then waits only for members that compute or that wait in it, and a
+cycle of waits across shards is broken at its first ``pending`` answer (one shard's wait,
+``SYNC_WAIT_S``). When no shard has answered (every round waits for one slow member), nobody
+leaves: a slow step is not a dead one, and the barrier holds.
 """
 
 from __future__ import annotations

@@ -157,5 +157,7 @@ def test_geo_through_the_scale_down_kill_reshard_schedule_on_delta_checkpoints(
     assert report["oracle_mismatches"] == 0, report["oracle_result"]
     assert report["oracle_result"]["counters_ok"], report["oracle_result"]
     assert report["liveness"]["ok"], report["liveness"]
-    manifests = list((tmp_path / "chaos-run" / "chaos" / "checkpoints").glob("*/*.json"))
-    assert any(json.loads(m.read_text()).get("parent") for m in manifests)  # deltas written
+    # Deltas were written (the pservers' own log: the resharding removes the old layout's
+    # files, and the new layout may end on full checkpoints only).
+    logs = (tmp_path / "chaos-run" / "chaos" / "logs").glob("pserver*.log")
+    assert any(", a delta of " in log.read_text() for log in logs)  # deltas written

@@ -401,3 +401,35 @@ def test_a_restarted_shard_that_closes_rounds_in_another_order_does_not_deadlock
     m.finish()
     assert all(s.applied.contains(0, task, seq) for s in m.shards
                for task in range(SHARD_TASKS) for seq in range(BATCHES_PER_TASK))
+
+
+def test_a_slow_member_keeps_the_barrier_no_trainer_leaves_while_no_shard_answered() -> None:
+    """a pushes while b is still computing: both shards answer a ``pending``, again and again.
+    No shard answered a's push, so a leaves no round: when b pushes, each round closes with
+    both batches, one mean step (the barrier held for the slow member)."""
+    m = SyncShards()
+    d = _Draws
+    m.take_task(d("a", 0))
+    m.take_task(d("b", 1))
+    m.push(d("a"))
+    for _ in range(3):
+        m.resend(d("a"))
+    assert m.unanswered["a"] == {0, 1}
+    assert all(s.round_members() == {"a", "b"} for s in m.shards)
+    assert all(s.stats().rounds == 0 for s in m.shards)
+    m.push(d("b"))
+    m.settle()
+    assert "a" not in m.unanswered
+    assert "b" not in m.unanswered
+    assert all(s.stats().rounds == 1 for s in m.shards)  # one round of both batches
+
+
+def test_cross_shard_wait_leaves_only_the_shards_that_answered_and_each_once() -> None:
+    wait = CrossShardWait()
+    assert wait.to_leave() == []  # nothing answered: a slow member is waited for
+    wait.answered(2)
+    wait.answered(0)
+    assert wait.to_leave() == [0, 2]
+    assert wait.to_leave() == []  # left once
+    wait.answered(1)
+    assert wait.to_leave() == [1]
