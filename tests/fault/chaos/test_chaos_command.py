@@ -18,6 +18,10 @@ import pytest
 
 from elasticps.chaos.plan import KillRole, ScaleTrainers, preview
 
+# Chaos runs time their recoveries against a bound and must land every fault before the
+# job ends: they run alone, after the rest of the suite (scripts/test.sh).
+pytestmark = pytest.mark.exclusive
+
 HERE = Path(__file__).resolve().parent
 # 90 chunks x 3 passes: about 30 s under chaos on 2 cores, long enough for three kill cycles (a
 # lease TTL of 2 s and a restart each) and a scale step. The trainer kill comes last, after the
