@@ -202,11 +202,12 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             assert code == 0, f"{name} exited with {code}; see {logs}"
         final = wait_for(status, 30, what="the final status")
         assert final["state"] == "succeeded", final
-        # Both trainers pushed every batch of the contested task to every shard (the healthy
-        # one from its start: no progress was reported), each shard applied it once (the
-        # accounting below): so each (shard, batch) of it counted at least one duplicate.
+        # How many of the contested task's batches the cut trainer pushed after the heal
+        # depends on when it learnt that it lost the task (a refused renewal drops it at once),
+        # so the count is bounded only by what step 4 saw; the exactly-once checks below are the
+        # verdict. The counters only grow: no pserver restarted.
         stats = wait_for(lambda: observer.ok("pservers"), 30, what="the pservers' counters")
-        assert stats["duplicates"] >= 2 * TASK_BATCHES * len(held), stats
+        assert int(stats["duplicates"]) >= dup_after, (stats, dup_after)
         # The pservers write a final checkpoint on a clean shutdown; the accounting reads it.
         servers = [p for name, p in procs.items() if not name.startswith("trainer")]
         for proc in servers:
