@@ -32,7 +32,7 @@ from typing import Any
 
 def _serve(args: argparse.Namespace) -> int:
     from elasticps.chaos.accounting import job_accounting
-    from elasticps.launch.monitor import fetch_status
+    from elasticps.launch.job_watch import fetch_status
     from elasticps.master.snapshot import decode_task
     from elasticps.pserver.client import PServerClient
     from elasticps.rpc.credentials import JobCredentials
