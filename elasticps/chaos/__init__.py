@@ -6,7 +6,8 @@ Top to bottom:
     run.py         from start to report: the fault-free run, the run under faults, accounting
     loop.py        the faults, one step at a time (a gap, then a kill or a scale step), measured
     job.py         the user's script under ``elasticps run``: started, waited for, stopped
-    observe.py     a running job's store records and its master's ``/api/status``
+    job_watch.py   chaos's watch of the running job: its store records and its master's
+                   ``/api/status``
     plan.py        the seeded schedule: gaps, kill-or-scale steps, picks (pure)
     targets.py     which processes may be killed, and when a role serves again, decided from the
                    job's own store records (pure)

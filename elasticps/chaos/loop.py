@@ -6,7 +6,7 @@ store records (:mod:`elasticps.chaos.targets`). After each kill it measures
 
 - **serving again**: master: a new leader published its address and its status API answers;
   pserver: the slot was claimed by a new process; trainer: a new trainer registered;
-- **throughput back**: training progressed past where it was at the kill (observe.py's
+- **throughput back**: training progressed past where it was at the kill (job_watch.py's
   progress marks: the master's finished tasks plus recovery dispatches, or some trainer's
   published batches), or the master says the job is done,
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elasticps.chaos.job import Say
-from elasticps.chaos.observe import progress_of, progressed
+from elasticps.chaos.job_watch import progress_of, progressed
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import (
     AwaitCheckpoint,
@@ -59,7 +59,7 @@ from elasticps.chaos.report import (
 )
 from elasticps.chaos.targets import (
     ROLES,
-    JobView,
+    PublishedProcesses,
     Target,
     serving_again,
     standby_ready,
@@ -86,11 +86,11 @@ class RunningJob(Protocol):
 
 
 class JobReader(Protocol):
-    """What the loop reads of the job (:class:`~elasticps.chaos.observe.JobObserver`)."""
+    """What the loop reads of the job (:class:`~elasticps.chaos.job_watch.ChaosWatch`)."""
 
-    def view(self) -> JobView | None: ...
+    def processes(self) -> PublishedProcesses | None: ...
 
-    def status(self, view: JobView | None = None) -> dict[str, Any] | None: ...
+    def status(self, procs: PublishedProcesses | None = None) -> dict[str, Any] | None: ...
 
     def progress(self) -> int | None: ...
 
@@ -129,7 +129,7 @@ class ChaosLoop:
     ``launcher/desired_trainers``, ``kill`` sends SIGKILL), so a test can step it against a
     simulated job."""
 
-    def __init__(self, opts: ChaosOptions, job: RunningJob, observer: JobReader,
+    def __init__(self, opts: ChaosOptions, job: RunningJob, watch: JobReader,
                  planner: Planner, scale_to: Callable[[int], None], say: Say, *,
                  host: str | None = None, kill: Callable[[int], None] = sigkill,
                  store: StoreSwitch | None = None,
@@ -137,7 +137,7 @@ class ChaosLoop:
                  signal_to: Callable[[int, int], None] = send_signal) -> None:
         self.opts = opts
         self.job = job
-        self.observer = observer
+        self.watch = watch
         self.planner = planner
         self.scale_to = scale_to
         self.say = say
@@ -164,7 +164,7 @@ class ChaosLoop:
         self.tail_stall: float | None = None  # seconds without progress after the last fault
 
     def run(self, deadline: float) -> None:
-        if self._wait(lambda: (progress_of(self.observer.status()) or 0) > 0,
+        if self._wait(lambda: (progress_of(self.watch.status()) or 0) > 0,
                       deadline - time.monotonic()) is None:
             self.say("chaos: training never got under way (no task finished); no faults "
                      f"injected (see {self.job.output})")
@@ -182,10 +182,10 @@ class ChaosLoop:
         marks = self._marks()
         last = time.monotonic()
         while self.job.running and time.monotonic() < deadline:
-            status = self.observer.status()
+            status = self.watch.status()
             if status and status.get("done"):
                 return  # the job finishes (its final checkpoints) without more progress
-            now = self.observer.progress_marks()
+            now = self.watch.progress_marks()
             if progressed(marks, now):
                 marks = {k: max(v, marks.get(k, 0)) for k, v in (now or {}).items()} | {
                     k: v for k, v in marks.items() if k not in (now or {})}
@@ -205,7 +205,7 @@ class ChaosLoop:
             return True
         if time.monotonic() - self.job.started > self.opts.job_timeout:
             return True  # the caller stops the job
-        status = self.observer.status()
+        status = self.watch.status()
         return bool(status and status.get("done"))
 
     def step(self) -> None:
@@ -220,32 +220,33 @@ class ChaosLoop:
             self.directed_step(self.directed.pop(0))
             return
         self.job.pause(self.planner.gap())
-        view = self.observer.view()
-        if view is None or not self.job.running:
+        procs = self.watch.processes()
+        if procs is None or not self.job.running:
             return
-        available = [role for role in ROLES if targets_of(view, role, self.host, self.spent)]
+        available = [role for role in ROLES if targets_of(procs, role, self.host, self.spent)]
         action = self.planner.next_action(available)
         if isinstance(action, ScaleTrainers):
             self.scale(action.trainers)
         elif isinstance(action, KillRole):
-            self.kill(action.role, view)
+            self.kill(action.role, procs)
 
     # -- kills --------------------------------------------------------------------------------
 
-    def kill(self, role: str, view: JobView) -> None:
+    def kill(self, role: str, procs: PublishedProcesses) -> None:
         if role == "master":
-            ready = self._standby_view()
+            ready = self._with_standby()
             if ready is None:
                 self.say("chaos: no standby master joined the election within "
                          f"{self.opts.recovery_timeout:.0f}s; this master kill is skipped")
                 return
-            view = ready
-        targets = targets_of(view, role, self.host, self.spent)
+            procs = ready
+        targets = targets_of(procs, role, self.host, self.spent)
         if not targets:
             return
-        self.kill_target(self.planner.pick(targets), view)
+        self.kill_target(self.planner.pick(targets), procs)
 
-    def kill_target(self, target: Target, view: JobView, then: Then = "progress") -> bool:
+    def kill_target(self, target: Target, procs: PublishedProcesses,
+                    then: Then = "progress") -> bool:
         """SIGKILL ``target`` and wait as ``then`` says; False if nothing was delivered."""
         before = self._marks()
         at = time.monotonic()
@@ -259,7 +260,7 @@ class ChaosLoop:
         record = KillRecord(role=target.role, pid=target.pid, name=target.name, at=time.time())
         self.kills.append(record)
         record.serving_s = self._then_progress(
-            record, at, before, then, lambda: self._serving_again(target, view))
+            record, at, before, then, lambda: self._serving_again(target, procs))
         self.say(f"chaos: kill {len(self.kills)}/{self.opts.kills}: {target.describe()}; "
                  + ("the next step follows at once (timed with it)" if then == "none" else
                     f"serving again after {_fmt(record.serving_s)}, throughput back after "
@@ -267,25 +268,25 @@ class ChaosLoop:
                     + (" (the next step follows)" if then == "serving" else "")))
         return True
 
-    def _standby_view(self) -> JobView | None:
-        """A view in which a standby is in the election (waited for), or None."""
-        found: list[JobView] = []
+    def _with_standby(self) -> PublishedProcesses | None:
+        """The processes once a standby is in the election (waited for), or None."""
+        found: list[PublishedProcesses] = []
 
         def ready() -> bool:
-            view = self.observer.view()
-            if view is not None and standby_ready(view, self.spent):
-                found.append(view)
+            procs = self.watch.processes()
+            if procs is not None and standby_ready(procs, self.spent):
+                found.append(procs)
                 return True
             return False
 
         self._wait(ready, self.opts.recovery_timeout)
         return found[-1] if found else None
 
-    def _serving_again(self, target: Target, before: JobView) -> bool:
-        now = self.observer.view()
+    def _serving_again(self, target: Target, before: PublishedProcesses) -> bool:
+        now = self.watch.processes()
         if now is None or not serving_again(target, before, now):
             return False
-        return target.role != "master" or self.observer.status(now) is not None
+        return target.role != "master" or self.watch.status(now) is not None
 
     # -- the store outage ---------------------------------------------------------------------
 
@@ -304,7 +305,7 @@ class ChaosLoop:
         self.store.start()
         back = time.monotonic()
         record.serving_s, record.throughput_s = self._wait_many(
-            back, [lambda: self.observer.status() is not None, lambda: self._progressed(before)])
+            back, [lambda: self.watch.status() is not None, lambda: self._progressed(before)])
         record.stalled = self._stalled(record.throughput_s)
         self.say(f"chaos: store back after {self.opts.outage:g}s down; the master serves again "
                  f"{_fmt(record.serving_s)} and throughput is back {_fmt(record.throughput_s)} "
@@ -327,9 +328,9 @@ class ChaosLoop:
         before = self._marks()
         record = ReshardRecord(time.time(), pservers)
         self.reshards.append(record)
-        view = self.observer.view()
-        targets = (targets_of(view, "pserver", self.host, self.spent)
-                   if view and kill_first else [])
+        procs = self.watch.processes()
+        targets = (targets_of(procs, "pserver", self.host, self.spent)
+                   if procs and kill_first else [])
         if targets:
             target = self.planner.pick(targets)
             try:
@@ -352,10 +353,10 @@ class ChaosLoop:
                  f"{_fmt(record.serving_s)}, throughput back after {_fmt(record.throughput_s)}")
 
     def _serves_layout(self, pservers: int) -> bool:
-        layout = self.observer.layout()
-        view = self.observer.view()
-        return (layout == pservers and view is not None
-                and sorted(view.slots) == list(range(pservers)))
+        layout = self.watch.layout()
+        procs = self.watch.processes()
+        return (layout == pservers and procs is not None
+                and sorted(procs.slots) == list(range(pservers)))
 
     # -- scale steps --------------------------------------------------------------------------
 
@@ -372,8 +373,8 @@ class ChaosLoop:
         self.say(f"chaos: scaled trainers to {trainers}")
 
         def settled() -> bool:
-            view = self.observer.view()
-            return view is not None and len(view.active_trainers(self.spent)) == trainers
+            procs = self.watch.processes()
+            return procs is not None and len(procs.active_trainers(self.spent)) == trainers
 
         # Let the step finish before the next kill: a trainer that is leaving is not replaced,
         # so killing it would measure nothing but the recovery timeout.
@@ -388,16 +389,16 @@ class ChaosLoop:
         elif isinstance(step, KillPServer):
             slot = {"checkpointed": self._checkpointed, "same": self._last_slot}.get(
                 str(step.slot), step.slot if isinstance(step.slot, int) else None)
-            view = self.observer.view() if slot is not None else None
-            found = [t for t in (targets_of(view, "pserver", self.host, self.spent)
-                                 if view else []) if t.name == str(slot)]
-            if view is None or not found:
+            procs = self.watch.processes() if slot is not None else None
+            found = [t for t in (targets_of(procs, "pserver", self.host, self.spent)
+                                 if procs else []) if t.name == str(slot)]
+            if procs is None or not found:
                 self.say(f"chaos: schedule: no pserver of slot {slot} to kill on this host; "
                          "step skipped")
                 self.directed_done[-1] += " skipped"
                 return
             self._last_slot = int(found[0].name)
-            self.kill_target(found[0], view, step.then)
+            self.kill_target(found[0], procs, step.then)
         elif isinstance(step, DirectedScale):
             self.scale(step.trainers, step.then)
         elif isinstance(step, DirectedReshard):
@@ -407,11 +408,11 @@ class ChaosLoop:
 
     def await_checkpoint(self) -> None:
         """Wait until a pserver publishes a checkpoint it had not when this began."""
-        seen = self.observer.checkpoints() or set()
+        seen = self.watch.checkpoints() or set()
         fresh: list[str] = []
 
         def published() -> bool:
-            now = self.observer.checkpoints()
+            now = self.watch.checkpoints()
             fresh.extend(sorted((now or set()) - seen))
             return bool(fresh)
 
@@ -424,8 +425,8 @@ class ChaosLoop:
     def pause_trainer(self, seconds: float) -> None:
         """SIGSTOP a trainer for ``seconds`` (timed: the others' progress meanwhile), SIGCONT
         it (timed: progress after it woke)."""
-        view = self.observer.view()
-        targets = targets_of(view, "trainer", self.host, self.spent) if view else []
+        procs = self.watch.processes()
+        targets = targets_of(procs, "trainer", self.host, self.spent) if procs else []
         if not targets:
             self.say("chaos: schedule: no trainer to pause on this host; step skipped")
             return
@@ -482,14 +483,14 @@ class ChaosLoop:
         return ready_s
 
     def _marks(self) -> dict[str, int]:
-        return self.observer.progress_marks() or {}
+        return self.watch.progress_marks() or {}
 
     def _progressed(self, before: dict[str, int]) -> bool:
-        """Training moved past ``before`` (observe.progress_marks: the master's tasks and
+        """Training moved past ``before`` (job_watch's progress marks: the master's tasks and
         recovery dispatches, each trainer's batches), or the job has nothing left to do."""
-        if progressed(before, self.observer.progress_marks()):
+        if progressed(before, self.watch.progress_marks()):
             return True
-        status = self.observer.status()
+        status = self.watch.status()
         return bool(status and status.get("done"))
 
     def _stalled(self, waited: float | None) -> bool:
@@ -515,7 +516,7 @@ class ChaosLoop:
                     found[i] = time.monotonic() - start
             if all(f is not None for f in found) or not self.job.running:
                 break
-            time.sleep(POLL_S)  # an observer's polling interval
+            time.sleep(POLL_S)  # a watch's polling interval
         return found
 
     def _wait_since(self, start: float, predicate: Callable[[], bool],
@@ -526,7 +527,7 @@ class ChaosLoop:
                 return time.monotonic() - start
             if not self.job.running:
                 return None
-            time.sleep(POLL_S)  # an observer's polling interval
+            time.sleep(POLL_S)  # a watch's polling interval
         return None
 
 

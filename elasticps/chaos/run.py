@@ -20,8 +20,8 @@ from typing import Any
 from elasticps.chaos.accounting import job_accounting
 from elasticps.chaos.etcd import outage_etcd
 from elasticps.chaos.job import LaunchedJob, Say
+from elasticps.chaos.job_watch import ChaosWatch
 from elasticps.chaos.loop import ChaosLoop
-from elasticps.chaos.observe import JobObserver
 from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
 from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_oracle_data
 from elasticps.chaos.plan import SCHEDULES, KillRole, Planner, directed, directed_kills, preview
@@ -72,7 +72,7 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
                                accounting_error="the job never published where its store is")
         store = stack.enter_context(open_store(*location))
         planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
-        loop = ChaosLoop(opts, job, JobObserver(store), planner,
+        loop = ChaosLoop(opts, job, ChaosWatch(store), planner,
                          lambda n: set_desired_trainers(*location, n), say, store=etcd,
                          reshard_to=lambda m: write_desired_pservers(store, m, "chaos"))
         loop.run(deadline)

@@ -3,8 +3,9 @@
 Every role process of a job announces itself in the store (:mod:`elasticps.store.keys`): the
 leading master in ``master/address``, every master in the election under
 ``master/candidate/<node>``, each pserver under ``pserver/slot/<i>`` and each trainer under
-``trainer/<name>``, all with the process's pid and host. :class:`JobView` is those records at one
-moment; the functions below are pure decisions over views, so they are tested without a job:
+``trainer/<name>``, all with the process's pid and host. :class:`PublishedProcesses` is those
+records at one moment; the functions below are pure decisions over them, so they are tested
+without a job:
 
 - :func:`targets_of`: the processes of a role that may be signalled. Only a pid published for
   *this* host is ever a target (a pid means nothing on another machine, and a job on a shared
@@ -43,7 +44,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class JobView:
+class PublishedProcesses:
     """The job's published processes at one moment (records that did not parse are left out)."""
 
     leader: MasterAddress | None = None
@@ -71,10 +72,11 @@ class Target:
         return f"{self.role} pid {self.pid} ({what} {self.name})"
 
 
-def decode_view(leader: KeyValue | None, candidates: Iterable[KeyValue],
-                slots: Iterable[KeyValue], trainers: Iterable[KeyValue]) -> JobView:
-    """A :class:`JobView` from raw store records. A record that does not parse is skipped (and
-    logged): a foreign or corrupt value must never become a pid we signal."""
+def decode_processes(leader: KeyValue | None, candidates: Iterable[KeyValue],
+                     slots: Iterable[KeyValue], trainers: Iterable[KeyValue]
+                     ) -> PublishedProcesses:
+    """A :class:`PublishedProcesses` from raw store records. A record that does not parse is
+    skipped (and logged): a foreign or corrupt value must never become a pid we signal."""
     address = _decoded(leader, lambda kv: MasterAddress.decode(kv.value, MASTER_ADDRESS))
     masters: dict[str, ProcessInfo] = {}
     for kv in candidates:
@@ -92,7 +94,7 @@ def decode_view(leader: KeyValue | None, candidates: Iterable[KeyValue],
         registration = _decoded(kv, lambda kv: TrainerRegistration.decode(kv.value, kv.key))
         if registration is not None:
             workers[trainer_of(kv.key)] = registration
-    return JobView(address, masters, servers, workers)
+    return PublishedProcesses(address, masters, servers, workers)
 
 
 def _decoded(kv: KeyValue | None, decode: Callable[[KeyValue], T]) -> T | None:
@@ -105,18 +107,18 @@ def _decoded(kv: KeyValue | None, decode: Callable[[KeyValue], T]) -> T | None:
         return None
 
 
-def targets_of(view: JobView, role: str, host: str, spent: Set[int] = frozenset()
-               ) -> list[Target]:
+def targets_of(procs: PublishedProcesses, role: str, host: str,
+               spent: Set[int] = frozenset()) -> list[Target]:
     """The processes of ``role`` that may be killed now, in a stable order (by pid)."""
     published: list[tuple[Target, str]]  # each process with the host it runs on
     if role == "master":  # only the leader: killing a standby measures nothing
-        leader = view.leader
+        leader = procs.leader
         published = [] if leader is None else [(Target(role, leader.pid, leader.node),
                                                  leader.host)]
     elif role == "pserver":
-        published = [(Target(role, s.pid, str(i)), s.host) for i, s in view.slots.items()]
+        published = [(Target(role, s.pid, str(i)), s.host) for i, s in procs.slots.items()]
     elif role == "trainer":  # a leaving trainer is already on its way out
-        published = [(Target(role, r.pid, name), r.host) for name, r in view.trainers.items()
+        published = [(Target(role, r.pid, name), r.host) for name, r in procs.trainers.items()
                      if not r.leaving]
     else:
         raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
@@ -124,16 +126,17 @@ def targets_of(view: JobView, role: str, host: str, spent: Set[int] = frozenset(
                   key=lambda t: t.pid)
 
 
-def standby_ready(view: JobView, spent: Set[int] = frozenset()) -> bool:
+def standby_ready(procs: PublishedProcesses, spent: Set[int] = frozenset()) -> bool:
     """A master other than the leader is in the election (and is not one we killed: a dead
     candidate's record lingers until its lease expires)."""
-    if view.leader is None:
+    if procs.leader is None:
         return False
-    return any(node != view.leader.node and info.pid not in spent
-               for node, info in view.candidates.items())
+    return any(node != procs.leader.node and info.pid not in spent
+               for node, info in procs.candidates.items())
 
 
-def serving_again(target: Target, before: JobView, now: JobView) -> bool:
+def serving_again(target: Target, before: PublishedProcesses, now: PublishedProcesses
+                  ) -> bool:
     """The killed process's role is served again (the master's status page answering is
     checked by the caller: that is I/O)."""
     if target.role == "master":

@@ -1,7 +1,7 @@
 """``elasticps autoscale JOB``: :mod:`elasticps.autoscale_policy` carried out on a cluster.
 
 Every ``interval_s`` it reads, through the API server, the job's trainer count and bounds
-(:mod:`~elasticps.cluster.trainer_scale`), its pods, and the master's status page (backlog,
+(:mod:`~elasticps.cluster.trainer_scale`), its pods, and the master's status document (backlog,
 live trainers, the job's samples/s over the master's window), and asks the pure policy what to
 do. "Room for one more trainer" is what a cluster can say without a metrics server: no trainer
 pod is left Pending (the scheduler placed every trainer asked for so far). A decision patches

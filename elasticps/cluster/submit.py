@@ -41,7 +41,7 @@ from elasticps.master.status_access import TOKEN_HEADER
 
 logger = logging.getLogger(__name__)
 
-FINISHED = frozenset({"Completed", "Failed", "Aborted", "Terminated"})
+FINAL_PHASES = frozenset({"Completed", "Failed", "Aborted", "Terminated"})
 KUBECTL_PROXY = "http://localhost:8001"  # where `kubectl proxy` serves the API by default
 # Deleted in this order: controllers first so they stop recreating what follows.
 _DELETE_ORDER = [
@@ -72,19 +72,21 @@ class PodInfo:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """A job's phase, its pods by role, and the master's status page when reachable."""
+    """A cluster job's status, what ``elasticps status`` prints: its phase (the Volcano Job's,
+    or the trainers' Indexed Job's as :func:`batch_phase` reads it), its pods by role, and the
+    master's status document (``/api/status``) when reachable."""
 
     job: str
     namespace: str
     backend: str
-    phase: str
+    phase: str  # Pending, Running, Completed, Failed, Aborted, Terminated...
     pods: tuple[PodInfo, ...] = ()
-    master: dict[str, Any] | None = None
-    master_error: str | None = None
+    master: dict[str, Any] | None = None  # the master's status document
+    master_error: str | None = None  # why there is none
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED
+        return self.phase in FINAL_PHASES
 
     @property
     def succeeded(self) -> bool:
@@ -294,6 +296,8 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
 
 
 def batch_phase(job: dict[str, Any]) -> str:
+    """A ``batch/v1`` Job's phase in Volcano's words (Pending, Running, Completed, Failed),
+    from the Job's Kubernetes ``status``."""
     status = job.get("status", {})
     conditions = {c.get("type") for c in status.get("conditions") or []
                   if c.get("status") == "True"}
@@ -305,7 +309,8 @@ def batch_phase(job: dict[str, Any]) -> str:
 
 
 def job_status(client: KubeClient, name: str, namespace: str) -> JobStatus:
-    """Phase, pods per role with restarts, and the master's ``/api/status`` when it answers."""
+    """The cluster job's :class:`JobStatus`: its phase, pods per role with restarts, and the
+    master's ``/api/status`` when it answers."""
     volcano = client.get(VOLCANO_JOB, namespace, name)
     if volcano is not None:
         backend = "volcano"

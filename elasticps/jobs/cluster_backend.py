@@ -25,9 +25,10 @@ _STATE_OF_PHASE = {"Completed": SUCCEEDED, "Failed": FAILED, "Aborted": INTERRUP
                    "Terminated": INTERRUPTED}
 
 
-def result_of_status(status: JobStatus) -> JobResult | None:
-    """The result of a finished job (None while it runs): its phase as the local launcher's
-    state and exit code, its master's status page (if one answered) as the summary."""
+def result_of_phase(status: JobStatus) -> JobResult | None:
+    """The result of a job whose phase is final (None while it is not): the phase as the local
+    launcher's state and exit code, its master's status document (if one answered) as the
+    summary."""
     state = _STATE_OF_PHASE.get(status.phase)
     if state is None:
         return None
@@ -49,7 +50,7 @@ class ClusterJobHandle(JobHandle):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self.last_status = status = self.submitted.status()
-            result = result_of_status(status)
+            result = result_of_phase(status)
             if result is not None:
                 logger.info("Job %s in namespace %s finished: %s (%s).", status.job,
                             status.namespace, status.phase, result.state)

@@ -2,7 +2,7 @@
 
 Once a second (from the launcher's loop, like :class:`~elasticps.launch.launcher.TrainerScaler`)
 it gathers an :class:`~elasticps.autoscale_policy.Observation` — the master's status (backlog, live
-trainers) and the job's samples/s as the status monitor last saw them, the machine's idle cores
+trainers) and the job's samples/s as the launcher's watch last saw them, the machine's idle cores
 from ``/proc/stat`` — and writes a decision to ``launcher/desired_trainers``, the key
 ``elasticps scale`` writes: the scaler then starts or retires trainers as for a person. Every
 decision goes on the job's timeline with its reason, on the terminal, and into

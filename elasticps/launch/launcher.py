@@ -30,8 +30,8 @@ from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.autoscaler import Autoscaler
+from elasticps.launch.job_watch import LauncherWatch, ReportStream
 from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
-from elasticps.launch.monitor import ReportStream, StatusMonitor
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.supervisor import JobState, Supervisor
@@ -147,7 +147,7 @@ def trainer_spec(opts: LaunchOptions, workdir: Path, env: dict[str, str], index:
 
 
 class Launch:
-    """A launched job: supervisor + monitor + the loop that steps them."""
+    """A launched job: supervisor + watch + the loop that steps them."""
 
     def __init__(self, opts: LaunchOptions, *, out: TextIO | None = None,
                  err: TextIO | None = None) -> None:
@@ -167,15 +167,15 @@ class Launch:
                                  base_env)
         self.trainer_env = {k: v for k, v in self.specs[-1].env.items()
                             if k not in ("PADDLE_TRAINER_ID",)}
-        self.monitor = StatusMonitor(self.store_url, self.job_name, out=self.out, err=self.err)
+        self.watch = LauncherWatch(self.store_url, self.job_name, out=self.out, err=self.err)
         self.supervisor = Supervisor(self.specs, grace=opts.grace,
                                      max_restarts=opts.max_restarts,
-                                     report=ReportStream(self.monitor))  # type: ignore[arg-type]
+                                     report=ReportStream(self.watch))  # type: ignore[arg-type]
         self.scaler = TrainerScaler(self)
         self.resharder = PServerResharder(
             self, self.scaler.store, self.specs[-1].env.get("PADDLE_CHECKPOINT_URL", ""))
         self.autoscaler = None if opts.autoscale is None else Autoscaler(
-            opts.autoscale, self.monitor.latest, self.scaler.store, self.monitor.say)
+            opts.autoscale, self.watch.latest, self.scaler.store, self.watch.say)
         set_context(job=self.job_name)
         self._wake = threading.Event()
         self.started = 0.0
@@ -200,7 +200,7 @@ class Launch:
         write_job_file(self.workdir, self.store_url, self.job_name)
         try:
             self.supervisor.start()
-            self.monitor.start()
+            self.watch.start()
             while not self.supervisor.step().final:
                 if self.autoscaler is not None and self.supervisor.state is JobState.RUNNING:
                     asked = self.scaler.desired  # None until someone wrote the key
@@ -214,9 +214,9 @@ class Launch:
             raise
         finally:
             self.scaler.close()
-            self.monitor.stop()
+            self.watch.stop()
             self._restore_signals(previous)
-        self.monitor.join(timeout=5.0)
+        self.watch.join(timeout=5.0)
         return self._finish(time.monotonic() - self.started)
 
     def _install_signals(self) -> dict[int, Any]:

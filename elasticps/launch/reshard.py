@@ -177,7 +177,7 @@ class PServerResharder:
         self.phase = Phase.IDLE
 
     def _say(self, message: str) -> None:
-        self.launch.monitor.say(message)
+        self.launch.watch.say(message)
         try:
             record_event(self.store, JobEvent("scale", "pservers", message, "launcher"))
         except ElasticPSError as exc:

@@ -36,7 +36,7 @@ class MasterOptions:
     reconcile_timeout: float = 30.0  # how long one round waits for a shard that is down
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS  # more are refused; clients retry
     metrics_port: int = 0  # Prometheus /metrics of this process (0 = any free port)
-    observe_interval: float = 1.0  # seconds between the status page's samples
+    status_interval: float = 1.0  # seconds between the status page's samples
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")
 
     def __post_init__(self) -> None:

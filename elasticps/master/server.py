@@ -102,13 +102,13 @@ class MasterServer(Leader):
                          observe_write=self.metrics.store_write.observe)
 
     def _document(self) -> dict[str, Any] | None:
-        observer = self.observer
-        return None if observer is None or not self.serving.is_set() else observer.document()
+        loop = self.status_loop
+        return None if loop is None or not self.serving.is_set() else loop.document()
 
     def _serve_status(self, state: MasterState) -> contextlib.AbstractContextManager[int]:
-        assert self.observer is not None, "the observer starts before the status page"
+        assert self.status_loop is not None, "the status loop starts before the status page"
         registry = self.telemetry.registry
-        return serve_status(state, self.options, self.observer.document,
+        return serve_status(state, self.options, self.status_loop.document,
                             lambda: exposition(registry))
 
     def run(self) -> int:

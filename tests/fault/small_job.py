@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.chaos.accounting import job_accounting
-from elasticps.launch.monitor import fetch_status
+from elasticps.launch.job_watch import fetch_status
 from elasticps.launch.scale import JOB_FILE
 from elasticps.store import Store, open_store
 from tests.helpers import REPO, wait_for

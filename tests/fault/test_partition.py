@@ -16,8 +16,8 @@ it has pushed batches of. It checks that
   model, elasticps/chaos/oracle_script.py, and every count is read back from the shards' final
   checkpoints: elasticps/chaos/oracle.py).
 
-The test process never talks to the namespaces' addresses: everything is observed through a
-helper process inside "rest" (``tests/job_observer.py``) and through files.
+The test process never talks to the namespaces' addresses: everything is watched through a
+helper process inside "rest" (``tests/job_watch.py``) and through files.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_
 from elasticps.launch.launcher import LaunchOptions, build_specs
 from elasticps.rpc.tls import write_job_identities
 from tests.helpers import REPO, wait_for
-from tests.job_observer import JobObserver
+from tests.job_watch import WatchProcess
 from tests.netns import NetnsPair, unavailable_reason
 
 TTL = 2  # seconds a store lease lives unrefreshed: bounds the detection time
@@ -76,7 +76,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
     oracle = OracleSpec(str(tmp_path / "data"), PASSES, BATCH, PSERVERS)
     write_oracle_data(oracle.data, ROWS, ROWS_PER_CHUNK)
     net = NetnsPair.create("rest", "cut")
-    observer: JobObserver | None = None
+    watch: WatchProcess | None = None
     logs = tmp_path / "logs"
     logs.mkdir()
     try:
@@ -85,12 +85,12 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         checkpoints = tmp_path / "checkpoints"
         identities = write_job_identities(tmp_path / "work" / "tls", job)
         net.popen(net.a, _etcd_cmd(etcd, net.a_ip, tmp_path / "etcd"), env, logs / "etcd.log")
-        observer = JobObserver(net.popen(
-            net.a, [sys.executable, "-m", "tests.job_observer", "--store", store_url, "--job",
+        watch = WatchProcess(net.popen(
+            net.a, [sys.executable, "-m", "tests.job_watch", "--store", store_url, "--job",
                     job, "--token", token, "--tls-dir", str(identities["trainer"]),
                     "--pservers", "2", "--checkpoints",
-                    str(checkpoints)], env, logs / "observer.log", pipes=True))
-        wait_for(lambda: observer.ok("health"), 60, interval=0.2, what="etcd inside the namespace")
+                    str(checkpoints)], env, logs / "watch.log", pipes=True))
+        wait_for(lambda: watch.ok("health"), 60, interval=0.2, what="etcd inside the namespace")
 
         # The job's processes, with the launcher's environment contract.
         base_env = {**env, "PADDLE_HOST": net.a_ip, "PADDLE_LEASE_TTL": str(TTL),
@@ -109,11 +109,11 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         cut_proc, healthy_proc = procs["trainer 1"], procs["trainer 0"]
 
         def status() -> dict[str, Any] | None:
-            doc = observer.ok("status")
+            doc = watch.ok("status")
             return doc if doc and "counts" in doc else None
 
         def trainer_named(index: int) -> str | None:
-            names = [n for n in (observer.ok("progress") or {})
+            names = [n for n in (watch.ok("progress") or {})
                      if n.startswith(f"trainer-{index}-")]
             return names[0] if names else None
 
@@ -136,7 +136,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
                          and cut_name not in s["live_trainers"] and not _held(s, cut_name),
                          TTL + 6, interval=0.1, what=f"the master to release {cut_name}'s tasks")
                 detected_s = time.monotonic() - cut_at
-                records = {t: observer.ok(f"task {t}") for t in held}
+                records = {t: watch.ok(f"task {t}") for t in held}
                 released = [t for t, r in records.items()
                             if r and cut_name in r["last_error"] and "lost" in r["last_error"]]
                 # A task not released was finished: its TaskFinished was on its way at the cut.
@@ -156,14 +156,14 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
 
         # 3. While it is still cut off, the healthy trainer finishes the task it held.
         def done_by_other(task: int) -> bool:
-            record = observer.ok(f"task {task}")
+            record = watch.ok(f"task {task}")
             return bool(record) and record["owner"] == healthy_name and (
                 record["pass"] > held_pass or record["state"] == "done")
 
         wait_for(lambda: all(done_by_other(t) for t in held), 90, interval=0.2,
                  what=f"{healthy_name} to finish the tasks {held} of {cut_name}")
         assert cut_proc.poll() is None, "the cut trainer exited while partitioned"
-        dup_before = int(wait_for(lambda: observer.ok("pservers"), 30)["duplicates"])
+        dup_before = int(wait_for(lambda: watch.ok("pservers"), 30)["duplicates"])
 
         # 4. Heal. The cut trainer's stale pushes are answered as duplicates, its finish of the
         # old task is refused, and it rejoins the job.
@@ -187,7 +187,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             return s is not None and cut_name in s["live_trainers"] and bool(_held(s, cut_name))
 
         wait_for(rejoined, 60, interval=0.1, what=f"{cut_name} to rejoin and take a new task")
-        dup_after = int(wait_for(lambda: observer.ok("pservers"), 30)["duplicates"])
+        dup_after = int(wait_for(lambda: watch.ok("pservers"), 30)["duplicates"])
         # Its pushes after the heal were answered as duplicates, unless the cut came after its
         # last push was applied (on its way to TaskFinished): then the healthy trainer's pushes
         # of every batch of the task, on every shard, were the duplicates already.
@@ -206,7 +206,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         # depends on when it learnt that it lost the task (a refused renewal drops it at once),
         # so the count is bounded only by what step 4 saw; the exactly-once checks below are the
         # verdict. The counters only grow: no pserver restarted.
-        stats = wait_for(lambda: observer.ok("pservers"), 30, what="the pservers' counters")
+        stats = wait_for(lambda: watch.ok("pservers"), 30, what="the pservers' counters")
         assert int(stats["duplicates"]) >= dup_after, (stats, dup_after)
         # The pservers write a final checkpoint on a clean shutdown; the accounting reads it.
         servers = [p for name, p in procs.items() if not name.startswith("trainer")]
@@ -214,7 +214,7 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in servers:
             assert proc.wait(timeout=60) == 0, f"a server exited with {proc.returncode}"
-        accounting = wait_for(lambda: observer.ok("accounting"), 30, what="the accounting")
+        accounting = wait_for(lambda: watch.ok("accounting"), 30, what="the accounting")
         assert [p["pass"] for p in accounting["passes"]] == [0, 1, 2], accounting
         assert all(p["complete"] for p in accounting["passes"]), accounting
         assert accounting["expected_batches"] > 0
@@ -226,8 +226,8 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
         print(f"partition detected after {detected_s:.1f}s; test took "
               f"{time.monotonic() - started:.1f}s")
     finally:
-        # The job first (the pservers revoke their leases in etcd), then observer and etcd.
+        # The job first (the pservers revoke their leases in etcd), then the watch and etcd.
         net.stop(net.procs[2:])
-        if observer is not None:
-            observer.close()
+        if watch is not None:
+            watch.close()
         net.delete()

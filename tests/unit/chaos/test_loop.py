@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from elasticps.chaos.job_watch import progress_of
 from elasticps.chaos.loop import ChaosLoop
-from elasticps.chaos.observe import progress_of
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import KillRole, Planner, ScaleTrainers, preview
-from elasticps.chaos.targets import JobView
+from elasticps.chaos.targets import PublishedProcesses
 from elasticps.store.keys import MasterAddress, ProcessInfo, PServerSlot, TrainerRegistration
 
 HERE, THERE = "node-a", "node-b"
@@ -47,10 +47,11 @@ class SimJob:
     def pause(self, seconds: float) -> None:
         pass
 
-    def view(self) -> JobView:
-        return JobView(self.leader, dict(self.candidates), dict(self.slots), dict(self.trainers))
+    def processes(self) -> PublishedProcesses:
+        return PublishedProcesses(self.leader, dict(self.candidates), dict(self.slots),
+                                  dict(self.trainers))
 
-    def status(self, view: JobView | None = None) -> dict[str, Any]:
+    def status(self, procs: PublishedProcesses | None = None) -> dict[str, Any]:
         return {"counts": {}, "tasks_finished_total": self.tasks, "recoveries_total": 0,
                 "done": self.done_after is not None and len(self.killed) >= self.done_after}
 
@@ -135,7 +136,7 @@ def test_a_scale_step_is_carried_out_and_waited_for() -> None:
     loop, said = loop_for(job, seed=147, kills=1, scale=True)
     loop.step()
     assert [s.trainers for s in loop.scales] == [3]
-    assert len(job.view().active_trainers()) == 3
+    assert len(job.processes().active_trainers()) == 3
     assert said == ["chaos: scaled trainers to 3"]
 
 
@@ -281,9 +282,9 @@ def test_the_scale_down_kill_reshard_schedule_hits_the_pserver_that_just_checkpo
 class MovingJob(SimJob):
     """Training moves on by one task each time the master is asked."""
 
-    def status(self, view: JobView | None = None) -> dict[str, Any]:
+    def status(self, procs: PublishedProcesses | None = None) -> dict[str, Any]:
         self.tasks += 1
-        return super().status(view)
+        return super().status(procs)
 
 
 def test_a_paused_trainer_is_stopped_and_continued_and_the_others_progress_is_timed() -> None:

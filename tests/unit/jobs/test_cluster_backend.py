@@ -16,7 +16,7 @@ from elasticps.cluster.kube_client import KubeClient
 from elasticps.cluster.manifests import job_secrets
 from elasticps.cluster.submit import JobStatus, submit
 from elasticps.errors import ConfigError
-from elasticps.jobs.cluster_backend import ClusterJobHandle, result_of_status
+from elasticps.jobs.cluster_backend import ClusterJobHandle, result_of_phase
 from tests.unit.cluster.fake_kube import FakeKube
 
 SPEC: dict[str, Any] = {"job_name": "ctr", "namespace": "ml", "entry_point": "python train.py",
@@ -44,14 +44,14 @@ def handle_of(client: KubeClient, secrets: JobSecrets, backend: str) -> ClusterJ
     ("Terminated", "interrupted", 130)])
 def test_a_final_phase_is_the_local_launchers_state_and_exit_code(phase: str, state: str,
                                                                   code: int) -> None:
-    result = result_of_status(JobStatus("ctr", "ml", "volcano", phase, master={"pass": 2}))
+    result = result_of_phase(JobStatus("ctr", "ml", "volcano", phase, master={"pass": 2}))
     assert result is not None
     assert (result.state, result.exit_code, result.summary) == (state, code, {"pass": 2})
 
 
 @pytest.mark.parametrize("phase", ["Pending", "Running", "Restarting", "Completing"])
 def test_a_running_phase_has_no_result(phase: str) -> None:
-    assert result_of_status(JobStatus("ctr", "ml", "volcano", phase)) is None
+    assert result_of_phase(JobStatus("ctr", "ml", "volcano", phase)) is None
 
 
 def test_launch_job_submits_a_cluster_job_and_wait_follows_its_phase(

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from elasticps.errors import ConfigError
+from elasticps.launch.job_watch import snapshot
 from elasticps.launch.local_cli import follow_lines, log_path, run_ui, summary
 from elasticps.launch.local_job import LocalJob
-from elasticps.launch.monitor import snapshot
 from elasticps.launch.progress_view import PlainLines, RichBar, Snapshot, format_eta
 from elasticps.store.keys import TrainerProgress
 

@@ -1,4 +1,4 @@
-"""The launcher's view of a running job: the status URL and its progress.
+"""The launcher's watch of a running job: the status URL and its progress.
 
 Runs in a background thread so a slow store or master never delays the supervisor. It reads
 the master's address from the store (``master/address``), prints ``status: http://HOST:PORT/``
@@ -78,11 +78,12 @@ def render(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
     return " | ".join(parts)
 
 
-class StatusMonitor(threading.Thread):
+class LauncherWatch(threading.Thread):
     """Prints the status URL once, then keeps a single progress line up to date."""
 
     def __init__(self, store_url: str, job_name: str, *, out: TextIO | None = None,
                  err: TextIO | None = None, interval: float = 1.0) -> None:
+        # The thread keeps its name (what py-spy and thread listings have always shown).
         super().__init__(name="elasticps-monitor", daemon=True)
         self.store_url = store_url
         self.job_name = job_name
@@ -119,8 +120,9 @@ class StatusMonitor(threading.Thread):
                     if store is None:
                         store = open_store(self.store_url, self.job_name)
                     self._tick(store)
-                except Exception as exc:  # a monitor must never take the launcher down
-                    log.debug("Status monitor of job %s could not refresh: %s", self.job_name, exc)
+                except Exception as exc:  # a watch must never take the launcher down
+                    log.debug("The launcher's watch of job %s could not refresh: %s",
+                              self.job_name, exc)
                 self._halt.wait(self.interval)
         finally:
             self.view.close()
@@ -163,17 +165,17 @@ def snapshot(status: dict[str, Any] | None, progress: dict[str, TrainerProgress]
 
 
 class ReportStream:
-    """A text stream whose lines go to :meth:`StatusMonitor.say` (the supervisor's reports)."""
+    """A text stream whose lines go to :meth:`LauncherWatch.say` (the supervisor's reports)."""
 
-    def __init__(self, monitor: StatusMonitor) -> None:
-        self.monitor = monitor
+    def __init__(self, watch: LauncherWatch) -> None:
+        self.watch = watch
         self._buffer = ""
 
     def write(self, text: str) -> int:
         self._buffer += text
         while "\n" in self._buffer:
             line, self._buffer = self._buffer.split("\n", 1)
-            self.monitor.say(line)
+            self.watch.say(line)
         return len(text)
 
     def flush(self) -> None:

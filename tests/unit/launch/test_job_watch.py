@@ -1,8 +1,8 @@
-"""The launcher's progress line."""
+"""The launcher's watch: its progress line."""
 
 from __future__ import annotations
 
-from elasticps.launch.monitor import render
+from elasticps.launch.job_watch import render
 from elasticps.store.keys import TrainerProgress
 
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from elasticps.master.observer import EVENTS_SHOWN, JobObserver
+from elasticps.master.status_loop import EVENTS_SHOWN, StatusLoop
 from elasticps.master.telemetry import MasterMetrics
 from elasticps.store import Store, open_store
 from elasticps.store.api import Op
@@ -30,7 +30,7 @@ from elasticps.telemetry.role import RoleTelemetry
 
 
 class FakeState:
-    """What the observer reads of the master: its node, its job, the queue's status."""
+    """What the status loop reads of the master: its node, its job, the queue's status."""
 
     def __init__(self, node: str, **status: Any) -> None:
         self.node, self.job = node, "j"
@@ -50,17 +50,17 @@ def store(tmp_path: Path) -> Iterator[Store]:
     handle.close()
 
 
-def observer(store: Store, state: FakeState) -> JobObserver:
+def status_loop(store: Store, state: FakeState) -> StatusLoop:
     def commit(ops: Sequence[Op]) -> None:
         store.txn([], list(ops))
 
-    return JobObserver(store, state, num_pservers=0, commit=commit,  # type: ignore[arg-type]
-                       halt=threading.Event(), interval=0.01, save_every=1)
+    return StatusLoop(store, state, num_pservers=0, commit=commit,  # type: ignore[arg-type]
+                      halt=threading.Event(), interval=0.01, save_every=1)
 
 
 def test_a_new_leader_records_the_failover_and_continues_the_charts(store: Store) -> None:
     publish_progress(store, "trainer-0-h-1", TrainerProgress(samples=10, time=1.0, loss=0.5))
-    first = observer(store, FakeState("master-a"))
+    first = status_loop(store, FakeState("master-a"))
     first.resume()
     first.tick()
     first.tick()
@@ -68,7 +68,7 @@ def test_a_new_leader_records_the_failover_and_continues_the_charts(store: Store
     assert saved is not None
     assert saved["master"] == "master-a"
     assert len(saved["series"]) == 2
-    second = observer(store, FakeState("master-b"))
+    second = status_loop(store, FakeState("master-b"))
     second.resume()
     failovers = [e for e in read_events(store) if e.kind == "failover"]
     assert [e.message for e in failovers] == [
@@ -86,12 +86,12 @@ def test_failovers_are_counted_past_the_timeline_the_page_shows(store: Store) ->
     """The counter is the view's, carried from leader to leader: the failover events may have
     left the newest EVENTS_SHOWN entries long ago, and a Prometheus counter must not drop."""
     for node in ("master-a", "master-b"):
-        loop = observer(store, FakeState(node))
+        loop = status_loop(store, FakeState(node))
         loop.resume()
         loop.tick()  # saves (save_every=1)
     for i in range(EVENTS_SHOWN + 1):
         record_event(store, JobEvent("pass", "job", f"filler {i}", "test"))
-    third = observer(store, FakeState("master-c"))
+    third = status_loop(store, FakeState("master-c"))
     third.resume()
     third.tick()
     shown = [e["message"] for e in third.document()["events"] if e["kind"] == "failover"]
@@ -107,13 +107,13 @@ def test_failovers_are_counted_past_the_timeline_the_page_shows(store: Store) ->
 def test_no_failover_once_the_job_is_over(store: Store) -> None:
     store.put(JOB_HISTORY, encode_history({"master": "master-a", "state": "succeeded",
                                            "series": [], "events": []}))
-    observer(store, FakeState("master-b", state="succeeded")).resume()
+    status_loop(store, FakeState("master-b", state="succeeded")).resume()
     assert read_events(store) == []
 
 
-def test_a_stopping_observer_takes_a_last_look_and_saves_it(store: Store) -> None:
+def test_a_stopping_status_loop_takes_a_last_look_and_saves_it(store: Store) -> None:
     state = FakeState("master-a")
-    loop = observer(store, state)
+    loop = status_loop(store, state)
     loop.halt.set()
     state.doc.update(state="succeeded")
     loop.run()

@@ -1,4 +1,4 @@
-"""A running job as the chaos loop sees it: its store records and its master's status API.
+"""Chaos's watch of a running job: its store records and its master's status API.
 
 Nothing here looks at the machine's process table or at log files: the job says where its
 processes are (``master/address``, ``master/candidate/*``, ``pserver/slot/*``, ``trainer/*``)
@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from elasticps.chaos.targets import JobView, decode_view
+from elasticps.chaos.targets import PublishedProcesses, decode_processes
 from elasticps.errors import StoreError
-from elasticps.launch.monitor import fetch_status
+from elasticps.launch.job_watch import fetch_status
 from elasticps.store.api import Store
 from elasticps.store.keys import (
     MASTER_ADDRESS,
@@ -42,14 +42,14 @@ def progressed(before: dict[str, int], now: dict[str, int] | None) -> bool:
     return any(value > before.get(key, 0) for key, value in (now or {}).items())
 
 
-class JobObserver:
+class ChaosWatch:
     """Reads one job's published processes and its master's status."""
 
     def __init__(self, store: Store, *, status_timeout: float = 1.0) -> None:
         self.store = store
         self.status_timeout = status_timeout
 
-    def view(self) -> JobView | None:
+    def processes(self) -> PublishedProcesses | None:
         """The job's processes now, or None while the store cannot be read."""
         try:
             leader = self.store.get(MASTER_ADDRESS)
@@ -59,14 +59,14 @@ class JobObserver:
         except StoreError as exc:
             log.debug("Chaos cannot read the job's store now: %s", exc)
             return None
-        return decode_view(leader, candidates, slots, trainers)
+        return decode_processes(leader, candidates, slots, trainers)
 
-    def status(self, view: JobView | None = None) -> dict[str, Any] | None:
+    def status(self, procs: PublishedProcesses | None = None) -> dict[str, Any] | None:
         """The leading master's ``/api/status``, or None while no master answers."""
-        view = view if view is not None else self.view()
-        if view is None or view.leader is None:
+        procs = procs if procs is not None else self.processes()
+        if procs is None or procs.leader is None:
             return None
-        return fetch_status(view.leader.http, timeout=self.status_timeout)
+        return fetch_status(procs.leader.http, timeout=self.status_timeout)
 
     def progress(self) -> int | None:
         return progress_of(self.status())

@@ -1,6 +1,6 @@
 """The loop behind the status page: every ``interval`` seconds the leading master looks at the
 job (the queue, the trainers' progress, the pservers' metrics, the timeline), steps the pure
-view (:mod:`elasticps.master.job_view`), records what it found in the timeline, and every few
+view (:mod:`elasticps.master.status_view`), records what it found in the timeline, and every few
 ticks saves the page's document at ``job/history`` with a fenced write, so the page outlives
 the job and a master that takes over continues the charts.
 
@@ -18,15 +18,15 @@ from dataclasses import replace
 from typing import Any
 
 from elasticps.errors import ElasticPSError, StoreValueError
-from elasticps.master.job_view import (
+from elasticps.master.service import MasterState
+from elasticps.master.status_view import (
     PServerSight,
     Sight,
     ViewMemory,
     carry_over,
     document,
-    observe,
+    step_view,
 )
-from elasticps.master.service import MasterState
 from elasticps.store.api import Op, Put, Store
 from elasticps.store.keys import (
     JOB_HISTORY,
@@ -52,7 +52,7 @@ EVENTS_KEPT = 2000  # timeline entries kept in the store
 Commit = Callable[[Sequence[Op]], None]
 
 
-class JobObserver:
+class StatusLoop:
     """Ticks until ``halt`` is set; :meth:`document` is what ``/api/status`` serves."""
 
     def __init__(self, store: Store, state: MasterState, *, num_pservers: int, commit: Commit,
@@ -121,7 +121,7 @@ class JobObserver:
     def tick(self) -> None:
         memory, _, events = self._view
         sight = self._look()
-        memory, found = observe(memory, sight)
+        memory, found = step_view(memory, sight)
         self._record(found)
         events = [*(sight.events or events), *found][-EVENTS_SHOWN:]
         self._view = (memory, sight, events)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from elasticps.master.job_view import (
+from elasticps.master.status_view import (
     MAX_POINTS,
     PServerSight,
     Sight,
@@ -14,9 +14,9 @@ from elasticps.master.job_view import (
     document,
     eta_seconds,
     job_fraction,
-    observe,
     pass_metrics,
     samples_rate,
+    step_view,
     trainer_slot,
 )
 from elasticps.store.keys import PServerSlot, TrainerProgress
@@ -43,12 +43,12 @@ def kinds(events: list[Any]) -> list[tuple[str, str]]:
 
 
 def test_trainers_joining_and_leaving_and_the_first_pass_are_announced_once() -> None:
-    memory, events = observe(ViewMemory(), sight(10.0))
+    memory, events = step_view(ViewMemory(), sight(10.0))
     assert sorted(kinds(events)) == [("pass", "pass 1"), ("trainer", "trainer-0"),
                                      ("trainer", "trainer-1")]
-    memory, events = observe(memory, sight(11.0))
+    memory, events = step_view(memory, sight(11.0))
     assert events == []
-    memory, events = observe(memory, sight(12.0, live_trainers=["trainer-0-h-1"]))
+    memory, events = step_view(memory, sight(12.0, live_trainers=["trainer-0-h-1"]))
     assert kinds(events) == [("trainer", "trainer-1")]
     assert "left the job" in events[0].message
 
@@ -56,20 +56,20 @@ def test_trainers_joining_and_leaving_and_the_first_pass_are_announced_once() ->
 def test_a_new_process_in_a_pserver_slot_or_a_trainer_index_is_a_restart() -> None:
     slot = PServerSlot("127.0.0.1:1", pid=100, host="h")
     progress = {"trainer-0-h-1": TrainerProgress(samples=5, time=9.0)}
-    memory, events = observe(ViewMemory(), sight(10.0, progress=progress,
-                                                 pservers=[PServerSight(0, slot)]))
+    memory, events = step_view(ViewMemory(), sight(10.0, progress=progress,
+                                                   pservers=[PServerSight(0, slot)]))
     assert not [e for e in events if e.kind == "restart"]
     progress = {**progress, "trainer-0-h-7": TrainerProgress(samples=1, time=10.5)}
     moved = PServerSlot("127.0.0.1:2", pid=200, host="h")
-    memory, events = observe(memory, sight(11.0, progress=progress,
-                                           pservers=[PServerSight(0, moved)]))
+    memory, events = step_view(memory, sight(11.0, progress=progress,
+                                             pservers=[PServerSight(0, moved)]))
     restarts = sorted((e.subject, e.message) for e in events if e.kind == "restart")
     assert restarts == [
         ("pserver-0", "pserver slot pserver-0 came back as pid 200 on h at 127.0.0.1:2 "
                       "(restart 1)"),
         ("trainer-0", "trainer trainer-0 came back as trainer-0-h-7 (restart 1)")]
-    memory, events = observe(memory, sight(12.0, progress=progress,
-                                           pservers=[PServerSight(0, None)]))
+    memory, events = step_view(memory, sight(12.0, progress=progress,
+                                             pservers=[PServerSight(0, None)]))
     assert not [e for e in events if e.kind == "restart"]  # down is not a restart
     assert memory.incarnations["pserver-0"] == ("pid 100 on h", "pid 200 on h")
 
@@ -79,19 +79,19 @@ def test_failed_tasks_reconciliations_and_the_end_reach_the_timeline_once() -> N
     short = {"pass": 0, "complete": False, "expected_batches": 40,
              "missing_tasks": {"3": [1, 2]}}
     whole = {"pass": 0, "complete": True, "expected_batches": 40, "missing_tasks": {}}
-    memory, events = observe(ViewMemory(), sight(1.0, failure_log=[failure],
-                                                 accounting=[short]))
+    memory, events = step_view(ViewMemory(), sight(1.0, failure_log=[failure],
+                                                   accounting=[short]))
     found = {e.kind: e.message for e in events}
     assert found["task_failed"] == "task 3 failed in pass 1: chunk 7 is truncated"
     assert found["recovery"] == ("pass 1: pserver shards miss 2 batch(es) of task 3; recovery "
                                  "dispatches recompute them")
-    memory, events = observe(memory, sight(2.0, failure_log=[failure], accounting=[whole]))
+    memory, events = step_view(memory, sight(2.0, failure_log=[failure], accounting=[whole]))
     assert kinds(events) == [("reconciled", "pass 1")]
-    memory, events = observe(memory, sight(3.0, failure_log=[failure], accounting=[whole],
-                                           state="succeeded", **{"pass": 1}))
+    memory, events = step_view(memory, sight(3.0, failure_log=[failure], accounting=[whole],
+                                             state="succeeded", **{"pass": 1}))
     assert sorted(kinds(events)) == [("job", "j"), ("pass", "pass 2")]
-    memory, events = observe(memory, sight(4.0, failure_log=[failure], accounting=[whole],
-                                           state="succeeded", **{"pass": 1}))
+    memory, events = step_view(memory, sight(4.0, failure_log=[failure], accounting=[whole],
+                                             state="succeeded", **{"pass": 1}))
     assert events == []
 
 
@@ -105,12 +105,12 @@ def test_samples_per_second_counts_fresh_live_trainers_only() -> None:
 def test_the_series_halves_its_resolution_instead_of_growing_without_bound() -> None:
     memory = ViewMemory()
     for tick in range(MAX_POINTS + 1):
-        memory, _ = observe(memory, sight(float(tick)))
+        memory, _ = step_view(memory, sight(float(tick)))
     assert len(memory.series) == (MAX_POINTS + 1 + 1) // 2
     assert memory.stride == 2
     before = len(memory.series)
-    memory, _ = observe(memory, sight(float(MAX_POINTS + 1)))  # odd tick: no point
-    memory, _ = observe(memory, sight(float(MAX_POINTS + 2)))
+    memory, _ = step_view(memory, sight(float(MAX_POINTS + 1)))  # odd tick: no point
+    memory, _ = step_view(memory, sight(float(MAX_POINTS + 2)))
     assert len(memory.series) == before + 1
 
 
@@ -144,10 +144,10 @@ def test_the_document_has_a_row_per_trainer_index_and_pserver_shard() -> None:
     live = ["trainer-0-h-9", "trainer-1-h-2"]
     pservers = [PServerSight(1, None), PServerSight(0, PServerSlot("a:1", 5, "h"),
                                                     {"rows": 10.0, "bytes": 400.0})]
-    memory, _ = observe(ViewMemory(), sight(10.0, progress=progress, pservers=pservers,
-                                            live_trainers=live, pending={"trainer-1-h-2": [4]}))
-    memory, _ = observe(memory, sight(11.0, progress=progress, live_trainers=live,
-                                      pservers=[PServerSight(0, None), PServerSight(1, None)]))
+    memory, _ = step_view(ViewMemory(), sight(10.0, progress=progress, pservers=pservers,
+                                              live_trainers=live, pending={"trainer-1-h-2": [4]}))
+    memory, _ = step_view(memory, sight(11.0, progress=progress, live_trainers=live,
+                                        pservers=[PServerSight(0, None), PServerSight(1, None)]))
     doc = document(status(live_trainers=live, pending={"trainer-1-h-2": [4]}), memory,
                    sight(11.0, progress=progress, live_trainers=live,
                          pservers=[PServerSight(0, None), PServerSight(1, None)]),
@@ -174,7 +174,7 @@ def test_trainer_slot_of_a_process_name() -> None:
 def test_a_long_list_of_tasks_is_shortened_in_numeric_order() -> None:
     short = {"pass": 2, "complete": False, "expected_batches": 9,
              "missing_tasks": {str(t): [0] for t in (10, 2, 1, 33, 4, 5, 6, 7, 8, 9)}}
-    _, events = observe(ViewMemory(), sight(1.0, accounting=[short]))
+    _, events = step_view(ViewMemory(), sight(1.0, accounting=[short]))
     recovery = next(e for e in events if e.kind == "recovery")
     assert recovery.message == ("pass 3: pserver shards miss 10 batch(es) of tasks 1, 2, 4, 5, "
                                 "6, 7, 8, 9 and 2 more; recovery dispatches recompute them")

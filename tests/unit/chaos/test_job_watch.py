@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elasticps.chaos.observe import progress_of
+from elasticps.chaos.job_watch import progress_of
 
 
 def test_progress_counts_finished_tasks_and_recovery_dispatches() -> None:
@@ -12,7 +12,7 @@ def test_progress_counts_finished_tasks_and_recovery_dispatches() -> None:
 
 
 def test_progress_is_any_mark_growing_not_a_total_that_a_dead_trainer_would_shrink() -> None:
-    from elasticps.chaos.observe import progressed
+    from elasticps.chaos.job_watch import progressed
 
     before = {"master": 4, "trainer a": 120, "trainer b": 80}
     assert not progressed(before, None)

@@ -1,6 +1,6 @@
-"""A job observer that runs where the job's network is (e.g. inside a network namespace).
+"""The tests' watch of a job, run where the job's network is (e.g. inside a network namespace).
 
-Run as ``python -m tests.job_observer --store URL --job NAME --token T --tls-dir DIR --pservers N
+Run as ``python -m tests.job_watch --store URL --job NAME --token T --tls-dir DIR --pservers N
 --checkpoints DIR``; it reads one command per line on stdin and answers one JSON line on stdout:
 
 - ``health``: ``{"ok": true}`` once the store answers;
@@ -14,7 +14,7 @@ Run as ``python -m tests.job_observer --store URL --job NAME --token T --tls-dir
 Each command line starts with a tag the answer ``{"tag": TAG, "reply": ...}`` repeats, so a
 late answer to a command that timed out is never taken for the next one. Every failure is
 answered as ``{"error": "..."}``, so a test polls it with deadlines.
-:class:`JobObserver` is the test side: it owns the process's pipes.
+:class:`WatchProcess` is the test side: it owns the process's pipes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 def _serve(args: argparse.Namespace) -> int:
     from elasticps.chaos.accounting import job_accounting
-    from elasticps.launch.monitor import fetch_status
+    from elasticps.launch.job_watch import fetch_status
     from elasticps.master.snapshot import decode_task
     from elasticps.pserver.client import PServerClient
     from elasticps.rpc.credentials import JobCredentials
@@ -71,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
                 credentials = JobCredentials(args.job, args.token,
                                              TlsIdentity.load(args.tls_dir))
                 pservers = PServerClient(the_store(), credentials, args.pservers, deadline=5.0,
-                                         call_timeout=5.0, name="observer")
+                                         call_timeout=5.0, name="watch")
             return pservers.stats()
         if words == ["accounting"]:
             return job_accounting(the_store(), args.checkpoints, args.pservers)
@@ -93,8 +93,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-class JobObserver:
-    """The test's side of a running observer process (stdin/stdout pipes)."""
+class WatchProcess:
+    """The test's side of a running watch process (stdin/stdout pipes)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None
@@ -103,7 +103,7 @@ class JobObserver:
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._lock = threading.Lock()
         self._tags = itertools.count()
-        threading.Thread(target=self._read, daemon=True, name="observer-reader").start()
+        threading.Thread(target=self._read, daemon=True, name="watch-reader").start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -111,11 +111,11 @@ class JobObserver:
             self._lines.put(line)
 
     def ask(self, command: str, timeout: float = 30.0) -> Any:
-        """The observer's answer to ``command``; raises if it does not come in ``timeout``."""
+        """The watch's answer to ``command``; raises if it does not come in ``timeout``."""
         with self._lock:
             assert self.proc.stdin is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the observer exited with {self.proc.returncode}")
+                raise RuntimeError(f"the watch exited with {self.proc.returncode}")
             tag = str(next(self._tags))
             self.proc.stdin.write(f"{tag} {command}\n".encode())
             self.proc.stdin.flush()
@@ -125,7 +125,7 @@ class JobObserver:
                     doc = json.loads(self._lines.get(
                         timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
-                    raise TimeoutError(f"the observer did not answer {command!r} in "
+                    raise TimeoutError(f"the watch did not answer {command!r} in "
                                        f"{timeout}s") from None
                 if doc.get("tag") == tag:
                     return doc["reply"]

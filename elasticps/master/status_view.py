@@ -1,12 +1,12 @@
-"""What the status page shows, decided purely: one :func:`observe` per tick turns what the
+"""What the status page shows, decided purely: one :func:`step_view` per tick turns what the
 master sees now (:class:`Sight`) and what it remembered (:class:`ViewMemory`) into the next
 memory, the timeline entries to record, and the page's document (:func:`document`).
 
-No I/O and no clock here (time is an argument): ``master/observer.py`` gathers a ``Sight``
-from the queue, the store and the pservers' metrics, and carries the results out. The memory
-is saved inside the document (``observer``), so a master that takes over continues the charts
-and the timeline where the last one left them, and ``elasticps ui`` serves a finished job's
-page from the same document.
+No I/O and no clock here (time is an argument): ``master/status_loop.py`` gathers a
+``Sight`` from the queue, the store and the pservers' metrics, and carries the results out.
+The memory is saved inside the document (its ``observer`` field, a name saved documents
+already carry), so a master that takes over continues the charts and the timeline where the
+last one left them, and ``elasticps ui`` serves a finished job's page from the same document.
 
 Timeline entries decided here: a pass starts, the job ends, a task goes FAILED (with its
 reason), a pass is reconciled (or needs recovery dispatches), a trainer joins or leaves, and a
@@ -125,7 +125,7 @@ def _float(value: Any) -> float | None:
 # -- the tick --------------------------------------------------------------------------------
 
 
-def observe(memory: ViewMemory, sight: Sight) -> tuple[ViewMemory, list[JobEvent]]:
+def step_view(memory: ViewMemory, sight: Sight) -> tuple[ViewMemory, list[JobEvent]]:
     """The next memory and the timeline entries this tick found."""
     status = sight.status
     events: list[JobEvent] = []
@@ -466,4 +466,4 @@ def _natural(name: str) -> tuple[str, int]:
 
 
 __all__ = ["PServerSight", "Sight", "ViewMemory", "document", "eta_seconds", "job_fraction",
-           "observe", "pass_metrics"]
+           "pass_metrics", "step_view"]
