@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from elasticps.data import Schema, open_dataset
+from elasticps.data import DenseStats, Schema, open_dataset
 from elasticps.data.bad_rows import BadRows
 from elasticps.data.convert import WriteOptions, check_columns, convert
 from elasticps.data.hashing import hash_keys, int_keys
@@ -409,3 +409,20 @@ def test_hex32_takes_a_typed_sources_integers_in_32_bits(tmp_path: Path) -> None
                            str(tmp_path / "ds"), schema, max_bad_rows=1)
     assert report.bad_lines == ["dict:2:ad: 4294967296 is outside [0, 2**32)"]
     assert stored(tmp_path / "ds")["ad"] == [5, 0]
+
+
+def test_statistics_a_schema_declares_are_kept_the_others_measured(tmp_path: Path) -> None:
+    schema = tmp_path / "s.yaml"
+    schema.write_text("label: y\ncolumns:\n"
+                      "  a: {kind: dense, norm: minmax, stats: {min: 0, max: 100}}\n"
+                      "  b: {kind: dense, norm: minmax}\n")
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b\n1,10,10\n0,30,30\n")
+    done = convert_cli("csv", str(src), "--schema", str(schema), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    ds = open_dataset(str(tmp_path / "ds"))
+    assert ds.schema.column("a").stats == DenseStats(min=0.0, max=100.0)
+    assert ds.schema.column("b").stats == DenseStats(count=2, mean=20.0, std=10.0, min=10.0,
+                                                     max=30.0)
+    (batch,) = ds.iter_batches(2)
+    np.testing.assert_allclose(batch.dense, [[0.1, 0.0], [0.3, 1.0]], rtol=1e-6)
