@@ -426,3 +426,17 @@ def test_statistics_a_schema_declares_are_kept_the_others_measured(tmp_path: Pat
                                                      max=30.0)
     (batch,) = ds.iter_batches(2)
     np.testing.assert_allclose(batch.dense, [[0.1, 0.0], [0.3, 1.0]], rtol=1e-6)
+
+
+def test_a_field_that_is_not_utf8_is_a_malformed_row_not_a_failed_file(
+        tmp_path: Path, schema_file: Path) -> None:
+    src = tmp_path / "data.csv"
+    src.write_bytes((HEADER + "\n" + ROWS[0] + "\n").encode()
+                    + b"0,31,12,F\xe9R,8,,0\n" + (ROWS[2] + "\n").encode())
+    out = tmp_path / "ds"
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out", str(out),
+                       "--max-bad-rows", "1")
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(out)).manifest.source["first_bad_lines"] == [
+        f"{src}:3:country: 'F\\\\xe9R' is not UTF-8 text"]
+    assert stored(out)["country"] == ["US", "DE"]
