@@ -20,6 +20,7 @@ value by value (with regular expressions, still vectorised) to find and describe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -105,6 +106,9 @@ def integers(array: pa.Array, tokens: Sequence[str]) -> Values:
         return _from_floats(x, np.isnan(x), lambda row: f"{x[row]!r} is not an integer")
     if not is_text(array):
         return _wrong_type(array, "an integer")
+    quick = _integers_as_written(array, tokens)
+    if quick is not None:
+        return quick
     stripped, missing = text(array, tokens)
     filled = pc.if_else(pa.array(missing), pa.scalar("0"), stripped)
     try:
@@ -113,6 +117,44 @@ def integers(array: pa.Array, tokens: Sequence[str]) -> Values:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     return _integers_slowly(stripped, filled, missing)
+
+
+def _integers_as_written(array: pa.Array, tokens: Sequence[str]) -> Values | None:
+    """The common case, without stripping: every value a plain integer, empty or null (empty is
+    missing), and no missing token one that an integer could equal (such as ``-1``); else None,
+    and the caller takes the general path, which gives the same values for such a column."""
+    if pa.types.is_dictionary(array.type) or "" not in tokens or not _no_integer_among(
+            tuple(tokens)):
+        return None
+    missing = null_mask(array) | (_lengths(array) == 0)
+    try:
+        values = pc.cast(_nulled(array, missing), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return Values(pc.fill_null(values, 0).to_numpy(zero_copy_only=False), missing,
+                  _none(len(array)), lambda row: "")
+
+
+@functools.lru_cache(maxsize=64)
+def _no_integer_among(tokens: tuple[str, ...]) -> bool:
+    for token in tokens:
+        try:
+            pc.cast(pa.array([token]), pa.int64())
+            return False
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return True
+
+
+def _nulled(array: pa.Array, missing: np.ndarray) -> pa.Array:
+    """``array`` with a null where ``missing`` (which covers its own nulls)."""
+    if not missing.any():
+        return array
+    if array.offset or array.buffers()[2] is None:
+        return pc.if_else(pa.array(missing), pa.scalar(None, array.type), array)
+    validity = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    return pa.Array.from_buffers(array.type, len(array), [validity, *array.buffers()[1:]],
+                                 null_count=int(missing.sum()))
 
 
 def _integers_slowly(stripped: pa.Array, filled: pa.Array, missing: np.ndarray) -> Values:
