@@ -283,17 +283,18 @@ def test_like_converts_a_test_split_with_the_training_sets_dtypes_and_stats(
 def test_criteo_text_with_integral_floats_and_spaces_converts(tmp_path: Path) -> None:
     from elasticps.data.criteo_convert import convert_criteo
 
-    line = ["1", "260.0", " 3 ", "+4", *[""] * 10, "05db9164", *[""] * 25]
+    line = ["1", "260.0", " 3 ", "+4", *[""] * 10, " 05DB9164 ", *[""] * 25]
     bad = ["0", "2.5", *[""] * 12, *[""] * 26]
     src = tmp_path / "c.tsv"
     src.write_text("\t".join(line) + "\n" + "\t".join(bad) + "\n")
     report = convert_criteo([str(src)], str(tmp_path / "ds"), max_bad_rows=1, progress=False)
     assert report.rows == 1
-    assert report.bad_lines == [(f"{src}:2:I1", "'2.5' is not an int32 integer")]
+    assert report.bad_lines == [f"{src}:2:I1: '2.5' is not an integer"]
     table = pq.read_table(tmp_path / "ds" / "part-00000.parquet")
     assert table.column("I1").to_pylist() == [260]
     assert table.column("I2").to_pylist() == [3]
     assert table.column("I3").to_pylist() == [4]
+    assert table.column("C1").to_pylist() == [0x05DB9164]
 
 
 def test_unreadable_inputs_are_data_errors(tmp_path: Path, schema_file: Path) -> None:
