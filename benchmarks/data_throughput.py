@@ -5,7 +5,8 @@
 Steps, on one synthetic dataset of --rows rows:
   synth    elasticps.data.synth.synth_ctr (Parquet, with the planted model's best AUC)
   text     the same rows written as Criteo TSV (the input of the next step)
-  convert  elasticps.data.criteo_convert.convert_criteo: TSV -> chunked Parquet, validated
+  convert  elasticps.data.criteo_convert.convert_criteo: TSV -> chunked Parquet, every value
+           validated, by the general converter (elasticps.data.convert) with the Criteo preset
   read     elasticps.data.iter_batches over every chunk: hashed ids + normalised dense features
            (median of --repeats passes)
   baseline the classic demo's per-line Python reader (split, float, hash per field) on the

@@ -11,7 +11,8 @@ Public API (what other subsystems and users call)::
             tensors = batch.to_torch()                # Batch -> TensorBatch
     auc(labels, scores); log_loss(labels, probs)
 
-Criteo-layout (format 1) datasets also take ``features=FeatureConfig(id_space, dense_norm)``.
+Criteo-layout (format 1) datasets also take ``features=FeatureConfig(id_space, dense_norm)``;
+a converted Criteo dataset takes the one its schema declares.
 
 Names load on first use (``elasticps.data.manifest`` alone needs no pyarrow). Heavier pieces
 (converter, generator) are imported from their modules:

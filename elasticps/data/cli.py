@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from elasticps.data.cli_convert import register as register_convert
+from elasticps.data.criteo_preset import CONVERT_DENSE_NORM, DEFAULT_ID_SPACE, DENSE_NORMS
 from elasticps.data.write_defaults import (
     COMPRESSIONS,
     DEFAULT_CHUNKS_PER_FILE,
@@ -94,16 +95,23 @@ def register(subparsers: Any) -> None:
     kinds = convert.add_subparsers(dest="convert_kind", metavar="FORMAT", required=True)
     criteo = kinds.add_parser(
         "criteo", help="Criteo display-ads text (TSV, or CSV with a header)",
-        description="Convert Criteo display-ads text to a chunked Parquet dataset. Each line is "
-        "label, I1..I13 (integers, may be empty or negative), C1..C26 (8 hex digits, may be "
-        "empty), tab separated; comma-separated files with a header line also work. Inputs "
-        "may be compressed (.gz, .bz2, .xz). Malformed lines are reported with their line "
-        "numbers and skipped; more than --max-bad-rows of them fail the run.",
+        description="Convert Criteo display-ads text to a chunked Parquet dataset whose schema "
+        "is the Criteo preset (label; I1..I13 dense int32; C1..C26 categorical hex32, hashed "
+        "into one table). Each line is label, I1..I13 (integers, may be empty or negative), "
+        "C1..C26 (8 hex digits, may be empty), tab separated; comma-separated files with a "
+        "header line also work. Inputs may be compressed (.gz, .bz2, .xz). Malformed lines are "
+        "reported with their line numbers and skipped; more than --max-bad-rows of them fail "
+        "the run.",
     )
     criteo.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or fsspec URLs")
     _add_output_options(criteo)
     criteo.add_argument("--max-bad-rows", type=_non_negative, default=0, metavar="K",
                         help="skip up to K malformed lines; one more fails the run (default 0)")
+    criteo.add_argument("--dense-norm", choices=DENSE_NORMS, default=CONVERT_DENSE_NORM,
+                        help="the normalisation of I1..I13 the dataset declares (default "
+                        f"{CONVERT_DENSE_NORM}: log(1 + x), missing -1; see docs/data.md)")
+    criteo.add_argument("--id-space", type=_positive, default=DEFAULT_ID_SPACE, metavar="N",
+                        help=f"hashed ids of the C1..C26 table (default {DEFAULT_ID_SPACE:,})")
     criteo.set_defaults(func=run_convert_criteo)
     register_convert(kinds, _add_output_options, _non_negative, _positive)
 
@@ -239,7 +247,8 @@ def run_convert_criteo(args: argparse.Namespace) -> int:
     from elasticps.data.criteo_convert import convert_criteo
 
     report = convert_criteo(
-        args.inputs, args.out, rows_per_chunk=args.rows_per_chunk,
+        args.inputs, args.out, id_space=args.id_space, dense_norm=args.dense_norm,
+        rows_per_chunk=args.rows_per_chunk,
         chunks_per_file=args.chunks_per_file, max_bad_rows=args.max_bad_rows,
         compression=args.compression, overwrite=args.overwrite, progress=_progress(args),
     )

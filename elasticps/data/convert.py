@@ -10,11 +10,12 @@ one chunk, whatever the input size):
    reported as ``file:line:column: reason`` (:mod:`~elasticps.data.bad_rows`); past
    ``max_bad_rows`` the run fails and nothing is left in the output;
 4. the good rows' dense values update the running statistics (:mod:`~elasticps.data.dense_stats`)
-   and the rows go to the writer.
+   of the columns whose statistics the schema leaves open, and the rows go to the writer.
 
 The manifest, written last, carries the schema with every dtype decided and the statistics
-measured (or, with ``like``, those of another dataset: convert a test split ``like`` its
-training set so that both are hashed and normalised alike).
+measured; statistics the schema declares are kept (a preset's fixed range, such as the Criteo
+preset's ``minmax`` clip range), and with ``like`` every dense column takes another dataset's:
+convert a test split ``like`` its training set so that both are hashed and normalised alike.
 """
 
 from __future__ import annotations
@@ -108,15 +109,16 @@ def _check_convertible(schema: Schema) -> None:
 class _Run:
     """One conversion: the schema as decided so far, the writer, the counts."""
 
-    def __init__(self, schema: Schema, out_url: str, options: WriteOptions, bad: BadRows,
-                 measure: bool) -> None:
+    def __init__(self, schema: Schema, out_url: str, options: WriteOptions,
+                 bad: BadRows) -> None:
         self.schema = schema
         self.out_url = out_url
         self.options = options
         self.bad = bad
-        self.measure = measure
         self.writer: DatasetWriter | None = None
-        self.stats = {column.name: RunningStats() for column in schema.dense_columns}
+        # Only the dense columns whose statistics the schema leaves open are measured.
+        self.stats = {column.name: RunningStats() for column in schema.dense_columns
+                      if column.stats is None}
         self.rows = 0
 
     def open_writer(self, first: SourceBlock | None) -> DatasetWriter:
@@ -142,25 +144,24 @@ class _Run:
                          also=unreported)
             unreported = 0
         self.bad.check()
-        if self.measure:
-            for name, running in self.stats.items():
-                values = checked.table.column(name).drop_null().to_numpy()
-                running.update(np.asarray(values, dtype=np.float64))
+        for name, running in self.stats.items():
+            values = checked.table.column(name).drop_null().to_numpy()
+            running.update(np.asarray(values, dtype=np.float64))
         self.writer.write(checked.table)
         self.rows += checked.table.num_rows
 
     def final_schema(self) -> Schema:
         """The schema as the manifest records it: dtypes decided, salts pinned (so a later
-        change of the default salt cannot change this dataset's ids), statistics measured."""
+        change of the default salt cannot change this dataset's ids), statistics measured
+        where the schema did not declare them."""
         schema = self.schema
         for column in schema.categorical_columns:
             if column.salt is None:
                 schema = schema.replace_column(dataclasses.replace(column,
                                                                    salt=column.hash_salt))
-        if self.measure:
-            for column in schema.dense_columns:
-                measured = self.stats[column.name].result()
-                schema = schema.replace_column(dataclasses.replace(column, stats=measured))
+        for name, running in self.stats.items():
+            column = schema.column(name)
+            schema = schema.replace_column(dataclasses.replace(column, stats=running.result()))
         return schema
 
 
@@ -196,7 +197,7 @@ def convert(sources: Sequence[Source], schema: Schema, out_url: str, *,
     for source in sources:
         check_columns(source, schema, ignore_extra)
     bad = bad if bad is not None else BadRows(max_bad_rows)
-    run = _Run(schema, out_url, options, bad, measure=like is None)
+    run = _Run(schema, out_url, options, bad)
     bar = Progress("converting", total_bytes=total_bytes, enabled=progress)
     blocks = _blocks(sources, schema.source_columns())
     with closing(blocks):

@@ -1,6 +1,7 @@
 """The Criteo layout of the original CTR datasets (format version 1): columns, Parquet types.
 
-One row is one ad impression:
+One row is one ad impression. The types are those the Criteo preset's dtypes are stored as
+(:mod:`elasticps.data.storage`), so a converted Criteo dataset (format 2) stores the same:
 
 ========  ===========  =====================================================================
 column    Parquet type meaning
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from elasticps.data import storage
 from elasticps.data.criteo_preset import (
     DENSE_COLUMNS,
     FEATURE_COLUMNS,
@@ -28,6 +30,7 @@ from elasticps.data.criteo_preset import (
     NUM_DENSE,
     NUM_SPARSE,
     SPARSE_COLUMNS,
+    criteo_preset,
 )
 
 __all__ = [
@@ -38,19 +41,17 @@ __all__ = [
 
 P_TRUE = "p_true"
 
-LABEL_TYPE = pa.int8()
-DENSE_TYPE = pa.int32()
-SPARSE_TYPE = pa.uint32()
+_STORED = storage.arrow_schema(criteo_preset())
+LABEL_TYPE = _STORED.field(LABEL).type  # int8
+DENSE_TYPE = _STORED.field(DENSE_COLUMNS[0]).type  # int32
+SPARSE_TYPE = _STORED.field(SPARSE_COLUMNS[0]).type  # uint32
 
 
 def arrow_schema(with_p_true: bool = False) -> pa.Schema:
     """The Parquet schema of a dataset; ``with_p_true`` adds the synthetic probability column."""
-    fields = [pa.field(LABEL, LABEL_TYPE, nullable=False)]
-    fields += [pa.field(name, DENSE_TYPE) for name in DENSE_COLUMNS]
-    fields += [pa.field(name, SPARSE_TYPE) for name in SPARSE_COLUMNS]
     if with_p_true:
-        fields.append(pa.field(P_TRUE, pa.float32(), nullable=False))
-    return pa.schema(fields)
+        return _STORED.append(pa.field(P_TRUE, pa.float32(), nullable=False))
+    return _STORED
 
 
 def schema_description(with_p_true: bool = False) -> list[dict[str, object]]:

@@ -29,7 +29,7 @@ from elasticps.data.batch import Batch
 from elasticps.data.chunk_decode import decode_table
 from elasticps.data.criteo_layout import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
 from elasticps.data.criteo_preset import criteo_preset
-from elasticps.data.features import FeatureConfig
+from elasticps.data.features import FeatureConfig, declared_features
 from elasticps.data.locations import resolve
 from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
 from elasticps.data.schema import Schema
@@ -147,15 +147,21 @@ def reading_schema(manifest: Manifest, features: FeatureConfig | None = None) ->
 
     Format 1 (the Criteo layout) reads as the Criteo preset with ``features``' id space and
     dense norm (default ``FeatureConfig()``). Format 2 reads as its manifest declares; a
-    ``FeatureConfig`` other than the default is refused there, since the schema already says
-    what it would (the default one is taken to mean "as declared").
+    ``FeatureConfig`` there must be the default (taken to mean "as declared") or the one the
+    schema declares (a converted Criteo dataset's, :func:`declared_features`): any other would
+    ask for what the schema fixes otherwise.
     """
     if manifest.is_criteo_layout:
         chosen = features or DEFAULT_FEATURES
         return criteo_preset(chosen.id_space, chosen.dense_norm)
     if features is not None and features != DEFAULT_FEATURES:
-        raise DataError(f"{features} applies to Criteo-layout (format 1) datasets only; a "
-                        "format-2 dataset declares its id spaces and norms in its schema")
+        declared = declared_features(manifest.schema)
+        if features != declared:
+            says = (f"this one declares {declared}" if declared is not None
+                    else "this one is not a Criteo dataset")
+            raise DataError(f"{features} applies to Criteo-layout (format 1) datasets, or to a "
+                            "converted Criteo dataset that declares it; a format-2 dataset "
+                            f"declares its id spaces and norms in its schema, and {says}")
     return manifest.schema
 
 

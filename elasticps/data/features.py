@@ -1,7 +1,9 @@
-"""Feature transforms of format-1 (Criteo layout) datasets: the per-slot hash and the dense
-normalisations that ``FeatureConfig`` selects. Readers apply them through the Criteo preset
-schema (:func:`elasticps.data.schema.criteo_preset`) and the general hash of
-:mod:`elasticps.data.hashing`, which equals this one for Criteo values.
+"""Feature transforms of Criteo datasets: the per-slot hash and the dense normalisations that
+``FeatureConfig`` selects. Readers apply them through the Criteo preset schema
+(:func:`elasticps.data.criteo_preset.criteo_preset`) and the general hash of
+:mod:`elasticps.data.hashing`, which equals this one for Criteo values. A format-1 dataset reads
+with whichever ``FeatureConfig`` the reader passes; a converted Criteo dataset (format 2)
+declares one in its schema (:func:`declared_features`).
 
 Categorical hash (never Python's ``hash()``, which is salted per process)::
 
@@ -36,13 +38,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from elasticps.data.criteo_preset import CLIP_MAX, CLIP_MIN, DEFAULT_ID_SPACE, DENSE_NORMS
+from elasticps.data.criteo_preset import (
+    CLIP_MAX,
+    CLIP_MIN,
+    DEFAULT_ID_SPACE,
+    DENSE_NORMS,
+    preset_options,
+)
+from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.hashing import splitmix64
 
 __all__ = [
     "DEFAULT_ID_SPACE", "DENSE_MAX", "DENSE_MIN", "DENSE_NORMS", "MISSING_VALUE", "FeatureConfig",
-    "hash_categorical", "normalize_dense", "splitmix64",
+    "declared_features", "hash_categorical", "normalize_dense", "splitmix64",
 ]
 
 MISSING_VALUE = 1 << 32
@@ -67,6 +76,13 @@ class FeatureConfig:
             raise ConfigError(
                 f"dense_norm={self.dense_norm!r} is not one of {', '.join(DENSE_NORMS)}"
             )
+
+
+def declared_features(schema: Schema) -> FeatureConfig | None:
+    """The ``FeatureConfig`` whose Criteo preset ``schema`` is (what ``elasticps data convert
+    criteo`` declares), None for any other schema."""
+    options = preset_options(schema)
+    return None if options is None else FeatureConfig(*options)
 
 
 def hash_categorical(values: np.ndarray, missing: np.ndarray, id_space: int) -> np.ndarray:

@@ -4,7 +4,7 @@ A dataset directory holds Parquet files (``part-00000.parquet``, ...) and ``mani
 Two formats are read:
 
 * ``"elasticps-dataset"``, format version 2: a dataset with a declared schema (written by
-  ``elasticps data convert csv|tsv|parquet|jsonl|text`` and ``write_dataset``)::
+  ``elasticps data convert csv|tsv|parquet|jsonl|text|criteo`` and ``write_dataset``)::
 
     {
       "format": "elasticps-dataset", "format_version": 2,
@@ -24,7 +24,7 @@ Two formats are read:
   dense statistics measured at conversion; ``columns`` lists the Parquet columns.
 
 * ``"elasticps-ctr"``, format version 1: the Criteo layout (written by ``elasticps data synth
-  ctr`` and ``convert criteo``), whose ``schema`` is the list of Parquet columns. Its declared
+  ctr``), whose ``schema`` is the list of Parquet columns. Its declared
   schema is the built-in Criteo preset (:func:`elasticps.data.criteo_preset.criteo_preset`).
 
 Either way :attr:`Manifest.schema` is the declared :class:`~elasticps.data.schema.Schema` and

@@ -9,7 +9,10 @@ Arrow values (Parquet, JSON numbers and lists, a DataFrame). The rules are the s
   as ``260.0`` or ``2.6e2`` (dataframe tools write integer columns with missing values so); up
   to 2**53 for the latter, since floats are exact only that far;
 * a number is anything Arrow parses as a float64; ``nan`` counts as missing, an infinity is bad;
-* a string is the stripped text; integers in a typed source become their decimal text.
+* a string is the stripped text; integers in a typed source become their decimal text;
+* an ``int32`` is an integer in [-2**31, 2**31);
+* a ``hex32`` is exactly 8 hexadecimal digits (either case), the 32-bit value they spell (a
+  typed source's integers in [0, 2**32) as they are).
 
 Fast path: one Arrow cast of the whole column. Only a column where that cast fails is searched
 value by value (with regular expressions, still vectorised) to find and describe the bad ones.
@@ -17,6 +20,7 @@ value by value (with regular expressions, still vectorised) to find and describe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -102,6 +106,9 @@ def integers(array: pa.Array, tokens: Sequence[str]) -> Values:
         return _from_floats(x, np.isnan(x), lambda row: f"{x[row]!r} is not an integer")
     if not is_text(array):
         return _wrong_type(array, "an integer")
+    quick = _integers_as_written(array, tokens)
+    if quick is not None:
+        return quick
     stripped, missing = text(array, tokens)
     filled = pc.if_else(pa.array(missing), pa.scalar("0"), stripped)
     try:
@@ -110,6 +117,44 @@ def integers(array: pa.Array, tokens: Sequence[str]) -> Values:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     return _integers_slowly(stripped, filled, missing)
+
+
+def _integers_as_written(array: pa.Array, tokens: Sequence[str]) -> Values | None:
+    """The common case, without stripping: every value a plain integer, empty or null (empty is
+    missing), and no missing token one that an integer could equal (such as ``-1``); else None,
+    and the caller takes the general path, which gives the same values for such a column."""
+    if pa.types.is_dictionary(array.type) or "" not in tokens or not _no_integer_among(
+            tuple(tokens)):
+        return None
+    missing = null_mask(array) | (_lengths(array) == 0)
+    try:
+        values = pc.cast(_nulled(array, missing), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return Values(pc.fill_null(values, 0).to_numpy(zero_copy_only=False), missing,
+                  _none(len(array)), lambda row: "")
+
+
+@functools.lru_cache(maxsize=64)
+def _no_integer_among(tokens: tuple[str, ...]) -> bool:
+    for token in tokens:
+        try:
+            pc.cast(pa.array([token]), pa.int64())
+            return False
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return True
+
+
+def _nulled(array: pa.Array, missing: np.ndarray) -> pa.Array:
+    """``array`` with a null where ``missing`` (which covers its own nulls)."""
+    if not missing.any():
+        return array
+    if array.offset or array.buffers()[2] is None:
+        return pc.if_else(pa.array(missing), pa.scalar(None, array.type), array)
+    validity = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    return pa.Array.from_buffers(array.type, len(array), [validity, *array.buffers()[1:]],
+                                 null_count=int(missing.sum()))
 
 
 def _integers_slowly(stripped: pa.Array, filled: pa.Array, missing: np.ndarray) -> Values:
@@ -140,6 +185,99 @@ def _integers_slowly(stripped: pa.Array, filled: pa.Array, missing: np.ndarray) 
         ok |= integral
     return Values(values, missing, ~ok,
                   lambda row: f"{_quote(stripped, row)} is not an integer")
+
+
+def int32_values(array: pa.Array, tokens: Sequence[str]) -> Values:
+    """int32 values: integers, and outside [-2**31, 2**31) bad."""
+    return _within(integers(array, tokens), -(1 << 31), 1 << 31, np.int32,
+                   "outside the int32 range")
+
+
+# ASCII byte -> its hex digit's value; 255 for a byte that is not a hex digit.
+_HEX_DIGIT = np.full(256, 255, dtype=np.uint8)
+_HEX_DIGIT[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10)
+_HEX_DIGIT[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16)
+_HEX_DIGIT[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
+
+
+def hex32_values(array: pa.Array, tokens: Sequence[str]) -> Values:
+    """uint32 values of 8-hex-digit text, by a lookup table over the value bytes (no Python per
+    value); a typed source's integers in [0, 2**32) as they are."""
+    if not is_text(array):
+        return _within(integers(array, tokens), 0, 1 << 32, np.uint32, "outside [0, 2**32)")
+    quick = _hex32_as_written(array, tokens)
+    if quick is not None:
+        return quick
+    stripped, missing = text(array, tokens)
+    values, bad = _hex32(stripped, missing)
+    return Values(values, missing, bad,
+                  lambda row: f"{_quote(stripped, row)} is not 8 hex digits")
+
+
+def _hex32_as_written(array: pa.Array, tokens: Sequence[str]) -> Values | None:
+    """The common case, without stripping: every value 8 hex digits, empty (missing) or null,
+    and no missing token of 8 characters (one that a value could equal); else None, and the
+    caller takes the general path, which gives the same values for such a column."""
+    if pa.types.is_dictionary(array.type) or "" not in tokens or any(
+            len(token) == 8 for token in tokens):
+        return None
+    missing = null_mask(array) | (_lengths(array) == 0)
+    values, bad = _hex32(array, missing)
+    return None if bad.any() else Values(values, missing, bad, lambda row: "")
+
+
+def _hex32(array: pa.Array, missing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(uint32 values, bad) of a string array whose values but the ``missing`` ones must be
+    exactly 8 hex digits."""
+    offsets, data = _string_parts(array)
+    lengths = np.diff(offsets)
+    eight = lengths == 8
+    if (eight | (lengths == 0)).all():  # the common case: the values lie back to back
+        chars = data[offsets[0]:offsets[-1]].reshape(-1, 8)
+    else:
+        chars = data[offsets[:-1][eight][:, None] + np.arange(8)]
+    nibbles = np.take(_HEX_DIGIT, chars)
+    packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
+    values = np.zeros(len(array), dtype=np.uint32)
+    values[eight] = np.ascontiguousarray(packed).view(">u4").ravel()
+    ok = eight.copy()
+    if nibbles.size and nibbles.max() == 255:  # one cheap check; per value only if it fails
+        ok[np.flatnonzero(eight)[(nibbles == 255).any(axis=1)]] = False
+    ok |= missing
+    if missing.any() or not ok.all():
+        values[missing | ~ok] = 0
+    return values, ~ok
+
+
+def _lengths(array: pa.Array) -> np.ndarray:
+    """Byte length of each value of a string array (a null's is whatever its offsets say)."""
+    return np.diff(_string_parts(array)[0])
+
+
+def _string_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets as int64 [n + 1], data bytes) of a string array, honouring its slice offset."""
+    width = 8 if pa.types.is_large_string(array.type) else 4
+    buffers = array.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if width == 8 else np.int32,
+                            count=len(array) + 1, offset=array.offset * width)
+    data = (np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None
+            else np.zeros(0, np.uint8))
+    return offsets.astype(np.int64), data
+
+
+def _within(values: Values, low: int, high: int, dtype: type[np.integer],
+            outside_what: str) -> Values:
+    """``values`` as ``dtype``, those outside [low, high) bad (said: ``N is outside_what``)."""
+    x = values.values
+    assert isinstance(x, np.ndarray)
+    outside = ~values.missing & ~values.bad & ((x < low) | (x >= high))
+    bad = values.bad | outside
+
+    def describe(row: int) -> str:
+        return f"{x[row]} is {outside_what}" if outside[row] else values.describe(row)
+
+    return Values(np.where(bad | values.missing, 0, x).astype(dtype), values.missing, bad,
+                  describe)
 
 
 def _from_floats(x: np.ndarray, missing: np.ndarray, describe: Describe) -> Values:
@@ -257,3 +395,7 @@ def lists(array: pa.Array, sep: str | None, tokens: Sequence[str], element: Elem
         return f"in {whole}: {parsed.describe(int(first_bad[row]))}"
 
     return Values(stored, missing, bad, describe)
+
+
+BY_DTYPE: dict[str, ElementParser] = {"int": integers, "int32": int32_values, "float": numbers,
+                                      "string": strings, "hex32": hex32_values}

@@ -179,15 +179,13 @@ def _feature(array: pa.Array, spec: ColumnSpec, tokens: tuple[str, ...],
 
 
 def _element_parser(spec: ColumnSpec, id_space: int) -> pv.ElementParser:
-    if spec.dtype == "string":
-        return pv.strings
-    if spec.dtype == "float":
-        return pv.numbers
+    assert spec.dtype is not None  # decided (decide_dtypes)
+    parse = pv.BY_DTYPE[spec.dtype]
     if spec.ids != "passthrough" or spec.kind == "dense":
-        return pv.integers
+        return parse
 
     def passthrough(array: pa.Array, tokens: Sequence[str]) -> pv.Values:
-        values = pv.integers(array, tokens)
+        values = parse(array, tokens)
         x = values.values
         assert isinstance(x, np.ndarray)
         outside = ~values.missing & ~values.bad & ((x < 0) | (x >= id_space))

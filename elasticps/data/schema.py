@@ -19,13 +19,20 @@ with its kind::
 
 Column kinds:
 
-- ``dense``: a number (``dtype`` int or float); ``norm`` is ``standard`` (the default: minus the
-  mean, over the standard deviation, both computed at conversion), ``minmax`` (to [0, 1] by the
-  minimum and maximum seen at conversion), ``log`` (``log(1 + max(x, 0))``) or ``none``; a missing
-  value becomes ``missing_value`` (default 0.0) after normalisation.
+- ``dense``: a number (``dtype`` int, int32 or float); ``norm`` is ``standard`` (the default:
+  minus the mean, over the standard deviation, both computed at conversion), ``minmax`` (to [0, 1]
+  by the minimum and maximum seen at conversion), ``log`` (``log(1 + max(x, 0))``) or ``none``; a
+  missing value becomes ``missing_value`` (default 0.0) after normalisation. Statistics the schema
+  declares (``stats``) are kept, not measured: a preset's fixed range, another dataset's.
 - ``categorical``: an int or a string, one per row, mapped into its table's id space by the
   stable hash (``ids: hash``, the default) or taken as it is (``ids: passthrough``: ids already in
   ``[0, id_space)``; a value outside is a data error naming the column).
+
+Dtypes (the source type; undeclared, conversion decides it from the first rows): ``int`` (an
+integer, stored as int64), ``int32`` (an integer in [-2**31, 2**31), stored as int32), ``float``
+(dense only), ``string`` (categorical kinds only) and ``hex32`` (categorical kinds only: a 32-bit
+value written as exactly 8 hexadecimal digits, either case, such as Criteo's ``05db9164``; stored
+as uint32 and hashed as the integer it spells).
 - ``multi_categorical``: a variable-length list per row (a string split on ``sep``, or a Parquet
   list column), each value mapped as for ``categorical``.
 
@@ -56,7 +63,8 @@ FEATURE_KINDS = ("dense", "categorical", "multi_categorical")
 LABEL_KINDS = ("binary", "float", "multi_label", "class")
 NORMS = ("standard", "minmax", "log", "none")
 ID_MODES = ("hash", "passthrough")
-DTYPES = ("int", "float", "string")
+DTYPES = ("int", "int32", "float", "string", "hex32")
+INTEGER_DTYPES = ("int", "int32")
 DEFAULT_MISSING = ("", "NA", "?")
 DEFAULT_TABLE = "features"
 DEFAULT_DIM = 8
@@ -158,12 +166,13 @@ class ColumnSpec:
         if self.kind == "dense":
             _check_choice(self.norm, NORMS, f"{where}: norm")
             _number(self.missing_value, f"{where}: missing_value")
-            if self.dtype == "string":
-                raise ConfigError(f"{where}: a dense column holds numbers, not dtype string")
+            if self.dtype not in (None, "float", *INTEGER_DTYPES):
+                raise ConfigError(f"{where}: a dense column holds numbers (dtype float, int or "
+                                  f"int32), not dtype {self.dtype}")
         else:
             _check_name(self.table, f"{where}: table")
             _check_choice(self.ids, ID_MODES, f"{where}: ids")
-            if self.ids == "passthrough" and self.dtype not in (None, "int"):
+            if self.ids == "passthrough" and self.dtype not in (None, *INTEGER_DTYPES):
                 raise ConfigError(f"{where}: ids: passthrough needs integer ids, not dtype "
                                   f"{self.dtype}")
             if self.salt is not None:

@@ -12,9 +12,10 @@ label, float                           float32, never null
 label, class                           int32 class index, never null
 label, multi_label                     list<int32> of class indices (an empty list: no class)
 weight                                 float32, never null
-dense, dtype int / float               int64 / float64
-categorical, dtype int / string        int64 / string
-multi_categorical, dtype int / string  list<int64> / list<string> (null: no value)
+dense, dtype int / int32 / float       int64 / int32 / float64
+categorical, dtype int / int32         int64 / int32
+categorical, dtype string / hex32      string / uint32 (the 32-bit value the 8 hex digits spell)
+multi_categorical                      a list of the categorical type of its dtype (null: none)
 =====================================  ==========================================================
 """
 
@@ -28,7 +29,8 @@ from elasticps.errors import ConfigError
 LABEL_TYPES = {"binary": pa.int8(), "float": pa.float32(), "class": pa.int32(),
                "multi_label": pa.list_(pa.int32())}
 WEIGHT_TYPE = pa.float32()
-_SCALAR = {"int": pa.int64(), "float": pa.float64(), "string": pa.string()}
+_SCALAR = {"int": pa.int64(), "int32": pa.int32(), "float": pa.float64(), "string": pa.string(),
+           "hex32": pa.uint32()}
 
 
 def label_type(spec: LabelSpec) -> pa.DataType:

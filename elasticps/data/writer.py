@@ -7,8 +7,8 @@ Data files are written first and the manifest last; on failure the files written
 deleted, so a directory never holds a manifest that points at missing data. Used as a context
 manager, a clean exit commits (``close()`` unless it was called) and an exception aborts.
 
-Without a declared ``schema`` the writer writes format 1 (the Criteo layout: ``synth ctr``,
-``convert criteo``); with one, format 2, whose manifest carries the schema (``close(schema=...)``
+Without a declared ``schema`` the writer writes format 1 (the Criteo layout of ``synth ctr``);
+with one, format 2, whose manifest carries the schema (``close(schema=...)``
 replaces it with the one conversion measured, dense statistics included).
 """
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 import elasticps as eps
-from elasticps.data import FeatureConfig, open_dataset
+from elasticps.data import FeatureConfig, open_dataset, read_manifest
+from elasticps.data.features import DEFAULT_ID_SPACE, declared_features
 from elasticps.store.once import run_once
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +39,7 @@ log = logging.getLogger("ctr")
 # with 3 crosses stayed 0.041 below (docs/trainer.md has the measurements).
 ROWS = 1_000_000
 PASSES = 1
+DENSE_NORM = "log-missing"  # log1p counts, missing = -1: "missing" is not "zero"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,15 +57,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--signal", type=float, default=None,
                    help="synthetic data: planted signal strength (data default 0.7, best AUC "
                    "about 0.80; larger is easier)")
-    p.add_argument("--data", help="an existing dataset directory (skip generation)")
-    p.add_argument("--dense-norm", default="log-missing",
+    p.add_argument("--data", help="an existing dataset directory (skip generation): a "
+                   "synthetic one, or Criteo text converted by `elasticps data convert criteo`")
+    p.add_argument("--dense-norm", default=None,
                    choices=["log-missing", "log", "minmax", "none"],
-                   help="dense feature normalisation (see elasticps.data.features)")
+                   help="dense feature normalisation (see elasticps.data.features; default "
+                   f"{DENSE_NORM}); a converted Criteo dataset declares its own, which this may "
+                   "only repeat")
     p.add_argument("--passes", type=int, default=PASSES)
     p.add_argument("--model", choices=["dnn", "wide_deep", "deepfm"], default="dnn")
     p.add_argument("--hidden", default="400,400,400", help="hidden layer sizes")
     p.add_argument("--embedding-dim", type=int, default=10)
-    p.add_argument("--id-space", type=int, default=1_000_001, help="hashed ids per table")
+    p.add_argument("--id-space", type=int, default=None,
+                   help=f"hashed ids per table (default {DEFAULT_ID_SPACE:,}); a converted Criteo "
+                   "dataset declares its own, which this may only repeat")
     p.add_argument("--admit-after", type=int, default=1,
                    help="a sparse row is created by its id's k-th push (1 = the first)")
     p.add_argument("--ttl-passes", type=int, default=0,
@@ -102,7 +109,29 @@ def make_optimizer(args: argparse.Namespace) -> eps.optim.OptimizerSpec:
             "momentum": eps.optim.Momentum}[args.optimizer](lr=lr)
 
 
-def make_model(args: argparse.Namespace) -> torch.nn.Module:
+def choose_features(args: argparse.Namespace) -> FeatureConfig:
+    """How rows become inputs: the flags' choice for synthetic (format-1) data; a converted
+    Criteo dataset declares its id space and dense norm, which the flags may only repeat."""
+    chosen = FeatureConfig(id_space=args.id_space or DEFAULT_ID_SPACE,
+                           dense_norm=args.dense_norm or DENSE_NORM)
+    if not args.data:
+        return chosen
+    manifest = read_manifest(str(args.data))
+    if manifest.is_criteo_layout:
+        return chosen
+    declared = declared_features(manifest.schema)
+    if declared is None:
+        raise SystemExit(f"{args.data} is not a Criteo dataset (its schema is not the Criteo "
+                         "preset of `elasticps data convert criteo`)")
+    for flag, asked, have in (("--dense-norm", args.dense_norm, declared.dense_norm),
+                              ("--id-space", args.id_space, declared.id_space)):
+        if asked is not None and asked != have:
+            raise SystemExit(f"{args.data} declares {flag} {have} (chosen when it was "
+                             f"converted), not {asked}")
+    return declared
+
+
+def make_model(args: argparse.Namespace, id_space: int) -> torch.nn.Module:
     torch.manual_seed(args.seed)
     hidden = tuple(int(h) for h in args.hidden.split(","))
     # Each embedding reads its own columns (the 26 slots) from the batch, so the trainer knows
@@ -113,7 +142,7 @@ def make_model(args: argparse.Namespace) -> torch.nn.Module:
         evict = eps.nn.Evict(args.ttl_passes, args.ttl_seconds, "score",
                              score_decay=args.score_decay, delete_threshold=args.delete_threshold)
     return build(args.model, lambda table, dim, columns: eps.nn.SparseEmbedding(
-        table, args.id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed),
+        table, id_space, dim, initializer=eps.nn.RowInit("uniform", 0.01, args.seed),
         columns=columns, admit=eps.nn.Admit(after=args.admit_after), evict=evict,
         max_rows=args.max_rows), embedding_dim=args.embedding_dim, hidden=hidden)
 
@@ -196,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = eps.init()
+    features = choose_features(args)
     # The loss follows the data's label kind: binary clicks -> BCE with logits.
-    trainer = eps.Trainer(make_model(args), optimizer=make_optimizer(args),
+    trainer = eps.Trainer(make_model(args, features.id_space), optimizer=make_optimizer(args),
                           dense_sync_every=args.dense_sync_every,
                           prefetch=not args.no_prefetch)
     if config.role != "trainer":  # outside a job: start one running this script
@@ -209,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     trainer.connect(config)
     try:
         url = ensure_data(trainer, args, workdir)
-        features = FeatureConfig(id_space=args.id_space, dense_norm=args.dense_norm)
         if args.dump_initial:
             dump_initial(trainer, url, features, args.dump_initial)
         reader = eps.reader.cloud(url, batch_size=args.batch_size,

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from elasticps.data import Schema, open_dataset
+from elasticps.data import DenseStats, Schema, open_dataset
 from elasticps.data.bad_rows import BadRows
 from elasticps.data.convert import WriteOptions, check_columns, convert
 from elasticps.data.hashing import hash_keys, int_keys
@@ -283,17 +283,18 @@ def test_like_converts_a_test_split_with_the_training_sets_dtypes_and_stats(
 def test_criteo_text_with_integral_floats_and_spaces_converts(tmp_path: Path) -> None:
     from elasticps.data.criteo_convert import convert_criteo
 
-    line = ["1", "260.0", " 3 ", "+4", *[""] * 10, "05db9164", *[""] * 25]
+    line = ["1", "260.0", " 3 ", "+4", *[""] * 10, " 05DB9164 ", *[""] * 25]
     bad = ["0", "2.5", *[""] * 12, *[""] * 26]
     src = tmp_path / "c.tsv"
     src.write_text("\t".join(line) + "\n" + "\t".join(bad) + "\n")
     report = convert_criteo([str(src)], str(tmp_path / "ds"), max_bad_rows=1, progress=False)
     assert report.rows == 1
-    assert report.bad_lines == [(f"{src}:2:I1", "'2.5' is not an int32 integer")]
+    assert report.bad_lines == [f"{src}:2:I1: '2.5' is not an integer"]
     table = pq.read_table(tmp_path / "ds" / "part-00000.parquet")
     assert table.column("I1").to_pylist() == [260]
     assert table.column("I2").to_pylist() == [3]
     assert table.column("I3").to_pylist() == [4]
+    assert table.column("C1").to_pylist() == [0x05DB9164]
 
 
 def test_unreadable_inputs_are_data_errors(tmp_path: Path, schema_file: Path) -> None:
@@ -347,3 +348,96 @@ def test_a_file_with_only_a_header_makes_an_empty_dataset(tmp_path: Path,
     assert done.returncode == 0, done.stderr
     ds = open_dataset(str(tmp_path / "ds"))
     assert (ds.num_rows, ds.chunks, ds.schema.column("country").dtype) == (0, (), "string")
+
+
+HEX_SCHEMA = """
+label: y
+columns:
+  count: {kind: dense, dtype: int32, norm: none}
+  ad: {kind: categorical, dtype: hex32, table: ads, id_space: 1000}
+  tags: {kind: multi_categorical, dtype: hex32, sep: "|", table: ads}
+  slot: {kind: categorical, dtype: int32, ids: passthrough, table: slots, id_space: 10}
+"""
+
+
+def test_int32_and_hex32_columns_convert_store_and_hash_as_their_integers(
+        tmp_path: Path) -> None:
+    schema = tmp_path / "s.yaml"
+    schema.write_text(HEX_SCHEMA)
+    src = tmp_path / "d.csv"
+    src.write_text("y,count,ad,tags,slot\n"
+                   "1,-2147483648,05db9164,68fd1e64|FFFFFFFF,3\n"
+                   "0,2147483647, 0000000A ,,9\n"
+                   "1,,NA,00000000,0\n"
+                   "0,2147483648,05db9164,,1\n"      # outside int32
+                   "1,1,5db9164,,1\n"               # 7 digits
+                   "0,1,0x5db9164,,1\n"             # not hex digits
+                   "1,1,05db9164,68fd1e64|zz,1\n"    # a bad element
+                   "0,1,05db9164,,12\n")            # a passthrough id outside its table
+    out = tmp_path / "ds"
+    done = convert_cli("csv", str(src), "--schema", str(schema), "--out", str(out),
+                       "--max-bad-rows", "5")
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(out)).manifest.source["first_bad_lines"] == [
+        f"{src}:5:count: 2147483648 is outside the int32 range",
+        f"{src}:6:ad: '5db9164' is not 8 hex digits",
+        f"{src}:7:ad: '0x5db9164' is not 8 hex digits",
+        f"{src}:8:tags: in '68fd1e64|zz': 'zz' is not 8 hex digits",
+        f"{src}:9:slot: id 12 is outside its table's [0, 10)"]
+    types = pq.read_schema(out / "part-00000.parquet")
+    assert (types.field("count").type, types.field("ad").type, types.field("tags").type,
+            types.field("slot").type) == (pa.int32(), pa.uint32(), pa.list_(pa.uint32()),
+                                          pa.int32())
+    assert stored(out) == {"y": [1, 0, 1], "count": [-2**31, 2**31 - 1, None],
+                           "ad": [0x05DB9164, 10, None],
+                           "tags": [[0x68FD1E64, 0xFFFFFFFF], None, [0]], "slot": [3, 9, 0]}
+    ds = open_dataset(str(out))
+    assert ds.schema.column("ad").dtype == "hex32"
+    (batch,) = ds.iter_batches(10)
+    np.testing.assert_array_equal(batch.dense[:, 0],
+                                  np.array([-2**31, 2**31 - 1, 0], dtype=np.float32))
+    salt = default_salt("ad")
+    want = hash_keys(int_keys(np.array([0x05DB9164, 10], dtype=np.int64)), salt, 1000)
+    np.testing.assert_array_equal(batch.ids["ad"][:2], want)  # the hash of the integer
+    np.testing.assert_array_equal(batch.ids["slot"], [3, 9, 0])
+
+
+def test_hex32_takes_a_typed_sources_integers_in_32_bits(tmp_path: Path) -> None:
+    from elasticps.data import write_dataset
+
+    schema = {"label": "y", "columns": {"ad": {"kind": "categorical", "dtype": "hex32"}}}
+    report = write_dataset({"y": [1, 0, 1], "ad": np.array([5, 2**32, 0], dtype=np.int64)},
+                           str(tmp_path / "ds"), schema, max_bad_rows=1)
+    assert report.bad_lines == ["dict:2:ad: 4294967296 is outside [0, 2**32)"]
+    assert stored(tmp_path / "ds")["ad"] == [5, 0]
+
+
+def test_statistics_a_schema_declares_are_kept_the_others_measured(tmp_path: Path) -> None:
+    schema = tmp_path / "s.yaml"
+    schema.write_text("label: y\ncolumns:\n"
+                      "  a: {kind: dense, norm: minmax, stats: {min: 0, max: 100}}\n"
+                      "  b: {kind: dense, norm: minmax}\n")
+    src = tmp_path / "d.csv"
+    src.write_text("y,a,b\n1,10,10\n0,30,30\n")
+    done = convert_cli("csv", str(src), "--schema", str(schema), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    ds = open_dataset(str(tmp_path / "ds"))
+    assert ds.schema.column("a").stats == DenseStats(min=0.0, max=100.0)
+    assert ds.schema.column("b").stats == DenseStats(count=2, mean=20.0, std=10.0, min=10.0,
+                                                     max=30.0)
+    (batch,) = ds.iter_batches(2)
+    np.testing.assert_allclose(batch.dense, [[0.1, 0.0], [0.3, 1.0]], rtol=1e-6)
+
+
+def test_a_field_that_is_not_utf8_is_a_malformed_row_not_a_failed_file(
+        tmp_path: Path, schema_file: Path) -> None:
+    src = tmp_path / "data.csv"
+    src.write_bytes((HEADER + "\n" + ROWS[0] + "\n").encode()
+                    + b"0,31,12,F\xe9R,8,,0\n" + (ROWS[2] + "\n").encode())
+    out = tmp_path / "ds"
+    done = convert_cli("csv", str(src), "--schema", str(schema_file), "--out", str(out),
+                       "--max-bad-rows", "1")
+    assert done.returncode == 0, done.stderr
+    assert open_dataset(str(out)).manifest.source["first_bad_lines"] == [
+        f"{src}:3:country: 'F\\\\xe9R' is not UTF-8 text"]
+    assert stored(out)["country"] == ["US", "DE"]

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from elasticps.data import open_dataset
+from elasticps.data.criteo_preset import criteo_preset
 from tests.helpers import REPO, run_cli
 
 
@@ -31,9 +33,10 @@ def test_convert_criteo_end_to_end_and_malformed_input(tmp_path: Path) -> None:
     good = tmp_path / "good.tsv"
     good.write_text("\n".join(tiny) + "\n")
     done = run_cli("data", "convert", "criteo", str(good), "--out", str(tmp_path / "ds"),
-                   "--rows-per-chunk", "8")
+                   "--rows-per-chunk", "8", "--dense-norm", "minmax", "--id-space", "1000")
     assert done.returncode == 0, done.stderr
     assert "wrote 20 rows in 3 chunks" in done.stdout
+    assert open_dataset(str(tmp_path / "ds")).schema == criteo_preset(1000, "minmax")
     info = json.loads(run_cli("data", "inspect", str(tmp_path / "ds"), "--json").stdout)
     assert info["rows"] == 20
     assert info["label_rate"] == 5 / 20
@@ -49,7 +52,7 @@ def test_convert_criteo_end_to_end_and_malformed_input(tmp_path: Path) -> None:
                         "--max-bad-rows", "1")
     assert tolerated.returncode == 0, tolerated.stderr
     assert "wrote 20 rows" in tolerated.stdout
-    assert f"Skipping malformed line {bad}:5: expected 40 fields" in tolerated.stderr
+    assert f"Skipping malformed row {bad}:5: expected 40 fields" in tolerated.stderr
 
 
 def test_help_teaches_the_commands() -> None:

@@ -21,7 +21,7 @@ from elasticps.data import (
     open_dataset,
     read_manifest,
 )
-from elasticps.data.criteo_layout import DENSE_COLUMNS, SPARSE_COLUMNS
+from elasticps.data.criteo_layout import DENSE_COLUMNS
 from elasticps.data.criteo_preset import CLIP_MAX, CLIP_MIN, criteo_preset
 from elasticps.data.manifest import Manifest
 from elasticps.errors import DataError
@@ -149,27 +149,3 @@ def test_a_format_1_dataset_whose_file_lost_a_column_names_file_and_column(
     chunk = read_manifest(str(copy)).chunks[0]
     with pytest.raises(DataError, match=r"part-00000\.parquet: column\(s\) 'C7'"):
         list(iter_batches(str(copy), chunk, 50))
-
-
-def test_the_criteo_sample_converts_loads_and_yields_batches(tmp_path: Path) -> None:
-    from elasticps.data.criteo_convert import convert_criteo
-
-    sample = REPO / "tests" / "data" / "criteo_sample_100.tsv"
-    out = tmp_path / "criteo"
-    report = convert_criteo([str(sample)], str(out), rows_per_chunk=32, progress=False)
-    assert report.rows == 100
-    ds = open_dataset(str(out))
-    assert ds.manifest.is_criteo_layout
-    assert ds.schema == criteo_preset()
-    batches = list(ds.iter_batches(16, features=FeatureConfig(dense_norm="log-missing")))
-    assert sum(len(b) for b in batches) == 100
-    first = batches[0]
-    assert first.dense.shape == (16, 13)
-    assert sorted(first.ids) == sorted(SPARSE_COLUMNS)
-    # The first sample row's C1 is 05db9164 or another real value: ids as format 1 hashed them.
-    from elasticps.data.features import hash_categorical
-
-    line = sample.read_text().splitlines()[0].split("\t")
-    value = np.array([[int(line[14], 16)]], dtype=np.uint32)
-    want = hash_categorical(value, np.zeros((1, 1), bool), 1_000_001)[0, 0]
-    assert first.ids["C1"][0] == want

@@ -70,6 +70,12 @@ def test_label_kinds() -> None:
     ({"label": "y", "columns": {"x": {"kind": "categorical", "ids": "passthrough",
                                       "dtype": "string"}}}, "passthrough"),
     ({"label": "y", "columns": {"x": {"kind": "categorical", "sep": "|"}}}, "sep"),
+    ({"label": "y", "columns": {"x": {"kind": "dense", "dtype": "hex32"}}},
+     r"column 'x': a dense column holds numbers \(dtype float, int or int32\), not dtype hex32"),
+    ({"label": "y", "columns": {"x": {"kind": "categorical", "ids": "passthrough",
+                                      "dtype": "hex32"}}}, "passthrough"),
+    ({"label": "y", "columns": {"x": {"kind": "categorical", "dtype": "hex"}}},
+     "dtype is 'hex'; choose one of int, int32, float, string, hex32"),
     ({"label": "y", "columns": {"x": "dense"}, "missing": "NA"}, "missing"),
 ])
 def test_bad_schemas_name_the_column_and_the_value(doc: dict[str, object], match: str) -> None:

@@ -43,24 +43,30 @@ def v1_batches(url: str) -> dict[str, np.ndarray]:
     ds = open_dataset(url)
     out: dict[str, np.ndarray] = {}
     for split_name, split in (("train", ds), ("test", ds.split("test"))):
-        for case, (batch_size, start, features, seed) in enumerate(CASES):
-            exact = hashlib.sha256()
-            sizes: list[int] = []
-            dense: list[np.ndarray] = []
-            for chunk in split.chunks:
-                for b in iter_batches(split.url, chunk, batch_size, start_record=start,
-                                      features=features, shuffle_seed=seed):
-                    exact.update(",".join(b.dense_names).encode())
-                    ids = [b.ids[c] for c in SPARSE_COLUMNS]
-                    _update(exact, (b.label, b.dense, *ids), with_bytes=False)
-                    _update(exact, (b.label, *ids), with_bytes=True)
-                    sizes.append(len(b))
-                    dense.append(b.dense)
-            key = f"{split_name}/{case}"
-            out[f"{key}/exact"] = np.array(exact.hexdigest())
-            out[f"{key}/sizes"] = np.array(sizes, dtype=np.int64)
-            out[f"{key}/dense"] = np.concatenate(dense)
+        for case in range(len(CASES)):
+            out.update(case_batches(split.url, case, f"{split_name}/{case}"))
     return out
+
+
+def case_batches(url: str, case: int, key: str) -> dict[str, np.ndarray]:
+    """``KEY/exact``, ``KEY/sizes`` and ``KEY/dense`` of the dataset at ``url`` (one split) read
+    as ``CASES[case]`` says."""
+    batch_size, start, features, seed = CASES[case]
+    exact = hashlib.sha256()
+    sizes: list[int] = []
+    dense: list[np.ndarray] = []
+    for chunk in open_dataset(url).chunks:
+        for b in iter_batches(url, chunk, batch_size, start_record=start, features=features,
+                              shuffle_seed=seed):
+            exact.update(",".join(b.dense_names).encode())
+            ids = [b.ids[c] for c in SPARSE_COLUMNS]
+            _update(exact, (b.label, b.dense, *ids), with_bytes=False)
+            _update(exact, (b.label, *ids), with_bytes=True)
+            sizes.append(len(b))
+            dense.append(b.dense)
+    return {f"{key}/exact": np.array(exact.hexdigest()),
+            f"{key}/sizes": np.array(sizes, dtype=np.int64),
+            f"{key}/dense": np.concatenate(dense)}
 
 
 def _update(h: hashlib._Hash, arrays: Iterable[np.ndarray], *, with_bytes: bool) -> None:
