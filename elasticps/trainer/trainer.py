@@ -250,12 +250,13 @@ class Trainer:
         """The loss and metrics for the dataset at ``dataset_url`` (the trainer's
         ``label_kind`` wins; then the dataset's schema; then the training data's kind)."""
         kind = self.label_kind
-        if kind is None and dataset_url is not None:
-            schema = dataset_schema(dataset_url)
-            kind = schema.label_kind if schema is not None else None
+        schema = dataset_schema(dataset_url) if dataset_url is not None else None
+        if kind is None and schema is not None:
+            kind = schema.label_kind
         if kind is None and self._objective is not None:
             return self._objective
-        return Objective(kind or "binary", self.loss_fn)
+        names = None if schema is None else [label.name for label in schema.labels]
+        return Objective(kind or "binary", self.loss_fn, names)
 
     @property
     def mode(self) -> str:
