@@ -37,6 +37,9 @@ import numpy as np
 import torch
 
 from elasticps.config import Config, current
+from elasticps.data.dataset import reading_schema
+from elasticps.data.manifest import read_manifest
+from elasticps.data.model_inputs import model_inputs
 from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
@@ -470,10 +473,21 @@ class Trainer:
         dense = self.pull_dense()
         sparse = {table: self.held_rows(table, table_ids) for table, table_ids in ids.items()}
         layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
-        url = self._trained_on.dataset_url if self._trained_on is not None else None
-        schema: Schema | None = dataset_schema(url) if url is not None else None
+        schema = self._read_schema()
         return export_model(directory, dense, sparse, layers, meta,
-                            schema=None if schema is None else schema.to_dict(), parent=parent)
+                            schema=None if schema is None else schema.to_dict(),
+                            inputs=None if schema is None else model_inputs(schema),
+                            parent=parent)
+
+    def _read_schema(self) -> Schema | None:
+        """The schema the training data was read with (a Criteo-layout dataset's: the preset
+        with the reader's id space and dense norm), None without one."""
+        if self._trained_on is None:
+            return None
+        manifest = read_manifest(self._trained_on.dataset_url)
+        if not isinstance(getattr(manifest, "schema", None), Schema):
+            return None
+        return reading_schema(manifest, self._trained_on.features)
 
 
 def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
