@@ -48,6 +48,7 @@ from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
     DatasetReader,
     as_dataset_reader,
+    check_test_classes,
     dataset_schema,
     read_whole,
 )
@@ -315,6 +316,7 @@ class Trainer:
         evaluate = None
         if test_reader is not None:
             test = as_dataset_reader(test_reader)
+            check_test_classes(source.dataset_url, test.dataset_url)
 
             def evaluate() -> dict[str, float]:
                 return self.evaluate(test)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from elasticps.data import open_dataset, write_dataset
@@ -38,12 +37,6 @@ def test_binary_labels_read_booleans_and_yes_no_words_in_any_case(tmp_path: Path
     assert code == 0, err
     assert labels_of(tmp_path / "data") == [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
     assert open_dataset(str(tmp_path / "data")).manifest.num_positive == 5
-
-
-def test_a_typed_boolean_label_is_binary(tmp_path: Path) -> None:
-    table = pa.table({"ok": pa.array([True, False, True]), "x": [1.0, 2.0, 3.0]})
-    write_dataset(table, str(tmp_path / "d"), {"label": "ok", "columns": {"x": "dense"}})
-    assert labels_of(tmp_path / "d") == [1, 0, 1]
 
 
 def test_a_binary_label_that_is_no_such_word_is_a_malformed_row_naming_it(
@@ -207,3 +200,17 @@ def test_infer_label_names_a_column_that_is_not_there(tmp_path: Path) -> None:
     done = run_cli("data", "convert", "csv", str(src), "--infer", "--label", "c")
     assert done.returncode != 0
     assert "--label 'c': the input has no such column (it has ['a', 'b'])" in done.stderr
+
+
+def test_training_refuses_a_test_set_whose_classes_have_other_indices(tmp_path: Path) -> None:
+    from elasticps.trainer.dataset_reader import check_test_classes
+
+    schema = {"label": {"name": "y", "kind": "class"}, "columns": {"x": "dense"}}
+    write_dataset({"y": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]}, str(tmp_path / "train"), schema)
+    write_dataset({"y": ["a", "c"], "x": [1.0, 2.0]}, str(tmp_path / "own"), schema)
+    write_dataset({"y": ["a", "c"], "x": [1.0, 2.0]}, str(tmp_path / "like"), schema,
+                  like=str(tmp_path / "train"))
+    with pytest.raises(ConfigError, match=r"has the classes \('a', 'c'\) for label 'y', the "
+                       r"training data .* \('a', 'b', 'c'\): convert the test data with --like"):
+        check_test_classes(str(tmp_path / "train"), str(tmp_path / "own"))
+    check_test_classes(str(tmp_path / "train"), str(tmp_path / "like"))
