@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from elasticps.data.batch import Bag, Batch
 from elasticps.data.hashing import MISSING_KEY, hash_keys, int_keys, string_keys
+from elasticps.data.label_values import class_indices
 from elasticps.data.normalize import normalize_column
 from elasticps.data.schema import ColumnSpec, LabelSpec, Schema
 from elasticps.errors import DataError
@@ -162,6 +163,8 @@ def _labels(table: pa.Table, schema: Schema, where: str) -> np.ndarray:
 
 
 def _label(table: pa.Table, spec: LabelSpec, where: str) -> np.ndarray:
+    if spec.by_value:
+        return _class_by_value(table, spec, where)
     values, missing = numeric_column(table, spec.name, where)
     if missing.any():
         raise DataError(f"{where}: label column {spec.name!r} has a missing value at row "
@@ -173,6 +176,22 @@ def _label(table: pa.Table, spec: LabelSpec, where: str) -> np.ndarray:
         _check_range(values, (values < 0) | (values >= classes) | (values != np.floor(values)),
                      spec, where, f"a class in [0, {classes})")
     return values.astype(np.float32)
+
+
+def _class_by_value(table: pa.Table, spec: LabelSpec, where: str) -> np.ndarray:
+    """A class label stored as its values: each row's index among the manifest's classes."""
+    array = _array(table, spec.name)
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        raise _type_error(where, spec.name, array, "a class label by value (strings)")
+    if spec.values is None:
+        raise DataError(f"{where}: label column {spec.name!r} is a class label whose classes "
+                        "the manifest does not list")
+    indices, unknown = class_indices(array, spec.values)
+    if unknown.any():
+        row = int(np.argmax(unknown))
+        raise DataError(f"{where}: label column {spec.name!r} holds {array[row].as_py()!r} at "
+                        f"row {row}, which is not one of its {len(spec.values)} classes")
+    return indices.astype(np.float32)
 
 
 def _check_range(values: np.ndarray, bad: Any, spec: LabelSpec, where: str, wanted: str) -> None:

@@ -19,7 +19,9 @@ _DESCRIPTION = {
 TOLERANCE = """\
 Values are read as users' files have them: surrounding spaces are stripped; empty, NA and ?
 (the schema's 'missing' tokens, per column overridable) are missing; integral floats such as
-260.0 are accepted in integer columns. A malformed row (a non-integral value in an integer
+260.0 are accepted in integer columns. A binary label may be 0/1, true/false, yes/no, y/n or
+t/f in any case; a class label (kind: class) takes any integers or strings as its classes. A
+malformed row (a non-integral value in an integer
 column, a non-number in a dense column, a bad label, a wrong number of fields) is reported as
 file:line:column: reason; more than --max-bad-rows of them fail the run and nothing is written.
 """
@@ -40,6 +42,10 @@ def register(kinds: Any, add_output_options: Callable[..., None],
         parser.add_argument("--infer", action="store_true",
                             help="print a schema guessed from the first rows as YAML and exit "
                             "(writes nothing)")
+        parser.add_argument("--label", metavar="COL",
+                            help="with --infer: the label column (its kind, binary, float or "
+                            "class, guessed from its values; default: a column named like a "
+                            "label)")
         if kind in ("csv", "tsv"):
             parser.add_argument("--no-header", action="store_true",
                                 help="the first line is data; the columns are, in order, the "
@@ -105,8 +111,10 @@ def run_convert_table(args: argparse.Namespace) -> int:
         if getattr(args, "no_header", False) and not order:
             raise ConfigError("--infer --no-header needs --schema to name the columns")
         source = _sources(args, order, BadRows(max_bad_rows=1 << 62))[0]
-        sys.stdout.write(infer_schema(source))
+        sys.stdout.write(infer_schema(source, label=args.label))
         return 0
+    if args.label is not None:
+        raise ConfigError("--label goes with --infer; a schema names its label (label: COL)")
     if args.schema is None or args.out is None:
         raise ConfigError("convert needs --schema S.yaml and --out DIR (or --infer to guess "
                           "a schema)")

@@ -12,10 +12,12 @@ one chunk, whatever the input size):
 4. the good rows' dense values update the running statistics (:mod:`~elasticps.data.dense_stats`)
    of the columns whose statistics the schema leaves open, and the rows go to the writer.
 
-The manifest, written last, carries the schema with every dtype decided and the statistics
-measured; statistics the schema declares are kept (a preset's fixed range, such as the Criteo
-preset's ``minmax`` clip range), and with ``like`` every dense column takes another dataset's:
-convert a test split ``like`` its training set so that both are hashed and normalised alike.
+The manifest, written last, carries the schema with every dtype decided, the statistics
+measured and the classes of a class label by value found (the values seen, sorted); statistics
+the schema declares are kept (a preset's fixed range, such as the Criteo preset's ``minmax``
+clip range), and with ``like`` every dense column takes another dataset's statistics, the
+columns its order and a class label its classes: convert a test split ``like`` its training
+set so that both are hashed, normalised, ordered and labelled alike.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from elasticps.data import label_values as lv
 from elasticps.data.bad_rows import BadRow, BadRows
 from elasticps.data.dense_stats import RunningStats
 from elasticps.data.manifest import Manifest, read_manifest
 from elasticps.data.progress import Progress
 from elasticps.data.rows import check_block, decide_dtypes
-from elasticps.data.schema import Schema
+from elasticps.data.schema import LabelSpec, Schema
 from elasticps.data.sources import Source, SourceBlock
 from elasticps.data.storage import arrow_schema
 from elasticps.data.writer import (
@@ -70,7 +73,8 @@ class WriteOptions:
 
 def like_schema(schema: Schema, like_url: str) -> Schema:
     """``schema`` with the dtypes and dense statistics of the dataset at ``like_url`` for the
-    columns both declare alike."""
+    columns both declare alike, its columns in that dataset's order (so both read their dense
+    inputs in one order), and its class values for a class label left open."""
     other = read_manifest(like_url).schema
     known = {column.name: column for column in other.columns}
     for column in schema.columns:
@@ -81,7 +85,26 @@ def like_schema(schema: Schema, like_url: str) -> Schema:
         schema = schema.replace_column(dataclasses.replace(
             column, dtype=column.dtype or twin.dtype,
             stats=twin.stats if column.kind == "dense" else column.stats))
-    return schema
+    order = {name: i for i, name in enumerate(known)}
+    columns = tuple(sorted(schema.columns, key=lambda c: order[c.name]))
+    return dataclasses.replace(schema, columns=columns, labels=_like_labels(schema, other,
+                                                                            like_url))
+
+
+def _like_labels(schema: Schema, other: Schema, like_url: str) -> tuple[LabelSpec, ...]:
+    """The labels, a class label by value taking the other dataset's classes unless it lists
+    its own."""
+    twins = {label.name: label for label in other.labels}
+    labels = []
+    for label in schema.labels:
+        twin = twins.get(label.name)
+        if label.by_value and label.values is None:
+            if twin is None or not twin.by_value or twin.values is None:
+                raise DataError(f"--like {like_url}: that dataset has no class label "
+                                f"{label.name!r} with class values to take")
+            label = dataclasses.replace(label, values=twin.values)
+        labels.append(label)
+    return tuple(labels)
 
 
 def check_columns(source: Source, schema: Schema, ignore_extra: bool) -> None:
@@ -119,6 +142,9 @@ class _Run:
         # Only the dense columns whose statistics the schema leaves open are measured.
         self.stats = {column.name: RunningStats() for column in schema.dense_columns
                       if column.stats is None}
+        # Class labels by value without listed classes: the values seen become the classes.
+        self.classes_seen: dict[str, set[str]] = {label.name: set() for label in schema.labels
+                                                  if label.by_value and label.values is None}
         self.rows = 0
 
     def open_writer(self, first: SourceBlock | None) -> DatasetWriter:
@@ -147,13 +173,18 @@ class _Run:
         for name, running in self.stats.items():
             values = checked.table.column(name).drop_null().to_numpy()
             running.update(np.asarray(values, dtype=np.float64))
+        for name, seen in self.classes_seen.items():
+            seen.update(checked.table.column(name).unique().to_pylist())
+            if len(seen) > lv.MAX_CLASS_VALUES:
+                raise DataError(f"label {name!r} holds more than {lv.MAX_CLASS_VALUES:,} "
+                                "distinct values: is it a float label (kind: float)?")
         self.writer.write(checked.table)
         self.rows += checked.table.num_rows
 
     def final_schema(self) -> Schema:
         """The schema as the manifest records it: dtypes decided, salts pinned (so a later
         change of the default salt cannot change this dataset's ids), statistics measured
-        where the schema did not declare them."""
+        where the schema did not declare them, and the classes of a class label by value found."""
         schema = self.schema
         for column in schema.categorical_columns:
             if column.salt is None:
@@ -162,7 +193,10 @@ class _Run:
         for name, running in self.stats.items():
             column = schema.column(name)
             schema = schema.replace_column(dataclasses.replace(column, stats=running.result()))
-        return schema
+        labels = tuple(label if label.name not in self.classes_seen else dataclasses.replace(
+            label, values=lv.class_list(self.classes_seen[label.name]))
+            for label in schema.labels)
+        return dataclasses.replace(schema, labels=labels)
 
 
 def _blocks(sources: Sequence[Source],

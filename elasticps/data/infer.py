@@ -6,9 +6,8 @@ apply):
 * every present value a number -> ``dense``, except integers in a column named like an id
   (``id``, ``user_id``, ``item-id``, ``userId``) -> ``categorical``: ids name things, they
   do not measure them;
-* a column named like a label (``label``, ``target``, ``y``, ``click``, ``clicked``...) -> the
-  label: ``binary`` when its values are 0/1, ``float`` when other numbers; without one, the
-  first 0/1 column is taken (and the YAML says so);
+* the label: ``--label COL``, else a column named like a label, else the first binary column,
+  its kind (binary, float or class) guessed from its values (:mod:`.infer_label`);
 * text with ``|`` or ``;`` in some values, or a list column -> ``multi_categorical`` with that
   ``sep``;
 * other text -> ``categorical``.
@@ -26,13 +25,12 @@ import numpy as np
 import pyarrow as pa
 
 from elasticps.data import parse_values as pv
+from elasticps.data.infer_label import LabelGuess, choose_label
 from elasticps.data.schema import DEFAULT_MISSING
 from elasticps.data.sources import Source
 from elasticps.errors import DataError
 
 SAMPLE_ROWS = 10_000
-LABEL_NAMES = ("label", "labels", "target", "y", "class", "click", "clicked", "is_click",
-               "outcome", "response")
 SEPARATORS = ("|", ";")
 
 
@@ -45,8 +43,10 @@ class Guess:
     zero_one: bool = False
 
 
-def infer_schema(source: Source, sample_rows: int = SAMPLE_ROWS) -> str:
-    """The guessed schema of ``source`` as YAML text (with comments)."""
+def infer_schema(source: Source, sample_rows: int = SAMPLE_ROWS,
+                 label: str | None = None) -> str:
+    """The guessed schema of ``source`` as YAML text (with comments); ``label`` names the label
+    column (default: guessed)."""
     names = source.column_names()
     if not names:
         raise DataError(f"{source.name}: no columns found to infer a schema from")
@@ -58,9 +58,11 @@ def infer_schema(source: Source, sample_rows: int = SAMPLE_ROWS) -> str:
         rows += block.num_rows
         if rows >= sample_rows:
             break
-    guesses = [_guess(name, _sample(parts, sample_rows), rows) for name, parts in
-               columns.items()]
-    return _yaml(source.name, min(rows, sample_rows), guesses)
+    samples = {name: _sample(parts, sample_rows) for name, parts in columns.items()}
+    chosen = choose_label(samples, label)
+    guesses = [_guess(name, sample, rows) for name, sample in samples.items()
+               if name != chosen.name]
+    return _yaml(source.name, min(rows, sample_rows), guesses, chosen)
 
 
 def _sample(parts: list[pa.Array], rows: int) -> pa.Array:
@@ -109,17 +111,6 @@ def is_id_name(name: str) -> bool:
         or re.search(r"[a-z0-9]Id$", name) is not None
 
 
-def _label(guesses: list[Guess]) -> tuple[Guess, str]:
-    for guess in guesses:
-        if guess.name.lower() in LABEL_NAMES and guess.kind == "dense":
-            return guess, "named like a label"
-    for guess in guesses:
-        if guess.zero_one:
-            return guess, "GUESSED: no column is named like a label; this is the first 0/1 one"
-    raise DataError("no column looks like a label (named label, target, y, click... or holding "
-                    "only 0 and 1); write the schema by hand: label: NAME")
-
-
 _RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
 
@@ -130,18 +121,15 @@ def _key(name: str) -> str:
     return json.dumps(name)  # a JSON string is a YAML string
 
 
-def _yaml(where: str, rows: int, guesses: list[Guess]) -> str:
-    label, why = _label(guesses)
+def _yaml(where: str, rows: int, guesses: list[Guess], label: LabelGuess) -> str:
     lines = [f"# A schema guessed from the first {rows:,} rows of {where}: review it, then",
              "# elasticps data convert ... --schema THIS_FILE --out DIR",
-             f"label: {_key(label.name)}" if label.zero_one else
-             f"label: {{name: {_key(label.name)}, kind: float}}",
-             f"# label: {why}",
+             f"label: {_key(label.name)}" if label.kind == "binary" else
+             f"label: {{name: {_key(label.name)}, kind: {label.kind}}}",
+             f"# label: {label.note}",
              "columns:"]
-    width = max(len(_key(g.name)) for g in guesses) + 2
+    width = max((len(_key(g.name)) for g in guesses), default=0) + 2
     for guess in guesses:
-        if guess is label:
-            continue
         key = f"  {_key(guess.name)}:".ljust(width + 3)
         if guess.kind == "multi_categorical" and guess.sep is not None:
             value = f"{{kind: multi_categorical, sep: {json.dumps(guess.sep)}}}"

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from elasticps.data import label_values as lv
 from elasticps.data import parse_values as pv
 from elasticps.data.schema import ColumnSpec, LabelSpec, Schema
 from elasticps.data.storage import WEIGHT_TYPE, arrow_schema, column_type, label_type
@@ -111,7 +112,9 @@ def _label(array: pa.Array, spec: LabelSpec, tokens: tuple[str, ...]) -> _Checke
         values = pv.numbers(array, tokens)
         bad, describe = _required(values, "the label")
         return _Checked(_arrow(np.where(bad, 0, values.values), bad, kind), bad, describe)
-    values = pv.integers(array, tokens)
+    if spec.by_value:
+        return _class_value(array, spec, tokens)
+    values = lv.binary(array, tokens) if spec.kind == "binary" else pv.integers(array, tokens)
     bad, describe = _required(values, "the label")
     x = values.values
     assert isinstance(x, np.ndarray)
@@ -120,13 +123,42 @@ def _label(array: pa.Array, spec: LabelSpec, tokens: tuple[str, ...]) -> _Checke
         wanted = "0 or 1"
     else:
         wrong = ~bad & ((x < 0) | (x >= int(spec.classes or 0)))
-        wanted = f"a class in [0, {spec.classes})"
+        wanted = (f"a class in [0, {spec.classes}) (drop 'classes' to take the values as the "
+                  "classes)")
 
     def why(row: int) -> str:
         return f"the label is {x[row]}, expected {wanted}" if wrong[row] else describe(row)
 
     bad = bad | wrong
     return _Checked(_arrow(np.where(bad, 0, x), bad, kind), bad, why)
+
+
+def _class_value(array: pa.Array, spec: LabelSpec, tokens: tuple[str, ...]) -> _Checked:
+    """A class label by value: its text, and a value outside the listed classes is bad."""
+    values = lv.class_text(array, tokens)
+    bad, describe = _required(values, "the label")
+    stored = values.values
+    assert isinstance(stored, pa.Array)
+    if spec.values is not None:
+        _, unknown = lv.class_indices(stored, spec.values)
+        unseen = ~bad & unknown
+        bad = bad | unseen
+        shown = ", ".join(repr(v) for v in spec.values[:10]) + (
+            ", ..." if len(spec.values) > 10 else "")
+
+        def why(row: int) -> str:
+            if unseen[row]:
+                return (f"the label {stored[row].as_py()!r} is not one of the classes "
+                        f"[{shown}]")
+            return describe(row)
+
+        describe = why
+    return _Checked(_nulled_to_empty(stored, bad), bad, describe)
+
+
+def _nulled_to_empty(array: pa.Array, bad: np.ndarray) -> pa.Array:
+    """A never-null string column: bad rows (filtered out later) hold empty text."""
+    return pc.if_else(pa.array(bad), pa.scalar("", pa.string()), pc.fill_null(array, ""))
 
 
 def _classes(classes: int) -> pv.ElementParser:

@@ -117,18 +117,32 @@ class DenseStats:
 
 @dataclass(frozen=True)
 class LabelSpec:
-    """One label column and what its values mean."""
+    """One label column and what its values mean.
+
+    A ``class`` label is read **by value** unless it declares a count: ``classes: [v, ...]``
+    (``values``) lists its classes, index k = the k-th; with neither, the classes are the values
+    seen at conversion, sorted (:mod:`elasticps.data.label_values`), and the manifest records
+    them. ``classes: N`` alone means values that already are class indices in ``[0, N)``."""
 
     name: str
     kind: str = "binary"
     classes: int | None = None  # multi_label and class: how many classes
     sep: str | None = None  # multi_label from text: the separator of the class list
+    values: tuple[int | str, ...] | None = None  # class by value: the classes, in index order
 
     def __post_init__(self) -> None:
         _check_name(self.name, "label column")
         where = f"label {self.name!r}"
         _check_choice(self.kind, LABEL_KINDS, f"{where}: kind")
-        if self.kind in ("multi_label", "class"):
+        if self.values is not None:
+            if self.kind != "class":
+                raise ConfigError(f"{where}: class values apply to class labels only")
+            _check_values(self.values, where)
+            if self.classes is not None and self.classes != len(self.values):
+                raise ConfigError(f"{where}: classes is {self.classes} but {len(self.values)} "
+                                  "values are listed")
+            object.__setattr__(self, "classes", len(self.values))
+        if self.kind == "multi_label" or (self.kind == "class" and self.classes is not None):
             if self.classes is None:
                 raise ConfigError(f"{where}: kind {self.kind} needs 'classes' (how many)")
             _check_int(self.classes, f"{where}: classes", 2, 1 << 24)
@@ -137,8 +151,15 @@ class LabelSpec:
         if self.sep is not None and self.kind != "multi_label":
             raise ConfigError(f"{where}: 'sep' applies to multi_label labels only")
 
+    @property
+    def by_value(self) -> bool:
+        """A class label stored as its values (mapped to indices at read time), not as
+        indices."""
+        return self.kind == "class" and (self.values is not None or self.classes is None)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "classes": self.classes, "sep": self.sep}
+        return {"name": self.name, "kind": self.kind, "classes": self.classes, "sep": self.sep,
+                "values": None if self.values is None else list(self.values)}
 
 
 @dataclass(frozen=True)
@@ -421,10 +442,31 @@ def _labels(raw: Any, where: str) -> tuple[LabelSpec, ...]:
             labels.append(LabelSpec(item))
             continue
         doc = _mapping(item, f"{where}: label")
-        _only(doc, {"name", "kind", "classes", "sep"}, f"{where}: label")
-        labels.append(LabelSpec(doc.get("name", ""), doc.get("kind", "binary"),
-                                doc.get("classes"), doc.get("sep")))
+        _only(doc, {"name", "kind", "classes", "sep", "values"}, f"{where}: label")
+        classes, values = doc.get("classes"), doc.get("values")
+        if isinstance(classes, list):  # classes: [v, ...] lists the values
+            classes, values = None, classes if values is None else values
+        if values is not None and not isinstance(values, list):
+            raise ConfigError(f"{where}: label values must be a list, got {values!r}")
+        labels.append(LabelSpec(doc.get("name", ""), doc.get("kind", "binary"), classes,
+                                doc.get("sep"), None if values is None else tuple(values)))
     return tuple(labels)
+
+
+def _check_values(values: tuple[Any, ...], where: str) -> None:
+    """Class values: integers or strings (YAML reads unquoted yes/no as booleans), as many as
+    a class label may have, each once."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ConfigError(f"{where}: class value {value!r} is not an integer or a string "
+                              "(quote words such as 'yes' and 'no' in YAML)")
+    keys = [str(value) for value in values]
+    if len(set(keys)) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        raise ConfigError(f"{where}: class value(s) {twice} are listed twice")
+    if len(values) < 2:
+        raise ConfigError(f"{where}: a class label needs at least 2 classes, got "
+                          f"{list(values)}")
 
 
 def _optional_int(value: Any, where: str) -> int | None:

@@ -9,7 +9,8 @@ column                                 Parquet (Arrow) type; null = missing
 =====================================  ==========================================================
 label, binary                          int8 (0/1), never null
 label, float                           float32, never null
-label, class                           int32 class index, never null
+label, class by value                  string: the class value (an integer as its digits)
+label, class with ``classes: N``       int32 class index, never null
 label, multi_label                     list<int32> of class indices (an empty list: no class)
 weight                                 float32, never null
 dense, dtype int / int32 / float       int64 / int32 / float64
@@ -34,7 +35,7 @@ _SCALAR = {"int": pa.int64(), "int32": pa.int32(), "float": pa.float64(), "strin
 
 
 def label_type(spec: LabelSpec) -> pa.DataType:
-    return LABEL_TYPES[spec.kind]
+    return pa.string() if spec.by_value else LABEL_TYPES[spec.kind]
 
 
 def column_type(spec: ColumnSpec) -> pa.DataType:

@@ -80,6 +80,10 @@ def _schema_lines(schema: dict[str, Any]) -> list[str]:
     lines = []
     for label in schema["labels"]:
         extra = f", {label['classes']} classes" if label["classes"] else ""
+        values = label.get("values")
+        if values:
+            extra += ": " + ", ".join(str(v) for v in values[:10]) + (
+                ", ..." if len(values) > 10 else "")
         lines.append(f"label         {label['name']}: {label['kind']}{extra}")
     if schema["weight"]:
         lines.append(f"weight        {schema['weight']}")

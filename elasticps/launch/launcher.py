@@ -30,6 +30,7 @@ from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.autoscaler import Autoscaler
+from elasticps.launch.final_metrics import final_lines, headline_metric, passes_trained
 from elasticps.launch.job_watch import LauncherWatch, ReportStream
 from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
 from elasticps.launch.process import RoleSpec
@@ -238,14 +239,8 @@ class Launch:
         self._save_page(state, wall_s)
         if state is JobState.SUCCEEDED:
             summary = self._summary(wall_s)
-            auc, best = summary.get("auc"), summary.get("best_auc")
-            if isinstance(auc, float):
-                best_text = f" (best achievable {best:.4f})" if isinstance(best, float) else ""
-                by_pass = [a for a in summary.get("pass_test_auc") or [] if isinstance(a, float)]
-                if len(by_pass) > 1:
-                    print("test auc by pass: " + ", ".join(f"{a:.4f}" for a in by_pass),
-                          file=self.out, flush=True)
-                print(f"final test auc {auc:.4f}{best_text}", file=self.out, flush=True)
+            for line in final_lines(summary):
+                print(line, file=self.out, flush=True)
             print(f"elasticps run: job {self.job_name} succeeded in {wall_s:.1f}s; summary in "
                   f"{self.workdir / 'summary.json'}", file=self.err, flush=True)
             return 0
@@ -300,8 +295,9 @@ class Launch:
         if self.autoscaler is not None:
             summary["autoscale"] = [asdict(r) for r in self.autoscaler.records]
         summary.update(result)
-        summary.setdefault("passes", None)
-        summary.setdefault("auc", None)
+        # A script's own result may not say how many passes it trained; the trainers did.
+        summary.setdefault("passes", passes_trained(progress))
+        summary.setdefault(headline_metric(summary) or "auc", None)
         summary.setdefault("best_auc", None)
         path = self.workdir / "summary.json"
         tmp = path.with_suffix(".json.tmp")

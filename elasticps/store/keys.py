@@ -418,12 +418,16 @@ class TrainerProgress:
                    _pass_metrics(doc.get("pass_metrics") or {}, key))
 
 
+# Metrics of one pass, train and test: per-label metrics of up to 16 labels fit.
+MAX_PASS_METRICS = 256
+
+
 def _pass_metrics(value: Any, key: str) -> dict[str, dict[str, float]]:
     """``{pass: {metric: number}}``; a null metric (NaN when published) is left out."""
     if not isinstance(value, dict) or len(value) > 10_000 or not all(
-            isinstance(m, dict) and len(m) <= 64 for m in value.values()):
+            isinstance(m, dict) and len(m) <= MAX_PASS_METRICS for m in value.values()):
         raise StoreValueError(f"store key {key!r}: field 'pass_metrics' must map passes to "
-                              "objects of at most 64 metrics")
+                              f"objects of at most {MAX_PASS_METRICS} metrics")
     return {str(p)[:MAX_TEXT]: {str(k)[:MAX_TEXT]: float(v) for k, v in m.items()
                                 if isinstance(v, int | float) and not isinstance(v, bool)
                                 and math.isfinite(v)}

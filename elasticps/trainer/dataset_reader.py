@@ -72,6 +72,21 @@ def dataset_schema(url: str) -> Schema | None:
     return schema if isinstance(schema, Schema) else None
 
 
+def check_test_classes(train_url: str, test_url: str) -> None:
+    """A test set whose class labels map to other indices than the training set's would score
+    wrong without a word: refuse it, naming both lists (convert it ``--like`` the training
+    set)."""
+    train, test = dataset_schema(train_url), dataset_schema(test_url)
+    if train is None or test is None:
+        return
+    for mine, theirs in zip(train.labels, test.labels, strict=False):
+        if (mine.by_value or theirs.by_value) and mine.values != theirs.values:
+            raise ConfigError(
+                f"the test data {test_url} has the classes {theirs.values} for label "
+                f"{theirs.name!r}, the training data {train_url} {mine.values}: convert the "
+                "test data with --like TRAINING_DIR so that a class has one index in both")
+
+
 def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
     """``(batches, dataset URL or None)`` of a reader, a URL, or an iterable of batches (numpy
     ``Batch`` or ``TensorBatch``), read whole and in order."""

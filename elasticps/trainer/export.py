@@ -10,6 +10,7 @@ Layout of an export directory::
     manifest.json       {"format": "elasticps.model/1", "kind": "full" | "delta",
                          "weights": "model.safetensors", "weights_sha256": hex,
                          "parent": {"path": relative path, "manifest_sha256": hex} (delta only),
+                         "inputs": {"dense": [column, ...], ...} | null,
                          "dense": {name: shape}, "sparse": {T: {"dim", "count", "ids", "rows"
                                                                 [, "tombstones", "removed"]}},
                          "modules": {module path: T},
@@ -20,6 +21,12 @@ Layout of an export directory::
                                                  "weighted": bool}},
                          "schema": {...the training dataset's declared schema} | null,
                          "meta": {...whatever the exporter adds}}
+
+``inputs`` (:mod:`elasticps.data.model_inputs`) is what a scorer needs to make the model's
+inputs from raw rows: ``dense`` lists the dense columns in the order the model reads them
+(``batch.dense``'s, the schema's order), then how each dense column is normalised, how each
+categorical column is hashed into its table, what the label is (its kind, a class label's
+values in index order). The manifest keeps the order it is written in (schema columns, layers).
 
 ``layers`` is what a scorer needs to rebuild each sparse lookup without elasticps: the table,
 and the batch column(s) the layer reads (a string: ``[B, dim]``; a list of k: ``[B, k, dim]``)
@@ -112,11 +119,13 @@ def export_model(
     meta: Mapping[str, Any] | None = None,
     *,
     schema: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, Any] | None = None,
     parent: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write an export of ``dense`` values and ``sparse`` (ids, rows) tables into ``directory``;
-    ``layers`` maps each sparse layer's module path to its record (see the module docstring).
-    With ``parent`` (a previous export's directory) write a delta of it instead."""
+    ``layers`` maps each sparse layer's module path to its record, ``inputs`` says how the
+    model's inputs are made (see the module docstring). With ``parent`` (a previous export's
+    directory) write a delta of it instead."""
     out = Path(directory)
     base = None if parent is None else _parent_state(Path(parent), dense, sparse)
     if base is not None and Path(parent or "").resolve() == out.resolve():
@@ -146,6 +155,7 @@ def export_model(
         "kind": "full" if base is None else "delta",
         "weights": WEIGHTS,
         "weights_sha256": file_sha256(out / WEIGHTS),
+        "inputs": None if inputs is None else dict(inputs),
         "dense": {name: list(np.shape(value)) for name, value in dense.items()},
         "sparse": sparse_meta,
         "modules": {path: str(layer["table"]) for path, layer in layers.items()},
@@ -157,6 +167,7 @@ def export_model(
         manifest["parent"] = {"path": os.path.relpath(Path(parent or ""), out),
                               "manifest_sha256": base.sha256}
     tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    # In the order written: a schema's columns and the layers keep theirs.
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     _fsync_replace(tmp, out / MANIFEST)
     return out

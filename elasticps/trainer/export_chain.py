@@ -15,6 +15,10 @@ the exact export it was made from and a changed or truncated file is refused, ne
 ``tensors`` has the keys a full export's safetensors file has (dense names, and per sparse table
 ``sparse/T/ids`` sorted and ``sparse/T/rows``), as torch tensors. A server that already holds a
 state applies each new delta with :func:`apply_link` on :func:`read_link`'s result.
+
+What the model reads is the manifest's ``inputs`` (:func:`read_inputs`): the dense columns in
+the order the model reads them, each one's normalisation, each categorical column's hashing,
+the label's kind and a class label's values (:func:`class_value` maps an output index back).
 """
 
 from __future__ import annotations
@@ -214,3 +218,30 @@ def load_export(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         manifest["sparse"][table].update(ids=f"sparse/{table}/ids", rows=f"sparse/{table}/rows",
                                          count=int(ids.shape[0]))
     return as_tensors(state), manifest
+
+
+def read_inputs(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The export's ``inputs`` record, checked for what every scorer uses: ``dense`` (the dense
+    columns in the order the model reads them), ``dense_columns``, ``categorical``, ``label``."""
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, dict):
+        raise ExportChainError("the export records no 'inputs' (what the model reads); export "
+                               "it again from a model trained on a dataset")
+    dense = inputs.get("dense")
+    if not isinstance(dense, list) or not all(isinstance(name, str) for name in dense):
+        raise ExportChainError(f"the export's inputs.dense must list column names, got "
+                               f"{dense!r:.200}")
+    for key in ("dense_columns", "categorical", "label"):
+        if not isinstance(inputs.get(key), dict):
+            raise ExportChainError(f"the export's inputs.{key} must be an object")
+    missing = [name for name in dense if name not in inputs["dense_columns"]]
+    if missing:
+        raise ExportChainError(f"the export's inputs.dense_columns lacks {missing}")
+    return inputs
+
+
+def class_value(inputs: dict[str, Any], index: int) -> Any:
+    """The class a model's output ``index`` stands for: ``inputs.label.values[index]``, or the
+    index itself for a label whose values are indices."""
+    values = inputs["label"].get("values")
+    return index if values is None else values[index]

@@ -3,9 +3,11 @@
 ============  =========================================================================
 label kind    metrics (besides ``cost``, the mean loss, and ``samples``)
 ============  =========================================================================
-binary        ``auc`` (exact, the data layer's), ``logloss`` (several binary labels: pooled
-              over every entry)
-float         ``rmse``, ``mae`` (over every label entry)
+binary        ``auc`` (exact, the data layer's), ``logloss``; several binary labels: each
+              one's ``auc_<label>`` and ``logloss_<label>``, ``auc`` their mean (macro, over
+              the labels with both values in the data seen), ``logloss`` over every entry
+float         ``rmse``, ``mae`` over every label entry; several float labels also each one's
+              ``rmse_<label>``, ``mae_<label>``
 multi_label   ``auc``: macro AUC over the classes that have both labels in the data seen;
               ``logloss``: mean binary cross-entropy over every (row, class)
 class         ``accuracy`` (top-1), ``cross_entropy`` (mean -log p of the label, nats),
@@ -14,13 +16,14 @@ class         ``accuracy`` (top-1), ``cross_entropy`` (mean -log p of the label,
 
 Each accumulator takes the model's output and the labels of a batch as tensors and keeps only
 what its metrics need: sums for the streaming metrics, and, for AUC, the scores of the most
-recent ``cap`` rows (AUC needs them all; a pass of a few million rows fits).
+recent ``cap`` rows (AUC needs them all; a pass of a few million rows fits). Labels are named
+by the schema (``names``); per-label metrics are kept for the first ``PER_LABEL_LIMIT`` labels.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +32,7 @@ from elasticps.data.auc import auc
 from elasticps.errors import ConfigError, DataError
 
 LOGLOSS_EPS = 1e-7  # probabilities are clipped to [eps, 1 - eps], as data.auc.log_loss does
+PER_LABEL_LIMIT = 16  # labels that get metrics of their own (each adds two per pass)
 
 
 def _safe(metric: Callable[[np.ndarray, np.ndarray], float], labels: np.ndarray,
@@ -95,74 +99,115 @@ def _probs(output: torch.Tensor, label: torch.Tensor, kind: str) -> np.ndarray:
     return torch.sigmoid(output.reshape(label.shape).float()).numpy().copy()
 
 
-def _logloss_sum(labels: np.ndarray, probs: np.ndarray) -> float:
-    p = np.clip(probs.astype(np.float64), LOGLOSS_EPS, 1.0 - LOGLOSS_EPS)
-    return float(-np.sum(np.where(labels == 1, np.log(p), np.log1p(-p))))
+def _label_names(names: Sequence[str] | None, width: int) -> list[str]:
+    """The names of ``width`` labels: the schema's, else ``label0``, ``label1``..."""
+    if names is not None and len(names) == width:
+        return list(names)
+    return [f"label{k}" for k in range(width)]
+
+
+def _macro_auc(labels: np.ndarray, probs: np.ndarray) -> list[float]:
+    """Each column's AUC; NaN for a column without both labels."""
+    aucs = []
+    for c in range(labels.shape[1]):
+        positives = int(labels[:, c].sum())
+        present = 0 < positives < labels.shape[0]
+        aucs.append(_safe(auc, labels[:, c], probs[:, c]) if present else math.nan)
+    return aucs
+
+
+def _mean_of_finite(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
 
 
 class BinaryMetrics(MetricAccumulator):
-    """``auc`` over the most recent ``cap`` rows, ``logloss`` over all of them."""
+    """``auc`` over the most recent ``cap`` rows, ``logloss`` over all of them; with several
+    labels, each one's too, and ``auc`` their macro mean."""
 
-    def __init__(self, cap: int = 2_000_000) -> None:
+    kind = "binary"
+
+    def __init__(self, cap: int = 2_000_000, names: Sequence[str] | None = None) -> None:
         super().__init__()
         self._scores = _Scores(cap)
-        self._logloss = 0.0
-        self._entries = 0
+        self._names = names
+        self._logloss: np.ndarray | None = None  # per label entry column
+        self._rows = 0
 
     def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
-        labels = label.numpy().reshape(-1).astype(np.float32, copy=True)
-        probs = _probs(output, label, "binary").reshape(-1)
+        labels = label.numpy().reshape(label.shape[0], -1).astype(np.float32, copy=True)
+        probs = _probs(output, label, self.kind).reshape(labels.shape)
         self._scores.add(labels, probs)
-        self._logloss += _logloss_sum(labels, probs)
-        self._entries += labels.size
+        sums = _logloss_columns(labels, probs)
+        self._logloss = sums if self._logloss is None else self._logloss + sums
+        self._rows += labels.shape[0]
 
     def _metrics(self) -> dict[str, float]:
         labels, probs = self._scores.arrays()
-        return {"auc": _safe(auc, labels, probs),
-                "logloss": self._logloss / self._entries if self._entries else math.nan}
+        logloss = self._logloss if self._logloss is not None else np.zeros(1)
+        if labels.shape[1] == 1:
+            return {"auc": _safe(auc, labels[:, 0], probs[:, 0]),
+                    "logloss": float(logloss[0]) / self._rows}
+        aucs = _macro_auc(labels, probs)
+        out = {"auc": _mean_of_finite(aucs), "logloss": float(logloss.sum()) / logloss.size
+               / self._rows}
+        names = _label_names(self._names, labels.shape[1])
+        for k, name in enumerate(names[:PER_LABEL_LIMIT]):
+            out[f"auc_{name}"] = aucs[k]
+            out[f"logloss_{name}"] = float(logloss[k]) / self._rows
+        return out
+
+
+def _logloss_columns(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    p = np.clip(probs.astype(np.float64), LOGLOSS_EPS, 1.0 - LOGLOSS_EPS)
+    return np.asarray(-np.sum(np.where(labels == 1, np.log(p), np.log1p(-p)), axis=0))
 
 
 class MultiLabelMetrics(BinaryMetrics):
     """Macro ``auc`` over the classes with both labels present; ``logloss`` over every entry."""
 
-    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
-        labels = label.numpy().reshape(label.shape[0], -1).astype(np.float32, copy=True)
-        probs = _probs(output, label, "multi_label").reshape(labels.shape)
-        self._scores.add(labels, probs)
-        self._logloss += _logloss_sum(labels, probs)
-        self._entries += labels.size
+    kind = "multi_label"
 
     def _metrics(self) -> dict[str, float]:
         labels, probs = self._scores.arrays()
-        aucs = []
-        for c in range(labels.shape[1]):
-            positives = int(labels[:, c].sum())
-            if 0 < positives < labels.shape[0]:
-                aucs.append(_safe(auc, labels[:, c], probs[:, c]))
-        return {"auc": float(np.mean(aucs)) if aucs else math.nan,
-                "logloss": self._logloss / self._entries if self._entries else math.nan}
+        logloss = self._logloss if self._logloss is not None else np.zeros(1)
+        return {"auc": _mean_of_finite(_macro_auc(labels, probs)),
+                "logloss": float(logloss.sum()) / logloss.size / self._rows}
 
 
 class RegressionMetrics(MetricAccumulator):
-    """``rmse`` and ``mae`` over every label entry."""
+    """``rmse`` and ``mae`` over every label entry; with several labels, each one's too."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Sequence[str] | None = None) -> None:
         super().__init__()
-        self._squared = self._absolute = 0.0
-        self._entries = 0
+        self._names = names
+        self._squared: np.ndarray | None = None  # per label column
+        self._absolute: np.ndarray | None = None
+        self._rows = 0
 
     def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
         if output.numel() != label.numel():
             raise ConfigError(f"a float label needs one prediction per label entry: the model "
                               f"gave {tuple(output.shape)} for labels {tuple(label.shape)}")
-        error = output.reshape(label.shape).double() - label.double()
-        self._squared += float(error.square().sum())
-        self._absolute += float(error.abs().sum())
-        self._entries += label.numel()
+        error = (output.reshape(label.shape).double() - label.double()).reshape(
+            label.shape[0], -1).numpy()
+        squared, absolute = np.square(error).sum(axis=0), np.abs(error).sum(axis=0)
+        self._squared = squared if self._squared is None else self._squared + squared
+        self._absolute = absolute if self._absolute is None else self._absolute + absolute
+        self._rows += label.shape[0]
 
     def _metrics(self) -> dict[str, float]:
-        return {"rmse": math.sqrt(self._squared / self._entries),
-                "mae": self._absolute / self._entries}
+        assert self._squared is not None
+        assert self._absolute is not None
+        entries = self._rows * self._squared.size
+        out = {"rmse": math.sqrt(float(self._squared.sum()) / entries),
+               "mae": float(self._absolute.sum()) / entries}
+        if self._squared.size > 1:
+            names = _label_names(self._names, self._squared.size)
+            for k, name in enumerate(names[:PER_LABEL_LIMIT]):
+                out[f"rmse_{name}"] = math.sqrt(float(self._squared[k]) / self._rows)
+                out[f"mae_{name}"] = float(self._absolute[k]) / self._rows
+        return out
 
 
 class ClassMetrics(MetricAccumulator):
@@ -188,14 +233,16 @@ class ClassMetrics(MetricAccumulator):
                 "perplexity": math.exp(cross_entropy) if cross_entropy < 700 else math.inf}
 
 
-def metrics_for(kind: str, cap: int = 2_000_000) -> MetricAccumulator:
-    """A fresh accumulator for labels of ``kind`` (binary, float, multi_label, class)."""
+def metrics_for(kind: str, cap: int = 2_000_000,
+                names: Sequence[str] | None = None) -> MetricAccumulator:
+    """A fresh accumulator for labels of ``kind`` (binary, float, multi_label, class), named
+    ``names`` (the schema's label columns, for per-label metrics)."""
     if kind == "binary":
-        return BinaryMetrics(cap)
+        return BinaryMetrics(cap, names)
     if kind == "multi_label":
         return MultiLabelMetrics(cap)
     if kind == "float":
-        return RegressionMetrics()
+        return RegressionMetrics(names)
     if kind == "class":
         return ClassMetrics()
     raise ConfigError(f"label kind {kind!r} is not binary, float, multi_label or class")

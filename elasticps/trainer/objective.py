@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.nn import functional
@@ -50,10 +50,12 @@ def _takes_weight(loss_fn: LossFn) -> bool:
 class Objective:
     """The loss and the metrics of one label kind (see the module docstring)."""
 
-    def __init__(self, kind: str, loss_fn: LossFn | None = None) -> None:
+    def __init__(self, kind: str, loss_fn: LossFn | None = None,
+                 label_names: Sequence[str] | None = None) -> None:
         if kind not in LABEL_KINDS:
             raise ConfigError(f"label kind {kind!r} is not one of {', '.join(LABEL_KINDS)}")
         self.kind = kind
+        self.label_names = None if label_names is None else tuple(label_names)
         self.custom = loss_fn
         self._custom_weights = loss_fn is not None and _takes_weight(loss_fn)
         self._warned = False
@@ -101,4 +103,4 @@ class Objective:
         return functional.binary_cross_entropy_with_logits(output, target, weight=weight)
 
     def metrics(self, cap: int = 2_000_000) -> MetricAccumulator:
-        return metrics_for(self.kind, cap)
+        return metrics_for(self.kind, cap, self.label_names)

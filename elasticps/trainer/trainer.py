@@ -37,6 +37,9 @@ import numpy as np
 import torch
 
 from elasticps.config import Config, current
+from elasticps.data.dataset import reading_schema
+from elasticps.data.manifest import read_manifest
+from elasticps.data.model_inputs import model_inputs
 from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
@@ -45,6 +48,7 @@ from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
     DatasetReader,
     as_dataset_reader,
+    check_test_classes,
     dataset_schema,
     read_whole,
 )
@@ -250,12 +254,13 @@ class Trainer:
         """The loss and metrics for the dataset at ``dataset_url`` (the trainer's
         ``label_kind`` wins; then the dataset's schema; then the training data's kind)."""
         kind = self.label_kind
-        if kind is None and dataset_url is not None:
-            schema = dataset_schema(dataset_url)
-            kind = schema.label_kind if schema is not None else None
+        schema = dataset_schema(dataset_url) if dataset_url is not None else None
+        if kind is None and schema is not None:
+            kind = schema.label_kind
         if kind is None and self._objective is not None:
             return self._objective
-        return Objective(kind or "binary", self.loss_fn)
+        names = None if schema is None else [label.name for label in schema.labels]
+        return Objective(kind or "binary", self.loss_fn, names)
 
     @property
     def mode(self) -> str:
@@ -311,6 +316,7 @@ class Trainer:
         evaluate = None
         if test_reader is not None:
             test = as_dataset_reader(test_reader)
+            check_test_classes(source.dataset_url, test.dataset_url)
 
             def evaluate() -> dict[str, float]:
                 return self.evaluate(test)
@@ -469,10 +475,21 @@ class Trainer:
         dense = self.pull_dense()
         sparse = {table: self.held_rows(table, table_ids) for table, table_ids in ids.items()}
         layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
-        url = self._trained_on.dataset_url if self._trained_on is not None else None
-        schema: Schema | None = dataset_schema(url) if url is not None else None
+        schema = self._read_schema()
         return export_model(directory, dense, sparse, layers, meta,
-                            schema=None if schema is None else schema.to_dict(), parent=parent)
+                            schema=None if schema is None else schema.to_dict(),
+                            inputs=None if schema is None else model_inputs(schema),
+                            parent=parent)
+
+    def _read_schema(self) -> Schema | None:
+        """The schema the training data was read with (a Criteo-layout dataset's: the preset
+        with the reader's id space and dense norm), None without one."""
+        if self._trained_on is None:
+            return None
+        manifest = read_manifest(self._trained_on.dataset_url)
+        if not isinstance(getattr(manifest, "schema", None), Schema):
+            return None
+        return reading_schema(manifest, self._trained_on.features)
 
 
 def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:

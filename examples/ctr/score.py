@@ -5,9 +5,13 @@ and pyarrow (elasticps is NOT imported: this is what a serving job would run).
 
 The export (``manifest.json`` + ``model.safetensors``) holds the dense parameters, the trained
 rows of each sparse table with their ids, which batch columns each sparse layer reads
-(``layers``: the lookups are rebuilt from it), the model's constructor options, and the feature
-transform (hashed id space and dense normalisation), which this file re-implements exactly: ids
-are one splitmix64 step of ``(slot << 33) | value`` (missing value = 2**32) modulo the id space.
+(``layers``: the lookups are rebuilt from it), the model's constructor options, and what the
+model reads (``inputs``): the dense columns in the order the model reads them, each one's
+normalisation and statistics, each categorical column's salt and id space, the label column.
+This file re-implements the transform exactly from that record: a dense value is normalised as
+its ``norm`` says (in float32, as the reader does for 32-bit columns), a missing one becomes
+``missing_value``; an id is ``splitmix64((salt << 33) XOR u) mod id_space`` with ``u`` the
+integer value (``2**32`` when missing; ``splitmix64(v)`` for an integer outside [0, 2**32)).
 Ids absent from the export were never trained; they get a zero row.
 """
 
@@ -27,18 +31,15 @@ from safetensors.torch import load_file
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import NUM_DENSE, SLOTS, build
+from models import build
 
-DENSE_COLUMNS = [f"I{i}" for i in range(1, NUM_DENSE + 1)]
-DENSE_MIN = np.array([0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float32)
-DENSE_MAX = np.array([20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50], dtype=np.float32)
-_M64 = (1 << 64) - 1
+MISSING_KEY = 1 << 32
 
 
 @dataclass
 class Rows:
-    """Featurized rows, shaped like the batches the model trained on: ``dense`` [n, 13] and one
-    id column per slot in ``ids``."""
+    """Featurized rows, shaped like the batches the model trained on: ``dense`` [n, D] in the
+    export's ``inputs.dense`` order and one id column per categorical column in ``ids``."""
 
     dense: torch.Tensor
     ids: dict[str, torch.Tensor]
@@ -111,29 +112,52 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def featurize(table, id_space: int, dense_norm: str) -> Rows:
-    """Raw Criteo-schema columns -> the model's input: dense float32 [n, 13], one int64 [n] id
-    column per slot."""
-    n = table.num_rows
-    dense = np.zeros((n, NUM_DENSE), dtype=np.float32)
-    dense_missing = np.zeros((n, NUM_DENSE), dtype=bool)
-    for j, name in enumerate(DENSE_COLUMNS):
+def normalize(x: np.ndarray, column: dict) -> np.ndarray:
+    """A dense column's values as its export record says (``inputs.dense_columns``)."""
+    work = np.float32 if x.dtype.itemsize <= 4 else np.float64
+    x = x.astype(work)
+    norm = column["norm"]
+    if norm == "standard":
+        x = x - work(column["mean"])
+        return x / work(column["std"]) if column["std"] > 0 else x
+    if norm == "minmax":
+        low, high = work(column["min"]), work(column["max"])
+        return (np.clip(x, low, high) - low) / (high - low) if high > low else np.zeros_like(x)
+    if norm == "log":
+        return np.log1p(np.maximum(x, work(0.0)))
+    if norm == "none":
+        return x
+    raise SystemExit(f"unknown dense norm {norm!r} in the export")
+
+
+def hashed_ids(col, column: dict) -> np.ndarray:
+    """int64 ids of an integer categorical column (hex32 values are the integers they spell)."""
+    if column["dtype"] not in ("hex32", "int", "int32"):
+        raise SystemExit(f"this scorer hashes integer columns; the export's is {column['dtype']}")
+    missing = col.is_null().to_numpy(zero_copy_only=False)
+    values = col.fill_null(0).to_numpy().astype(np.int64)
+    if column["ids"] == "passthrough":
+        return values
+    small = (values >= 0) & (values < (1 << 32))
+    keys = np.where(small, values.astype(np.uint64), splitmix64(values.astype(np.uint64)))
+    keys[missing] = np.uint64(MISSING_KEY)
+    keys ^= np.uint64(column["salt"]) << np.uint64(33)
+    return (splitmix64(keys) % np.uint64(column["id_space"])).astype(np.int64)
+
+
+def featurize(table, inputs: dict) -> Rows:
+    """Raw columns -> the model's input: dense float32 [n, D] in ``inputs.dense`` order, one
+    int64 [n] id column per categorical column."""
+    dense = np.zeros((table.num_rows, len(inputs["dense"])), dtype=np.float32)
+    for j, name in enumerate(inputs["dense"]):
+        record = inputs["dense_columns"][name]
         col = table.column(name)
-        dense_missing[:, j] = col.is_null().to_numpy(zero_copy_only=False)
-        dense[:, j] = col.fill_null(0).to_numpy().astype(np.float32)
-    if dense_norm == "minmax":
-        dense = (np.clip(dense, DENSE_MIN, DENSE_MAX) - DENSE_MIN) / (DENSE_MAX - DENSE_MIN)
-    elif dense_norm in ("log", "log-missing"):
-        dense = np.log1p(np.maximum(dense, 0.0))
-    dense[dense_missing] = -1.0 if dense_norm == "log-missing" else 0.0
-    ids = {}
-    for j, name in enumerate(SLOTS):
-        col = table.column(name)
-        values = col.fill_null(0).to_numpy().astype(np.uint64)
-        values[col.is_null().to_numpy(zero_copy_only=False)] = np.uint64(1 << 32)
-        keys = values | (np.uint64(j) << np.uint64(33))
-        ids[name] = torch.from_numpy((splitmix64(keys) % np.uint64(id_space)).astype(np.int64))
-    return Rows(torch.from_numpy(dense.astype(np.float32)), ids)
+        missing = col.is_null().to_numpy(zero_copy_only=False)
+        dense[:, j] = normalize(col.fill_null(0).to_numpy(), record)
+        dense[missing, j] = record["missing_value"]
+    ids = {name: torch.from_numpy(hashed_ids(table.column(name), record))
+           for name, record in inputs["categorical"].items()}
+    return Rows(torch.from_numpy(dense), ids)
 
 
 def parquet_files(data: Path) -> list[Path]:
@@ -144,16 +168,19 @@ def parquet_files(data: Path) -> list[Path]:
 def score(model: nn.Module, manifest: dict, data: Path,
           batch_size: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, labels) for every row of the Parquet files under ``data``."""
-    features = manifest["meta"]["features"]
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, dict):
+        raise SystemExit("the export records no inputs (what the model reads)")
+    label = inputs["label"]["names"][0]
     probs, labels = [], []
     for path in parquet_files(data):
         table = pq.read_table(path)
-        rows = featurize(table, features["id_space"], features["dense_norm"])
+        rows = featurize(table, inputs)
         with torch.no_grad():
             for i in range(0, table.num_rows, batch_size):
                 logits = model(rows.slice(i, i + batch_size))
                 probs.append(torch.sigmoid(logits).numpy())
-        labels.append(table.column("label").to_numpy().astype(np.float32))
+        labels.append(table.column(label).to_numpy().astype(np.float32))
     return np.concatenate(probs), np.concatenate(labels)
 
 

@@ -9,19 +9,24 @@ a plain-PyTorch lookup (``local_layers``) over the exported rows; an id the expo
 was never trained and reads a zero row. Nothing of elasticps runs in the model. The rows are
 read with ``elasticps.data`` (``open_dataset(...).iter_batches``): it hashes and normalises the
 columns exactly as training did, from the schema stored with the data (convert the test split
-``--like`` the training set so both share it).
+``--like`` the training set so both share it); the dense columns go into the model in the order
+the export's ``inputs.dense`` lists, taken by name from each batch.
 
 Prints one JSON line: the rows scored and the label kind's metrics (``auc`` and ``logloss`` for
-a binary label; ``rmse``, ``mae`` for float; ``accuracy``, ``perplexity`` for class).
+a binary label, and each label's ``auc_<label>`` with several, ``auc`` then their mean;
+``rmse``, ``mae`` for float; ``accuracy``, ``perplexity`` for class). ``--out`` writes the
+model's outputs, one row per line; for a class label, the predicted class's value (the
+export's ``inputs.label.values``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_layers import LocalTables
 from models import TabularModel
 
-from elasticps.data import open_dataset
+from elasticps.data import Batch, open_dataset
 from elasticps.data.schema import Schema
-from elasticps.trainer.export_chain import ExportChainError, load_export
+from elasticps.trainer.export_chain import ExportChainError, class_value, load_export, read_inputs
 
 
 class Placeholder(nn.Module):
@@ -54,6 +59,10 @@ def load_model(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
         raise SystemExit(str(exc)) from exc
     if manifest.get("schema") is None:
         raise SystemExit(f"{directory}: the export records no dataset schema to build from")
+    try:
+        read_inputs(manifest)
+    except ExportChainError as exc:
+        raise SystemExit(f"{directory}: {exc}") from exc
     meta = manifest["meta"]
     model = TabularModel(Schema.from_dict(manifest["schema"]), lambda *a: Placeholder(),
                          lambda *a: Placeholder(), kind=meta["model"],
@@ -89,19 +98,34 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def metrics(kind: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """The label kind's metrics of the model's outputs (logits, or values for float labels)."""
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) without overflow: exp(-log(1 + exp(-x))), by logaddexp."""
+    return np.exp(-np.logaddexp(0.0, -np.asarray(x, dtype=np.float64)))
+
+
+def metrics(kind: str, outputs: np.ndarray, labels: np.ndarray,
+            names: Sequence[str] = ()) -> dict[str, float]:
+    """The label kind's metrics of the model's outputs (logits, or values for float labels);
+    with several labels (``names``), each one's too."""
     if kind == "binary" or kind == "multi_label":
-        probs = 1.0 / (1.0 + np.exp(-outputs.astype(np.float64)))
+        probs = sigmoid(outputs).reshape(len(labels), -1)
+        targets = labels.reshape(len(labels), -1)
         p = np.clip(probs, 1e-7, 1 - 1e-7)
-        logloss = float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
-        if kind == "binary":
-            return {"auc": auc(labels.reshape(-1), probs.reshape(-1)), "logloss": logloss}
-        per_class = [auc(labels[:, k], probs[:, k]) for k in range(labels.shape[1])]
-        return {"auc": float(np.nanmean(per_class)), "logloss": logloss}
+        losses = -(targets * np.log(p) + (1 - targets) * np.log(1 - p)).mean(axis=0)
+        aucs = [auc(targets[:, k], probs[:, k]) for k in range(targets.shape[1])]
+        result = {"auc": float(np.nanmean(aucs)), "logloss": float(losses.mean())}
+        if kind == "binary" and len(names) > 1:
+            for k, name in enumerate(names):
+                result[f"auc_{name}"], result[f"logloss_{name}"] = aucs[k], float(losses[k])
+        return result
     if kind == "float":
         error = outputs.reshape(labels.shape).astype(np.float64) - labels
-        return {"rmse": float(np.sqrt(np.mean(error ** 2))), "mae": float(np.mean(abs(error)))}
+        result = {"rmse": float(np.sqrt(np.mean(error ** 2))), "mae": float(np.mean(abs(error)))}
+        if len(names) > 1:
+            for k, name in enumerate(names):
+                result[f"rmse_{name}"] = float(np.sqrt(np.mean(error[:, k] ** 2)))
+                result[f"mae_{name}"] = float(np.mean(abs(error[:, k])))
+        return result
     logits = outputs.astype(np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
@@ -111,15 +135,35 @@ def metrics(kind: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, flo
             "cross_entropy": cross_entropy, "perplexity": math.exp(cross_entropy)}
 
 
-def score(model: nn.Module, data: str | Path, batch_size: int = 8192
-          ) -> tuple[np.ndarray, np.ndarray]:
+def in_export_order(batch: Batch, dense: Sequence[str]) -> Batch:
+    """``batch`` with its dense columns in the order the export lists (``inputs.dense``),
+    taken by name: data whose schema lists them in another order still scores right."""
+    if tuple(dense) == batch.dense_names:
+        return batch
+    missing = [name for name in dense if name not in batch.dense_names]
+    if missing:
+        raise SystemExit(f"the data has no dense column(s) {missing} the model reads")
+    order = [batch.dense_names.index(name) for name in dense]
+    return dataclasses.replace(batch, dense=batch.dense[:, order], dense_names=tuple(dense))
+
+
+def score(model: nn.Module, data: str | Path, inputs: Mapping[str, Any],
+          batch_size: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     """(outputs, labels) of every row of the dataset at ``data``, in order."""
     outputs, labels = [], []
     with torch.no_grad():
         for batch in open_dataset(str(data)).iter_batches(batch_size):
-            outputs.append(model(batch.to_torch()).numpy())
+            ordered = in_export_order(batch, inputs["dense"])
+            outputs.append(model(ordered.to_torch()).numpy())
             labels.append(batch.label)
     return np.concatenate(outputs), np.concatenate(labels)
+
+
+def predictions(inputs: Mapping[str, Any], outputs: np.ndarray) -> list[str]:
+    """One line per row: a class label's predicted value, else the outputs."""
+    if inputs["label"]["kind"] == "class":
+        return [str(class_value(dict(inputs), int(k))) for k in outputs.argmax(axis=1)]
+    return [" ".join(f"{v:.6g}" for v in row) for row in outputs.reshape(len(outputs), -1)]
 
 
 def same_encoding(export_schema: Mapping[str, Any], data: str | Path) -> bool:
@@ -131,17 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="export directory (manifest.json)")
     parser.add_argument("--data", required=True, help="dataset directory to score")
-    parser.add_argument("--out", help="write the model's outputs here, one row per line")
+    parser.add_argument("--out", help="write the model's outputs here, one row per line (a "
+                        "class label: the predicted class's value)")
     args = parser.parse_args(argv)
     model, manifest = load_model(args.model)
     if not same_encoding(manifest["schema"], args.data):
         print(f"warning: {args.data} was not converted like the training data (its schema or "
               "statistics differ; convert it with --like TRAIN_DIR)", file=sys.stderr)
-    outputs, labels = score(model, args.data)
+    inputs = manifest["inputs"]
+    outputs, labels = score(model, args.data, inputs)
     if args.out:
-        np.savetxt(args.out, outputs.reshape(len(outputs), -1), fmt="%.6g")
-    kind = Schema.from_dict(manifest["schema"]).label_kind
-    print(json.dumps({"rows": len(labels), **metrics(kind, outputs, labels)}))
+        Path(args.out).write_text("".join(line + "\n" for line in predictions(inputs, outputs)))
+    label = inputs["label"]
+    print(json.dumps({"rows": len(labels), **metrics(label["kind"], outputs, labels,
+                                                     label["names"])}))
     return 0
 
 

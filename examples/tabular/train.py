@@ -14,9 +14,10 @@ class label). The loss and the metrics follow the label kind (BCE and AUC for a 
 
 After the last pass the one trainer the master lets save the model exports it to WORKDIR/model,
 scores the test data with the export in plain PyTorch (``score.py``) and publishes the result,
-which ``elasticps run`` writes to WORKDIR/summary.json (``auc`` for a binary label, measured on
-``--test-data``). Run directly (``python examples/tabular/train.py --data ...``), it starts the
-same job with the local launcher (``--trainers``, ``--pservers``, ``--workdir``).
+which ``elasticps run`` writes to WORKDIR/summary.json (``auc`` for a binary label, ``rmse``
+for float, ``accuracy`` for class, measured on ``--test-data``). Run directly (``python
+examples/tabular/train.py --data ...``), it starts the same job with the local launcher
+(``--trainers``, ``--pservers``, ``--workdir``).
 """
 
 from __future__ import annotations
@@ -129,9 +130,9 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test:
                               "train_rows": read_manifest(args.data).num_rows,
                               "train_wall_s": round(train_s, 3), "trainer": trainer.name}
     if test is not None:
-        model, _ = load_model(model_dir)
-        outputs, labels = score(model, test)
-        scored = metrics(schema.label_kind, outputs, labels)
+        model, manifest = load_model(model_dir)
+        outputs, labels = score(model, test, manifest["inputs"])
+        scored = metrics(schema.label_kind, outputs, labels, manifest["inputs"]["label"]["names"])
         result.update(scored, test_data=test, test_rows=len(labels))
         pass_metrics = trainer.stats.pass_metrics if trainer.stats is not None else []
         for name in scored:

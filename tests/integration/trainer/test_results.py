@@ -61,6 +61,7 @@ def test_a_published_result_replaces_it_and_evaluate_works_after_dist_train(
     summary = run_job(tmp_path / "job", data, "--publish")
     assert summary["mine"] is True
     assert "result_by" not in summary  # the automatic result was replaced, not merged
+    assert summary["passes"] == 2  # the script's result does not say; the trainers did
     assert summary["not_a_number"] is None  # JSON has no NaN
     by_reader, by_batches = summary["by_reader"], summary["by_batches"]
     end_pass = summary["end_pass"]

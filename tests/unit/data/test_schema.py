@@ -66,7 +66,7 @@ def test_label_kinds() -> None:
     ({"label": "y", "columns": {"a": {"kind": "categorical", "dim": 4},
                                 "b": {"kind": "categorical", "dim": 8}}}, "one shape"),
     ({"label": "y", "columns": {"y": "dense"}}, "twice"),
-    ({"label": {"name": "y", "kind": "class"}, "columns": {"x": "dense"}}, "classes"),
+    ({"label": {"name": "y", "kind": "multi_label"}, "columns": {"x": "dense"}}, "classes"),
     ({"label": "y", "columns": {"x": {"kind": "categorical", "ids": "passthrough",
                                       "dtype": "string"}}}, "passthrough"),
     ({"label": "y", "columns": {"x": {"kind": "categorical", "sep": "|"}}}, "sep"),

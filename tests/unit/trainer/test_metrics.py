@@ -107,3 +107,47 @@ def test_nothing_seen_and_unknown_kinds() -> None:
     assert metrics_for("float").result() == {"samples": 0.0}
     with pytest.raises(ConfigError, match="label kind 'ranking'"):
         metrics_for("ranking")
+
+
+def test_several_binary_labels_get_their_own_auc_and_a_macro_auc() -> None:
+    logits = RNG.normal(size=(60, 3)).astype(np.float32)
+    labels = RNG.integers(0, 2, (60, 3)).astype(np.float32)
+    labels[:, 2] = (logits[:, 2] > 0).astype(np.float32)  # one label the scores predict exactly
+    metrics = metrics_for("binary", names=["click", "buy", "like"])
+    metrics.add(torch.from_numpy(logits[:40]), torch.from_numpy(labels[:40]), 0.0)
+    metrics.add(torch.from_numpy(logits[40:]), torch.from_numpy(labels[40:]), 0.0)
+    result = metrics.result()
+    probs = torch.sigmoid(torch.from_numpy(logits)).numpy()
+    each = [pairwise_auc(labels[:, k], probs[:, k]) for k in range(3)]
+    assert result["auc_like"] == 1.0
+    for k, name in enumerate(["click", "buy", "like"]):
+        assert result[f"auc_{name}"] == pytest.approx(each[k], abs=1e-12)
+        assert result[f"logloss_{name}"] == pytest.approx(
+            logloss(labels[:, k], sigmoid(logits[:, k])), rel=1e-6)
+    assert result["auc"] == pytest.approx(np.mean(each), abs=1e-12)
+    assert result["logloss"] == pytest.approx(logloss(labels, sigmoid(logits)), rel=1e-6)
+
+
+def test_several_float_labels_get_their_own_rmse_and_mae() -> None:
+    preds = RNG.normal(size=(30, 2)).astype(np.float32)
+    labels = RNG.normal(size=(30, 2)).astype(np.float32)
+    labels[:, 1] *= 10
+    result = feed_named("float", preds, labels, ["price", "area"])
+    err = preds.astype(np.float64) - labels
+    assert result["rmse_price"] == pytest.approx(math.sqrt(np.mean(err[:, 0] ** 2)), rel=1e-9)
+    assert result["rmse_area"] == pytest.approx(math.sqrt(np.mean(err[:, 1] ** 2)), rel=1e-9)
+    assert result["mae_area"] == pytest.approx(np.mean(np.abs(err[:, 1])), rel=1e-9)
+    assert result["rmse"] == pytest.approx(math.sqrt(np.mean(err ** 2)), rel=1e-9)
+
+
+def test_one_label_has_no_per_label_metrics() -> None:
+    result = feed_named("float", RNG.normal(size=10).astype(np.float32),
+                        RNG.normal(size=10).astype(np.float32), ["price"])
+    assert set(result) == {"rmse", "mae", "cost", "samples"}
+
+
+def feed_named(kind: str, outputs: np.ndarray, labels: np.ndarray,
+               names: list[str]) -> dict[str, float]:
+    metrics = metrics_for(kind, names=names)
+    metrics.add(torch.from_numpy(outputs), torch.from_numpy(labels), 0.0)
+    return metrics.result()
