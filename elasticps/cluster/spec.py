@@ -377,8 +377,9 @@ class Job:
             _dns_subdomain("priority_class", self.priority_class)
         set_(self, "active_deadline", None if self.active_deadline is None
              else _duration("active_deadline", self.active_deadline, 1, MAX_ACTIVE_DEADLINE))
+        # at least a minute: whoever polls the job (launch_job's wait) must see its phase
         set_(self, "ttl_after_finished", _duration("ttl_after_finished",
-                                                   self.ttl_after_finished, 0,
+                                                   self.ttl_after_finished, 60,
                                                    MAX_TTL_AFTER_FINISHED))
         backend = _backend(self.backend, self.local)
         set_(self, "backend", backend)

@@ -128,6 +128,7 @@ def test_active_deadline_and_ttl_reach_both_backends(given: Any, seconds: int) -
     ("active_deadline", True, "is a boolean"),
     ("ttl_after_finished", -5, "is not a duration"),
     ("ttl_after_finished", "31d", "to 2,592,000"),
+    ("ttl_after_finished", 0, "must be from 60"),
     ("priority_class", "High_Priority", "DNS-1123 subdomain"),
 ])
 def test_bad_deadlines_and_priority_classes_name_the_field(field: str, value: Any,
