@@ -350,7 +350,7 @@ def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: lis
         "enableServiceLinks": False,  # no FOO_SERVICE_HOST flood in the role's environment
         "restartPolicy": restart_policy,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": pod_security_context(writes_claims=role == "pserver"),
+        "securityContext": pod_security_context(),
         "containers": [role_container(job, role, env)],
         "volumes": _volumes(job, role),
     }

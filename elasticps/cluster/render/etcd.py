@@ -144,7 +144,7 @@ def _statefulset(job: Job) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": pod_security_context(writes_claims=spec.storage is not None),
+        "securityContext": pod_security_context(),
         "containers": [container],
     }
     add_priority(pod_spec, job.priority_class)

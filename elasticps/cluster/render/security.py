@@ -7,8 +7,12 @@ every pod of both backends, init containers included).
   ``runAsNonRoot`` against an image whose user is a name, and etcd's image would run as root.
 * ``seccompProfile: RuntimeDefault`` for the pod; every container (init containers too) has
   ``runAsNonRoot: true``, ``allowPrivilegeEscalation: false`` and drops every capability.
-* ``fsGroup`` only where a pod writes to a claim (pserver checkpoints, etcd's data): setting it
-  on a pod that mounts a large dataset would make the kubelet walk every file of it.
+* ``fsGroup`` 10001 on every pod: the kubelet writes a Secret's files as root, and with an
+  ``fsGroup`` gives them that group and its read bit (mode 0400 becomes 0440), so the
+  unprivileged user can read its key and token and no other user can; a claim the pod writes
+  (pserver checkpoints, etcd's data) gets the group too. ``fsGroupChangePolicy:
+  OnRootMismatch`` skips the walk when a claim's root already has it, and a claim mounted
+  read-only (the dataset) is not walked at all.
 """
 
 from __future__ import annotations
@@ -19,18 +23,16 @@ RUN_AS_USER = 10001  # the Dockerfile's `useradd --uid 10001 elasticps` and `USE
 RUN_AS_GROUP = 10001
 
 
-def pod_security_context(*, writes_claims: bool = False) -> dict[str, Any]:
-    """The pod-level context; ``writes_claims``: the pod writes to a PersistentVolumeClaim."""
-    context: dict[str, Any] = {
+def pod_security_context() -> dict[str, Any]:
+    """The pod-level context every rendered pod gets."""
+    return {
         "runAsNonRoot": True,
         "runAsUser": RUN_AS_USER,
         "runAsGroup": RUN_AS_GROUP,
+        "fsGroup": RUN_AS_GROUP,
+        "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    if writes_claims:
-        context["fsGroup"] = RUN_AS_GROUP
-        context["fsGroupChangePolicy"] = "OnRootMismatch"  # no walk when the root is right
-    return context
 
 
 def container_security_context(*, read_only_root: bool = False) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def transfer_objects(transfer: Transfer, token: str) -> list[dict[str, Any]]:
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": pod_security_context(writes_claims=True),
+                    "securityContext": pod_security_context(),
                     "containers": [container],
                     "volumes": [
                         {"name": "claim",

@@ -143,3 +143,20 @@ def test_each_rule_catches_its_breach(mutate: Any, expected: str) -> None:
     mutate(spec)
     problems = restricted_problems("pod", spec)
     assert any(expected in p for p in problems), problems
+
+
+def test_every_pod_can_read_its_secret_files_as_its_own_user(tmp_path: Path) -> None:
+    """The kubelet writes a Secret volume's files as root with the volume's mode (0400 or
+    0440); only an fsGroup gives them a group, and its read bit, that the unprivileged user
+    is in. Without it the roles could not read their key or token."""
+    checked = 0
+    for where, spec in every_pod(tmp_path):
+        modes = [v["secret"].get("defaultMode", 0o644) for v in spec.get("volumes", [])
+                 if "secret" in v]
+        if not modes:
+            continue
+        checked += 1
+        context = spec["securityContext"]
+        assert context["fsGroup"] == context["runAsGroup"], where
+        assert all(mode & 0o007 == 0 for mode in modes), where  # nobody else
+    assert checked >= 10
