@@ -231,6 +231,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_ROLE", "role", _parse_role, "Role of this process: master, pserver or trainer."),
     EnvVar("PADDLE_JOB_TOKEN", "token", _parse_str,
            "Per-job RPC token; every call must carry it.", secret=True),
+    EnvVar("PADDLE_JOB_TOKEN_FILE", "token_file", _parse_str,
+           "File holding the job token, read at start in place of PADDLE_JOB_TOKEN (a file "
+           "is not in the process's environment, so children do not inherit it)."),
     EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1, MAX_PSERVERS),
            "Number of pserver slots N (job config, fixed for the job's life)."),
     EnvVar("PADDLE_HOST", "host", _parse_str,
@@ -324,6 +327,7 @@ class Config:
     job_name: str = "elasticps"
     role: str | None = None
     token: str = ""
+    token_file: str | None = None
     num_pservers: int | None = None
     host: str = "127.0.0.1"
     data: str | None = None
@@ -440,9 +444,39 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Confi
     values = _read_env(os.environ if env is None else env)
     for field, value in overrides.items():
         values[field] = _check_override(field, value)
+    if values.get("token_file"):
+        values["token"] = _token_from_file(values["token_file"], values.get("token"))
     # PADDLE_TRAINER_ID may exceed PADDLE_TRAINER_COUNT: trainers added to an elastic job
     # get ids past the starting count.
     return Config(**values)
+
+
+MAX_TOKEN_BYTES = 1024  # servers refuse longer tokens unread (rpc/server.py)
+
+
+def _token_from_file(path: str, given: str | None) -> str:
+    """The token in PADDLE_JOB_TOKEN_FILE; PADDLE_JOB_TOKEN may be set too only if equal."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_TOKEN_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: cannot read "
+                          f"it: {exc.strerror}") from exc
+    if len(raw) > MAX_TOKEN_BYTES:
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+                          f"holds more than {MAX_TOKEN_BYTES} bytes, too many for a token")
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+                          "is not UTF-8 text") from None
+    if not token:
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+                          "is empty")
+    if given and given != token:
+        raise ConfigError("PADDLE_JOB_TOKEN and the token in PADDLE_JOB_TOKEN_FILE "
+                          f"({path}) disagree; set only one of them")
+    return token
 
 
 _current: Config | None = None

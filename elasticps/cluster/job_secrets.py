@@ -5,7 +5,7 @@ never printed. A dry run renders :meth:`JobSecrets.placeholder` instead, whose v
 the real ones come from, so a manifest stream can never carry a secret by accident.
 
 Keys of the Secret (each role's pods mount only their own three, as ``ca.crt``, ``tls.crt``,
-``tls.key``; the token comes in through ``PADDLE_JOB_TOKEN``):
+``tls.key``, and the token as the file ``PADDLE_JOB_TOKEN_FILE`` names):
 
 ==========================  ==================================================================
 ``token``                   the job token (256 bits)
@@ -13,6 +13,8 @@ Keys of the Secret (each role's pods mount only their own three, as ``ca.crt``, 
 ``<role>.crt|.key``         master, pserver, trainer: role certificates (rpc/job_ca.py)
 ``etcd-server.crt|.key``    the job's etcd members (client and peer TLS), when it deploys one
 ``etcd-root.crt|.key``      etcd's root user (CN ``root``), for the setup Job only
+``env.<NAME>``              each secret entry of the spec's ``env:`` (cluster/spec_env.py), given
+                            to the pods as ``NAME`` through a ``secretKeyRef``
 ==========================  ==================================================================
 """
 
@@ -29,12 +31,18 @@ TOKEN_KEY = "token"
 CA_KEY = "ca.crt"
 ETCD_SERVER = "etcd-server"
 ETCD_ROOT = "etcd-root"
+ENV_KEY_PREFIX = "env."
 PLACEHOLDER = "<not printed: `elasticps submit` generates it and sends it to the API server>"
 
 
 def new_token() -> str:
     """A fresh per-job RPC token (256 bits, URL-safe)."""
     return secrets.token_urlsafe(32)
+
+
+def env_key(name: str) -> str:
+    """The Secret's key holding the spec's secret ``env:`` entry ``name``."""
+    return ENV_KEY_PREFIX + name
 
 
 def secret_keys(job: Job, etcd_hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -44,6 +52,7 @@ def secret_keys(job: Job, etcd_hosts: tuple[str, ...]) -> tuple[str, ...]:
         keys.append(CA_KEY)
         for name in (*JOB_ROLES, *((ETCD_SERVER, ETCD_ROOT) if etcd_hosts else ())):
             keys += [f"{name}.crt", f"{name}.key"]
+    keys += [env_key(name) for name in job.secret_env_names]
     return tuple(keys)
 
 
@@ -62,6 +71,7 @@ class JobSecrets:
         existing etcd); the etcd certificate names each, the headless Service, and loopback.
         """
         values = {TOKEN_KEY: new_token()}
+        values.update({env_key(name): job.env[name] for name in job.secret_env_names})
         if job.insecure:
             return cls(values)
         ca = JobCA(job.job_name)

@@ -67,6 +67,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("rbac.authorization.k8s.io/v1", "RoleBinding", k8s.RbacAuthorizationV1Api,
              "role_binding"),
         Kind("networking.k8s.io/v1", "NetworkPolicy", k8s.NetworkingV1Api, "network_policy"),
+        Kind("policy/v1", "PodDisruptionBudget", k8s.PolicyV1Api, "pod_disruption_budget"),
         Kind("batch.volcano.sh/v1alpha1", "Job", plural="jobs"),
     )
 }

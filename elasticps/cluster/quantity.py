@@ -1,4 +1,5 @@
-"""Kubernetes resource quantities for CPU and memory, parsed strictly and printed canonically.
+"""Kubernetes resource quantities for CPU and memory, and durations in seconds, parsed strictly
+and printed canonically.
 
 CPU is kept in millicores, memory in bytes, so the job spec can divide a job-wide budget among
 trainers exactly. Only the forms people write are accepted (``2``, ``0.5``, ``500m``;
@@ -15,6 +16,8 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _MEMORY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _CPU = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<milli>m)?$")
+_DURATION = re.compile(r"^(?P<num>[0-9]{1,9})(?P<unit>[smhd]?)$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_cpu(value: object) -> int:
@@ -81,3 +84,16 @@ def format_memory(nbytes: int) -> str:
             if nbytes % scale == 0:
                 return f"{nbytes // scale}{suffix}"
     return str(nbytes)
+
+
+def parse_duration(value: object) -> int:
+    """Whole seconds (``3600``) or a number with a unit (``"90m"``, ``"12h"``, ``"7d"``) ->
+    seconds. Raises ValueError with a reason."""
+    if isinstance(value, bool):
+        raise ValueError("is a boolean, not a duration")
+    text = str(value).strip() if isinstance(value, int | str) else None
+    match = _DURATION.match(text) if text is not None else None
+    if match is None:
+        raise ValueError(f"{value!r:.40} is not a duration (seconds, or a number with s, m, "
+                         "h or d, e.g. '12h')")
+    return int(match["num"]) * _SECONDS[match["unit"]]

@@ -32,9 +32,15 @@ from typing import Any
 
 import yaml
 
-from elasticps.cluster.quantity import format_cpu, format_memory, parse_cpu, parse_memory
+from elasticps.cluster.quantity import (
+    format_cpu,
+    format_memory,
+    parse_cpu,
+    parse_duration,
+    parse_memory,
+)
+from elasticps.cluster.spec_env import check_env, check_secret_env, secret_names
 from elasticps.config import (
-    ENV_VARS,
     MAX_GEO_STEPS,
     MAX_PSERVERS,
     MAX_TRAINERS,
@@ -61,7 +67,6 @@ _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})$")
 _PYTHON = re.compile(r"^python[0-9.]*$")
@@ -72,21 +77,12 @@ MAX_GPUS_PER_POD = 64
 MAX_CPU_MILLIS_PER_POD = 1024 * 1000  # 1024 cores
 MAX_MEMORY_PER_POD = 16 * 2**40  # 16Ti
 MAX_ETCD_STORAGE = 2**40  # 1Ti per member
-MAX_ENV_ENTRIES = 256
-MAX_ENV_VALUE = 32 * 1024
 MAX_ENTRY_POINT = 4096
 MAX_CODE_LIMIT = 8 * 2**30  # code_limit: what an init container may fetch and unpack
+MAX_ACTIVE_DEADLINE = 365 * 86400
+MAX_TTL_AFTER_FINISHED = 30 * 86400
+DEFAULT_TTL_AFTER_FINISHED = 86400
 
-# PADDLE_* variables a job's `env:` may set; every other one is filled in by the renderer from
-# the spec (or is unknown), so setting it there would be silently overridden or a typo.
-TUNABLE_ENV = frozenset({
-    "PADDLE_USE_GPU", "PADDLE_CHECKPOINT_INTERVAL", "PADDLE_CHECKPOINT_KEEP",
-    "PADDLE_LEASE_TTL", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE", "PADDLE_LOG_FORMAT",
-    "PADDLE_MAX_MESSAGE_MB", "PADDLE_DATA_SCHEMES", "PADDLE_MAX_CONCURRENT_RPCS",
-    "PADDLE_PSERVER_MEMORY_MB", "PADDLE_MAX_IDS_PER_REQUEST", "PADDLE_MAX_TABLES",
-    "PADDLE_CHECKPOINT_DELTAS",
-})
-_KNOWN_ENV = frozenset(var.name for var in ENV_VARS)
 
 
 class JobSpecWarning(UserWarning):
@@ -135,6 +131,24 @@ def _dns_label(name: str, value: object, max_len: int = 63) -> str:
             f"at most {max_len} characters, starting and ending with a letter or digit)",
         )
     return value
+
+
+def _dns_subdomain(name: str, value: object) -> str:
+    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise _fail(name, f"{value!r:.80} is not a DNS-1123 subdomain (lowercase letters, "
+                          "digits, '-' and '.', at most 253 characters)")
+    return value
+
+
+def _duration(name: str, value: object, minimum: int, maximum: int) -> int:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise _fail(name, str(exc)) from exc
+    if not minimum <= seconds <= maximum:
+        raise _fail(name, f"{value!r} is {seconds:,} seconds; it must be from {minimum:,} to "
+                          f"{maximum:,}")
+    return seconds
 
 
 def _reject_unknown(prefix: str, data: Mapping[str, Any], known: set[str]) -> None:
@@ -323,12 +337,22 @@ class Job:
     code_limit: str | int | None = None
     checkpoint: Storage | str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
+    # Names of env: entries that are secrets whatever their names (one ending in _KEY, _SECRET,
+    # _TOKEN or _PASSWORD is one anyway): they reach the pods only through the job's Secret.
+    secret_env: Sequence[str] = ()
     # Admission/eviction per sparse table, {table: {admit_after, admit_probability, evict,
     # ttl_passes, ttl_seconds, max_rows}}: replaces what the model's layers declare for those
     # tables; rendered as the trainers' PADDLE_SPARSE_POLICIES.
     tables: Mapping[str, Any] = field(default_factory=dict)
     etcd: EtcdSpec | Mapping[str, Any] | None = None
     queue: str = "default"
+    # The PriorityClass of every pod (the cluster's admin makes them); None: the default one.
+    priority_class: str | None = None
+    # How long the job may run (seconds, or "90m", "12h", "7d"); None: no limit.
+    active_deadline: int | str | None = None
+    # How long a finished job's objects are kept (for its logs and status) before they are
+    # deleted, all of them: they are owned by the job's workload (docs/cluster.md).
+    ttl_after_finished: int | str = DEFAULT_TTL_AFTER_FINISHED
     # Where the job runs: "cluster" (`elasticps submit`) or "local" (`elasticps run`).
     backend: str | None = None
     local: bool | None = None  # deprecated alias of backend="local"; see the class docstring
@@ -349,6 +373,14 @@ class Job:
         if not isinstance(self.image, str) or not _IMAGE.match(self.image):
             raise _fail("image", f"{self.image!r} is not an image reference")
         _dns_label("queue", self.queue)
+        if self.priority_class is not None:
+            _dns_subdomain("priority_class", self.priority_class)
+        set_(self, "active_deadline", None if self.active_deadline is None
+             else _duration("active_deadline", self.active_deadline, 1, MAX_ACTIVE_DEADLINE))
+        # at least a minute: whoever polls the job (launch_job's wait) must see its phase
+        set_(self, "ttl_after_finished", _duration("ttl_after_finished",
+                                                   self.ttl_after_finished, 60,
+                                                   MAX_TTL_AFTER_FINISHED))
         backend = _backend(self.backend, self.local)
         set_(self, "backend", backend)
         set_(self, "local", backend == "local")
@@ -361,7 +393,8 @@ class Job:
         set_(self, "checkpoint",
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
-        set_(self, "env", _check_env(self.env))
+        set_(self, "env", check_env(self.env))
+        set_(self, "secret_env", check_secret_env(self.secret_env, self.env))
         set_(self, "tables", _check_tables(self.tables))
         if self.mode not in MODES:
             raise _fail("mode", f"{self.mode!r} is not one of {', '.join(MODES)}")
@@ -458,6 +491,11 @@ class Job:
         use_gpu = load_config(env={"PADDLE_USE_GPU": self.env["PADDLE_USE_GPU"]}).use_gpu
         warn_gpu_mismatch(self.job_name, trainer_gpu, use_gpu, "env.PADDLE_USE_GPU")
         return use_gpu
+
+    @property
+    def secret_env_names(self) -> tuple[str, ...]:
+        """The env: entries that reach the pods through the job's Secret (spec_env.py)."""
+        return secret_names(self.env, self.secret_env)
 
     @property
     def etcd_spec(self) -> EtcdSpec:
@@ -600,35 +638,6 @@ def _code_limit(value: object, code_url: str | None) -> str | None:
         raise _fail("code_limit", "applies only with 'code_url'; a ConfigMap carries at most "
                                   "1,024,000 bytes whatever the limit")
     return format_memory(_memory("code_limit", value, MAX_CODE_LIMIT))
-
-
-def _check_env(env: object) -> dict[str, str]:
-    if not isinstance(env, Mapping):
-        raise _fail("env", f"must be a mapping of NAME: value, got {env!r:.80}")
-    if len(env) > MAX_ENV_ENTRIES:
-        raise _fail("env", f"has {len(env)} entries, more than {MAX_ENV_ENTRIES}")
-    checked: dict[str, str] = {}
-    for key, value in env.items():
-        name = f"env.{key}"
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
-            raise _fail(name, "is not a valid environment variable name")
-        if value is None or isinstance(value, Mapping | list):
-            raise _fail(name, f"must be a string, number or boolean, got {value!r:.80}")
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        if len(text) > MAX_ENV_VALUE:
-            raise _fail(name, f"is longer than {MAX_ENV_VALUE} characters")
-        if key.startswith("PADDLE_") and key not in TUNABLE_ENV:
-            reason = ("is set by elasticps from the job spec" if key in _KNOWN_ENV
-                      else "is not a variable elasticps reads")
-            raise _fail(name, f"{reason}; the PADDLE_* variables a job may set are "
-                              f"{', '.join(sorted(TUNABLE_ENV))}")
-        if key in TUNABLE_ENV:
-            try:
-                load_config(env={key: text})
-            except ConfigError as exc:
-                raise _fail(name, str(exc)) from exc
-        checked[key] = text
-    return dict(sorted(checked.items()))
 
 
 MAX_TABLE_POLICIES = 1000  # the pservers' default PADDLE_MAX_TABLES

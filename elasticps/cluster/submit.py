@@ -1,10 +1,11 @@
 """Submit a job to a cluster and follow it: the functions behind ``elasticps submit|status|logs|
 delete``, and the handle that ``elasticps.launch_job``'s cluster backend wraps.
 
-``submit`` renders, validates, then creates the objects in order; if one is refused, the ones
-this call created are deleted again, so a failed submission leaves nothing behind. Every
-object carries the label ``elasticps.io/job=<name>``, which is how ``status``, ``logs`` and
-``delete`` find a job without its spec.
+``submit`` renders, validates, then creates the objects in order, each owned by the job's
+workload (:mod:`elasticps.cluster.job_create`); if one is refused, the ones this call created
+are deleted again, so a failed submission leaves nothing behind. Every object carries the
+label ``elasticps.io/job=<name>``, which is how ``status``, ``logs`` and ``delete`` find a job
+without its spec.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from elasticps.cluster.code_archive import CodeArchive, pack_code
 from elasticps.cluster.code_store import archive_url, code_limits, publish_code
+from elasticps.cluster.job_create import create_objects
 from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
 from elasticps.cluster.kube_client import (
     BATCH_JOB,
@@ -27,9 +29,7 @@ from elasticps.cluster.kube_client import (
     POD,
     SECRET,
     VOLCANO_JOB,
-    KubeAPIError,
     KubeClient,
-    kind_of,
 )
 from elasticps.cluster.manifests import dry_run_yaml, job_secrets, render
 from elasticps.cluster.render.code import config_map_name
@@ -47,6 +47,7 @@ KUBECTL_PROXY = "http://localhost:8001"  # where `kubectl proxy` serves the API 
 _DELETE_ORDER = [
     VOLCANO_JOB, BATCH_JOB, KINDS[("apps/v1", "Deployment")], KINDS[("apps/v1", "StatefulSet")],
     KINDS[("v1", "Service")], KINDS[("networking.k8s.io/v1", "NetworkPolicy")],
+    KINDS[("policy/v1", "PodDisruptionBudget")],
     KINDS[("v1", "Secret")], KINDS[("v1", "ConfigMap")],
     KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")],
     KINDS[("rbac.authorization.k8s.io/v1", "Role")], KINDS[("v1", "ServiceAccount")],
@@ -209,7 +210,7 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
         # before any pod exists that would fetch it; content-addressed, so a failed
         # submission leaves nothing that needs removing
         publish_code(code, job.code_url)
-    _create_all(handle.client, job, objects)
+    create_objects(handle.client, job, objects)
     logger.info("Submitted job %s to namespace %s (%s, %d objects); status page: %s",
                 job.job_name, job.plan.namespace, backend, len(objects), handle.status_url())
     return handle
@@ -232,41 +233,10 @@ def submit_secret(job: Job, *, client: KubeClient | None = None,
     _check_cluster_job(job)
     client = client if client is not None else KubeClient.from_kubeconfig()
     secret = secret_object(job, secrets if secrets is not None else job_secrets(job))
-    _create_all(client, job, [secret])
+    create_objects(client, job, [secret])
     logger.info("Created Secret %s of job %s in namespace %s.", secret["metadata"]["name"],
                 job.job_name, job.plan.namespace)
     return str(secret["metadata"]["name"])
-
-
-def _create_all(client: KubeClient, job: Job, objects: list[dict[str, Any]]) -> None:
-    created: list[dict[str, Any]] = []
-    try:
-        for obj in objects:
-            client.create(obj)
-            created.append(obj)
-    except ClusterError as exc:
-        undone = _roll_back(client, created)
-        note = f" (removed the {undone} object(s) this submission had created)" if undone else ""
-        if isinstance(exc, KubeAPIError) and exc.status == 409:
-            raise ClusterError(
-                f"job {job.job_name} already exists in namespace {job.plan.namespace}{note}: "
-                f"{exc}. Delete it first with `elasticps delete {job.job_name} "
-                f"-n {job.plan.namespace}` or choose another job_name."
-            ) from exc
-        raise ClusterError(f"submitting job {job.job_name} failed{note}: {exc}") from exc
-
-
-def _roll_back(client: KubeClient, created: list[dict[str, Any]]) -> int:
-    undone = 0
-    for obj in reversed(created):
-        meta = obj["metadata"]
-        try:
-            client.delete(kind_of(obj), meta["namespace"], meta["name"])
-            undone += 1
-        except ClusterError as exc:
-            logger.warning("Could not remove %s/%s after a failed submission: %s",
-                           obj["kind"], meta["name"], exc)
-    return undone
 
 
 def _pod_index(pod: dict[str, Any]) -> int | None:
@@ -377,14 +347,17 @@ def pod_logs(client: KubeClient, name: str, namespace: str, *, role: str = "trai
 
 
 def delete_job(client: KubeClient, name: str, namespace: str) -> list[str]:
-    """Delete every object labelled with the job; returns ``Kind/name`` of each one deleted."""
-    deleted: list[str] = []
+    """Delete every object labelled with the job; returns ``Kind/name`` of each one that was
+    there. The workload goes first; what it owns may already be gone with it (the garbage
+    collector's work), and is deleted here otherwise (a job applied with kubectl has no owner
+    references)."""
     selector = f"{LABEL_JOB}={name}"
-    for kind in _DELETE_ORDER:
-        for obj in client.list(kind, namespace, selector):
-            obj_name = obj.get("metadata", {}).get("name", "")
-            if client.delete(kind, namespace, obj_name):
-                deleted.append(f"{kind.kind}/{obj_name}")
+    found = [(kind, str(obj.get("metadata", {}).get("name", ""))) for kind in _DELETE_ORDER
+             for obj in client.list(kind, namespace, selector)]
+    deleted: list[str] = []
+    for kind, obj_name in found:
+        client.delete(kind, namespace, obj_name)  # False: gone with its owner meanwhile
+        deleted.append(f"{kind.kind}/{obj_name}")
     if not deleted:
         raise ClusterError(f"no elasticps job {name!r} in namespace {namespace!r}")
     logger.info("Deleted job %s in namespace %s: %s.", name, namespace, ", ".join(deleted))

@@ -9,8 +9,10 @@ Three layers:
    (``schemas/volcano-batch.volcano.sh_jobs.yaml``, copied from volcano-sh/volcano), made
    strict the same way; each task's pod template is also checked as a ``v1/PodTemplate``.
 3. Semantic checks no schema can express: unique names; every env var a role reads is set;
-   secret, service-account, volume and port references resolve; Services select pods that
-   exist; Volcano ``minAvailable`` fits the replicas and policies use valid events/actions.
+   secret, service-account, volume and port references resolve; Services and
+   PodDisruptionBudgets select pods that exist; Volcano ``minAvailable`` fits the replicas and
+   policies use valid events/actions; every pod meets the Pod Security Standards'
+   "restricted" profile (:mod:`elasticps.cluster.pod_security`).
 
 Layers 1-2 need the ``kubernetes-validate`` and ``jsonschema`` packages (dev extras); without
 them :func:`validate_manifests` runs layer 3 only and says so in the log.
@@ -29,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from elasticps.cluster.pod_security import restricted_problems
 from elasticps.cluster.render.common import LABEL_ROLE, OPTIONAL_ROLE_ENV, ROLE_ENV
 from elasticps.errors import ClusterError
 
@@ -173,7 +176,9 @@ def semantic_problems(objects: list[dict[str, Any]]) -> list[str]:
     templates = list(_pod_templates(objects))
     for where, template in templates:
         problems += _template_problems(where, template, by_kind)
+        problems += restricted_problems(where, template.get("spec", {}))
     problems += _service_problems(by_kind, templates)
+    problems += _budget_problems(by_kind, templates)
     problems += _workload_problems(objects, by_kind)
     problems += _rbac_problems(by_kind)
     return problems
@@ -223,28 +228,31 @@ def _template_problems(where: str, template: dict[str, Any],
 
 def _config_map_problems(where: str, spec: dict[str, Any],
                          by_kind: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """A configMap volume names a ConfigMap among the objects, and keys it holds."""
+    """A configMap or secret volume names an object among the objects, and keys it holds."""
     problems: list[str] = []
     for volume in spec.get("volumes", []):
-        source = volume.get("configMap")
-        if source is None:
-            continue
-        config_map = by_kind.get("ConfigMap", {}).get(source.get("name"))
-        if config_map is None:
-            problems.append(f"{where}: volume {volume['name']!r} refers to missing ConfigMap "
-                            f"{source.get('name')!r}")
-            continue
-        keys = {*config_map.get("data", {}), *config_map.get("binaryData", {})}
-        for item in source.get("items", []):
-            if item.get("key") not in keys:
-                problems.append(f"{where}: volume {volume['name']!r} refers to key "
-                                f"{item.get('key')!r} missing from ConfigMap {source['name']!r}")
+        for field, kind, name_key, keys_of in (
+                ("configMap", "ConfigMap", "name", ("data", "binaryData")),
+                ("secret", "Secret", "secretName", ("data", "stringData"))):
+            source = volume.get(field)
+            if source is None:
+                continue
+            name = source.get(name_key)
+            found = by_kind.get(kind, {}).get(name)
+            if found is None:
+                problems.append(f"{where}: volume {volume['name']!r} refers to missing {kind} "
+                                f"{name!r}")
+                continue
+            keys = {key for part in keys_of for key in found.get(part, {})}
+            problems += [f"{where}: volume {volume['name']!r} refers to key "
+                         f"{item.get('key')!r} missing from {kind} {name!r}"
+                         for item in source.get("items", []) if item.get("key") not in keys]
     return problems
 
 
 @functools.cache
 def _tunable() -> frozenset[str]:
-    from elasticps.cluster.spec import TUNABLE_ENV
+    from elasticps.cluster.spec_env import TUNABLE_ENV
 
     return TUNABLE_ENV
 
@@ -313,6 +321,18 @@ def _service_problems(by_kind: dict[str, dict[str, dict[str, Any]]],
             if isinstance(target, str) and target not in ports:
                 problems.append(f"Service/{name} targets port {target!r}, which its pods "
                                 "do not declare")
+    return problems
+
+
+def _budget_problems(by_kind: dict[str, dict[str, dict[str, Any]]],
+                     templates: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    problems: list[str] = []
+    for name, budget in by_kind.get("PodDisruptionBudget", {}).items():
+        wanted = budget.get("spec", {}).get("selector", {}).get("matchLabels", {})
+        if not any(wanted.items() <= t.get("metadata", {}).get("labels", {}).items()
+                   for _, t in templates):
+            problems.append(f"PodDisruptionBudget/{name} selects {wanted} but no pod template "
+                            "has those labels")
     return problems
 
 

@@ -1,6 +1,6 @@
 """Secrets are never printed. The contract: `elasticps submit JOB.yaml --dry-run` output
-contains NetworkPolicy objects and no token value (nor any certificate or key); and
-`elasticps env --check` masks the token."""
+contains NetworkPolicy objects and no token value (nor any certificate or key, nor a secret
+entry of the spec's env:); and `elasticps env --check` masks the token."""
 
 from __future__ import annotations
 
@@ -38,13 +38,16 @@ def test_dry_run_has_network_policies_and_no_secret(backend: str) -> None:
         assert marker not in done.stdout, marker
     assert "--secret-only" in done.stdout  # the note in the Secret's place
     assert "--secret-only" in done.stderr
-    # the token reaches every pod from the Secret, never as a value in the manifests
+    # the token reaches every role's pod as a file of the Secret, in no environment
+    roles = 0
     for obj in objects:
         for container in _containers(obj):
-            for var in container.get("env", []):
-                if var["name"] == "PADDLE_JOB_TOKEN":
-                    assert "value" not in var
-                    assert var["valueFrom"]["secretKeyRef"]["key"] == "token"
+            names = {var["name"]: var for var in container.get("env", [])}
+            assert "PADDLE_JOB_TOKEN" not in names
+            if "PADDLE_ROLE" in names:
+                roles += 1
+                assert names["PADDLE_JOB_TOKEN_FILE"]["value"] == "/etc/elasticps/token/token"
+    assert roles == 3
 
 
 def _containers(obj: object) -> list[dict[str, Any]]:
@@ -79,3 +82,32 @@ def test_env_check_masks_the_token(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert token not in done.stdout + done.stderr
     assert f"PADDLE_JOB_TOKEN=<set, {len(token)} characters, not shown>" in done.stdout
+
+
+@pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
+def test_dry_run_prints_no_secret_of_the_specs_env(
+        backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Storage credentials in a spec's env: (by their names, or listed in secret_env:) reach
+    every pod and the code-fetch init container only as references to the job's Secret."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    values = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-" + secrets.token_hex(8),
+              "HF_TOKEN": "hf_" + secrets.token_hex(8),
+              "STORAGE_CONNECTION": "conn-" + secrets.token_hex(8)}
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "job_name": "creds", "namespace": "ml", "entry_point": "python train.py",
+        "code": "code", "code_url": "s3://bucket/code", "data": "s3://bucket/data",
+        "env": {**values, "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE"},
+        "secret_env": ["STORAGE_CONNECTION"]}))
+    assert cli.main(["submit", str(spec), "--backend", backend, "--dry-run"]) == 0
+    printed = capsys.readouterr()
+    for name, value in values.items():
+        assert value not in printed.out + printed.err, name
+    objects = list(yaml.safe_load_all(printed.out))
+    references = [var for obj in objects for container in _containers(obj)
+                  for var in container.get("env", []) if var["name"] in values]
+    assert len(references) == 3 * 4  # master, pserver, trainer and fetch-code, each
+    assert all(var["valueFrom"]["secretKeyRef"] == {"name": "creds-secrets",
+                                                    "key": f"env.{var['name']}"}
+               for var in references)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 import elasticps
 from elasticps.config import ENV_VARS, Config, alias_of, load_config
 from elasticps.errors import ConfigError
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
+
+TOKEN_FILE = str(REPO / "tests/data/job_token")  # holds "abc", PADDLE_JOB_TOKEN's good value
 
 # (variable, raw value, field, parsed value) - one good value per variable.
 GOOD = [
@@ -25,6 +28,7 @@ GOOD = [
     ("PADDLE_JOB_NAME", "ctr-demo", "job_name", "ctr-demo"),
     ("PADDLE_ROLE", "PServer", "role", "pserver"),
     ("PADDLE_JOB_TOKEN", "abc", "token", "abc"),
+    ("PADDLE_JOB_TOKEN_FILE", TOKEN_FILE, "token_file", TOKEN_FILE),
     ("PADDLE_NUM_PSERVERS", "3", "num_pservers", 3),
     ("PADDLE_HOST", "10.1.2.3", "host", "10.1.2.3"),
     ("PADDLE_DATA", "/data/criteo", "data", "/data/criteo"),
@@ -171,6 +175,31 @@ def test_keyword_overrides_win_and_are_validated() -> None:
 def test_trainer_id_may_exceed_starting_count_in_elastic_jobs() -> None:
     config = load_config({"PADDLE_TRAINER_ID": "5", "PADDLE_TRAINER_COUNT": "4"})
     assert (config.trainer_id, config.trainer_count) == (5, 4)
+
+
+def test_the_token_is_read_from_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text(" s3cr3t-token \n")
+    assert load_config({"PADDLE_JOB_TOKEN_FILE": str(path)}).token == "s3cr3t-token"
+    assert load_config({"PADDLE_JOB_TOKEN_FILE": str(path),
+                        "PADDLE_JOB_TOKEN": "s3cr3t-token"}).token == "s3cr3t-token"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read it: No such file"),
+    (b"  \n", "the file is empty"),
+    (b"x" * 1025, "more than 1024 bytes"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"other", "PADDLE_JOB_TOKEN and the token in PADDLE_JOB_TOKEN_FILE .* disagree"),
+])
+def test_a_bad_token_file_is_an_error_naming_it(tmp_path: Path, content: bytes | None,
+                                                message: str) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config({"PADDLE_JOB_TOKEN_FILE": str(path), "PADDLE_JOB_TOKEN": "abc"})
+    assert "other" not in str(info.value)  # the token itself is never in a message
 
 
 def test_config_is_frozen_and_round_trips_through_env() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from elasticps.cluster.code_archive import ARCHIVE_DIR, ARCHIVE_KEY, CODE_DIR, CodeArchive
 from elasticps.cluster.code_store import archive_url, code_limits
 from elasticps.cluster.quantity import format_memory
+from elasticps.cluster.render.security import container_security_context
 from elasticps.cluster.spec import Job
 
 CODE_VOLUME = "code"
@@ -39,8 +40,10 @@ def code_config_map(metadata: dict[str, Any], archive: CodeArchive) -> dict[str,
             "binaryData": {ARCHIVE_KEY: base64.b64encode(archive.data).decode("ascii")}}
 
 
-def add_code(job: Job, archive: CodeArchive, spec: dict[str, Any]) -> None:
-    """Give a trainer pod spec the unpacked code as its working directory (in place)."""
+def add_code(job: Job, archive: CodeArchive, spec: dict[str, Any],
+             user_env: list[dict[str, Any]]) -> None:
+    """Give a trainer pod spec the unpacked code as its working directory (in place);
+    ``user_env`` is the spec's ``env:`` as container entries, for a fetch from storage."""
     trainer = spec["containers"][0]
     init: dict[str, Any] = {
         "name": UNPACK_CONTAINER,
@@ -49,6 +52,7 @@ def add_code(job: Job, archive: CodeArchive, spec: dict[str, Any]) -> None:
         # the trainer's own requests: an init container never raises the pod's total, and
         # requests = limits keeps the pod Guaranteed
         "resources": trainer["resources"],
+        "securityContext": container_security_context(),
     }
     code_mount = {"name": CODE_VOLUME, "mountPath": CODE_DIR}
     if job.code_url is None:
@@ -65,9 +69,10 @@ def add_code(job: Job, archive: CodeArchive, spec: dict[str, Any]) -> None:
         init["name"] = FETCH_CONTAINER
         init["command"] = ["elasticps", "code", "fetch", archive_url(job.code_url, archive.sha256),
                            "--sha256", archive.sha256, "--into", CODE_DIR, "--limit", str(limit)]
-        # the spec's env (where storage credentials go) and nothing of the job's own secrets
-        if job.env:
-            init["env"] = [{"name": name, "value": value} for name, value in job.env.items()]
+        # the spec's env (storage credentials, as references to the job's Secret) and
+        # nothing of the job's own secrets
+        if user_env:
+            init["env"] = user_env
         init["volumeMounts"] = [code_mount]
         volumes = []
         size_limit = format_memory(2 * limit)  # the archive and its contents, side by side

@@ -25,7 +25,11 @@ Health contract for the role processes (see docs/cluster.md):
   text at ``STATUS_URL/metrics``, behind the token.
 
 Each role's pods mount their own three items of the job's Secret (CA certificate, role
-certificate, key) read-only at ``/etc/elasticps/tls`` (``PADDLE_TLS_DIR``).
+certificate, key) read-only at ``/etc/elasticps/tls`` (``PADDLE_TLS_DIR``), and the job token
+as the file ``/etc/elasticps/token/token`` (``PADDLE_JOB_TOKEN_FILE``): a file is not in the
+process's environment, so the user's script and its children do not inherit it. The spec's
+secret ``env:`` entries come from the same Secret through ``secretKeyRef``; every other entry
+is a plain value.
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticps.cluster.code_archive import CodeArchive
-from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets
+from elasticps.cluster.job_secrets import CA_KEY, TOKEN_KEY, JobSecrets, env_key
 from elasticps.cluster.render.code import add_code, code_config_map, config_map_name
+from elasticps.cluster.render.placement import add_priority, spread_over_nodes
+from elasticps.cluster.render.security import container_security_context, pod_security_context
 from elasticps.cluster.spec import Job, RoleResources, sparse_policies_env
 from elasticps.config import Config, default_max_concurrent_rpcs
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE
@@ -47,6 +53,8 @@ HEALTH_PORT = 7165
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 TLS_MOUNT = "/etc/elasticps/tls"
+TOKEN_MOUNT = "/etc/elasticps/token"
+TOKEN_FILE = f"{TOKEN_MOUNT}/{TOKEN_KEY}"
 SECRET_FILE_MODE = 0o400
 ROLES = ("master", "pserver", "trainer")
 
@@ -57,7 +65,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 # The env contract: every PADDLE_* variable each role reads, always set by the renderers.
 # tests/unit/cluster checks this table covers every variable in elasticps.config.ENV_VARS.
 COMMON_ENV = (
-    "PADDLE_JOB_NAME", "PADDLE_ROLE", "PADDLE_STORE", "PADDLE_JOB_TOKEN", "PADDLE_HOST",
+    "PADDLE_JOB_NAME", "PADDLE_ROLE", "PADDLE_STORE", "PADDLE_JOB_TOKEN_FILE", "PADDLE_HOST",
     "PADDLE_PORT", "PADDLE_NUM_PSERVERS", "PADDLE_PSERVERS", "PADDLE_TRAINER_COUNT",
     "PADDLE_NUM_GRADIENT_SERVERS", "PADDLE_PORTS_NUM", "PADDLE_PORTS_NUM_FOR_SPARSE",
     "PADDLE_USE_GPU", "PADDLE_LEASE_TTL", "PADDLE_METRICS_PORT", "PADDLE_LOG_FORMAT",
@@ -73,9 +81,9 @@ ROLE_ENV: dict[str, tuple[str, ...]] = {
     "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES", "PADDLE_TRAINING_MODE",
                 "PADDLE_GEO_STEPS"),
 }
-# Read by no role in a real job, so never rendered: the local launcher's work directory (a
-# cluster job's scripts take their paths from `data:`/`checkpoint:`).
-NOT_RENDERED_ENV = ("PADDLE_WORKDIR",)
+# Never rendered: the local launcher's work directory (a cluster job's scripts take their
+# paths from `data:`/`checkpoint:`), and the token itself (pods read it from a file).
+NOT_RENDERED_ENV = ("PADDLE_WORKDIR", "PADDLE_JOB_TOKEN")
 # PADDLE_DATA is set only when the spec has a `data:` location; PADDLE_TLS_DIR unless the job
 # is insecure.
 OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
@@ -187,11 +195,11 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
     annotation the controller sets: Indexed Job or Volcano task index).
     """
     plan = job.plan
-    names = Names.of(job)
     values: dict[str, str] = {
         "PADDLE_JOB_NAME": job.job_name,
         "PADDLE_ROLE": role,
         "PADDLE_STORE": store_url(job),
+        "PADDLE_JOB_TOKEN_FILE": TOKEN_FILE,
         "PADDLE_PORT": str(PORT),
         "PADDLE_NUM_PSERVERS": str(plan.pservers),
         "PADDLE_PSERVERS": ",".join(pserver_hosts),
@@ -224,9 +232,8 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
     user_keys = [key for key in job.env if key not in wanted]
     env: list[dict[str, Any]] = []
     for key in [*wanted, *user_keys]:
-        if key == "PADDLE_JOB_TOKEN":
-            env.append({"name": key, "valueFrom": {"secretKeyRef": {
-                "name": names.secret, "key": TOKEN_KEY}}})
+        if key in job.secret_env_names:
+            env.append(user_env_entry(job, key))
         elif key == "PADDLE_HOST":
             env.append({"name": key, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         elif key == "PADDLE_TRAINER_ID":
@@ -235,6 +242,21 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         elif key in values:
             env.append({"name": key, "value": values[key]})
     return env
+
+
+def user_env_entry(job: Job, name: str) -> dict[str, Any]:
+    """The container env entry of the spec's ``env:`` entry ``name``: a secret one only as a
+    reference to the job's Secret, never its value."""
+    if name in job.secret_env_names:
+        return {"name": name, "valueFrom": {"secretKeyRef": {
+            "name": Names.of(job).secret, "key": env_key(name)}}}
+    return {"name": name, "value": job.env[name]}
+
+
+def user_env(job: Job) -> list[dict[str, Any]]:
+    """The spec's whole ``env:`` as container entries (what the code-fetch init container
+    gets: storage credentials, and nothing of the job's own secrets)."""
+    return [user_env_entry(job, name) for name in job.env]
 
 
 def _resources(res: RoleResources) -> dict[str, dict[str, str]]:
@@ -264,6 +286,7 @@ def role_container(job: Job, role: str, env: list[dict[str, Any]]) -> dict[str, 
         "command": command,
         "env": env,
         "resources": _resources(getattr(job.plan, role)),
+        "securityContext": container_security_context(),
     }
     metrics = {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
     if role in ("master", "pserver"):
@@ -282,8 +305,8 @@ def role_container(job: Job, role: str, env: list[dict[str, Any]]) -> dict[str, 
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
     if not job.insecure:
         mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
-    if mounts:
-        container["volumeMounts"] = mounts
+    mounts.append({"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True})
+    container["volumeMounts"] = mounts
     return container
 
 
@@ -299,6 +322,7 @@ def _volumes(job: Job, role: str) -> list[dict[str, Any]]:
     if not job.insecure:  # only this role's own key: a trainer cannot pose as a pserver
         volumes.append(secret_volume(job, {CA_KEY: CA_FILE, f"{role}.crt": CERT_FILE,
                                            f"{role}.key": KEY_FILE}))
+    volumes.append(secret_volume(job, {TOKEN_KEY: TOKEN_KEY}, name="token"))
     data = job.data_storage
     if role in ("master", "trainer") and data is not None and data.claim:
         volumes.append({"name": "data", "persistentVolumeClaim": {
@@ -326,13 +350,16 @@ def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: lis
         "enableServiceLinks": False,  # no FOO_SERVICE_HOST flood in the role's environment
         "restartPolicy": restart_policy,
         "terminationGracePeriodSeconds": 30,
+        "securityContext": pod_security_context(),
         "containers": [role_container(job, role, env)],
+        "volumes": _volumes(job, role),
     }
-    volumes = _volumes(job, role)
-    if volumes:
-        spec["volumes"] = volumes
+    add_priority(spec, job.priority_class)
+    if role == "pserver":
+        spec["topologySpreadConstraints"] = spread_over_nodes(selector(job, role),
+                                                              required=False)
     if code is not None and role == "trainer":
-        add_code(job, code, spec)
+        add_code(job, code, spec, user_env(job))
     return {"metadata": {"labels": labels(job, role), "annotations": dict(SCRAPE_ANNOTATIONS)},
             "spec": spec}
 
@@ -350,14 +377,18 @@ def code_objects(job: Job, code: CodeArchive | None) -> list[dict[str, Any]]:
     return [code_config_map(metadata(job, config_map_name(job.job_name, code), "trainer"), code)]
 
 
+def service_account(job: Job) -> dict[str, Any]:
+    """The job's ServiceAccount, created before the workload: without it no pod of the job is
+    admitted."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": metadata(job, Names.of(job).service_account),
+            "automountServiceAccountToken": False}
+
+
 def common_objects(job: Job, secrets: JobSecrets) -> list[dict[str, Any]]:
-    """ServiceAccount, Role, RoleBinding, the job's Secret and master Service, in creation
-    order."""
+    """Role, RoleBinding, the job's Secret and master Service, in creation order."""
     names = Names.of(job)
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": metadata(job, names.service_account),
-         "automountServiceAccountToken": False},
         # Least privilege: the master may read pods (to show them on its status page); no
         # other role mounts the token, and nothing may write.
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",

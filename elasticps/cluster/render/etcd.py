@@ -4,7 +4,10 @@ setup Job that limits the job's etcd user to the job's prefix.
 
 Members bootstrap statically (``--initial-cluster`` lists every member's stable name), start in
 parallel so a quorum can form, and keep their data on a PVC per member (deleted with the
-StatefulSet) unless ``etcd.storage`` is null, in which case an emptyDir is used.
+StatefulSet) unless ``etcd.storage`` is null, in which case an emptyDir is used. With several
+members they go to different nodes (render/placement.py) and a PodDisruptionBudget keeps a
+quorum through node drains (render/disruption.py). Every member's pod carries the Prometheus
+scrape annotations for etcd's own ``/metrics`` on the metrics port.
 
 Unless the job is insecure, clients and peers speak TLS only, with certificates from the job's
 CA (``--client-cert-auth``, ``--peer-client-cert-auth``): a pod without the job's certificate
@@ -30,6 +33,8 @@ from elasticps.cluster.render.common import (
     secret_volume,
     selector,
 )
+from elasticps.cluster.render.placement import add_priority, spread_over_nodes
+from elasticps.cluster.render.security import container_security_context, pod_security_context
 from elasticps.cluster.spec import Job
 from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE, store_user
 
@@ -38,6 +43,8 @@ PEER_PORT = 2380
 METRICS_PORT = 2381
 DATA_DIR = "/var/run/etcd"
 ETCD_TLS = "/etc/etcd/tls"
+SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+                      "prometheus.io/path": "/metrics"}
 
 
 def etcd_objects(job: Job) -> list[dict[str, Any]]:
@@ -129,6 +136,7 @@ def _statefulset(job: Job) -> dict[str, Any]:
         "livenessProbe": {"tcpSocket": {"port": "client"}, "periodSeconds": 10,
                           "failureThreshold": 6},
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "securityContext": container_security_context(read_only_root=True),
     }
     if not job.insecure:
         container["volumeMounts"].append({"name": "tls", "mountPath": ETCD_TLS,
@@ -136,14 +144,21 @@ def _statefulset(job: Job) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
         "containers": [container],
     }
+    add_priority(pod_spec, job.priority_class)
+    if spec.replicas > 1:
+        pod_spec["topologySpreadConstraints"] = spread_over_nodes(selector(job, "etcd"),
+                                                                  required=True)
     sts_spec: dict[str, Any] = {
         "serviceName": name,
         "replicas": spec.replicas,
         "podManagementPolicy": "Parallel",
         "selector": {"matchLabels": selector(job, "etcd")},
-        "template": {"metadata": {"labels": labels(job, "etcd")}, "spec": pod_spec},
+        "template": {"metadata": {"labels": labels(job, "etcd"),
+                                  "annotations": dict(SCRAPE_ANNOTATIONS)},
+                     "spec": pod_spec},
     }
     volumes = [] if job.insecure else [secret_volume(job, {
         CA_KEY: CA_FILE, f"{ETCD_SERVER}.crt": CERT_FILE, f"{ETCD_SERVER}.key": KEY_FILE})]
@@ -176,23 +191,23 @@ def _setup_job(job: Job) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                       "limits": {"cpu": "100m", "memory": "128Mi"}},
         "volumeMounts": [{"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True}],
+        "securityContext": container_security_context(read_only_root=True),
     }
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "OnFailure",
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [secret_volume(job, {
+            CA_KEY: CA_FILE, f"{ETCD_ROOT}.crt": CERT_FILE, f"{ETCD_ROOT}.key": KEY_FILE})],
+    }
+    add_priority(pod_spec, job.priority_class)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": metadata(job, Names.of(job).etcd_setup, "etcd-setup"),
         "spec": {
             "backoffLimit": 20,
-            "template": {
-                "metadata": {"labels": labels(job, "etcd-setup")},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "restartPolicy": "OnFailure",
-                    "containers": [container],
-                    "volumes": [secret_volume(job, {
-                        CA_KEY: CA_FILE, f"{ETCD_ROOT}.crt": CERT_FILE,
-                        f"{ETCD_ROOT}.key": KEY_FILE})],
-                },
-            },
+            "template": {"metadata": {"labels": labels(job, "etcd-setup")}, "spec": pod_spec},
         },
     }

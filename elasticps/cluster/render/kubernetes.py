@@ -1,9 +1,10 @@
 """Plain Kubernetes: the job as built-in objects, no scheduler plugins needed.
 
-Objects, in creation order: ServiceAccount, Role, RoleBinding, the job's Secret, master Service,
-etcd Service + NetworkPolicy + StatefulSet + setup Job (when the job deploys its own), master and
-pserver NetworkPolicies, pserver headless Service, master Deployment, pserver StatefulSet,
-trainer Job.
+Objects, in creation order: ServiceAccount, trainer Job (it owns every other object once they
+are created, so deleting it deletes the job), Role, RoleBinding, the job's Secret, master
+Service, etcd Service + NetworkPolicy + StatefulSet + setup Job (when the job deploys its own),
+master and pserver NetworkPolicies, pserver headless Service, master Deployment, pserver
+StatefulSet, PodDisruptionBudgets.
 
 * master: a Deployment of one replica. The election lock in the store makes a second master
   (during a rolling update) a harmless standby; the Service only routes to the ready leader.
@@ -14,6 +15,10 @@ trainer Job.
   ``trainers - min_trainers`` indexes give up for good. The Job completes when every index
   has exited 0, i.e. when the data is consumed. Elastic scaling: patch ``parallelism`` and
   ``completions`` together (Kubernetes >= 1.27 allows it for Indexed Jobs).
+* deadlines: ``active_deadline`` is the trainer Job's ``activeDeadlineSeconds`` (past it the
+  Job is Failed and its pods stopped); ``ttl_after_finished`` seconds after the Job finished
+  (Complete or Failed) it is deleted, and with it, as their owner, the master, the pservers,
+  etcd and every other object of the job.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from elasticps.cluster.render.common import (
     namespace,
     pod_template,
     selector,
+    service_account,
     trainer_bounds,
 )
+from elasticps.cluster.render.disruption import disruption_budgets
 from elasticps.cluster.render.etcd import etcd_objects
 from elasticps.cluster.render.network import network_policies
 from elasticps.cluster.spec import Job
@@ -53,8 +60,9 @@ def pserver_hosts(job: Job) -> list[str]:
 
 def render(job: Job, *, secrets: JobSecrets,
            code: CodeArchive | None = None) -> list[dict[str, Any]]:
-    """Every object of the job, in the order they must be created; ``code``: the packed
-    ``code:`` directory the trainers unpack."""
+    """Every object of the job, in the order they must be created (the ServiceAccount, then
+    the trainer Job that owns the rest); ``code``: the packed ``code:`` directory the
+    trainers unpack."""
     names = Names.of(job)
     plan = job.plan
     hosts = pserver_hosts(job)
@@ -83,16 +91,22 @@ def render(job: Job, *, secrets: JobSecrets,
                  "selector": {"matchLabels": selector(job, "pserver")},
                  "template": template("pserver", "Always")},
     }
+    trainer_spec: dict[str, Any] = {
+        "completionMode": "Indexed", "completions": plan.trainers,
+        "parallelism": plan.trainers,
+        "backoffLimitPerIndex": TRAINER_BACKOFF_PER_INDEX,
+        "maxFailedIndexes": plan.trainers - plan.min_trainers,
+        "podReplacementPolicy": "Failed",
+        "ttlSecondsAfterFinished": job.ttl_after_finished,
+        "template": template("trainer", "Never")}
+    if job.active_deadline is not None:
+        trainer_spec["activeDeadlineSeconds"] = job.active_deadline
     trainers = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {**metadata(job, names.trainer, "trainer"),
                      "annotations": trainer_bounds(job)},
-        "spec": {"completionMode": "Indexed", "completions": plan.trainers,
-                 "parallelism": plan.trainers,
-                 "backoffLimitPerIndex": TRAINER_BACKOFF_PER_INDEX,
-                 "maxFailedIndexes": plan.trainers - plan.min_trainers,
-                 "podReplacementPolicy": "Failed",
-                 "template": template("trainer", "Never")},
+        "spec": trainer_spec,
     }
-    return [*common_objects(job, secrets), *code_objects(job, code), *etcd_objects(job),
-            *network_policies(job), pserver_service, master, pservers, trainers]
+    return [service_account(job), trainers, *common_objects(job, secrets),
+            *code_objects(job, code), *etcd_objects(job), *network_policies(job),
+            pserver_service, master, pservers, *disruption_budgets(job)]

@@ -1,13 +1,17 @@
 """The transfer Job of ``elasticps data upload DIR pvc://CLAIM``, as manifests (pure).
 
-Two objects: a Secret holding the per-transfer token, and a ``batch/v1`` Job whose one pod
-mounts the claim read-write and runs ``elasticps data receive`` (see
+Three objects: a Secret holding the per-transfer token, a NetworkPolicy, and a ``batch/v1``
+Job whose one pod mounts the claim read-write and runs ``elasticps data receive`` (see
 :mod:`elasticps.data.receive`) into ``<mount>/<path in the claim>/<namespace>/<name>``, the
 layout of the fsspec route. The pod mounts no service-account token, runs as the image's
-non-root user with ``fsGroup`` so the claim is writable, and is ready when the receiver
-answers ``/healthz``. ``backoffLimit: 0`` (a failed receiver is reported, not retried: the
-CLI reruns the whole transfer), ``activeDeadlineSeconds`` bounds how long it may hold the
-claim, and ``ttlSecondsAfterFinished`` removes it should the CLI not delete it.
+non-root user with ``fsGroup`` so the claim is writable (the Pod Security "restricted"
+profile's context: render/security.py), and is ready when the receiver answers ``/healthz``.
+The NetworkPolicy admits connections to the receiver's port alone (from the API server's pod
+proxy and the kubelet's probe, neither of them a pod, so from any source) and lets the pod
+open none: it has nothing to fetch, and a receiver that is broken into cannot reach out.
+``backoffLimit: 0`` (a failed receiver is reported, not retried: the CLI reruns the whole
+transfer), ``activeDeadlineSeconds`` bounds how long it may hold the claim, and
+``ttlSecondsAfterFinished`` removes it should the CLI not delete it.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticps.cluster.render.common import LABEL_MANAGED_BY
+from elasticps.cluster.render.security import container_security_context, pod_security_context
 from elasticps.data.receive import DEFAULT_IDLE_TIMEOUT, RECEIVER_PORT
 
 CLAIM_MOUNT = "/mnt/claim"
 TOKEN_DIR = "/etc/elasticps-transfer"
 TOKEN_KEY = "token"
 LABEL_TRANSFER = "elasticps.io/transfer"
-IMAGE_GID = 10001  # the Dockerfile's user and group: the claim's files get this group
 ACTIVE_DEADLINE = 24 * 3600
 TTL_AFTER_FINISHED = 600
 RESOURCES = {"cpu": "500m", "memory": "256Mi"}  # streams in 1 MiB blocks; never more
@@ -58,7 +62,8 @@ def _metadata(transfer: Transfer) -> dict[str, Any]:
 
 
 def transfer_objects(transfer: Transfer, token: str) -> list[dict[str, Any]]:
-    """The Secret with ``token`` and the receiving Job, in creation order."""
+    """The Secret with ``token``, the NetworkPolicy and the receiving Job, in creation
+    order."""
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": _metadata(transfer),
               "type": "Opaque", "stringData": {TOKEN_KEY: token}}
     container = {
@@ -72,8 +77,7 @@ def transfer_objects(transfer: Transfer, token: str) -> list[dict[str, Any]]:
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
                            "periodSeconds": 2, "failureThreshold": 3},
         "resources": {"requests": dict(RESOURCES), "limits": dict(RESOURCES)},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security_context(read_only_root=True),
         "volumeMounts": [{"name": "claim", "mountPath": CLAIM_MOUNT},
                          {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True}],
     }
@@ -89,8 +93,7 @@ def transfer_objects(transfer: Transfer, token: str) -> list[dict[str, Any]]:
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": {"runAsNonRoot": True, "fsGroup": IMAGE_GID,
-                                        "fsGroupChangePolicy": "OnRootMismatch"},
+                    "securityContext": pod_security_context(),
                     "containers": [container],
                     "volumes": [
                         {"name": "claim",
@@ -102,7 +105,18 @@ def transfer_objects(transfer: Transfer, token: str) -> list[dict[str, Any]]:
             },
         },
     }
-    return [secret, job]
+    return [secret, _network_policy(transfer), job]
+
+
+def _network_policy(transfer: Transfer) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _metadata(transfer),
+        "spec": {"podSelector": {"matchLabels": {LABEL_TRANSFER: transfer.name}},
+                 "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [{"ports": [{"protocol": "TCP", "port": RECEIVER_PORT}]}],
+                 "egress": []},
+    }
 
 
 __all__ = ["CLAIM_MOUNT", "LABEL_TRANSFER", "TOKEN_DIR", "Transfer", "transfer_name",

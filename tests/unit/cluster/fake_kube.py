@@ -4,7 +4,9 @@ collection, pod logs, the service proxy, and the pod proxy (forwarded, as the AP
 to a real server a test starts on a local port to stand for the pod). It records every request,
 can be told to fail chosen ones, and calls a test's hooks when objects are created or deleted
 (standing for the controllers that would start and stop pods), so the client paths are
-exercised over real HTTP without a cluster."""
+exercised over real HTTP without a cluster. Like the API server's garbage collector, deleting
+an object deletes the objects of its namespace whose ``metadata.ownerReferences`` all name
+deleted uids (and theirs in turn); the fake does it at once, the collector a moment later."""
 
 from __future__ import annotations
 
@@ -231,6 +233,28 @@ class FakeKube:
 
     # -- the API ------------------------------------------------------------------------
 
+    def _collect_garbage(self, namespace: str, uid: str | None) -> None:
+        """Delete (under the lock) every object in ``namespace`` left with no live owner
+        once ``uid`` is gone, recursively: background propagation."""
+        deleted = {uid} if uid else set()
+        while deleted:
+            orphans: list[tuple[dict[str, Any], str]] = []
+            for collection, items in self.objects.items():
+                if f"/namespaces/{namespace}/" not in collection:
+                    continue
+                for name, obj in items.items():
+                    owners = {ref.get("uid") for ref in
+                              obj["metadata"].get("ownerReferences") or []}
+                    if owners and owners & deleted and not owners & self._live_uids():
+                        orphans.append((items, name))
+            deleted = set()
+            for items, name in orphans:
+                deleted.add(items.pop(name)["metadata"].get("uid"))
+
+    def _live_uids(self) -> set[str]:
+        return {obj["metadata"].get("uid") for items in self.objects.values()
+                for obj in items.values()}
+
     @staticmethod
     def _status(code: int, reason: str, message: str) -> dict[str, Any]:
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -315,7 +339,8 @@ class FakeKube:
                         "application/json"
                 return 200, items[name], "application/json"
             if method == "DELETE" and name is not None:
-                del items[name]
+                gone = items.pop(name)
+                self._collect_garbage(ns, gone["metadata"].get("uid"))
                 return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
                     "application/json"
         return 405, self._status(405, "MethodNotAllowed", method), "application/json"

@@ -111,9 +111,13 @@ def make_dataset(root: Path, files: int = 4) -> Path:
     return root
 
 
+GONE = {"jobs": [], "secrets": [], "networkpolicies": []}
+
+
 def transfer_collections(fake: FakeKube) -> dict[str, list[str]]:
     return {kind: sorted(fake.objects.get(f"{prefix}/namespaces/ml/{kind}", {}))
-            for prefix, kind in (("/apis/batch/v1", "jobs"), ("/api/v1", "secrets"))}
+            for prefix, kind in (("/apis/batch/v1", "jobs"), ("/api/v1", "secrets"),
+                                 ("/apis/networking.k8s.io/v1", "networkpolicies"))}
 
 
 @pytest.mark.slow
@@ -134,7 +138,7 @@ def test_a_full_upload_lands_verified_under_the_namespace_layout(
     assert not list(landed.rglob(f"*{PARTIAL_SUFFIX}"))
     assert [r.path.rsplit("/", 1)[1] for r in fake.requests if r.method == "POST"
             and "/proxy/" in r.path] == ["finish"]  # told the receiver it is over
-    assert transfer_collections(fake) == {"jobs": [], "secrets": []}  # deleted at the end
+    assert transfer_collections(fake) == GONE  # deleted at the end
     (command,) = pods.commands
     assert command[command.index("--dir") + 1] == f"{CLAIM_MOUNT}/shared/ml/ctr"
     # the token went only in the header the receiver checks, never in a URL
@@ -159,7 +163,7 @@ def test_an_interrupted_upload_resumes(fake: FakeKube, client: KubeClient, pods:
     with pytest.raises(ClusterError, match="error trying to reach service"):
         upload_to_claim(client, local, "pvc://datasets", namespace="ml", ready_timeout=120,
                         on_file=kill_after_two)
-    assert transfer_collections(fake) == {"jobs": [], "secrets": []}
+    assert transfer_collections(fake) == GONE
     landed = pods.claim / "ml" / "ctr"
     assert not (landed / RECORD_NAME).exists()  # not whole: no record
     resumed = upload_to_claim(client, local, "pvc://datasets", namespace="ml",
@@ -182,7 +186,7 @@ def test_another_file_in_the_claim_is_refused_unless_overwrite(
                                         r"exists with other content.*--overwrite"):
         upload_to_claim(client, local, "pvc://datasets", namespace="ml", ready_timeout=120)
     assert (landed / "part" / "chunk 0.parquet").read_bytes() == b"someone else's data"
-    assert transfer_collections(fake) == {"jobs": [], "secrets": []}
+    assert transfer_collections(fake) == GONE
     upload_to_claim(client, local, "pvc://datasets", namespace="ml", ready_timeout=120,
                     overwrite=True)
     assert (landed / "part" / "chunk 0.parquet").read_bytes() == \
@@ -195,7 +199,7 @@ def test_a_pod_never_ready_times_out_and_cleans_up(fake: FakeKube, client: KubeC
     local = make_dataset(tmp_path / "ctr", files=1)  # no stand-in: the pod never appears
     with pytest.raises(ClusterError, match=r"not ready within 1s.*claim 'datasets'"):
         upload_to_claim(client, local, "pvc://datasets", namespace="ml", ready_timeout=1)
-    assert transfer_collections(fake) == {"jobs": [], "secrets": []}
+    assert transfer_collections(fake) == GONE
     with pytest.raises(ConfigError, match=r"upload destination 'pvc://Bad_Claim': PVC name "
                                           r"'Bad_Claim' is not a DNS-1123 subdomain"):
         upload_to_claim(client, local, "pvc://Bad_Claim", namespace="ml")
@@ -207,9 +211,17 @@ def test_the_transfer_job_is_valid_and_least_privileged() -> None:
                         "elasticps/elasticps:0.1.0")
     objects = transfer_objects(transfer, "s3cr3t-" + "x" * 40)
     assert validate_manifests(objects) == []  # the Kubernetes schemas, strict
-    secret, job = objects
+    secret, policy, job = objects
     assert secret["stringData"] == {"token": "s3cr3t-" + "x" * 40}
     spec = job["spec"]["template"]["spec"]
+    # the receiver's port is the one way in, and the pod may open no connection
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP",
+                                                     "port": RECEIVER_PORT}]}]
+    assert policy["spec"]["egress"] == []
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert job["spec"]["backoffLimit"] == 0
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
     assert spec["automountServiceAccountToken"] is False
@@ -233,5 +245,5 @@ def test_the_cli_uploads_into_a_claim(fake: FakeKube, pods: StandInPods, tmp_pat
     digest = hashlib.sha256((local / "manifest.json").read_bytes()).hexdigest()
     assert hashlib.sha256((pods.claim / "ml" / "ctr" / "manifest.json").read_bytes()) \
         .hexdigest() == digest
-    wait_for(lambda: transfer_collections(fake) == {"jobs": [], "secrets": []}, 10,
+    wait_for(lambda: transfer_collections(fake) == GONE, 10,
              "the transfer Job deleted")

@@ -160,8 +160,11 @@ def test_trainers_unpack_the_code_from_a_content_named_config_map(tmp_path: Path
     maps = [o for o in objects if o["kind"] == "ConfigMap"]
     assert [m["metadata"]["name"] for m in maps] == [f"ctr-code-{archive.sha256[:12]}"]
     assert maps[0]["immutable"] is True
-    assert objects.index(maps[0]) < next(i for i, o in enumerate(objects)
-                                         if o["kind"] in ("Job", "Deployment", "StatefulSet"))
+    # after the ServiceAccount and the owner of everything (its pods wait for the map), before
+    # every other workload
+    assert [o["kind"] for o in objects[:2]] == ["ServiceAccount", "Job"]
+    assert objects.index(maps[0]) < next(i for i, o in enumerate(objects) if i > 1 and
+                                         o["kind"] in ("Job", "Deployment", "StatefulSet"))
     spec = _trainer_spec(objects)
     (init,) = spec["initContainers"]
     assert init["command"][:3] == ["elasticps", "code", "unpack"]

@@ -40,6 +40,7 @@ LABELS = {"app.kubernetes.io/managed-by": "elasticps", "elasticps.io/job": "ctr"
 def submitted(fake: FakeKube, client: KubeClient, backend: str,
               spec: dict[str, Any] = RESHARDABLE) -> None:
     submit(Job.from_dict(spec), backend, client=client, secrets=secrets(), environ={})
+    fake.requests.clear()  # submission's own requests are not the resharding's
     for i in range(2):
         fake.add_pod("ml", f"ctr-pserver-{i}", {**LABELS, "elasticps.io/role": "pserver"})
 

@@ -112,15 +112,28 @@ def test_every_env_var_elasticps_reads_is_assigned_to_a_role() -> None:
         "add it to ROLE_ENV in elasticps/cluster/render/common.py")
 
 
-def _resolve(env: list[dict[str, Any]], index: int) -> dict[str, str]:
-    """What the kubelet would put in the container's environment."""
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job token as the pods read it: a file (what the Secret's volume holds)."""
+    path = tmp_path_factory.mktemp("token") / "token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+def _resolve(env: list[dict[str, Any]], index: int,
+             token: Path | None = None) -> dict[str, str]:
+    """What the kubelet would put in the container's environment; the token file's path is
+    ``token``'s (the Secret's volume is not mounted here)."""
     out: dict[str, str] = {}
     for item in env:
         source = item.get("valueFrom")
         if source is None:
             out[item["name"]] = item["value"]
+            if item["name"] == "PADDLE_JOB_TOKEN_FILE" and token is not None:
+                assert item["value"] == "/etc/elasticps/token/token"
+                out[item["name"]] = str(token)
         elif "secretKeyRef" in source:
-            out[item["name"]] = TOKEN
+            out[item["name"]] = f"<{source['secretKeyRef']['key']}>"
         elif source["fieldRef"]["fieldPath"] == "status.podIP":
             out[item["name"]] = "10.1.2.3"
         else:
@@ -130,7 +143,8 @@ def _resolve(env: list[dict[str, Any]], index: int) -> dict[str, str]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("size", sorted(JOBS))
-def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -> None:
+def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str,
+                                                      token_file: Path) -> None:
     job = Job.from_dict(JOBS[size])
     templates = workload_templates(rendered(size, backend))
     assert sorted(templates) == ["master", "pserver", "trainer"]
@@ -142,10 +156,14 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
         optional = set(OPTIONAL_ROLE_ENV[role]) - (set() if job.tables else
                                                    {"PADDLE_SPARSE_POLICIES"})
         assert optional <= set(names), role  # both jobs give data
-        config = load_config(env=_resolve(container["env"], index=1))
+        config = load_config(env=_resolve(container["env"], index=1, token=token_file))
         assert config.role == role
         assert config.job_name == job.job_name
-        assert config.token == TOKEN
+        assert config.token == TOKEN  # read from the file the Secret's volume holds
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        volume = next(v for v in template["spec"]["volumes"] if v["name"] == "token")
+        assert mounts["token"] == "/etc/elasticps/token"
+        assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]
         assert config.host == "10.1.2.3"
         assert config.pserver_count == job.plan.pservers
         assert len(config.pservers) == job.plan.pservers
@@ -161,10 +179,11 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
         if role == "master":
             assert config.http_port == 8080
     if size == "large":
-        trainer_env = _resolve(templates["trainer"]["spec"]["containers"][0]["env"], 0)
+        trainer_env = _resolve(templates["trainer"]["spec"]["containers"][0]["env"], 0,
+                               token_file)
         assert trainer_env["NCCL_DEBUG"] == "WARN"
         pserver = load_config(env=_resolve(templates["pserver"]["spec"]["containers"][0]["env"],
-                                           0))
+                                           0, token_file))
         assert pserver.checkpoint_interval == 300
         assert pserver.lease_ttl == 15
         assert pserver.checkpoint_url == "/checkpoints/large"
@@ -178,7 +197,7 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str) -
     ("async", {}, 1024, 128), ("geo", {}, 1024, 128), ("sync", {}, 128, 128),
     ("async", {"PADDLE_MAX_CONCURRENT_RPCS": 300}, 300, 300)])
 def test_each_server_gets_its_roles_call_limit_unless_the_spec_sets_one(
-    mode: str, env: dict[str, Any], pserver_limit: int, master_limit: int,
+    mode: str, env: dict[str, Any], pserver_limit: int, master_limit: int, token_file: Path,
 ) -> None:
     """A pod's environment says its limit: async and geo pservers admit 1024 calls (their queued
     calls hold no thread and no request), sync pservers and the master 128; `env` wins."""
@@ -186,7 +205,7 @@ def test_each_server_gets_its_roles_call_limit_unless_the_spec_sets_one(
     for backend in BACKENDS:
         templates = workload_templates(render(Job.from_dict(spec), backend))
         limits = {role: load_config(env=_resolve(
-            templates[role]["spec"]["containers"][0]["env"], 0)).call_limit(role)
+            templates[role]["spec"]["containers"][0]["env"], 0, token_file)).call_limit(role)
             for role in ("pserver", "master")}
         assert limits == {"pserver": pserver_limit, "master": master_limit}, backend
 
@@ -226,7 +245,10 @@ def test_volcano_gang_and_per_role_policies() -> None:
     assert {"event": "TaskCompleted", "action": "CompleteJob"} in tasks["trainer"]["policies"]
     trainer = tasks["trainer"]["template"]["spec"]
     assert trainer["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert trainer["restartPolicy"] == "OnFailure"
+    # a script that raises fails its pod (an event Volcano counts), not a crash loop in place
+    assert trainer["restartPolicy"] == "Never"
+    assert tasks["pserver"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+    assert spec["maxRetry"] == 3 * (1 + 16 + 96)
 
 
 def test_kubernetes_trainers_are_an_indexed_job_replaced_per_index() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from elasticps.cluster.job_secrets import JobSecrets
-from elasticps.cluster.kube_client import KubeClient
+from elasticps.cluster.kube_client import KubeClient, kind_of
 from elasticps.cluster.manifests import job_secrets, render
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import delete_job, job_status, pod_logs, submit, submit_secret
@@ -25,9 +25,13 @@ from tests.unit.cluster.fake_kube import FakeKube, Fault
 
 SPEC: dict[str, Any] = {"job_name": "ctr", "namespace": "ml", "entry_point": "python train.py",
                         "trainers": 2, "data": "pvc://ctr-data"}
+OWNER_PATH = {"volcano": "/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs",
+              "kubernetes": "/apis/batch/v1/namespaces/ml/jobs"}
+BUDGETS = ["/apis/policy/v1/namespaces/ml/poddisruptionbudgets"] * 2  # pservers, trainers
 EXPECTED_PATHS = {
     "volcano": [
         "/api/v1/namespaces/ml/serviceaccounts",
+        OWNER_PATH["volcano"],
         "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/roles",
         "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/rolebindings",
         "/api/v1/namespaces/ml/secrets",
@@ -38,15 +42,15 @@ EXPECTED_PATHS = {
         "/apis/batch/v1/namespaces/ml/jobs",  # the etcd setup Job
         "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",  # master
         "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",  # pserver
-        "/apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs",
+        *BUDGETS,
     ],
 }
 EXPECTED_PATHS["kubernetes"] = [
-    *EXPECTED_PATHS["volcano"][:-1],
+    EXPECTED_PATHS["volcano"][0], OWNER_PATH["kubernetes"], *EXPECTED_PATHS["volcano"][2:-2],
     "/api/v1/namespaces/ml/services",
     "/apis/apps/v1/namespaces/ml/deployments",
     "/apis/apps/v1/namespaces/ml/statefulsets",
-    "/apis/batch/v1/namespaces/ml/jobs",
+    *BUDGETS,
 ]
 
 
@@ -67,13 +71,68 @@ def test_submit_creates_every_object_in_order(fake: FakeKube, client: KubeClient
     handle = submit(job(), backend, client=client, secrets=secrets(), environ={})
     posts = [r for r in fake.requests if r.method == "POST"]
     assert [r.path for r in posts] == EXPECTED_PATHS[backend]
-    assert [r.body for r in posts] == render(job(), backend, secrets=secrets())
-    assert posts[3].body["kind"] == "Secret"
-    assert posts[3].body["stringData"] == dict(secrets().values)  # only ever sent to the API
+    assert [_unowned(r.body) for r in posts] == render(job(), backend, secrets=secrets())
+    assert posts[4].body["kind"] == "Secret"
+    assert posts[4].body["stringData"] == dict(secrets().values)  # only ever sent to the API
     assert all(r.headers.get("authorization") == "Bearer fake-bearer-token" for r in posts)
     assert all(r.headers.get("content-type") == "application/json" for r in posts)
     assert handle.status_url() == (
         f"{fake.url}/api/v1/namespaces/ml/services/https:ctr-master:http/proxy/")
+
+
+def _unowned(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as rendered: without the owner reference submission adds."""
+    out = json.loads(json.dumps(obj))
+    out["metadata"].pop("ownerReferences", None)
+    return out
+
+
+def _owner(fake: FakeKube, backend: str) -> dict[str, Any]:
+    name = "ctr" if backend == "volcano" else "ctr-trainer"
+    return fake.objects[OWNER_PATH[backend]][name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
+def test_the_owner_is_created_first_and_every_other_object_names_its_uid(
+        fake: FakeKube, client: KubeClient, backend: str) -> None:
+    """The owner's uid exists only once the API server made it: the ServiceAccount (which its
+    pods need to be admitted) comes first and gets the reference by a patch; everything else
+    is created after the owner, with the uid the API server answered."""
+    submit(job(), backend, client=client, secrets=secrets(), environ={})
+    owner = _owner(fake, backend)
+    reference = {"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                 "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}
+    writes = [r for r in fake.requests if r.method in ("POST", "PATCH")]
+    assert [r.method for r in writes[:4]] == ["POST", "POST", "PATCH", "POST"]
+    assert writes[1].path == OWNER_PATH[backend]
+    assert "ownerReferences" not in writes[1].body["metadata"]
+    assert writes[2].path == "/api/v1/namespaces/ml/serviceaccounts/ctr-runner"
+    assert writes[2].body == [{"op": "add", "path": "/metadata/ownerReferences",
+                               "value": [reference]}]
+    later = writes[3:]
+    assert len(later) == len(EXPECTED_PATHS[backend]) - 2
+    assert all(r.body["metadata"]["ownerReferences"] == [reference] for r in later)
+    stored = [o for items in fake.objects.values() for o in items.values()]
+    unowned = [o["metadata"]["name"] for o in stored
+               if not o["metadata"].get("ownerReferences")]
+    assert unowned == [owner["metadata"]["name"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["volcano", "kubernetes"])
+def test_deleting_the_owner_alone_deletes_the_whole_job(
+        fake: FakeKube, client: KubeClient, backend: str) -> None:
+    """One delete (what `kubectl delete` or the owner's ttlSecondsAfterFinished does) removes
+    every object of the job: etcd, Services, NetworkPolicies, budgets, RBAC, the Secret."""
+    submit(job(), backend, client=client, secrets=secrets(), environ={})
+    other = Job.from_dict({**SPEC, "job_name": "other"})
+    submit(other, backend, client=client, secrets=secrets(), environ={})
+    owner = _owner(fake, backend)
+    assert client.delete(kind_of(owner), "ml", owner["metadata"]["name"])
+    left = [o for items in fake.objects.values() for o in items.values()]
+    assert left
+    assert {o["metadata"]["labels"]["elasticps.io/job"] for o in left} == {"other"}
 
 
 def test_dry_run_sends_nothing_and_prints_no_secret(fake: FakeKube) -> None:
@@ -120,12 +179,12 @@ def test_forbidden_midway_rolls_back_what_this_submission_created(
     message = str(info.value)
     assert "forbidden (403)" in message
     assert "create StatefulSet.apps 'ctr-etcd' in namespace 'ml'" in message
-    assert "removed the 7 object(s)" in message
+    assert "removed the 8 object(s)" in message
     assert all(not items for items in fake.objects.values())
     deleted = fake.paths("DELETE")
     assert deleted[0] == "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/ctr-etcd"
     assert deleted[-1] == "/api/v1/namespaces/ml/serviceaccounts/ctr-runner"
-    assert len(deleted) == 7
+    assert len(deleted) == 8
 
 
 def test_server_error_is_reported_with_its_message(fake: FakeKube, client: KubeClient) -> None:

@@ -27,6 +27,7 @@ BOUNDED = {**SPEC, "trainers": 2, "min_trainers": 1, "max_trainers": 4}
 
 def submitted(fake: FakeKube, client: KubeClient, backend: str) -> None:
     submit(Job.from_dict(BOUNDED), backend, client=client, secrets=secrets(), environ={})
+    fake.requests.clear()  # submission's own requests are not the scaling's
 
 
 def volcano_replicas(fake: FakeKube) -> dict[str, int]:
