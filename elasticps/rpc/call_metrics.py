@@ -68,8 +68,8 @@ class _ServerInterceptor(grpc.ServerInterceptor):
         self._refused = refused
         # wrapped handlers by (method, handler): building one per call would cost more than
         # the count. The handler is kept with its wrapper, so its id cannot be reused.
-        self._wrapped: dict[tuple[str, int], tuple[grpc.RpcMethodHandler,
-                                                   grpc.RpcMethodHandler]] = {}
+        self._wrapped: dict[tuple[str | bytes, int], tuple[grpc.RpcMethodHandler,
+                                                           grpc.RpcMethodHandler]] = {}
 
     def intercept_service(
         self,
@@ -80,11 +80,11 @@ class _ServerInterceptor(grpc.ServerInterceptor):
         if handler is None or handler.response_streaming:  # unknown, or health's Watch
             return handler
         # a refusal is one entry whatever the method name its caller made up
-        names = ("", "") if self._refused(handler) else split_method(
-            handler_call_details.method)
-        key = ("/".join(names), id(handler))
+        refused = self._refused(handler)
+        key = ("" if refused else handler_call_details.method, id(handler))
         known = self._wrapped.get(key)
         if known is None:
+            names = ("", "") if refused else split_method(handler_call_details.method)
             known = (handler, self._wrap(handler, *names))
             self._wrapped[key] = known
         return known[1]
@@ -95,13 +95,19 @@ class _ServerInterceptor(grpc.ServerInterceptor):
         behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
         assert behavior is not None, "a unary-response handler has its behavior"
 
+        answered = handled.labels(service, method, "OK")  # the common case, bound once
+
         def counted(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 response = behavior(request, context)
             except BaseException:  # context.abort() raises once it set the code
                 handled.labels(service, method, _name(_code(context), "UNKNOWN")).inc()
                 raise
-            handled.labels(service, method, _name(_code(context), "OK")).inc()
+            code = _code(context)
+            if code is None or code is grpc.StatusCode.OK:
+                answered.inc()
+            else:
+                handled.labels(service, method, _name(code, "OK")).inc()
             return response
 
         make = (grpc.stream_unary_rpc_method_handler if handler.request_streaming
@@ -114,16 +120,26 @@ class _ClientInterceptor(grpc.UnaryUnaryClientInterceptor):
     def __init__(self, handled: Counter, shard: str) -> None:
         self._handled = handled
         self._shard = shard
+        self._answered: dict[str | bytes, Any] = {}  # method -> its OK child, bound once
 
     def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
-        service, method = split_method(client_call_details.method)
         outcome = continuation(client_call_details, request)
         # an outcome or a raised-then-returned RpcError: both are done, or will call back
-        outcome.add_done_callback(lambda done: self._handled.labels(
-            service, method, _name(done.code(), "UNKNOWN"), self._shard).inc())
+        outcome.add_done_callback(lambda done: self._count(client_call_details.method, done))
         return outcome
+
+    def _count(self, full: str | bytes, done: Any) -> None:
+        code = done.code()
+        if code is grpc.StatusCode.OK:
+            answered = self._answered.get(full)
+            if answered is None:
+                answered = self._handled.labels(*split_method(full), "OK", self._shard)
+                self._answered[full] = answered
+            answered.inc()
+        else:
+            self._handled.labels(*split_method(full), _name(code, "UNKNOWN"), self._shard).inc()
 
 
 def _code(context: grpc.ServicerContext) -> Any:
