@@ -160,8 +160,9 @@ def test_prometheus_fires_the_shipped_alerts_on_a_real_job_and_reads_the_dashboa
                           what="ElasticPSJobFailed firing", interval=0.2)
         assert failed == [{"alertname": "ElasticPSJobFailed", "job": JOB,
                            "severity": "critical"}]
-        assert by(prometheus.query("elasticps:job_state == 1"), "job", "state") == {
-            (JOB, "failed"): 1.0}
+        # the recording rules' group is evaluated on its own schedule
+        wait_for(lambda: by(prometheus.query("elasticps:job_state == 1"), "job", "state") == {
+            (JOB, "failed"): 1.0}, 10, what="elasticps:job_state failed", interval=0.2)
         (gate / "exit").touch()
         assert launcher.wait(timeout=60) != 0  # the job failed
     finally:
