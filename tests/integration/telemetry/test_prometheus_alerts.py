@@ -1,10 +1,11 @@
 """The shipped rules and dashboard against a real Prometheus scraping a real job.
 
 Debian's Prometheus (a free loopback port, a temporary data directory) scrapes every metrics
-endpoint the job's processes published in the store, and evaluates the shipped recording and
-alert rules. The job (``elasticps run``: a master, two pservers, a trainer;
-scripts/alerting_job.py) trains pass 0, stalls at its end, then fails: the test truncates every
-data file, and the trainers' reports of unreadable tasks make the master fail the job.
+endpoint the job's processes published in the store (written as file_sd targets), and
+evaluates the shipped recording and alert rules. The job (``elasticps run``: a master, two
+pservers, a trainer; scripts/alerting_job.py) trains pass 0, stalls at its end, then fails: the
+test truncates every data file, and the trainers' reports of unreadable tasks make the master
+fail the job.
 
 Checked: every PromQL expression of the Grafana dashboard parses and returns a series (the
 throughput, the p99 per shard, the checkpoint age...); every series carries the job's name and
@@ -54,17 +55,25 @@ def quick(rules: str) -> str:
     return re.sub(r"for: (\d+)m", lambda m: f"for: {int(m[1]) * 400}ms", rules)
 
 
-def scrape_config(endpoints: list[MetricsEndpoint]) -> dict[str, Any]:
-    """Every published endpoint as a target; the processes' own labels are kept."""
+def scrape_config() -> dict[str, Any]:
+    """The job's endpoints as file_sd targets (:func:`write_targets`); the processes' own
+    labels are kept."""
     return {
         "global": {"scrape_interval": "500ms", "scrape_timeout": "500ms",
                    "evaluation_interval": "500ms"},
         "rule_files": ["recording-rules.yml", "alert-rules.yml"],
-        "scrape_configs": [{
-            "job_name": JOB, "honor_labels": True,
-            "static_configs": [{"targets": [e.url.removeprefix("http://").removesuffix(
-                "/metrics")], "labels": {"role": e.role}} for e in endpoints]}],
+        "scrape_configs": [{"job_name": JOB, "honor_labels": True,
+                            "file_sd_configs": [{"files": ["targets.json"]}]}],
     }
+
+
+def write_targets(prometheus: Prometheus, endpoints: list[MetricsEndpoint]) -> None:
+    """Every endpoint the job published, as a target labelled with its role."""
+    groups = [{"targets": [e.url.removeprefix("http://").removesuffix("/metrics")],
+               "labels": {"role": e.role}} for e in endpoints]
+    staged = prometheus.root / "targets.json.new"
+    staged.write_text(json.dumps(groups))
+    staged.replace(prometheus.root / "targets.json")  # Prometheus never reads half a file
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -115,14 +124,16 @@ def test_prometheus_fires_the_shipped_alerts_on_a_real_job_and_reads_the_dashboa
              "--standby-masters", "0", "--job-name", JOB, "--workdir", str(workdir),
              "--grace", "5", str(SCRIPT), "--data", str(data), "--gate", str(gate)],
             env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    prometheus: Prometheus | None = None
+    # started while the job starts: it applies new targets every 5 s, the first a while after
+    files = {name: quick(read(name)) for name in ("recording-rules.yml", "alert-rules.yml")}
+    prometheus = Prometheus(tmp_path / "prometheus", scrape_config(), files)
     try:
+        prometheus.start()
         wait_for(lambda: (gate / "ready").exists() or launcher.poll() is not None, 120,
                  what="the trainer at the start of pass 0")
         assert launcher.poll() is None, output.read_text()[-3000:]
         endpoints = wait_for(lambda: published(workdir), 30, what="every metrics endpoint")
-        files = {name: quick(read(name)) for name in ("recording-rules.yml", "alert-rules.yml")}
-        prometheus = Prometheus(tmp_path / "prometheus", scrape_config(endpoints), files).start()
+        write_targets(prometheus, endpoints)
         wait_for(lambda: by(prometheus.query(f'up{{job="{JOB}"}} == 1'), "role") and len(
             prometheus.query(f'up{{job="{JOB}"}} == 1')) == len(endpoints), 20,
             what="Prometheus scraping every endpoint", interval=0.2)
@@ -136,8 +147,9 @@ def test_prometheus_fires_the_shipped_alerts_on_a_real_job_and_reads_the_dashboa
         (gate / "go").touch()
 
         wait_for(lambda: (gate / "stalled").exists(), 120, what="the end of pass 0")
-        wait_for(lambda: prometheus.query(f"{samples} == {ROWS}"), 20,
-                 what="pass 0's samples scraped", interval=0.2)
+        wait_for(lambda: prometheus.query(f"{samples} == {ROWS}") and prometheus.query(
+            f'elasticps_master_pass{{job="{JOB}"}} == 2'), 20,
+            what="pass 0's samples and the master's second pass scraped", interval=0.2)
         check_the_dashboard(prometheus)
         check_the_labels(prometheus)
 
@@ -166,8 +178,7 @@ def test_prometheus_fires_the_shipped_alerts_on_a_real_job_and_reads_the_dashboa
         (gate / "exit").touch()
         assert launcher.wait(timeout=60) != 0  # the job failed
     finally:
-        if prometheus is not None:
-            prometheus.stop()
+        prometheus.stop()
         for name in ("go", "resume", "exit"):
             (gate / name).touch()
         if launcher.poll() is None:
@@ -206,9 +217,17 @@ def check_the_dashboard(prometheus: Prometheus) -> None:
     assert by(pservers, "shard") == {("0",): 0.0, ("1",): 0.0}
     assert by(trainers, "trainer") == {("0",): 0.0}
     [served] = panels["RPCs by code (servers)"]
-    assert by(served, "role", "grpc_method", "grpc_code")[("pserver", "Push", "OK")] > 0
+    assert ("pserver", "Push", "OK") in by(served, "role", "grpc_method", "grpc_code")
     [called] = panels["RPCs by code (clients)"]
-    assert by(called, "role", "grpc_method", "grpc_code")[("trainer", "Push", "OK")] > 0
+    assert ("trainer", "Push", "OK") in by(called, "role", "grpc_method", "grpc_code")
+    # (their rates may read 0 when a pass is shorter than two scrapes: the counters say more)
+    pushes = by(prometheus.query(f'grpc_server_handled_total{{job="{JOB}", grpc_method="Push"}}'),
+                "shard", "grpc_code")
+    assert set(pushes) == {("0", "OK"), ("1", "OK")}
+    assert all(count > 0 for count in pushes.values())
+    sent = by(prometheus.query(f'grpc_client_handled_total{{job="{JOB}", role="trainer", '
+                               'grpc_method="Push"}'), "shard", "grpc_code")
+    assert {k: v for k, v in sent.items() if k[1] == "OK"} == pushes  # each shard answered
 
 
 def check_the_labels(prometheus: Prometheus) -> None:
