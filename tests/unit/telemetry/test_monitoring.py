@@ -217,3 +217,9 @@ def test_monitoring_export_writes_the_files_and_keeps_a_changed_one(tmp_path: Pa
     assert (edited / "alert-rules.yml").read_text() == "# mine\n"
     assert main(["monitoring", "export", "--overwrite", str(edited)]) == 0
     assert (edited / "alert-rules.yml").read_text() == read("alert-rules.yml")
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert main(["monitoring", "export", str(a_file)]) == 1
+    assert f"{a_file} exists and is not a directory" in capsys.readouterr().err
+    assert a_file.read_text() == "x"
