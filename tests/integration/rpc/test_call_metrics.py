@@ -61,7 +61,8 @@ def test_servers_and_clients_count_every_call_by_method_and_code(
             call(pserver_pb2_grpc.ParameterServerStub(other).Stats, pserver_pb2.StatsRequest(),
                  timeout=5)
         made_up = other.unary_unary(f"/{SERVICE}/MadeUp{id(other)}",
-                                    request_serializer=lambda m: m.SerializeToString())
+                                    request_serializer=lambda m: m.SerializeToString(),
+                                    response_deserializer=pserver_pb2.StatsResponse.FromString)
         with pytest.raises(grpc.RpcError):
             made_up(pserver_pb2.StatsRequest(), timeout=5)
         other.close()

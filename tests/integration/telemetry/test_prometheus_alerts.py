@@ -133,6 +133,7 @@ def test_prometheus_fires_the_shipped_alerts_on_a_real_job_and_reads_the_dashboa
                  what="the trainer at the start of pass 0")
         assert launcher.poll() is None, output.read_text()[-3000:]
         endpoints = wait_for(lambda: published(workdir), 30, what="every metrics endpoint")
+        assert endpoints is not None
         write_targets(prometheus, endpoints)
         wait_for(lambda: by(prometheus.query(f'up{{job="{JOB}"}} == 1'), "role") and len(
             prometheus.query(f'up{{job="{JOB}"}} == 1')) == len(endpoints), 20,
@@ -196,7 +197,7 @@ def check_the_dashboard(prometheus: Prometheus) -> None:
     for title, expr in dashboard_queries():
         results[expr] = wait_for(lambda e=expr: prometheus.query(e), 20,  # type: ignore[misc]
                                  what=f"a series for {title!r}: {expr}", interval=0.2)
-    panels = {}
+    panels: dict[str, list[list[dict[str, Any]]]] = {}
     for title, expr in dashboard_queries():
         panels.setdefault(title, []).append(results[expr])
     [speed] = panels["Samples/s per trainer"]
@@ -221,13 +222,17 @@ def check_the_dashboard(prometheus: Prometheus) -> None:
     [called] = panels["RPCs by code (clients)"]
     assert ("trainer", "Push", "OK") in by(called, "role", "grpc_method", "grpc_code")
     # (their rates may read 0 when a pass is shorter than two scrapes: the counters say more)
-    pushes = by(prometheus.query(f'grpc_server_handled_total{{job="{JOB}", grpc_method="Push"}}'),
-                "shard", "grpc_code")
-    assert set(pushes) == {("0", "OK"), ("1", "OK")}
-    assert all(count > 0 for count in pushes.values())
-    sent = by(prometheus.query(f'grpc_client_handled_total{{job="{JOB}", role="trainer", '
-                               'grpc_method="Push"}'), "shard", "grpc_code")
-    assert {k: v for k, v in sent.items() if k[1] == "OK"} == pushes  # each shard answered
+    def pushes(side: str) -> dict[tuple[str, ...], float]:
+        return by(prometheus.query(f'grpc_{side}_handled_total{{job="{JOB}", '
+                                   'grpc_method="Push", grpc_code="OK"}'), "shard")
+
+    # every push the trainer made, each shard answered OK (once both sides' last values are
+    # scraped: a scrape of a busy machine may time out and leave an older one for a while)
+    answered = wait_for(lambda: (lambda server: server if server == pushes("client") else None)(
+        pushes("server")), 20, what="the trainer's pushes counted by both sides", interval=0.2)
+    assert answered is not None
+    assert set(answered) == {("0",), ("1",)}
+    assert all(count > 0 for count in answered.values())
 
 
 def check_the_labels(prometheus: Prometheus) -> None:

@@ -115,7 +115,7 @@ def served_metric_names() -> set[str]:
                              dense_chain=None)
     training = SimpleNamespace(stats=LoopStats(samples=1, batches=1, loss_ewma=0.5),
                                runner=runner)
-    register_trainer_metrics(trainer.registry, lambda: training)  # type: ignore[arg-type,return-value]
+    register_trainer_metrics(trainer.registry, lambda: training)
     registries: list[CollectorRegistry] = [master.registry, pserver.registry, trainer.registry]
     for registry in registries:
         for family in registry.collect():
