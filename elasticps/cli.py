@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.cluster.code_cli",  # code pack|unpack
     "elasticps.jobs_cli",       # status, logs, scale, ui (local and cluster jobs)
     "elasticps.store.cli",      # store
+    "elasticps.telemetry.cli",  # monitoring export
     "elasticps.config_cli",     # env
 )
 

@@ -26,13 +26,19 @@ MAX_POINTS = 720  # chart points kept; past that the series halves its resolutio
 ETA_WINDOW_S = 120.0  # progress rate over this much recent history
 FRESH_S = 6.0  # a trainer's samples/s counts while its progress is younger than this
 MAX_SEEN = 5000  # failed-task keys remembered (so an old failure is not announced twice)
-_TRAINER_ID = re.compile(r"^(trainer-\d+)(?:-|$)")
+_TRAINER_ID = re.compile(r"^(trainer-(\d+))(?:-|$)")
 
 
 def trainer_slot(name: str) -> str:
     """``trainer-<id>`` of a trainer process name (``trainer-3-host-4711`` -> ``trainer-3``)."""
     match = _TRAINER_ID.match(name)
     return match.group(1) if match else name
+
+
+def trainer_index(name: str) -> int | None:
+    """The index in a trainer's name or slot (``trainer-3-host-4711``, ``trainer-3`` -> 3)."""
+    match = _TRAINER_ID.match(name)
+    return int(match.group(2)) if match else None
 
 
 @dataclass(frozen=True)
