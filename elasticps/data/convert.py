@@ -78,6 +78,9 @@ def like_schema(schema: Schema, like_url: str) -> Schema:
         if twin is None or twin.kind != column.kind:
             raise DataError(f"--like {like_url}: that dataset has no {column.kind} column "
                             f"{column.name!r}")
+        if twin.length != column.length:
+            raise DataError(f"--like {like_url}: column {column.name!r} holds vectors of length "
+                            f"{twin.length} there, {column.length} here")
         schema = schema.replace_column(dataclasses.replace(
             column, dtype=column.dtype or twin.dtype,
             stats=twin.stats if column.kind == "dense" else column.stats))
@@ -86,14 +89,15 @@ def like_schema(schema: Schema, like_url: str) -> Schema:
 
 def check_columns(source: Source, schema: Schema, ignore_extra: bool) -> None:
     """A schema column missing from the input, or (unless ``ignore_extra``) an input column
-    not in the schema, is an error naming them."""
+    not in the schema, is an error naming them. Columns declared ``ignore`` may be there or
+    not."""
     have = source.column_names()
     wanted = schema.source_columns()
     missing = [name for name in wanted if name not in have]
     if missing:
         raise DataError(f"{source.name}: the schema's column(s) {missing} are not in the input "
                         f"(it has {list(have)})")
-    extra = [name for name in have if name not in wanted]
+    extra = [name for name in have if name not in wanted and name not in schema.ignored]
     if extra and not ignore_extra:
         raise DataError(f"{source.name}: column(s) {extra} are not in the schema; declare them "
                         "or pass --ignore-extra")
