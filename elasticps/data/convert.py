@@ -37,6 +37,7 @@ from elasticps.data.rows import check_block, decide_dtypes
 from elasticps.data.schema import Schema
 from elasticps.data.sources import Source, SourceBlock
 from elasticps.data.storage import arrow_schema
+from elasticps.data.write_defaults import DEFAULT_MIN_CHUNKS
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
@@ -66,6 +67,7 @@ class WriteOptions:
     chunks_per_file: int = DEFAULT_CHUNKS_PER_FILE
     compression: str = DEFAULT_COMPRESSION
     overwrite: bool = False
+    min_chunks: int = DEFAULT_MIN_CHUNKS  # a dataset of one chunk is split into this many
 
 
 def like_schema(schema: Schema, like_url: str) -> Schema:
@@ -134,7 +136,8 @@ class _Run:
             self.out_url, arrow_schema(self.schema), schema=self.schema,
             rows_per_chunk=self.options.rows_per_chunk,
             chunks_per_file=self.options.chunks_per_file,
-            compression=self.options.compression, overwrite=self.options.overwrite)
+            compression=self.options.compression, overwrite=self.options.overwrite,
+            min_chunks=self.options.min_chunks)
         return self.writer
 
     def take(self, source: Source, block: SourceBlock) -> None:
