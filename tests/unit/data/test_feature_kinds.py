@@ -145,6 +145,12 @@ def test_bad_declarations_of_the_new_kinds_name_the_column(columns: dict[str, ob
         Schema.from_dict({"label": "y", "columns": columns})
 
 
+def test_the_defaults_ids_do_not_apply_to_text() -> None:
+    schema = Schema.from_dict({"label": "y", "defaults": {"ids": "passthrough"},
+                               "columns": {"t": "text", "c": {"kind": "categorical"}}})
+    assert (schema.column("t").ids, schema.column("c").ids) == ("hash", "passthrough")
+
+
 def test_the_normalised_form_of_the_new_kinds_reads_back_the_same() -> None:
     schema = Schema.from_yaml(SCHEMA)
     again = Schema.from_dict(schema.to_dict())
