@@ -46,7 +46,7 @@ def load_schema(schema: SchemaLike) -> Schema:
         return Schema.from_dict(schema)
     path = os.fspath(schema)
     try:
-        with fsspec.open(path, "r", encoding="utf-8") as handle:
+        with fsspec.open(path, "rb") as handle:
             text = handle.read()
     except OSError as exc:
         raise DataError(f"cannot read the schema file {path!r}: {exc}") from exc

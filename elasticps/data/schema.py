@@ -65,7 +65,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, shown
 
 FEATURE_KINDS = ("dense", "categorical", "multi_categorical", "text", "dense_vector")
 CATEGORICAL_KINDS = ("categorical", "multi_categorical", "text")  # kinds that feed a table
@@ -101,8 +101,8 @@ class TableDecl:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "table")
-        _check_int(self.dim, f"table {self.name!r}: dim", 1, 1 << 16)
-        _check_int(self.id_space, f"table {self.name!r}: id_space", 1, MAX_ID_SPACE)
+        _check_int(self.dim, f"table {shown(self.name)}: dim", 1, 1 << 16)
+        _check_int(self.id_space, f"table {shown(self.name)}: id_space", 1, MAX_ID_SPACE)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class LabelSpec:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "label column")
-        where = f"label {self.name!r}"
+        where = f"label {shown(self.name)}"
         _check_choice(self.kind, LABEL_KINDS, f"{where}: kind")
         if self.values is not None:
             if self.kind != "class":
@@ -194,7 +194,7 @@ class ColumnSpec:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "column")
-        where = f"column {self.name!r}"
+        where = f"column {shown(self.name)}"
         _check_choice(self.kind, FEATURE_KINDS, f"{where}: kind")
         fixed = {"text": "string", "dense_vector": "float"}.get(self.kind)
         if fixed is not None:  # one source type: decided now, not by conversion
@@ -296,15 +296,17 @@ class Schema:
         seen: set[str] = set()
         for name in names:
             if name in seen:
-                raise ConfigError(f"column {name!r} appears twice in the schema")
+                raise ConfigError(f"column {shown(name)} appears twice in the schema")
             seen.add(name)
         for column in self.categorical_columns:
             if column.table not in self.tables:
-                raise ConfigError(f"column {column.name!r} feeds table {column.table!r}, which "
+                raise ConfigError(f"column {shown(column.name)} feeds table "
+                                  f"{shown(column.table)}, which "
                                   f"the schema does not declare (tables: {sorted(self.tables)})")
         for name, table in self.tables.items():
             if table.name != name:
-                raise ConfigError(f"table {name!r} is declared under the name {table.name!r}")
+                raise ConfigError(f"table {shown(name)} is declared under the name "
+                                  f"{shown(table.name)}")
             self._check_salts(name)
 
     def _check_salts(self, table: str) -> None:
@@ -317,7 +319,8 @@ class Schema:
             other = salted.setdefault(column.hash_salt, column.name)
             if other != column.name:
                 raise ConfigError(
-                    f"columns {other!r} and {column.name!r} of table {table!r} hash with the "
+                    f"columns {shown(other)} and {shown(column.name)} of table {shown(table)} "
+                    "hash with the "
                     f"same salt {column.hash_salt}; give one of them another 'salt'")
 
     # -- views ------------------------------------------------------------------------------
@@ -357,7 +360,7 @@ class Schema:
         for column in self.columns:
             if column.name == name:
                 return column
-        raise ConfigError(f"the schema has no feature column {name!r}; it has "
+        raise ConfigError(f"the schema has no feature column {shown(name)}; it has "
                           f"{[c.name for c in self.columns]}")
 
     def columns_of(self, table: str) -> tuple[ColumnSpec, ...]:
@@ -393,14 +396,12 @@ class Schema:
         }
 
     @classmethod
-    def from_yaml(cls, text: str, where: str = "schema") -> Schema:
-        import yaml
+    def from_yaml(cls, text: str | bytes, where: str = "schema") -> Schema:
+        """Read a schema file's text (bytes: UTF-8), with the bounds of
+        :mod:`elasticps.user_yaml`."""
+        from elasticps.user_yaml import load_user_yaml  # PyYAML: not for `elasticps --help`
 
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
-        return cls.from_dict(raw, where)
+        return cls.from_dict(load_user_yaml(text, where), where)
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "schema") -> Schema:
@@ -415,14 +416,14 @@ class Schema:
         labels = _labels(doc.get("labels", doc.get("label")), where)
         weight = doc.get("weight")
         if weight is not None and not isinstance(weight, str):
-            raise ConfigError(f"{where}: weight must be a column name, got {weight!r}")
+            raise ConfigError(f"{where}: weight must be a column name, got {shown(weight)}")
         raw_columns = _mapping(doc.get("columns") or {}, f"{where}: columns")
         columns: list[ColumnSpec] = []
         ignored: list[str] = []
         tables: dict[str, TableDecl] = {}
         for name, table_raw in _mapping(doc.get("tables") or {}, f"{where}: tables").items():
-            spec = _mapping(table_raw or {}, f"{where}: table {name!r}")
-            _only(spec, {"dim", "id_space"}, f"{where}: table {name!r}")
+            spec = _mapping(table_raw or {}, f"{where}: table {shown(name)}")
+            _only(spec, {"dim", "id_space"}, f"{where}: table {shown(name)}")
             tables[str(name)] = TableDecl(str(name), spec.get("dim", defaults.get(
                 "dim", DEFAULT_DIM)), spec.get("id_space", defaults.get("id_space",
                                                                         DEFAULT_ID_SPACE)))
@@ -433,7 +434,7 @@ class Schema:
             column, shape = _column(str(name), column_raw, defaults, where)
             columns.append(column)
             if column.is_categorical:
-                _declare(tables, column.table, shape, defaults, f"{where}: column {name!r}")
+                _declare(tables, column.table, shape, defaults, f"{where}: column {shown(name)}")
         return cls(labels=labels, columns=tuple(columns), tables=tables, weight=weight,
                    missing=missing, ignored=tuple(ignored))
 
@@ -464,7 +465,7 @@ def _ignored(name: str, raw: Any, where: str) -> bool:
     if raw == IGNORE:
         return True
     if isinstance(raw, Mapping) and raw.get("kind") == IGNORE:
-        _only(raw, {"kind"}, f"{where}: column {name!r} (ignore)")
+        _only(raw, {"kind"}, f"{where}: column {shown(name)} (ignore)")
         return True
     return False
 
@@ -472,13 +473,13 @@ def _ignored(name: str, raw: Any, where: str) -> bool:
 def _column(name: str, raw: Any, defaults: Mapping[str, Any],
             where: str) -> tuple[ColumnSpec, dict[str, Any]]:
     """The column, and the table shape (dim, id_space) it states, if any."""
-    here = f"{where}: column {name!r}"
+    here = f"{where}: column {shown(name)}"
     doc = {"kind": raw} if isinstance(raw, str) else dict(_mapping(raw, here))
     _only(doc, _COLUMN_KEYS, here)
     kind = doc.get("kind")
     if not isinstance(kind, str):
         raise ConfigError(f"{here}: kind must be one of {', '.join(FEATURE_KINDS)} or "
-                          f"{IGNORE}, got {kind!r}")
+                          f"{IGNORE}, got {shown(kind)}")
     if kind == "dense_vector" and doc.get("norm", "none") != "none":
         raise ConfigError(f"{here}: dense_vector values reach the model as stored (norm: none), "
                           f"not norm {doc['norm']!r}")
@@ -499,7 +500,7 @@ def _column(name: str, raw: Any, defaults: Mapping[str, Any],
         tokenizer=doc.get("tokenizer", "words"))
     for key in sorted(set(doc) - {"kind", "dtype", "missing"} - _KIND_KEYS[kind]):
         if doc[key] is not None:  # the normalised form writes options of other kinds as null
-            raise ConfigError(f"{here}: {key!r} applies to {_owners(key)} columns only, not "
+            raise ConfigError(f"{here}: {shown(key)} applies to {_owners(key)} columns only, not "
                               f"to a {kind} column")
     return column, {k: doc[k] for k in ("dim", "id_space") if k in doc}
 
@@ -516,7 +517,7 @@ def _declare(tables: dict[str, TableDecl], name: str, shape: Mapping[str, Any],
         return
     table = TableDecl(name, shape.get("dim", known.dim), shape.get("id_space", known.id_space))
     if known != table:
-        raise ConfigError(f"{where}: table {table.name!r} is declared with dim={table.dim}, "
+        raise ConfigError(f"{where}: table {shown(table.name)} is declared with dim={table.dim}, "
                           f"id_space={table.id_space} here but dim={known.dim}, "
                           f"id_space={known.id_space} elsewhere; a table has one shape")
 
@@ -536,7 +537,7 @@ def _labels(raw: Any, where: str) -> tuple[LabelSpec, ...]:
         if isinstance(classes, list):  # classes: [v, ...] lists the values
             classes, values = None, classes if values is None else values
         if values is not None and not isinstance(values, list):
-            raise ConfigError(f"{where}: label values must be a list, got {values!r}")
+            raise ConfigError(f"{where}: label values must be a list, got {shown(values)}")
         labels.append(LabelSpec(doc.get("name", ""), doc.get("kind", "binary"), classes,
                                 doc.get("sep"), None if values is None else tuple(values)))
     return tuple(labels)
@@ -547,7 +548,7 @@ def _check_values(values: tuple[Any, ...], where: str) -> None:
     a class label may have, each once."""
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ConfigError(f"{where}: class value {value!r} is not an integer or a string "
+            raise ConfigError(f"{where}: class value {shown(value)} is not an integer or a string "
                               "(quote words such as 'yes' and 'no' in YAML)")
     keys = [str(value) for value in values]
     if len(set(keys)) != len(keys):
@@ -564,7 +565,7 @@ def _optional_int(value: Any, where: str) -> int | None:
 
 def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {raw!r}")
+        raise ConfigError(f"{where} must be a mapping, got {shown(raw)}")
     return raw
 
 
@@ -576,31 +577,31 @@ def _only(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 def _tokens(raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
-        raise ConfigError(f"{where} must be a list of strings, got {raw!r}")
+        raise ConfigError(f"{where} must be a list of strings, got {shown(raw)}")
     return tuple(raw)
 
 
 def _check_name(name: Any, what: str) -> None:
     if not isinstance(name, str) or not name or "/" in name or name != name.strip():
-        raise ConfigError(f"{what} name {name!r} must be a non-empty string without '/' or "
+        raise ConfigError(f"{what} name {shown(name)} must be a non-empty string without '/' or "
                           "surrounding spaces")
 
 
 def _check_choice(value: Any, choices: Iterable[str], where: str) -> None:
     options = tuple(choices)
     if value not in options:
-        raise ConfigError(f"{where} is {value!r}; choose one of {', '.join(options)}")
+        raise ConfigError(f"{where} is {shown(value)}; choose one of {', '.join(options)}")
 
 
 def _check_int(value: Any, where: str, low: int, high: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (
             high is not None and value > high):
         bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ConfigError(f"{where} must be an integer {bound}, got {value!r}")
+        raise ConfigError(f"{where} must be an integer {bound}, got {shown(value)}")
     return value
 
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+        raise ConfigError(f"{where} must be a finite number, got {shown(value)}")
     return float(value)
