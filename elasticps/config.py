@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, shown
 
 ROLES = ("master", "pserver", "trainer")
 # Upper bounds of a job (the job spec checks the same ones): a typo of a few zeros should be
@@ -31,7 +31,7 @@ MAX_TRAINERS = 10_000
 MAX_PSERVERS = 1_000
 MAX_LEASE_TTL = 600
 MAX_CHECKPOINT_KEEP = 1_000
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
@@ -84,7 +84,7 @@ def _parse_csv(text: str) -> tuple[str, ...]:
     return items
 
 
-_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]{0,31}$")
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]{0,31}\Z")
 
 
 def _parse_schemes(text: str) -> tuple[str, ...]:
@@ -102,13 +102,24 @@ def _parse_role(text: str) -> str:
     return role
 
 
+_JOB_NAME_RULE = ("a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, "
+                  "starting and ending with a letter or digit; no spaces or newlines)")
+
+
 def _parse_job_name(text: str) -> str:
-    name = text.strip()
-    if len(name) > 63 or not _DNS1123.match(name):
-        raise ValueError(
-            "is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, "
-            "starting and ending with a letter or digit)"
-        )
+    # Not stripped: the name is a store prefix and part of object names and log lines, so a
+    # name with a newline or a space is refused, never quietly changed into another one.
+    if len(text) > 63 or not _DNS1123.match(text):
+        raise ValueError(f"is not {_JOB_NAME_RULE}")
+    return text
+
+
+def check_job_name(name: object) -> str:
+    """``name`` if it is a job name (:data:`_JOB_NAME_RULE`), else a ConfigError naming it.
+    Every way a name enters (a job spec, the command line, ``PADDLE_JOB_NAME``, a store's key
+    prefix) is checked by this rule."""
+    if not isinstance(name, str) or len(name) > 63 or not _DNS1123.match(name):
+        raise ConfigError(f"job name {shown(name)} is not {_JOB_NAME_RULE}")
     return name
 
 

@@ -16,9 +16,9 @@ from elasticps.errors import shown
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_MEMORY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-_CPU = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<milli>m)?$")
-_DURATION = re.compile(r"^(?P<num>[0-9]{1,9})(?P<unit>[smhd]?)$")
+_MEMORY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\Z")
+_CPU = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<milli>m)?\Z")
+_DURATION = re.compile(r"^(?P<num>[0-9]{1,9})(?P<unit>[smhd]?)\Z")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -61,14 +61,14 @@ DEFAULT_TRAINER_MEM = 2**30  # bytes, when neither trainer_mem nor memory is giv
 MAX_JOB_NAME = 40
 BACKENDS = ("local", "cluster")  # Job.backend: `elasticps run` on this machine, or `submit`
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 )
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
-_HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})$")
-_PYTHON = re.compile(r"^python[0-9.]*$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*\Z")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+\Z")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})\Z")
+_PYTHON = re.compile(r"^python[0-9.]*\Z")
 
 # Upper bounds: a value past them is a typo (or an attempt to exhaust a shared cluster), and
 # is refused naming the field. Counts share elasticps.config's bounds.

@@ -36,7 +36,7 @@ TUNABLE_ENV = frozenset({
     "PADDLE_CHECKPOINT_DELTAS",
 })
 _KNOWN_ENV = frozenset(var.name for var in ENV_VARS)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _fail(name: str, reason: str) -> ConfigError:

@@ -53,7 +53,7 @@ DEFAULT_MAX_BYTES = 64 * 2**30  # one file (one request); a Parquet file is far 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 MAX_PATH = 4096
 BLOCK = 2**20
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class RefusedRequestError(Exception):

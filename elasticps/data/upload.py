@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 RECORD_NAME = ".elasticps-upload.json"
 PARTIAL_SUFFIX = ".elasticps-partial"
 CHUNK = 4 * 2**20
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}\Z")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from elasticps.master.status_access import is_loopback
 from elasticps.master.status_page import StatusServer
 
 ROLES = ("master", "pserver", "trainer")
-_ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?$")
+_ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?\Z")
 
 
 # -- status -----------------------------------------------------------------------------------
