@@ -80,7 +80,7 @@ def _parse_csv(text: str) -> tuple[str, ...]:
     items = tuple(part.strip() for part in text.split(",") if part.strip())
     for item in items:
         if any(ch.isspace() for ch in item):
-            raise ValueError(f"entry {item!r} contains whitespace")
+            raise ValueError(f"entry {shown(item)} contains whitespace")
     return items
 
 
@@ -91,7 +91,7 @@ def _parse_schemes(text: str) -> tuple[str, ...]:
     schemes = tuple(item.lower() for item in _parse_csv(text))
     for scheme in schemes:
         if not _SCHEME.match(scheme):
-            raise ValueError(f"entry {scheme!r} is not a URL scheme (e.g. file, s3, gs)")
+            raise ValueError(f"entry {shown(scheme)} is not a URL scheme (e.g. file, s3, gs)")
     return schemes
 
 
@@ -153,14 +153,15 @@ def _parse_sparse_policies(text: str) -> str:
         raise ValueError("must be a JSON object of {table: {setting: value}}")
     for table, settings in policies.items():
         if not isinstance(settings, dict):
-            raise ValueError(f"table {table!r}: must map settings to values")
+            raise ValueError(f"table {shown(table)}: must map settings to values")
         unknown = sorted(set(settings) - POLICY_KEYS)
         if unknown:
-            raise ValueError(f"table {table!r}: unknown setting(s) {unknown}; known: "
+            raise ValueError(f"table {shown(table)}: unknown setting(s) {unknown}; known: "
                              f"{sorted(POLICY_KEYS)}")
         for key, value in settings.items():
             if not (value is None or isinstance(value, str | int | float)):
-                raise ValueError(f"table {table!r}: {key}={value!r} is not a number or string")
+                raise ValueError(f"table {shown(table)}: {key}={shown(value)} is not a number "
+                                 "or string")
     return json.dumps(policies, sort_keys=True, separators=(",", ":"))
 
 
@@ -414,14 +415,14 @@ def _read_env(env: Mapping[str, str]) -> dict[str, Any]:
             continue
         if len(found) == 2 and found[0][1].strip() != found[1][1].strip():
             raise ConfigError(
-                f"{found[0][0]}={found[0][1]!r} and its alias {found[1][0]}={found[1][1]!r} "
-                "disagree; set only one of them"
+                f"{found[0][0]}={shown(found[0][1])} and its alias "
+                f"{found[1][0]}={shown(found[1][1])} disagree; set only one of them"
             )
         name, raw = found[0]
         try:
             values[var.field] = var.parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"environment variable {name}={raw!r} {exc}") from exc
+            raise ConfigError(f"environment variable {name}={shown(raw)} {exc}") from exc
     return values
 
 
@@ -441,7 +442,7 @@ def _check_override(field: str, value: Any) -> Any:
     try:
         return var.parse(text)
     except ValueError as exc:
-        raise ConfigError(f"{field}={value!r} (env {var.name}) {exc}") from exc
+        raise ConfigError(f"{field}={shown(value)} (env {var.name}) {exc}") from exc
 
 
 def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
