@@ -472,18 +472,18 @@ def _token_from_file(path: str, given: str | None) -> str:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_TOKEN_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: cannot read "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: cannot read "
                           f"it: {exc.strerror}") from exc
     if len(raw) > MAX_TOKEN_BYTES:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: the file "
                           f"holds more than {MAX_TOKEN_BYTES} bytes, too many for a token")
     try:
         token = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: the file "
                           "is not UTF-8 text") from None
     if not token:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: the file "
                           "is empty")
     if given and given != token:
         raise ConfigError("PADDLE_JOB_TOKEN and the token in PADDLE_JOB_TOKEN_FILE "
