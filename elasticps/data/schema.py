@@ -482,7 +482,7 @@ def _column(name: str, raw: Any, defaults: Mapping[str, Any],
                           f"{IGNORE}, got {shown(kind)}")
     if kind == "dense_vector" and doc.get("norm", "none") != "none":
         raise ConfigError(f"{here}: dense_vector values reach the model as stored (norm: none), "
-                          f"not norm {doc['norm']!r}")
+                          f"not norm {shown(doc['norm'])}")
     stats = doc.get("stats")
     missing = doc.get("missing")
     column = ColumnSpec(

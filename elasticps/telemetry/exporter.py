@@ -100,7 +100,7 @@ class _IdentityCollector(Collector):
             yield labelled
 
 
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
 def _checked(labels: Mapping[str, str]) -> dict[str, str]:
