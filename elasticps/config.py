@@ -20,9 +20,11 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from elasticps.errors import ConfigError, shown
+from elasticps.private_files import check_owned
 
 ROLES = ("master", "pserver", "trainer")
 # Upper bounds of a job (the job spec checks the same ones): a typo of a few zeros should be
@@ -245,7 +247,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Per-job RPC token; every call must carry it.", secret=True),
     EnvVar("PADDLE_JOB_TOKEN_FILE", "token_file", _parse_str,
            "File holding the job token, read at start in place of PADDLE_JOB_TOKEN (a file "
-           "is not in the process's environment, so children do not inherit it)."),
+           "is not in the process's environment, so children do not inherit it); it must be "
+           "the user's (or root's) and writable by nobody else. `elasticps run` gives its "
+           "roles WORKDIR/token (0600)."),
     EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1, MAX_PSERVERS),
            "Number of pserver slots N (job config, fixed for the job's life)."),
     EnvVar("PADDLE_HOST", "host", _parse_str,
@@ -458,6 +462,8 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Confi
         values[field] = _check_override(field, value)
     if values.get("token_file"):
         values["token"] = _token_from_file(values["token_file"], values.get("token"))
+    elif env is None and not values.get("token"):
+        values["token"] = _held_token  # taken out of os.environ by hold_env_token()
     # PADDLE_TRAINER_ID may exceed PADDLE_TRAINER_COUNT: trainers added to an elastic job
     # get ids past the starting count.
     return Config(**values)
@@ -467,7 +473,9 @@ MAX_TOKEN_BYTES = 1024  # servers refuse longer tokens unread (rpc/server.py)
 
 
 def _token_from_file(path: str, given: str | None) -> str:
-    """The token in PADDLE_JOB_TOKEN_FILE; PADDLE_JOB_TOKEN may be set too only if equal."""
+    """The token in PADDLE_JOB_TOKEN_FILE; PADDLE_JOB_TOKEN may be set too only if equal. A
+    file that another user owns or can write is refused: they would choose the token."""
+    check_owned(Path(path), "PADDLE_JOB_TOKEN_FILE")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_TOKEN_BYTES + 1)
@@ -489,6 +497,23 @@ def _token_from_file(path: str, given: str | None) -> str:
         raise ConfigError("PADDLE_JOB_TOKEN and the token in PADDLE_JOB_TOKEN_FILE "
                           f"({path}) disagree; set only one of them")
     return token
+
+
+# PADDLE_JOB_TOKEN as this process was given it, once hold_env_token() took it out of
+# os.environ; load_config() of os.environ still finds it.
+_held_token = ""
+
+
+def hold_env_token() -> None:
+    """Take PADDLE_JOB_TOKEN out of ``os.environ`` and keep it for this process alone.
+
+    A trainer runs the user's script in its own process; whatever the script starts inherits
+    ``os.environ``, and none of it needs the token. Configs loaded from the environment
+    afterwards still have it."""
+    global _held_token
+    token = os.environ.pop("PADDLE_JOB_TOKEN", "").strip()
+    if token:
+        _held_token = token
 
 
 _current: Config | None = None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.autoscale_policy import AutoscaleConfig
-from elasticps.config import MODES, load_config
+from elasticps.config import MODES, hold_env_token, load_config
 from elasticps.errors import ConfigError
 
 RUN_EPILOG = """\
@@ -102,8 +102,10 @@ def register(subparsers: Any) -> None:
     trainer = subparsers.add_parser(
         "trainer", help="run one trainer: SCRIPT in this process with the PADDLE_* contract",
         description="Run the user's training SCRIPT in this process (as `python SCRIPT ARGS` "
-        "would), inside a job: PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN and "
-        "PADDLE_TRAINER_ID must be set (the launcher or the cluster sets them).")
+        "would), inside a job: PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN (or "
+        "PADDLE_JOB_TOKEN_FILE) and PADDLE_TRAINER_ID must be set (the launcher or the cluster "
+        "sets them). PADDLE_JOB_TOKEN is taken out of the environment before SCRIPT runs, so "
+        "nothing SCRIPT starts inherits it.")
     trainer.add_argument("script", metavar="SCRIPT")
     trainer.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
     trainer.set_defaults(func=trainer_command)
@@ -142,6 +144,7 @@ def _autoscale(args: argparse.Namespace) -> AutoscaleConfig | None:
 
 
 def trainer_command(args: argparse.Namespace) -> int:
+    hold_env_token()  # the script's subprocesses inherit os.environ; they get no token
     config = load_config()
     if config.store is None:
         raise ConfigError("elasticps trainer needs PADDLE_STORE (run it through `elasticps run` "

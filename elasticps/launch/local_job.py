@@ -21,6 +21,7 @@ from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.scale import JOB_FILE
 from elasticps.master.status_read import fetch_status
 from elasticps.master.status_view import offline
+from elasticps.private_files import replace_private
 from elasticps.store import open_store
 from elasticps.store.keys import read_history, read_master_address
 
@@ -114,16 +115,12 @@ class LocalJob:
             doc["done"] = True
             doc["job_failed_reason"] = doc.get("job_failed_reason") or reason
         path = self.workdir / STATUS_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        os.replace(tmp, path)
+        replace_private(path, (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False)
+                               + "\n").encode())
         return path
 
 
 def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:
     """``WORKDIR/job.json``: how ``elasticps scale|status|logs|ui --workdir`` find the job."""
-    path = workdir / JOB_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"store": store_url, "job_name": job_name,
-                               "launcher_pid": os.getpid()}) + "\n")
-    os.replace(tmp, path)
+    replace_private(workdir / JOB_FILE, (json.dumps(
+        {"store": store_url, "job_name": job_name, "launcher_pid": os.getpid()}) + "\n").encode())
