@@ -152,14 +152,6 @@ def replace_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def is_local(fs: Any) -> bool:
-    """Whether an fsspec file system is this machine's disk, where modes keep other users out
-    (object stores have their own access rules)."""
-    protocol = fs.protocol
-    protocols = tuple(protocol) if isinstance(protocol, list | tuple) else (protocol,)
-    return "file" in protocols or "local" in protocols
-
-
 def private_handle(handle: Any) -> None:
     """Narrow an open local file (a builtin or fsspec local file) to 0600."""
     os.fchmod(handle.fileno(), FILE_MODE)

@@ -7,7 +7,8 @@ someone writes to it). On a local file system these helpers therefore
 
 * create files with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (an existing entry of that name is an
   error, never written through), temporary ones under an unpredictable name, with the mode a
-  plain ``open`` would give (0666 less the umask);
+  plain ``open`` would give (0666 less the umask) unless the caller asks for less (0600 for a
+  checkpoint: :mod:`elasticps.private_files`);
 * open for reading only regular files, not through a final symbolic link, with ``O_NONBLOCK``
   so that a FIFO is refused by ``fstat`` instead of blocking the open; reads are bounded;
 * remove only regular files and symbolic links (the link, never its target), and say what
@@ -83,24 +84,26 @@ def read_regular(fs: Any, path: str, limit: int) -> bytes:
     return data
 
 
-def create_new(fs: Any, path: str) -> BinaryIO:
+def create_new(fs: Any, path: str, mode: int = 0o666) -> BinaryIO:
     """``path`` created and opened for binary writing; locally only if nothing is there (a
-    FileExistsError otherwise: a planted link is never written through)."""
+    FileExistsError otherwise: a planted link is never written through), with ``mode`` less
+    the umask (0o600: the owner's alone)."""
     if not is_local(fs):
         handle: BinaryIO = fs.open(path, "wb")
         return handle
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o666)
+                 mode)
     return os.fdopen(fd, "wb")
 
 
-def create_temp(fs: Any, directory: str, prefix: str, suffix: str = "") -> tuple[BinaryIO, str]:
+def create_temp(fs: Any, directory: str, prefix: str, suffix: str = "", *,
+                mode: int = 0o666) -> tuple[BinaryIO, str]:
     """A new file ``directory/<prefix><random><suffix>`` opened for binary writing, and its
     path: an unpredictable name, created as :func:`create_new` creates."""
     for _ in range(16):  # 64 random bits: a clash means someone is planting names
         path = f"{directory.rstrip('/')}/{prefix}{secrets.token_hex(8)}{suffix}"
         try:
-            return create_new(fs, path), path
+            return create_new(fs, path, mode), path
         except FileExistsError:
             continue
     raise OSError(errno.EEXIST, f"{directory} already holds every temporary name tried for "

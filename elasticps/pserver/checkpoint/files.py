@@ -5,6 +5,9 @@ Layout under the checkpoint URL::
     <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.safetensors   the data (see format.py)
     <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.json          the manifest: size, sha256, summary
 
+On a local disk the shard directory is 0700 and every file 0600, whatever the umask (a new
+checkpoint root is made 0700 too): no other user of the machine reads a tensor.
+
 ``<id>`` is a zero-padded sequence number, so names sort by age; ``<writer>`` names the process
 that wrote it (older checkpoints have none), so two processes that believe they own the slot
 never write the same file. A save:
@@ -46,12 +49,14 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import numpy as np
 
 from elasticps.errors import CheckpointError
+from elasticps.private_files import FILE_MODE, make_private_dir
 from elasticps.pserver.checkpoint import format as fmt
 from elasticps.pserver.checkpoint.delta import apply_delta, chain, to_keep
 from elasticps.pserver.checkpoint.manifest import (
@@ -120,7 +125,12 @@ class ShardCheckpoints:
         self.deltas = deltas
         self._chain: list[str] = []  # this writer's published chain since its last full save
         self._lock = threading.Lock()
-        self.fs.makedirs(self.dir, exist_ok=True)
+        self._local = is_local(self.fs)
+        if self._local:  # the owner's alone: other users of the machine read no tensor
+            make_private_dir(Path(root), narrow=False)
+            make_private_dir(Path(self.dir))
+        else:
+            self.fs.makedirs(self.dir, exist_ok=True)
 
     # -- listing ----------------------------------------------------------------------------
 
@@ -246,9 +256,9 @@ class ShardCheckpoints:
         before_rename: BeforePublish | None = None,
     ) -> tuple[int, str]:
         final = self._path(name)
-        # An unpredictable name, created exclusively: a link planted at a temp name is never
-        # written through.
-        out, temp = create_temp(self.fs, self.dir, f".tmp-{name}.")
+        # An unpredictable name, created exclusively (a link planted at a temp name is never
+        # written through) and 0600 on a local disk.
+        out, temp = create_temp(self.fs, self.dir, f".tmp-{name}.", mode=FILE_MODE)
         with out:
             result = write(out)
             out.flush()
@@ -261,7 +271,7 @@ class ShardCheckpoints:
         return result
 
     def _fsync_dir(self) -> None:
-        if is_local(self.fs):
+        if self._local:
             fd = os.open(self.dir, os.O_RDONLY)
             try:
                 os.fsync(fd)
