@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from elasticps.errors import ElasticPSError
+from elasticps.errors import CONFIG_EXIT_CODE, ConfigError, ElasticPSError
 from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
 from elasticps.launch.parent_watch import exit_with_parent
 from elasticps.telemetry.logfmt import FORMATS, process_node
@@ -40,6 +40,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.telemetry.cli",  # monitoring export
     "elasticps.config_cli",     # env
 )
+
+# The commands a launcher starts as a job's processes (the others are a person's).
+ROLE_COMMANDS = ("master", "pserver", "trainer")
 
 EPILOG = """\
 Start here:
@@ -86,11 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"elasticps: error: PADDLE_LOG_FORMAT={fmt!r} is not one of {', '.join(FORMATS)}",
               file=sys.stderr)
         return 2
-    role = args.command if args.command in ("master", "pserver", "trainer") else (
+    role = args.command if args.command in ROLE_COMMANDS else (
         "launcher" if args.command == "run" else os.environ.get("PADDLE_ROLE") or args.command)
     trainer_id = os.environ.get("PADDLE_TRAINER_ID", "")
     node = process_node(role, int(trainer_id) if trainer_id.isdigit() else None) \
-        if role in ("master", "pserver", "trainer") else None
+        if role in ROLE_COMMANDS else None
     configure_logging(level, fmt, job=os.environ.get("PADDLE_JOB_NAME"), role=role, node=node)
     launcher = args.exit_with_parent
     if launcher is not None and not exit_with_parent(launcher):
@@ -103,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return closed_pipe()
+    except ConfigError as exc:
+        print(f"elasticps: error: {exc}", file=sys.stderr)
+        # A role's supervisor must tell "fix the configuration" from "restart me".
+        return CONFIG_EXIT_CODE if args.command in ROLE_COMMANDS else 1
     except ElasticPSError as exc:
         print(f"elasticps: error: {exc}", file=sys.stderr)
         return 1

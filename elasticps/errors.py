@@ -58,6 +58,12 @@ def shown(value: object) -> str:
         return f"<a {type(value).__name__} too large to show>"
 
 
+# The exit status of a role process (master, pserver, trainer) that stopped on a ConfigError
+# (sysexits.h's EX_CONFIG): the same configuration would fail the same way again, so a
+# supervisor fails the job at once instead of restarting the process (launch/supervisor.py).
+CONFIG_EXIT_CODE = 78
+
+
 class ElasticPSError(Exception):
     """Base class of every error elasticps raises on purpose."""
 

@@ -10,7 +10,8 @@ process's environment), a fresh job CA with one certificate per role (``WORKDIR/
 M x ``elasticps pserver`` and N x ``elasticps trainer SCRIPT ARGS`` as child processes. Every
 server binds its own port (``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports
 around. Logs go to ``WORKDIR/logs/<role>[-<i>].log`` (0600, in a 0700 directory). At the end
-it writes ``WORKDIR/summary.json``.
+it writes ``WORKDIR/summary.json``. A role that stops on a configuration error (a busy
+``PADDLE_HTTP_PORT``) fails the job at once, and ``elasticps run`` exits 2.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 from elasticps.telemetry.logfmt import set_context
 
 log = logging.getLogger(__name__)
+
+# `elasticps run`'s exit status when a role stopped on a configuration error (argparse's for
+# a bad command line): the job failed for something to fix, not something that broke.
+CONFIG_ERROR_EXIT = 2
 
 
 @dataclass
@@ -265,6 +270,10 @@ class Launch:
         if proc is not None and proc.spec.log_path is not None:
             print(f"--- last lines of {proc.spec.log_path} ---\n{proc.log_tail()}",
                   file=self.err, flush=True)
+        if self.supervisor.config_error:
+            print(f"elasticps run: job {self.job_name} stopped on a configuration error "
+                  f"(above); fix it and run again", file=self.err, flush=True)
+            return CONFIG_ERROR_EXIT
         return 1
 
     def _save_page(self, state: JobState, wall_s: float) -> None:

@@ -165,7 +165,7 @@ def run_ui(args: argparse.Namespace) -> int:
             raise ConfigError("the job's document vanished")
         return doc
 
-    server = StatusServer(document, args.host, args.port)
+    server = StatusServer(document, args.host, args.port, port_setting="--port")
     done = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: done.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}

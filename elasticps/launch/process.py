@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elasticps.errors import CONFIG_EXIT_CODE
 from elasticps.launch.parent_watch import with_parent
 from elasticps.private_files import make_private_dir, open_private
 
@@ -50,6 +51,8 @@ def describe_exit(code: int) -> str:
             return f"signal {signal.Signals(-code).name}"
         except ValueError:
             return f"signal {-code}"
+    if code == CONFIG_EXIT_CODE:
+        return f"exit code {code}, a configuration error"
     return f"exit code {code}"
 
 

@@ -26,7 +26,8 @@ The leader publishes its gRPC and status addresses at master/address in the stor
 Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN (or PADDLE_JOB_TOKEN_FILE),
 PADDLE_TLS_DIR (or PADDLE_INSECURE), PADDLE_HOST, PADDLE_HTTP_HOST, PADDLE_LEASE_TTL and
 PADDLE_DATA from the environment (see `elasticps env`). Exits 0 on SIGTERM (after resigning
-the lead) and 1 when it loses the lead, so a supervisor restarts it as a standby.
+the lead), 1 when it loses the lead, so a supervisor restarts it as a standby, and 78 on a
+configuration error (a busy PADDLE_HTTP_PORT, say), which a restart would only repeat.
 
 The dataset is set by the first trainer's SetDataset, with the batch plan of its reader (batch
 size, shuffle seed, features): the master counts every task's batches from it and refuses a

@@ -73,7 +73,8 @@ def serve_status(state: MasterState, options: MasterOptions,
     ``document()``, ``/metrics``); yields the port."""
     http = StatusServer(document or state.status, options.http_host, options.http_port,
                         metrics=metrics,
-                        access=status_access(options.http_host, options.credentials))
+                        access=status_access(options.http_host, options.credentials),
+                        port_setting="PADDLE_HTTP_PORT or --http-port")
     http.start()
     try:
         yield http.port

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from elasticps.config import listen_error
 from elasticps.master.status_access import OPEN, StatusAccess
 from elasticps.store.keys import json_safe
 from elasticps.telemetry.exporter import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -31,10 +32,12 @@ MetricsFn = Callable[[], bytes]
 class StatusServer:
     """Serves ``status_fn()`` and the page over HTTP on ``host:port`` (0 = any free port),
     ``metrics`` (if given) at ``/metrics``, to whoever ``access`` admits (over TLS when it
-    has a context)."""
+    has a context). A port it cannot listen on is a ConfigError naming ``port_setting``, the
+    flag or variable the port came from."""
 
     def __init__(self, status_fn: StatusFn, host: str, port: int, *,
-                 metrics: MetricsFn | None = None, access: StatusAccess = OPEN) -> None:
+                 metrics: MetricsFn | None = None, access: StatusAccess = OPEN,
+                 port_setting: str = "the command line") -> None:
         fn, metrics_fn = status_fn, metrics
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,7 +70,10 @@ class StatusServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("status http: " + format, *args)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:  # a busy port: ConfigError names where the port came from
+            raise listen_error("the status page", host, port, port_setting, exc) from exc
         self.httpd.daemon_threads = True
         if access.ssl_context is not None:
             # The handshake runs in the request's thread (on its first read), so a client that

@@ -34,6 +34,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from elasticps.config import listen_error
 from elasticps.version import __version__
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,11 @@ class MetricsExporter:
     def __init__(self, registry: CollectorRegistry, host: str, port: int = 0) -> None:
         self.registry = registry
         self._server: WSGIServer
-        self._server, self._thread = start_http_server(port, host, registry)
+        try:
+            self._server, self._thread = start_http_server(port, host, registry)
+        except OSError as exc:
+            raise listen_error("the Prometheus metrics", host, port, "PADDLE_METRICS_PORT",
+                               exc) from exc
         self.host = host
         self.port = int(self._server.server_address[1])
 
