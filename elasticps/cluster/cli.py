@@ -166,8 +166,9 @@ def _code_line(handle: Any) -> str | None:
     location = handle.code_location()
     if location is None:
         return None
+    note = handle.code.left_out_note()
     return (f"code: {len(handle.code.files)} file(s), {len(handle.code.data):,} bytes packed, "
-            f"sha256 {handle.code.sha256}, from {location}")
+            f"sha256 {handle.code.sha256}, from {location}" + (f"; {note}" if note else ""))
 
 
 def run_status(args: argparse.Namespace) -> int:

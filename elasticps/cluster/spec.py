@@ -77,6 +77,7 @@ MAX_CPU_MILLIS_PER_POD = 1024 * 1000  # 1024 cores
 MAX_MEMORY_PER_POD = 16 * 2**40  # 16Ti
 MAX_ETCD_STORAGE = 2**40  # 1Ti per member
 MAX_ENTRY_POINT = 4096
+MAX_CODE_INCLUDE = 100  # code_include patterns
 MAX_CODE_LIMIT = 8 * 2**30  # code_limit: what an init container may fetch and unpack
 MAX_ACTIVE_DEADLINE = 365 * 86400
 MAX_TTL_AFTER_FINISHED = 30 * 86400
@@ -336,6 +337,9 @@ class Job:
     # fsspec URL the cluster can read), instead of a ConfigMap; and how big it may be then.
     code_url: str | None = None
     code_limit: str | int | None = None
+    # Patterns (of a path in `code`, or a file name) of files to ship although they look like
+    # credentials (.env, .aws/credentials, *.pem: cluster/code_archive.py leaves them out).
+    code_include: Sequence[str] = ()
     checkpoint: Storage | str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
     # Names of env: entries that are secrets whatever their names (one ending in _KEY, _SECRET,
@@ -391,6 +395,7 @@ class Job:
         set_(self, "code", _code_dir(self.code))
         set_(self, "code_url", _code_url(self.code_url, self.code))
         set_(self, "code_limit", _code_limit(self.code_limit, self.code_url))
+        set_(self, "code_include", _code_include(self.code_include, self.code))
         set_(self, "checkpoint",
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
@@ -636,6 +641,24 @@ def _code_limit(value: object, code_url: str | None) -> str | None:
         raise _fail("code_limit", "applies only with 'code_url'; a ConfigMap carries at most "
                                   "1,024,000 bytes whatever the limit")
     return format_memory(_memory("code_limit", value, MAX_CODE_LIMIT))
+
+
+def _code_include(value: object, code: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise _fail("code_include", f"must be a list of file patterns, got {shown(value)}")
+    if not value:
+        return ()
+    if len(value) > MAX_CODE_INCLUDE:
+        raise _fail("code_include", f"has {len(value)} patterns, more than {MAX_CODE_INCLUDE}")
+    for pattern in value:
+        if not isinstance(pattern, str) or not pattern.strip() or len(pattern) > 256:
+            raise _fail("code_include", f"entry {shown(pattern)} is not a file pattern of 1-256 "
+                                        "characters")
+    if code is None:
+        raise _fail("code_include", "needs 'code': the directory it picks files from")
+    return tuple(pattern.strip() for pattern in value)
 
 
 MAX_TABLE_POLICIES = 1000  # the pservers' default PADDLE_MAX_TABLES

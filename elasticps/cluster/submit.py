@@ -198,7 +198,8 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
         secrets = None
     elif secrets is None:
         secrets = job_secrets(job)
-    code = None if job.code is None else pack_code(job.code, code_limits(job))
+    code = None if job.code is None else pack_code(job.code, code_limits(job),
+                                                   include=job.code_include)
     objects = render(job, backend, secrets=secrets, code=code)
     if check:
         check_manifests(objects)
