@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -132,23 +133,18 @@ def open_private(path: Path, flags: int) -> int:
 
 def write_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` readable by its owner only (0600), never wider."""
-    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
+        handle.write(data)
 
 
 def replace_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` (0600) through a fresh temporary file and a rename, so a
     reader sees the old content or the new, and no file that was there is written into."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    try:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    with os.fdopen(fd, "wb") as handle:
         os.fchmod(fd, FILE_MODE)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+        handle.write(data)
     os.replace(tmp, path)
 
 
