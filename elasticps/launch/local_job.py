@@ -115,6 +115,10 @@ class LocalJob:
         doc["launcher"] = {"state": state, "reason": reason, **extra}
         if failure is not None:
             doc["failure"] = failure
+        if state != "succeeded":  # the launcher ended it: the timeline's last entry says so
+            doc["events"] = [*(doc.get("events") or []), {
+                "time": time.time(), "kind": "job", "subject": self.job_name,
+                "message": f"the job {state}: {reason}", "source": "launcher"}]
         if state in ("failed", "interrupted") and doc.get("state") not in ("failed",):
             doc["state"] = state
             doc["done"] = True

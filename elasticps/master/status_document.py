@@ -124,6 +124,8 @@ def pserver_rows(pservers: Sequence[PServerSight], incarnations: Mapping[str, Se
     rows = []
     for ps in sorted(pservers, key=lambda p: p.shard):
         m = figures.get(str(ps.shard)) or {}
+        if ps.slot is None:  # down: its last rates are not what it does now
+            m = {k: v for k, v in m.items() if k not in ("push_rate", "cpu_percent")}
         rows.append({
             "shard": ps.shard, "name": f"pserver-{ps.shard}", "up": ps.slot is not None,
             "address": ps.slot.address if ps.slot else None,

@@ -175,8 +175,9 @@ def _trainer_events(memory: ViewMemory, live: frozenset[str], sight: Sight) -> l
         before = memory.live_trainers
     out = [_event(sight, "trainer", trainer_slot(name), f"{name} joined the job")
            for name in sorted(live - before)]
-    out += [_event(sight, "trainer", trainer_slot(name),
-                   f"{name} left the job (its tasks, if any, went back to todo)")
+    gone = "left the job after the last pass" if sight.status.get("state") == "succeeded" \
+        else "left the job (its tasks, if any, went back to todo)"
+    out += [_event(sight, "trainer", trainer_slot(name), f"{name} {gone}")
             for name in sorted(before - live)]
     return out
 
@@ -273,8 +274,10 @@ def _pass_and_state(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
     state = status.get("state")
     if state in ("succeeded", "failed") and state != memory.state:
         reason = status.get("job_failed_reason")
-        events.append(_event(sight, "job", str(status.get("job")),
-                             f"the job {state}" + (f": {reason}" if reason else "")))
+        # The master knows the training; the trainers' scripts may go on (and fail) after it.
+        said = "every pass is done: training succeeded" if state == "succeeded" \
+            else f"the job failed: {reason}" if reason else "the job failed"
+        events.append(_event(sight, "job", str(status.get("job")), said))
     return events
 
 

@@ -80,6 +80,8 @@ function lineChart(svg, series, opts) {
   const m = { l: 56, r: 12, t: 10, b: 40 };
   let xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  const xmin = x0, xmax = x1;
+  if (y0 === 0 && y1 === 0) y1 = 1;  // all zero: a flat line at the bottom, not mid-chart
   if (x0 === x1) { x0 -= 1; x1 += 1; }
   if (opts.markers) { const padX = (x1 - x0) * 0.06; x0 -= padX; x1 += padX; }
   if (opts.zero && y0 > 0) y0 = 0;
@@ -87,16 +89,24 @@ function lineChart(svg, series, opts) {
   y1 += pad; if (!(opts.zero && y0 === 0)) y0 -= pad;
   const X = (x) => m.l + (x - x0) / (x1 - x0) * (width - m.l - m.r);
   const Y = (y) => height - m.b - (y - y0) / (y1 - y0) * (height - m.t - m.b);
+  const yLabels = new Set();
   for (const v of niceTicks(y0, y1, 4)) {
+    const label = (opts.yFormat || String)(v);
+    if (yLabels.has(label)) continue;
+    yLabels.add(label);
     svg.appendChild(el("svg:line", { x1: m.l, x2: width - m.r, y1: Y(v), y2: Y(v), class: "grid" }));
-    svg.appendChild(el("svg:text", { x: m.l - 6, y: Y(v) + 4, "text-anchor": "end" },
-                       (opts.yFormat || String)(v)));
+    svg.appendChild(el("svg:text", { x: m.l - 6, y: Y(v) + 4, "text-anchor": "end" }, label));
   }
   let xticks = niceTicks(x0, x1, 5);
-  if (opts.xInt) xticks = xticks.filter((v) => Number.isInteger(v));
+  // whole passes, and only those with data (no "pass 0" beside the first pass)
+  if (opts.xInt) xticks = xticks.filter((v) => Number.isInteger(v) && v >= xmin && v <= xmax);
+  const shown = new Set();  // a short span gives ticks that read alike: each label once
   for (const v of xticks) {
+    const label = (opts.xFormat || String)(v);
+    if (shown.has(label)) continue;
+    shown.add(label);
     svg.appendChild(el("svg:text", { x: X(v), y: height - m.b + 16, "text-anchor": "middle" },
-                       (opts.xFormat || String)(v)));
+                       label));
   }
   svg.appendChild(el("svg:line", { x1: m.l, x2: width - m.r, y1: height - m.b, y2: height - m.b,
                                    class: "axis" }));
@@ -153,11 +163,13 @@ function drawCharts(doc) {
                     .map((p) => [p.t - t0, p[key][n]]),
     }));
   };
-  const timeAxis = { xFormat: duration, empty: "collecting samples\u2026" };
+  const timeAxis = { xFormat: duration,
+                     empty: doc.live ? "collecting samples\u2026" : "no samples were recorded" };
   const speedByTrainer = perTrainer("trainer_samples_per_s");
   lineChart($("chart-speed"), [{ name: "job", points: over("samples_per_s") },
                                ...(speedByTrainer.length > 1 ? speedByTrainer : [])],
-            { ...timeAxis, zero: true, yFormat: (v) => num(v) });
+            { ...timeAxis, zero: true,
+              yFormat: (v) => (v >= 100 ? num(v) : String(Number(v.toPrecision(2)))) });
   const lossByTrainer = perTrainer("trainer_loss");
   lineChart($("chart-loss"), [{ name: "mean", color: COLORS[3], points: over("loss") },
                               ...(lossByTrainer.length > 1 ? lossByTrainer : [])],
@@ -232,7 +244,9 @@ function drawTables(doc) {
   for (const e of events) {
     const li = el("li");
     li.appendChild(el("time", { datetime: new Date(e.time * 1000).toISOString() }, clock(e.time)));
-    li.appendChild(el("span", { class: "kind " + e.kind }, e.kind.replace("_", " ")));
+    const ended = e.kind === "job" && /^the job (failed|interrupted)/.test(e.message);
+    li.appendChild(el("span", { class: "kind " + e.kind + (ended ? " bad" : "") },
+                      e.kind.replace("_", " ")));
     li.appendChild(el("span", {}, e.message));
     list.appendChild(li);
   }
@@ -245,8 +259,10 @@ function drawSummary(doc) {
   document.title = `${doc.job} \u00b7 ${doc.state} \u00b7 elasticps`;
   $("job").textContent = doc.job;
   const badge = $("state");
-  badge.textContent = doc.state;
-  badge.className = "badge " + doc.state;
+  // every pass is done, but trainers' scripts go on (export, scoring): the job is not over
+  const finishing = doc.live && doc.state === "succeeded" && (doc.live_trainers || []).length;
+  badge.textContent = finishing ? "training done" : doc.state;
+  badge.className = "badge " + (finishing ? "running" : doc.state);
   const live = $("live");
   live.textContent = doc.live ? "live" : "finished job (saved " + clock(doc.updated) + ")";
   live.className = "live" + (doc.live ? " on" : "");

@@ -124,7 +124,7 @@ def test_a_stopping_status_loop_takes_a_last_look_and_saves_it(store: Store) -> 
     saved = read_history(store)
     assert saved is not None
     assert saved["state"] == "succeeded"
-    assert "the job succeeded" in [e["message"] for e in saved["events"]]
+    assert "every pass is done: training succeeded" in [e["message"] for e in saved["events"]]
 
 
 def test_the_page_reads_a_pservers_latency_cpu_and_memory_and_the_jobs_result(
