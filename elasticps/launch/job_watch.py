@@ -71,7 +71,7 @@ def fields(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
         if isinstance(status.get("progress"), dict) else {}
     fraction = _num(shown_progress, "fraction")
     eta = _num(shown_progress, "eta_s")
-    if fraction is not None:
+    if fraction is not None and state != "waiting_for_dataset":
         out.append(Field(f"{100 * fraction:.0f}%", _SHARE))
     if state == "running" and eta is not None:
         out.append(Field(f"ETA {format_eta(eta)}", _ETA))

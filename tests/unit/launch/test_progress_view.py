@@ -48,7 +48,8 @@ def test_a_snapshot_has_the_line_the_share_done_the_eta_and_the_time_since_the_l
 def test_the_line_says_what_the_job_does_before_and_after_training() -> None:
     """While a trainer writes the data the master has no dataset; after the last pass a
     trainer exports and scores: the line says so, with no 0% ETA and no 0 samples/s."""
-    waiting = {"state": "waiting_for_dataset", "pass": None, "live_trainers": ["a", "b"]}
+    waiting = {"state": "waiting_for_dataset", "pass": None, "live_trainers": ["a", "b"],
+               "progress": {"fraction": 0.0, "eta_s": None}}  # no "0%": nothing is known
     progress = {"a": TrainerProgress(stage="writing data"),
                 "b": TrainerProgress(stage="waiting for data")}
     snap = snapshot(waiting, progress, 0.0, 12.0)
