@@ -15,6 +15,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -36,6 +37,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.cluster.code_cli",  # code pack|unpack
     "elasticps.jobs_cli",       # status, logs, scale, ui (local and cluster jobs)
     "elasticps.store.cli",      # store
+    "elasticps.telemetry.cli",  # monitoring export
     "elasticps.config_cli",     # env
 )
 
@@ -96,12 +98,29 @@ def main(argv: Sequence[str] | None = None) -> int:
               "already exited; exiting", file=sys.stderr)
         return 1
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe can still be answered quietly
+        return code
+    except BrokenPipeError:
+        return closed_pipe()
     except ElasticPSError as exc:
         print(f"elasticps: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def closed_pipe() -> int:
+    """What stdout went to has closed (``elasticps data inspect DIR | head``): stop without a
+    traceback and with the status of a command SIGPIPE ended (128 + 13 = 141), as ``seq`` or
+    ``cat`` give ``head`` and ``set -o pipefail`` users expect."""
+    try:  # what is still buffered must not fail again when the interpreter flushes at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's StringIO)
+        pass
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

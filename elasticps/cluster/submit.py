@@ -38,6 +38,7 @@ from elasticps.cluster.spec import Job, warn_environment
 from elasticps.cluster.validate import check_manifests
 from elasticps.errors import ClusterError, ConfigError
 from elasticps.master.status_access import TOKEN_HEADER
+from elasticps.master.status_read import MAX_STATUS_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +301,7 @@ def job_status(client: KubeClient, name: str, namespace: str) -> JobStatus:
             token, tls = _status_credentials(client, name, namespace)
             body = client.proxy_get(namespace, Names.of_name(name).master, "http", "/api/status",
                                     scheme="https" if tls else "http",
-                                    headers={TOKEN_HEADER: token})
+                                    headers={TOKEN_HEADER: token}, limit=MAX_STATUS_BYTES)
             master = json.loads(body)
         except (ClusterError, ValueError) as exc:
             master_error = str(exc)

@@ -1,8 +1,11 @@
 """Writes a dataset directory: Parquet row groups of a fixed size, then the manifest.
 
 Row groups are the chunks the master hands out, so each one holds exactly ``rows_per_chunk`` rows
-(the last may hold fewer). A new ``part-NNNNN.parquet`` file starts every ``chunks_per_file``
-chunks, so large datasets are many files of bounded size. Memory stays bounded by one chunk.
+(the last may hold fewer), except that a dataset whose rows all fit in one chunk is split into up
+to ``min_chunks`` equal ones of at least ``SMALL_CHUNK_ROWS`` rows, so that a small dataset still
+makes a task for each of several trainers. A new ``part-NNNNN.parquet`` file starts every
+``chunks_per_file`` chunks, so large datasets are many files of bounded size. Memory stays
+bounded by one chunk.
 Data files are written first and the manifest last; on failure the files written so far are
 deleted, so a directory never holds a manifest that points at missing data. Used as a context
 manager, a clean exit commits (``close()`` unless it was called) and an exception aborts.
@@ -39,6 +42,7 @@ from elasticps.data.write_defaults import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
     DEFAULT_ROWS_PER_CHUNK,
+    SMALL_CHUNK_ROWS,
 )
 from elasticps.errors import DataError
 from elasticps.version import __version__
@@ -63,9 +67,12 @@ class DatasetWriter:
         compression: str = DEFAULT_COMPRESSION,
         overwrite: bool = False,
         schema: Schema | None = None,
+        min_chunks: int = 1,
     ) -> None:
         if rows_per_chunk < 1:
             raise DataError(f"rows_per_chunk={rows_per_chunk} must be >= 1")
+        if min_chunks < 1:
+            raise DataError(f"min_chunks={min_chunks} must be >= 1")
         if chunks_per_file < 1:
             raise DataError(f"chunks_per_file={chunks_per_file} must be >= 1")
         if compression not in COMPRESSIONS:
@@ -79,6 +86,7 @@ class DatasetWriter:
             first = schema.labels[0]
             self._positive_column = first.name if first.kind == "binary" else None
         self.rows_per_chunk = rows_per_chunk
+        self.min_chunks = min_chunks
         self.chunks_per_file = chunks_per_file
         self.compression = compression
         self.fs, self.root = fsspec.core.url_to_fs(out_url)
@@ -163,6 +171,13 @@ class DatasetWriter:
         for name in self.schema.names:
             self.null_counts[name] += chunk.column(name).null_count
 
+    def _split_small(self) -> None:
+        """Every row fits in one chunk: write up to ``min_chunks`` equal ones instead."""
+        parts = max(1, min(self.min_chunks, self._pending_rows // SMALL_CHUNK_ROWS))
+        size = -(-self._pending_rows // parts)
+        while self._pending_rows:
+            self._flush(min(size, self._pending_rows))
+
     def write_file(self, role: str, name: str, data: bytes) -> None:
         """Write another file of the dataset (e.g. a vocabulary), named in the manifest's
         ``files`` under ``role``; deleted with the data files if the run fails."""
@@ -209,7 +224,9 @@ class DatasetWriter:
             raise DataError(f"the dataset writer of {self.out_url} is already closed")
         if schema is not None and self.declared is None:
             raise DataError("a Criteo-layout (format 1) dataset has no declared schema to set")
-        if self._pending_rows:
+        if self._pending_rows and not self.chunks:
+            self._split_small()
+        elif self._pending_rows:
             self._flush(self._pending_rows)
         self._close_file()
         if self.declared is None:

@@ -12,30 +12,20 @@ messages go through :meth:`say`, so they print above the bar instead of through 
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
 import time
-import urllib.request
 from typing import Any, TextIO
 
 from elasticps.launch.progress_view import Field, PlainLines, RichBar, Snapshot, format_eta
 from elasticps.master.status_document import activity, stages
+from elasticps.master.status_read import fetch_status
 from elasticps.store import open_store
 from elasticps.store.api import Store
 from elasticps.store.keys import TrainerProgress, read_master_address, read_progress
 
 log = logging.getLogger(__name__)
-
-
-def fetch_status(http: str, timeout: float = 2.0) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://{http}/api/status", timeout=timeout) as resp:
-            doc = json.loads(resp.read())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _num(doc: dict[str, Any], *paths: str) -> float | None:

@@ -24,7 +24,7 @@ from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
 
 ROLES = ("master", "pserver", "trainer")
-_ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?$")
+_ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?\Z")
 
 
 # -- status -----------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.errors import ConfigError, ElasticPSError
-from elasticps.launch.job_watch import fetch_status
 from elasticps.launch.scale import JOB_FILE
 from elasticps.master.status_document import offline
+from elasticps.master.status_read import fetch_status
 from elasticps.store import open_store
 from elasticps.store.keys import read_history, read_master_address
 

@@ -27,13 +27,19 @@ MAX_POINTS = 720  # chart points kept; past that the series halves its resolutio
 FRESH_S = 6.0  # a trainer's samples/s counts while its progress is younger than this
 MAX_SEEN = 5000  # failed-task keys remembered (so an old failure is not announced twice)
 MAX_TRAINER_SERIES = 16  # trainers charted one by one (more lines than that are unreadable)
-_TRAINER_ID = re.compile(r"^(trainer-\d+)(?:-|$)")
+_TRAINER_ID = re.compile(r"^(trainer-(\d+))(?:-|$)")
 
 
 def trainer_slot(name: str) -> str:
     """``trainer-<id>`` of a trainer process name (``trainer-3-host-4711`` -> ``trainer-3``)."""
     match = _TRAINER_ID.match(name)
     return match.group(1) if match else name
+
+
+def trainer_index(name: str) -> int | None:
+    """The index in a trainer's name or slot (``trainer-3-host-4711``, ``trainer-3`` -> 3)."""
+    match = _TRAINER_ID.match(name)
+    return int(match.group(2)) if match else None
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ MAX_VALUE_BYTES = 1 << 20  # the store's own bound on a value
 MAX_TEXT = 256  # names, hosts, node names: longer is not ours
 MAX_MESSAGE = 4096  # an event's message (a failed task's reason is cut to fit)
 MAX_STAGE = 60  # a trainer's stage: a few words the progress line shows whole
-_ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}:[0-9]{1,5}$")
+_ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}:[0-9]{1,5}\Z")
 
 
 def _object(raw: bytes, key: str) -> dict[str, Any]:

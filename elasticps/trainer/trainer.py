@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -68,6 +68,10 @@ from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.step_worker import LoopStats, StepWorker
 from elasticps.trainer.task_loop import TaskLoop
+
+if TYPE_CHECKING:
+    from elasticps.store.api import Store
+    from elasticps.telemetry.role import RoleTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +201,7 @@ class Trainer:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
         from elasticps.master.client import MasterClient
         from elasticps.pserver.client import PServerClient
+        from elasticps.rpc.call_metrics import ClientCallMetrics
         from elasticps.rpc.credentials import credentials_from_config
         from elasticps.store import open_store
 
@@ -208,26 +213,36 @@ class Trainer:
         store = open_store(config.store, config.job_name)
         self.store = store
         self._closers.append(store.close)
+        telemetry = self._telemetry(config, name)
+        calls = ClientCallMetrics(telemetry.registry)
         credentials = credentials_from_config(config)
-        params = PServerClient(store, credentials, config.pserver_count)
+        params = PServerClient(store, credentials, config.pserver_count, call_metrics=calls)
         self._closers.insert(0, params.close)
-        master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl)
+        master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl,
+                              call_metrics=calls)
         self._closers.insert(0, master.close)
         master.register_trainer()
         self.progress.store, self.progress.name = store, name
         log.info("Trainer %s joined job %s.", name, config.job_name)
-        self._start_telemetry(config, name, store)
+        self._serve_telemetry(telemetry, config, name, store)
         self.attach(params, master, name)
 
-    def _start_telemetry(self, config: Config, name: str, store: Any) -> None:
-        """Serve this trainer's metrics and publish where (``metrics/trainer/<name>``)."""
+    def _telemetry(self, config: Config, name: str) -> RoleTelemetry:
+        """This trainer's metrics, labelled with its index (``trainer``), not its name: a
+        restarted trainer continues its index's series."""
         from elasticps.telemetry.logfmt import set_node
         from elasticps.telemetry.role import RoleTelemetry
         from elasticps.trainer.telemetry import register_trainer_metrics
 
         set_node(name)
-        telemetry = RoleTelemetry(config.job_name, "trainer", name)
+        telemetry = RoleTelemetry(config.job_name, "trainer", name,
+                                  trainer=str(config.trainer_id))
         register_trainer_metrics(telemetry.registry, lambda: self._worker)
+        return telemetry
+
+    def _serve_telemetry(self, telemetry: RoleTelemetry, config: Config, name: str,
+                         store: Store) -> None:
+        """Serve the metrics and publish where (``metrics/trainer/<name>``)."""
         try:
             telemetry.start(config.host, config.metrics_port)
         except OSError as exc:  # a second trainer in one pod: the fixed port is taken

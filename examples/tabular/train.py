@@ -8,9 +8,11 @@
 
 The model (``models.TabularModel``, ``--model dnn|wide_deep|deepfm``) follows the dataset's
 declared schema: one ``elasticps.nn.SparseEmbedding`` per sparse table reading that table's
-single-valued categorical columns, one ``SparseEmbeddingBag`` (mean) per multi-valued column,
-the normalised dense columns straight into the MLP, one output per label entry (per class for a
-class label). The loss and the metrics follow the label kind (BCE and AUC for a binary label).
+single-valued categorical columns, one ``SparseEmbeddingBag`` (mean) per multi-valued or text
+column (a text column's words, :mod:`elasticps.data.tokenize`), the normalised dense columns and
+the dense_vector columns (``batch.vectors``) straight into the MLP, one output per label entry
+(per class for a class label). The loss and the metrics follow the label kind (BCE and AUC for
+a binary label).
 
 After the last pass the one trainer the master lets save the model exports it to WORKDIR/model,
 scores the test data with the export in plain PyTorch (``score.py``) and publishes the result,

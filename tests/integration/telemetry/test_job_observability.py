@@ -150,11 +150,12 @@ def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) ->
     leaders = []
     for node, url in urls["master"].items():
         fams = families(url)
-        assert value(fams["elasticps_process_info"], role="master", node=node) == 1
+        assert value(fams["elasticps_process_info"], job=doc["job"], role="master") == 1
+        assert node not in str(fams["elasticps_process_info"].samples)  # no PID in a label
         leaders.append(value(fams["elasticps_master_leader"]))
         if value(fams["elasticps_master_leader"]) == 1:
             assert value(fams["elasticps_master_tasks"], state="todo") == doc["num_tasks"]
-            assert value(fams["elasticps_master_pass"]) == 1
+            assert value(fams["elasticps_master_pass"]) == 2  # 1-based: the second pass
             assert value(fams["elasticps_master_tasks_finished"]) == doc["num_tasks"]
             dispatches = [s.value for s in fams["elasticps_master_dispatch_seconds"].samples
                           if s.name.endswith("_count")]
@@ -168,7 +169,10 @@ def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) ->
 
     for name, url in urls["pserver"].items():
         fams = families(url)
-        assert value(fams["elasticps_process_info"], role="pserver", node=name) == 1
+        shard = name.removeprefix("pserver-")
+        assert value(fams["elasticps_process_info"], job=doc["job"], role="pserver",
+                     shard=shard) == 1
+        assert value(fams["elasticps_pserver_pushes"], shard=shard) > 0  # on every series
         assert value(fams["elasticps_pserver_table_rows"], table="embedding") > 0
         assert value(fams["elasticps_pserver_table_bytes"]) > 0
         pushes = value(fams["elasticps_pserver_pushes"])
@@ -182,7 +186,9 @@ def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) ->
     samples = 0.0
     for name, url in urls["trainer"].items():
         fams = families(url)
-        assert value(fams["elasticps_process_info"], role="trainer", node=name) == 1
+        index = name.split("-")[1]  # trainer-<index>-<host>-<pid>
+        assert value(fams["elasticps_process_info"], job=doc["job"], role="trainer",
+                     trainer=index) == 1
         samples += value(fams["elasticps_trainer_samples"])
         for phase in ("forward", "backward", "pull_wait", "push_wait"):
             assert value(fams["elasticps_trainer_step_phase_seconds"], phase=phase) > 0
