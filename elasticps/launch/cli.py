@@ -7,12 +7,14 @@ import os
 import runpy
 import signal
 import sys
+import traceback
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import MODES, hold_env_token, load_config
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, ElasticPSError
 
 RUN_EPILOG = """\
 examples:
@@ -166,10 +168,26 @@ def trainer_command(args: argparse.Namespace) -> int:
         return code if isinstance(code, int) else (0 if code is None else 1)
     except GracefulLeave:
         return 0
+    except ElasticPSError:
+        raise  # "elasticps: error: ..." (cli.main): a job's refusal, said in one line
+    except Exception as exc:  # the script's own error: its traceback, from the script down
+        traceback.print_exception(type(exc), exc, _from_script(exc.__traceback__, script),
+                                  file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+def _from_script(tb: TracebackType | None, script: Path) -> TracebackType | None:
+    """The traceback from the script's first frame on: the runner's own frames (runpy, this
+    command) say nothing about the error, and the status page shows the last lines only."""
+    path = str(script.resolve())
+    entry = tb
+    while entry is not None and entry.tb_frame.f_code.co_filename != path:
+        entry = entry.tb_next
+    return entry if entry is not None else tb
 
 
 class GracefulLeave(BaseException):

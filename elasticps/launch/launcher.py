@@ -36,7 +36,7 @@ from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.final_metrics import final_lines, headline_metric, passes_trained
 from elasticps.launch.job_watch import LauncherWatch, ReportStream
-from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
+from elasticps.launch.local_job import STATUS_FILE, LocalJob, failure_record, write_job_file
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.supervisor import JobState, Supervisor
@@ -281,9 +281,13 @@ class Launch:
         job = LocalJob(self.workdir, self.store_url, self.job_name)
         restarts = {p.spec.name: p.restarts for p in self.supervisor.procs.values()
                     if p.restarts}
+        proc = self.supervisor.failed_proc
+        failure = None if proc is None else failure_record(
+            proc.spec.name, self.supervisor.failure, proc.spec.log_path, proc.log_tail(200))
         try:
             path = job.save_final(state.value, self.supervisor.failure,
-                                  {"wall_s": round(wall_s, 3), "restarts": restarts})
+                                  {"wall_s": round(wall_s, 3), "restarts": restarts},
+                                  failure=failure)
         except (OSError, ValueError, ElasticPSError) as exc:
             log.warning("Job %s: could not save its status page: %s", self.job_name, exc)
             return

@@ -19,13 +19,15 @@ from typing import Any
 
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.scale import JOB_FILE
+from elasticps.master.status_document import offline
 from elasticps.master.status_read import fetch_status
-from elasticps.master.status_view import offline
 from elasticps.private_files import replace_private
 from elasticps.store import open_store
 from elasticps.store.keys import read_history, read_master_address
 
 STATUS_FILE = "status.json"
+TRACEBACK_LINES = 40  # of a failed process's last traceback, kept in status.json
+SHORT_TAIL = 15  # log lines kept when the failed process left no traceback
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,20 @@ class LocalJob:
         """Live while a master serves, else the saved one."""
         return self.live_document() or self.saved_document()
 
-    def save_final(self, state: str, reason: str | None, extra: dict[str, Any]) -> Path | None:
-        """``WORKDIR/status.json``: the master's saved document and how the launcher ended."""
+    def save_final(self, state: str, reason: str | None, extra: dict[str, Any], *,
+                   failure: dict[str, Any] | None = None) -> Path | None:
+        """``WORKDIR/status.json``: the master's saved document and how the launcher ended
+        (``failure``: the process whose exit failed the job, with its last traceback)."""
         doc = self._stored_document()
         if doc is None:
             return None
         doc["launcher"] = {"state": state, "reason": reason, **extra}
+        if failure is not None:
+            doc["failure"] = failure
+        if state != "succeeded":  # the launcher ended it: the timeline's last entry says so
+            doc["events"] = [*(doc.get("events") or []), {
+                "time": time.time(), "kind": "job", "subject": self.job_name,
+                "message": f"the job {state}: {reason}", "source": "launcher"}]
         if state in ("failed", "interrupted") and doc.get("state") not in ("failed",):
             doc["state"] = state
             doc["done"] = True
@@ -118,6 +128,24 @@ class LocalJob:
         replace_private(path, (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False)
                                + "\n").encode())
         return path
+
+
+def failure_record(process: str, reason: str | None, log_path: Path | None,
+                   log_tail: str) -> dict[str, Any]:
+    """What the page says of the process whose exit failed the job: its name, why, its log
+    and the last lines that explain it (:func:`last_traceback`)."""
+    return {"process": process, "reason": reason,
+            "log": str(log_path) if log_path is not None else None,
+            "traceback": last_traceback(log_tail)}
+
+
+def last_traceback(log_tail: str, most: int = TRACEBACK_LINES) -> str:
+    """The last Python traceback in a log's tail, from its ``Traceback`` line to the error
+    (at most ``most`` lines, its end kept), or the tail's last lines when it holds none."""
+    lines = log_tail.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    chosen = lines[starts[-1]:] if starts else lines
+    return "\n".join(chosen[-most:] if starts else chosen[-SHORT_TAIL:])
 
 
 def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:

@@ -22,6 +22,7 @@ from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
 from elasticps.master.service import ChunkLister, MasterState, data_chunk_lister
 from elasticps.master.status_access import status_access
+from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
 from elasticps.master.telemetry import MasterMetrics, TimedMasterServicer
 from elasticps.proto import master_pb2_grpc
@@ -74,7 +75,8 @@ def serve_status(state: MasterState, options: MasterOptions,
     http = StatusServer(document or state.status, options.http_host, options.http_port,
                         metrics=metrics,
                         access=status_access(options.http_host, options.credentials),
-                        port_setting="PADDLE_HTTP_PORT or --http-port")
+                        port_setting="PADDLE_HTTP_PORT or --http-port",
+                        logs=LogFiles(options.logs_dir))
     http.start()
     try:
         yield http.port

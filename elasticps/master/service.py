@@ -346,6 +346,8 @@ class MasterState:
                 "num_passes": queue.num_passes,
                 "num_tasks": queue.num_tasks,
                 "num_chunks": queue.num_chunks,
+                "records_per_pass": queue.records_per_pass,
+                "running_share": round(queue.running_share(), 4),
                 "chunks_per_task": queue.chunks_per_task,
                 "counts": counts,
                 "records_total": queue.records_total,

@@ -124,6 +124,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test:
     from score import load_model, metrics, score
 
     model_dir = workdir / "model"
+    trainer.report_stage("exporting")
     trainer.export(model_dir, meta={
         "model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
         "dataset": str(args.data), "passes": args.passes, "seed": args.seed})
@@ -132,6 +133,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test:
                               "train_rows": read_manifest(args.data).num_rows,
                               "train_wall_s": round(train_s, 3), "trainer": trainer.name}
     if test is not None:
+        trainer.report_stage("scoring the test data")
         model, manifest = load_model(model_dir)
         outputs, labels = score(model, test, manifest["inputs"])
         scored = metrics(schema.label_kind, outputs, labels, manifest["inputs"]["label"]["names"])

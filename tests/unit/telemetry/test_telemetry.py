@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
+from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
 from elasticps.master.telemetry import MasterMetrics
 from elasticps.proto import pserver_pb2
@@ -165,6 +166,34 @@ def test_the_status_server_serves_the_page_its_assets_json_and_metrics() -> None
         assert fetch(base + "/static/../../etc/passwd")[0] == 404
     finally:
         server.stop()
+
+
+def test_the_status_server_shows_a_local_jobs_role_logs_and_nothing_else(
+        tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "trainer-1.log").write_text("".join(f"line {i}\n" for i in range(500)))
+    (logs / "master.log").write_text("elected\n")
+    (logs / "notes.log").write_text("not a role's\n")
+    (tmp_path / "secret.log").write_text("token\n")
+    server = StatusServer(dict, "127.0.0.1", 0, logs=LogFiles(logs))
+    server.start()
+    base = f"http://127.0.0.1:{server.port}/api/logs"
+    try:
+        assert json.loads(fetch(base)[2]) == {"logs": ["master", "trainer-1"]}
+        status, kind, body = fetch(base + "/trainer-1")
+        assert (status, kind) == (200, "text/plain; charset=utf-8")
+        assert body.decode().splitlines() == [f"line {i}" for i in range(300, 500)]
+        for name in ("notes", "../secret", "..%2Fsecret", "trainer-2", "master.log", ""):
+            assert fetch(f"{base}/{name}")[0] == 404, name
+    finally:
+        server.stop()
+    bare = StatusServer(dict, "127.0.0.1", 0)  # a cluster master: no log directory
+    bare.start()
+    try:
+        assert json.loads(fetch(f"http://127.0.0.1:{bare.port}/api/logs")[2]) == {"logs": []}
+    finally:
+        bare.stop()
 
 
 def test_master_metrics_are_read_from_the_status_document() -> None:
