@@ -192,7 +192,7 @@ class StepRunner:
             self.tables.clear()
         if self.own_update is not None and finite(dense_grads, sparse_grads):
             ran_on = self.dense.values()
-            self._own = (ran_on, self.own_update.step(ran_on, dense_grads))
+            self._own = (ran_on, self.own_update.step(ran_on, dense_grads, ref.step))
         t2 = time.perf_counter()
         self.wait_pushed()
         if self._comm is None:

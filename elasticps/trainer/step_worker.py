@@ -77,7 +77,7 @@ class StepWorker(TaskWorker):
             self.sync_rounds.join_round(self.trainer_name)
             self._in_round = True
         ref = common_pb2.BatchRef(pass_id=item.pass_id, task_id=item.task_id, seq=item.seq,
-                                  trainer=self.trainer_name)
+                                  trainer=self.trainer_name, step=item.step)
         result = self.runner.run(item.batch, ref, next_batch)
         size = batch_length(item.batch)
         self._metrics.add(result.output, result.label, result.loss)

@@ -109,7 +109,7 @@ class Trainer:
         if optimizer is not None and not isinstance(optimizer, OptimizerSpec):
             raise ConfigError(
                 f"optimizer={optimizer!r} must be an elasticps.optim spec (SGD, Momentum, "
-                "Adagrad, Adam): the optimizer runs on the pservers")
+                "Adagrad, Adam, AdamW): the optimizer runs on the pservers")
         if label_kind is not None and label_kind not in LABEL_KINDS:
             raise ConfigError(f"label_kind={label_kind!r} is not one of {', '.join(LABEL_KINDS)}")
         self.model = model
