@@ -68,6 +68,17 @@ class LaunchOptions:
     geo_steps: int | None = None  # PADDLE_GEO_STEPS (geo mode; None: the default)
 
 
+def final_figures(summary: dict[str, Any]) -> str:
+    """The job result's ``headline`` test metrics as ``name value, ...`` (the final line of a
+    job without a test ``auc``), or "" when it names none."""
+    names = summary.get("headline")
+    if not isinstance(names, list):
+        return ""
+    return ", ".join(f"{name} {summary[name]:.4f}" for name in names
+                     if isinstance(summary.get(name), int | float)
+                     and not isinstance(summary.get(name), bool))
+
+
 def default_job_name(script: str) -> str:
     stem = re.sub(r"[^a-z0-9-]+", "-", Path(script).stem.lower()).strip("-")[:40] or "job"
     return f"{stem}-{secrets.token_hex(3)}"
@@ -246,6 +257,8 @@ class Launch:
                     print("test auc by pass: " + ", ".join(f"{a:.4f}" for a in by_pass),
                           file=self.out, flush=True)
                 print(f"final test auc {auc:.4f}{best_text}", file=self.out, flush=True)
+            elif final_figures(summary):
+                print(f"final test {final_figures(summary)}", file=self.out, flush=True)
             print(f"elasticps run: job {self.job_name} succeeded in {wall_s:.1f}s; summary in "
                   f"{self.workdir / 'summary.json'}", file=self.err, flush=True)
             return 0
