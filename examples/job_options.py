@@ -26,7 +26,8 @@ SCHEDULES = ("none", "warmup", "step", "cosine")
 
 
 def add_optimizer_args(p: argparse.ArgumentParser, *, optimizer: str, lr: float,
-                       sparse_optimizer: str, sparse_lr: float) -> None:
+                       sparse_optimizer: str, sparse_lr: float, schedule: str = "none",
+                       warmup_steps: int = 0) -> None:
     group = p.add_argument_group("optimizers (they run on the pservers)")
     group.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=optimizer,
                        help="for the dense parameters")
@@ -36,9 +37,9 @@ def add_optimizer_args(p: argparse.ArgumentParser, *, optimizer: str, lr: float,
     group.add_argument("--sparse-optimizer", choices=sorted(OPTIMIZERS),
                        default=sparse_optimizer, help="for the embedding tables")
     group.add_argument("--sparse-lr", type=float, default=sparse_lr)
-    group.add_argument("--schedule", choices=SCHEDULES, default="none",
+    group.add_argument("--schedule", choices=SCHEDULES, default=schedule,
                        help="the learning rate by step (both optimizers)")
-    group.add_argument("--warmup-steps", type=int, default=0)
+    group.add_argument("--warmup-steps", type=int, default=warmup_steps)
     group.add_argument("--step-size", type=int, default=100, help="--schedule step")
     group.add_argument("--min-lr-factor", type=float, default=0.0,
                        help="--schedule cosine: the last rate, as a fraction of the first")

@@ -54,8 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", default="64,32", help="the shared MLP's layer sizes")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=256)
+    # A cosine decay settles the float head, which two asynchronous trainers at a constant
+    # Adam rate kept moving (test RMSE 0.52, 0.77, 0.60 by pass in one run).
     add_optimizer_args(p, optimizer="adam", lr=3e-3, sparse_optimizer="adagrad",
-                       sparse_lr=0.1)
+                       sparse_lr=0.1, schedule="cosine", warmup_steps=20)
     p.add_argument("--init-scale", type=float, default=0.05,
                    help="embedding rows start uniform in [-s, s]")
     p.add_argument("--seed", type=int, default=1, help="initial values")

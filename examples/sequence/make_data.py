@@ -7,9 +7,10 @@ writes two datasets, ``train`` and ``test`` (the test split converted ``like`` t
 one). A row is a user's recent items (``history``: a list of 1 to ``--max-history`` item ids,
 oldest first) and a ``candidate`` item; the label ``click`` says whether the user clicked it.
 Items fall into ``--clusters`` kinds; a user's history mixes one or two favourite kinds with
-random items, and the click is drawn with ``sigmoid(6 * share - 3)``, where ``share`` is the
-fraction of the history of the candidate's kind: what matters is which past items resemble the
-candidate, which is what attention with the candidate as the query finds. Both columns are
+random items, and the click is drawn with ``sigmoid(4 * hit - 2)``, where ``hit`` is 1 when
+some item of the history is of the candidate's kind: what matters is whether a past item
+resembles the candidate, which is what attention with the candidate as the query finds (an
+average over the whole history would dilute it). Both columns are
 passthrough ids into one table ``items``. ``planted.json`` holds the planted model's test AUC.
 """
 
@@ -34,7 +35,7 @@ def rows(n: int, kind: np.ndarray, max_history: int, rng: np.random.Generator
          ) -> tuple[dict[str, object], np.ndarray]:
     clusters = int(kind.max()) + 1
     by_kind = [np.flatnonzero(kind == k) for k in range(clusters)]
-    histories, shares = [], np.empty(n)
+    histories, hits = [], np.empty(n)
     candidates = rng.integers(0, kind.size, n)
     for row in range(n):
         favourites = rng.choice(clusters, size=int(rng.integers(1, 3)), replace=False)
@@ -45,8 +46,8 @@ def rows(n: int, kind: np.ndarray, max_history: int, rng: np.random.Generator
             picked.append(int(rng.integers(0, pool.size)) if pool is kind
                           else int(pool[rng.integers(0, pool.size)]))
         histories.append(picked)
-        shares[row] = np.mean(kind[picked] == kind[candidates[row]])
-    click_p = 1 / (1 + np.exp(-(6 * shares - 3)))
+        hits[row] = np.any(kind[picked] == kind[candidates[row]])
+    click_p = 1 / (1 + np.exp(-(4 * hits - 2)))
     clicks = (rng.random(n) < click_p).astype(np.int64)
     return {"click": clicks, "history": histories, "candidate": candidates}, click_p
 
