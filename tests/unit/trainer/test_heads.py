@@ -3,15 +3,19 @@ and clear errors for outputs that do not name the heads."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from torch.nn import functional
 
+from elasticps.data import write_dataset
 from elasticps.data.batch import Batch
 from elasticps.errors import ConfigError
 from elasticps.trainer.heads import Head, HeadsObjective
 from elasticps.trainer.metrics import metrics_for
+from elasticps.trainer.trainer import Trainer
 
 LABELS = [("click", "binary"), ("dwell", "float"), ("topic", "class")]
 RNG = np.random.default_rng(4)
@@ -97,3 +101,25 @@ def test_outputs_and_heads_that_do_not_fit_are_refused_naming_them(heads, output
 def test_a_label_set_cannot_be_a_head() -> None:
     with pytest.raises(ConfigError, match="a multi_label label cannot be a head"):
         HeadsObjective([("tags", "multi_label")])
+
+
+def test_a_trainer_trains_heads_for_a_dataset_whose_labels_mix_kinds(tmp_path: Path) -> None:
+    """Labels of mixed kinds make every label a head of weight 1 (or those heads= names); a
+    loss_fn, which has no head to go to, is refused naming the labels' kinds."""
+    url = str(tmp_path / "d")
+    write_dataset({"click": [1, 0], "dwell": [0.5, 1.0], "topic": [2, 0], "x": [1.0, 2.0]}, url,
+                  {"labels": ["click", {"name": "dwell", "kind": "float"},
+                              {"name": "topic", "kind": "class", "classes": 3}],
+                   "columns": {"x": "dense"}})
+    model = torch.nn.Linear(1, 1)
+    every = Trainer(model).objective(url)
+    assert isinstance(every, HeadsObjective)
+    assert [(t.name, t.head.weight) for t in every.tasks] == [("click", 1.0), ("dwell", 1.0),
+                                                              ("topic", 1.0)]
+    named = Trainer(model, heads={"topic": 2.0}).objective(url)
+    assert isinstance(named, HeadsObjective)
+    assert [(t.name, t.head.weight) for t in named.tasks] == [("topic", 2.0)]
+    with pytest.raises(ConfigError, match=r"kinds \['binary', 'float', 'class'\]"):
+        Trainer(model, loss_fn=lambda out, label: out.sum()).objective(url)
+    with pytest.raises(ConfigError, match="not loss_fn= or label_kind="):
+        Trainer(model, heads={"topic": 1.0}, label_kind="class")
