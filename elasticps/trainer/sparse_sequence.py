@@ -98,7 +98,8 @@ class SparseEmbeddingSequence(SparseLayer):
     def examples_for(self, batch: Batch) -> np.ndarray | None:
         if self.column is None:
             return None
-        return self.padded_of(batch).flat // max(self.padded_of(batch).ids.shape[1], 1)
+        padded = self.padded_of(batch)
+        return padded.flat // max(padded.ids.shape[1], 1)  # the kept values' rows
 
     def export_record(self) -> dict[str, Any]:
         return {**super().export_record(), "kind": "sequence", "column": self.column,

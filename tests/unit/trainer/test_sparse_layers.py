@@ -183,6 +183,9 @@ def test_a_sequence_is_each_rows_embeddings_in_order_padded_with_a_mask(max_len:
     assert out.values.shape == (ROWS, width, 4)
     np.testing.assert_allclose(out.values.detach().numpy(), expected.detach().numpy())
     kept_ids = np.unique(layer.ids_for(b))  # type: ignore[arg-type]
+    kept_per_row = [min(len(values), width) for values in rows]
+    np.testing.assert_array_equal(layer.examples_for(b),  # the row each kept id comes from
+                                  np.repeat(np.arange(ROWS), kept_per_row))
     np.testing.assert_array_equal(client.pulled[0][1], kept_ids)
     scale = torch.arange(1, ROWS * width * 4 + 1, dtype=torch.float32).view(ROWS, width, 4)
     (out.values * scale).sum().backward()
