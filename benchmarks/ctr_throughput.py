@@ -52,8 +52,8 @@ sys.path.insert(0, str(REPO / "examples/ctr"))
 from models import build  # noqa: E402
 
 from elasticps.data import FeatureConfig, open_dataset  # noqa: E402
-from elasticps.data.auc import auc  # noqa: E402
 from elasticps.data.batch import TensorBatch  # noqa: E402
+from elasticps.data.metrics import auc  # noqa: E402
 from elasticps.data.synth import synth_ctr  # noqa: E402
 
 

@@ -25,10 +25,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from elasticps.data.auc import auc, log_loss
     from elasticps.data.batch import Bag, Batch, TensorBatch
     from elasticps.data.convert import ConvertReport
-    from elasticps.data.criteo_preset import criteo_preset
+    from elasticps.data.criteo_schema import criteo_preset
     from elasticps.data.dataset import (
         Dataset,
         iter_batches,
@@ -38,19 +37,20 @@ if TYPE_CHECKING:
     from elasticps.data.features import FeatureConfig, hash_categorical, normalize_dense
     from elasticps.data.from_table import write_dataset
     from elasticps.data.manifest import ChunkRef, Manifest, read_manifest
+    from elasticps.data.metrics import auc, log_loss
     from elasticps.data.schema import ColumnSpec, DenseStats, LabelSpec, Schema, TableDecl
     from elasticps.data.writer import DatasetWriter
 
 # Loaded on first use, so that importing the light modules (the manifest, for the master)
 # does not load pyarrow.
 _WHERE = {
-    "auc": "auc", "log_loss": "auc",
+    "auc": "metrics", "log_loss": "metrics",
     "Bag": "batch", "Batch": "batch", "TensorBatch": "batch",
     "Dataset": "dataset", "iter_batches": "dataset",
     "open_dataset": "dataset", "read_chunk_table": "dataset",
     "FeatureConfig": "features", "hash_categorical": "features", "normalize_dense": "features",
     "ChunkRef": "manifest", "Manifest": "manifest", "read_manifest": "manifest",
-    "ConvertReport": "convert", "criteo_preset": "criteo_preset", "write_dataset": "from_table",
+    "ConvertReport": "convert", "criteo_preset": "criteo_schema", "write_dataset": "from_table",
     "ColumnSpec": "schema", "DenseStats": "schema", "LabelSpec": "schema", "Schema": "schema",
     "TableDecl": "schema", "DatasetWriter": "writer",
 }

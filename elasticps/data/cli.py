@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from elasticps.data.cli_convert import register as register_convert
-from elasticps.data.criteo_preset import CONVERT_DENSE_NORM, DEFAULT_ID_SPACE, DENSE_NORMS
+from elasticps.data.criteo_schema import CONVERT_DENSE_NORM, DEFAULT_ID_SPACE, DENSE_NORMS
 from elasticps.data.write_defaults import (
     COMPRESSIONS,
     DEFAULT_CHUNKS_PER_FILE,

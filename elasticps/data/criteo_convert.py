@@ -9,7 +9,7 @@ be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst`` by extension).
 All this module knows is that layout: each input becomes a
 :class:`~elasticps.data.source_text.TextSource` whose columns it names (quotes are plain
 characters: Criteo fields hold none), and :func:`elasticps.data.convert.convert` types and checks
-the rows as :func:`~elasticps.data.criteo_preset.criteo_preset` declares them, by the rules every
+the rows as :func:`~elasticps.data.criteo_schema.criteo_preset` declares them, by the rules every
 converter shares. So a line is malformed when it has the wrong number of fields, an empty label
 or one other than 0/1, an integer that is not an int32 (surrounding spaces, a ``+`` sign and
 integral floats such as ``260.0`` are accepted), a categorical that is not 8 hex digits, or bytes
@@ -28,7 +28,7 @@ import fsspec
 
 from elasticps.data.bad_rows import BadRows
 from elasticps.data.convert import ConvertReport, WriteOptions, convert
-from elasticps.data.criteo_preset import (
+from elasticps.data.criteo_schema import (
     CONVERT_DENSE_NORM,
     DEFAULT_ID_SPACE,
     FEATURE_COLUMNS,

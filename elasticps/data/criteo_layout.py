@@ -23,7 +23,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from elasticps.data import storage
-from elasticps.data.criteo_preset import (
+from elasticps.data.criteo_schema import (
     DENSE_COLUMNS,
     FEATURE_COLUMNS,
     LABEL,

@@ -28,7 +28,7 @@ from fsspec.implementations.local import LocalFileSystem
 from elasticps.data.batch import Batch
 from elasticps.data.chunk_decode import decode_table
 from elasticps.data.criteo_layout import DENSE_COLUMNS, LABEL, SPARSE_COLUMNS
-from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.criteo_schema import criteo_preset
 from elasticps.data.features import FeatureConfig, declared_features
 from elasticps.data.locations import resolve
 from elasticps.data.manifest import ChunkRef, Manifest, read_manifest

@@ -1,6 +1,6 @@
 """Feature transforms of Criteo datasets: the per-slot hash and the dense normalisations that
 ``FeatureConfig`` selects. Readers apply them through the Criteo preset schema
-(:func:`elasticps.data.criteo_preset.criteo_preset`) and the general hash of
+(:func:`elasticps.data.criteo_schema.criteo_preset`) and the general hash of
 :mod:`elasticps.data.hashing`, which equals this one for Criteo values. A format-1 dataset reads
 with whichever ``FeatureConfig`` the reader passes; a converted Criteo dataset (format 2)
 declares one in its schema (:func:`declared_features`).
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from elasticps.data.criteo_preset import (
+from elasticps.data.criteo_schema import (
     CLIP_MAX,
     CLIP_MIN,
     DEFAULT_ID_SPACE,

@@ -25,7 +25,7 @@ Two formats are read:
 
 * ``"elasticps-ctr"``, format version 1: the Criteo layout (written by ``elasticps data synth
   ctr``), whose ``schema`` is the list of Parquet columns. Its declared
-  schema is the built-in Criteo preset (:func:`elasticps.data.criteo_preset.criteo_preset`).
+  schema is the built-in Criteo preset (:func:`elasticps.data.criteo_schema.criteo_preset`).
 
 Either way :attr:`Manifest.schema` is the declared :class:`~elasticps.data.schema.Schema` and
 :attr:`Manifest.columns` the Parquet columns. Another format or version is a :class:`DataError`.
@@ -45,7 +45,7 @@ from typing import Any
 
 import fsspec
 
-from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.criteo_schema import criteo_preset
 from elasticps.data.locations import check_relative
 from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError, DataError

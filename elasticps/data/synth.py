@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from elasticps.data.auc import auc, log_loss
 from elasticps.data.criteo_layout import (
     DENSE_TYPE,
     LABEL_TYPE,
@@ -36,6 +35,7 @@ from elasticps.data.criteo_layout import (
 )
 from elasticps.data.features import DENSE_MAX, splitmix64
 from elasticps.data.manifest import Manifest
+from elasticps.data.metrics import auc, log_loss
 from elasticps.data.planted import PlantedModel, keyed
 from elasticps.data.progress import Progress
 from elasticps.data.writer import (

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from elasticps.data.criteo_layout import LABEL, schema_description
-from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.criteo_schema import criteo_preset
 from elasticps.data.manifest import (
     CRITEO_FORMAT_VERSION,
     FORMAT_VERSION,

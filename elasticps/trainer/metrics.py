@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from elasticps.data.auc import auc
+from elasticps.data.metrics import auc
 from elasticps.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from elasticps.data.criteo_convert import convert_criteo
 from elasticps.data.criteo_export import dataset_to_criteo_text
 from elasticps.data.criteo_layout import SPARSE_COLUMNS
 from elasticps.data.criteo_layout import arrow_schema as format_1_types
-from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.criteo_schema import criteo_preset
 from elasticps.data.features import declared_features, hash_categorical
 from elasticps.errors import ConfigError, DataError, MalformedInputError
 from tests.helpers import REPO

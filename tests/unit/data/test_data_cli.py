@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from elasticps.data import open_dataset
-from elasticps.data.criteo_preset import criteo_preset
+from elasticps.data.criteo_schema import criteo_preset
 from tests.helpers import REPO, run_cli
 
 

@@ -22,7 +22,7 @@ from elasticps.data import (
     read_manifest,
 )
 from elasticps.data.criteo_layout import DENSE_COLUMNS
-from elasticps.data.criteo_preset import CLIP_MAX, CLIP_MIN, criteo_preset
+from elasticps.data.criteo_schema import CLIP_MAX, CLIP_MIN, criteo_preset
 from elasticps.data.manifest import Manifest
 from elasticps.errors import DataError
 from tests.helpers import REPO

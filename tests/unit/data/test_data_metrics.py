@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
 import pytest
 
-from elasticps.data.auc import auc, log_loss
+from elasticps.data.metrics import auc, log_loss
 from elasticps.errors import DataError
 from tests.unit.data.helpers import brute_force_auc
 
@@ -36,3 +37,18 @@ def test_log_loss_matches_the_definition() -> None:
     probs = np.array([0.9, 0.2, 0.6, 0.0])
     expected = -(math.log(0.9) + math.log(0.8) + math.log(0.6) + math.log(1 - 1e-7)) / 4
     assert log_loss(labels, probs) == pytest.approx(expected)
+
+
+def test_the_packages_lazy_names_stay_functions_after_every_data_module_is_imported() -> None:
+    """A lazy name that is also a submodule's name would turn into that module once the
+    submodule is imported (import order then decides what ``from elasticps.data import auc``
+    gives): no lazy name may be a module of the package."""
+    import importlib
+    import pkgutil
+
+    import elasticps.data as data
+
+    for module in pkgutil.iter_modules(data.__path__):
+        importlib.import_module(f"elasticps.data.{module.name}")
+    for name in data.__all__:
+        assert not inspect.ismodule(getattr(data, name)), name
