@@ -451,6 +451,14 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Confi
     return Config(**values)
 
 
+def listen_error(what: str, host: str, port: int, setting: str, exc: OSError) -> ConfigError:
+    """Why ``what`` (a page, an endpoint) cannot listen on ``host:port``, naming the setting
+    the port came from: a busy port is a configuration error, which a restart would repeat."""
+    return ConfigError(f"{what} cannot listen on {host}:{port} (port {port} from {setting}): "
+                       f"{exc.strerror or exc}; stop what holds the port or choose another "
+                       "(0 = any free port)")
+
+
 MAX_TOKEN_BYTES = 1024  # servers refuse longer tokens unread (rpc/server.py)
 
 
