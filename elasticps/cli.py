@@ -23,6 +23,7 @@ from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
 from elasticps.launch.parent_watch import exit_with_parent
 from elasticps.telemetry.logfmt import FORMATS, process_node
 from elasticps.telemetry.logfmt import configure as configure_logging
+from elasticps.telemetry.stream_capture import capture as capture_output
 from elasticps.version import __version__
 
 # Order is the order of `elasticps --help`.
@@ -38,6 +39,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.store.cli",      # store
     "elasticps.config_cli",     # env
 )
+
+# The commands a launcher starts as a job's processes (the others are a person's).
+ROLE_COMMANDS = ("master", "pserver", "trainer")
 
 EPILOG = """\
 Start here:
@@ -84,12 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"elasticps: error: PADDLE_LOG_FORMAT={fmt!r} is not one of {', '.join(FORMATS)}",
               file=sys.stderr)
         return 2
-    role = args.command if args.command in ("master", "pserver", "trainer") else (
+    role = args.command if args.command in ROLE_COMMANDS else (
         "launcher" if args.command == "run" else os.environ.get("PADDLE_ROLE") or args.command)
     trainer_id = os.environ.get("PADDLE_TRAINER_ID", "")
     node = process_node(role, int(trainer_id) if trainer_id.isdigit() else None) \
-        if role in ("master", "pserver", "trainer") else None
+        if role in ROLE_COMMANDS else None
     configure_logging(level, fmt, job=os.environ.get("PADDLE_JOB_NAME"), role=role, node=node)
+    if fmt == "json" and args.command in ROLE_COMMANDS:
+        # A role's log is one JSON record per line: the user's prints and tracebacks too.
+        capture_output()
     launcher = args.exit_with_parent
     if launcher is not None and not exit_with_parent(launcher):
         print(f"elasticps: the launcher (pid {launcher}) that started this {args.command} has "
