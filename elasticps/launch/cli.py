@@ -29,12 +29,13 @@ with its reason, put on the status page's timeline and kept in summary.json ("au
 
 The launcher prints `status: http://HOST:PORT/` (the master's status page) early, then a
 progress bar with ETA (on a terminal; plain lines every 10 s otherwise). While it runs and
-after it ended: `elasticps status --workdir DIR`, `elasticps logs --workdir DIR [ROLE] [-f]`,
-`elasticps ui DIR` (the finished job's page). A master or pserver that crashes is restarted;
-a trainer that fails fails the job, and the launcher exits non-zero with the tail of that
-trainer's log. Ctrl-C stops every
-child (SIGTERM, then SIGKILL after --grace seconds). On success WORKDIR/summary.json holds the
-result (auc, best_auc, samples_per_sec, wall_s, passes).
+after it ended: `elasticps status --workdir DIR`, `elasticps logs --workdir DIR [ROLE] [-f]`
+(no ROLE: every process, merged), `elasticps ui --workdir DIR` (the finished job's page);
+`elasticps list` shows your local jobs. A master or pserver that crashes is restarted; a
+trainer that fails fails the job, and the launcher exits non-zero with the tail of that
+trainer's log. Ctrl-C or `elasticps stop --workdir DIR` stops every child (SIGTERM, then
+SIGKILL after --grace seconds). On success WORKDIR/summary.json holds the result (auc,
+best_auc, samples_per_sec, wall_s, passes).
 """
 
 
