@@ -16,7 +16,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 
 from elasticps.launch.local_job import LocalJob
 from elasticps.launch.role_logs import LogSource
@@ -112,7 +111,3 @@ def view(sources: list[LogSource], job: LocalJob, *, tail: int | None = None,
             time.sleep(poll_s)  # tail -f: nothing to wait on but the files growing
     yield from shown(sorted(line for r in readers.values() for line in r.rest()))
 
-
-def single(path: Path, job: LocalJob, *, tail: int | None, follow: bool) -> Iterator[str]:
-    """One file, as it is (no prefix)."""
-    return view([LogSource(path.stem, path)], job, tail=tail, follow=follow)
