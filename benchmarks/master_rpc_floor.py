@@ -1,12 +1,13 @@
 """The floor under the master's CPU per task round trip: the same gRPC call doing nothing.
 
 A server made exactly as the master's (``make_server``: mutual TLS, the job-token interceptor,
-``MASTER_RPC_WORKERS`` workers, the concurrent-RPC limit) answers ``FinishAndGetTask`` at once
-with a fixed task: no lock, no queue step, no store. N client threads, packed into a few
-processes with their own channels (``make_channel``: TLS, token), call it in a loop. The
-server's CPU per call is what any master call costs before the master does anything; compare it
-with ``scale_sim.py --pservers 0``'s ``master_cpu_ms_per_task`` (one FinishAndGetTask per
-task) to see what the master's own work (queue step, encoding, group commit, etcd) adds.
+the call counters' interceptor, ``MASTER_RPC_WORKERS`` workers, the concurrent-RPC limit)
+answers ``FinishAndGetTask`` at once with a fixed task: no lock, no queue step, no store. N
+client threads, packed into a few processes with their own channels (``make_channel``: TLS,
+token), call it in a loop. The server's CPU per call is what any master call costs before the
+master does anything; compare it with ``scale_sim.py --pservers 0``'s
+``master_cpu_ms_per_task`` (one FinishAndGetTask per task) to see what the master's own work
+(queue step, encoding, group commit, etcd) adds.
 
 ``--server aio`` measures the same call on gRPC's asyncio server (``grpc.aio``: handlers are
 coroutines on one event loop, no worker threads), with the same TLS, token check, receive
@@ -33,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
 from elasticps.master.server import MASTER_RPC_WORKERS
 from elasticps.proto import master_pb2, master_pb2_grpc
+from elasticps.rpc.call_metrics import ServerCallMetrics
 from elasticps.rpc.channel import make_channel
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.server import (
@@ -104,7 +107,8 @@ class SyncFloorServer:
 
     def __init__(self, credentials: JobCredentials) -> None:
         self._server = make_server(credentials, max_workers=MASTER_RPC_WORKERS,
-                                   max_concurrent_rpcs=DEFAULT_MAX_CONCURRENT_RPCS)
+                                   max_concurrent_rpcs=DEFAULT_MAX_CONCURRENT_RPCS,
+                                   call_metrics=ServerCallMetrics(CollectorRegistry()))
         master_pb2_grpc.add_MasterServicer_to_server(NothingMaster(), self._server)
         self.port = bind(self._server, "127.0.0.1", 0, credentials)
         self._server.start()

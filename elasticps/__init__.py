@@ -16,11 +16,10 @@ from elasticps.errors import ElasticPSError
 from elasticps.version import __version__
 
 if TYPE_CHECKING:
-    from elasticps import nn, reader
+    from elasticps import events, nn, optim, reader
     from elasticps.api import dist_train, publish_result
     from elasticps.cluster.spec import Job
     from elasticps.jobs.api import JobHandle, JobResult, launch_job
-    from elasticps.trainer import events, optim
     from elasticps.trainer.trainer import Trainer
 
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -32,8 +31,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "JobHandle": ("elasticps.jobs.api", "JobHandle"),
     "JobResult": ("elasticps.jobs.api", "JobResult"),
     "nn": ("elasticps.nn", None),
-    "optim": ("elasticps.trainer.optim", None),
-    "events": ("elasticps.trainer.events", None),
+    "optim": ("elasticps.optim", None),
+    "events": ("elasticps.events", None),
     "reader": ("elasticps.reader", None),
 }
 

@@ -15,12 +15,13 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from elasticps.errors import ElasticPSError
+from elasticps.errors import CONFIG_EXIT_CODE, ConfigError, ElasticPSError
 from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
 from elasticps.launch.parent_watch import exit_with_parent
 from elasticps.telemetry.logfmt import FORMATS, process_node
@@ -28,17 +29,18 @@ from elasticps.telemetry.logfmt import configure as configure_logging
 from elasticps.telemetry.stream_capture import capture as capture_output
 from elasticps.version import __version__
 
-# Order is the order of `elasticps --help`.
+# The order the commands register in (`elasticps --help` lists them by COMMAND_GROUPS).
 COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.launch.cli",     # run, trainer
     "elasticps.master.cli",     # master
     "elasticps.pserver.cli",    # pserver, checkpoint
     "elasticps.data.cli",       # data
     "elasticps.chaos.cli",      # chaos
-    "elasticps.cluster.cli",    # submit, delete, list, autoscale
+    "elasticps.cluster.cli",    # submit, delete, autoscale
     "elasticps.cluster.code_cli",  # code pack|unpack
-    "elasticps.jobs_cli",       # status, logs, scale, ui (local and cluster jobs)
+    "elasticps.jobs_cli",       # status, logs, scale, ui, stop, list (local and cluster jobs)
     "elasticps.store.cli",      # store
+    "elasticps.telemetry.cli",  # monitoring export
     "elasticps.config_cli",     # env
 )
 
@@ -53,7 +55,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run a job", ("run", "stop", "scale", "chaos", "env")),
     ("inspect a job", ("list", "status", "logs", "ui", "store", "checkpoint")),
     ("data", ("data",)),
-    ("cluster", ("submit", "delete", "autoscale", "code")),
+    ("cluster", ("submit", "delete", "autoscale", "code", "monitoring")),
 )
 INTERNAL_COMMANDS: tuple[str, ...] = (*ROLE_COMMANDS, "reshard")
 
@@ -158,12 +160,33 @@ def main(argv: Sequence[str] | None = None) -> int:
               "already exited; exiting", file=sys.stderr)
         return 1
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe can still be answered quietly
+        return code
+    except BrokenPipeError:
+        return closed_pipe()
+    except ConfigError as exc:
+        print(f"elasticps: error: {exc}", file=sys.stderr)
+        # A role's supervisor must tell "fix the configuration" from "restart me".
+        return CONFIG_EXIT_CODE if args.command in ROLE_COMMANDS else 1
     except ElasticPSError as exc:
         print(f"elasticps: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def closed_pipe() -> int:
+    """What stdout went to has closed (``elasticps data inspect DIR | head``): stop without a
+    traceback and with the status of a command SIGPIPE ended (128 + 13 = 141), as ``seq`` or
+    ``cat`` give ``head`` and ``set -o pipefail`` users expect."""
+    try:  # what is still buffered must not fail again when the interpreter flushes at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's StringIO)
+        pass
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

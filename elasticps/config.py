@@ -20,9 +20,11 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, shown
+from elasticps.private_files import check_owned
 
 ROLES = ("master", "pserver", "trainer")
 # Upper bounds of a job (the job spec checks the same ones): a typo of a few zeros should be
@@ -31,7 +33,7 @@ MAX_TRAINERS = 10_000
 MAX_PSERVERS = 1_000
 MAX_LEASE_TTL = 600
 MAX_CHECKPOINT_KEEP = 1_000
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def _parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
@@ -80,18 +82,18 @@ def _parse_csv(text: str) -> tuple[str, ...]:
     items = tuple(part.strip() for part in text.split(",") if part.strip())
     for item in items:
         if any(ch.isspace() for ch in item):
-            raise ValueError(f"entry {item!r} contains whitespace")
+            raise ValueError(f"entry {shown(item)} contains whitespace")
     return items
 
 
-_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]{0,31}$")
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]{0,31}\Z")
 
 
 def _parse_schemes(text: str) -> tuple[str, ...]:
     schemes = tuple(item.lower() for item in _parse_csv(text))
     for scheme in schemes:
         if not _SCHEME.match(scheme):
-            raise ValueError(f"entry {scheme!r} is not a URL scheme (e.g. file, s3, gs)")
+            raise ValueError(f"entry {shown(scheme)} is not a URL scheme (e.g. file, s3, gs)")
     return schemes
 
 
@@ -102,13 +104,24 @@ def _parse_role(text: str) -> str:
     return role
 
 
+_JOB_NAME_RULE = ("a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, "
+                  "starting and ending with a letter or digit; no spaces or newlines)")
+
+
 def _parse_job_name(text: str) -> str:
-    name = text.strip()
-    if len(name) > 63 or not _DNS1123.match(name):
-        raise ValueError(
-            "is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, "
-            "starting and ending with a letter or digit)"
-        )
+    # Not stripped: the name is a store prefix and part of object names and log lines, so a
+    # name with a newline or a space is refused, never quietly changed into another one.
+    if len(text) > 63 or not _DNS1123.match(text):
+        raise ValueError(f"is not {_JOB_NAME_RULE}")
+    return text
+
+
+def check_job_name(name: object) -> str:
+    """``name`` if it is a job name (:data:`_JOB_NAME_RULE`), else a ConfigError naming it.
+    Every way a name enters (a job spec, the command line, ``PADDLE_JOB_NAME``, a store's key
+    prefix) is checked by this rule."""
+    if not isinstance(name, str) or len(name) > 63 or not _DNS1123.match(name):
+        raise ConfigError(f"job name {shown(name)} is not {_JOB_NAME_RULE}")
     return name
 
 
@@ -142,14 +155,15 @@ def _parse_sparse_policies(text: str) -> str:
         raise ValueError("must be a JSON object of {table: {setting: value}}")
     for table, settings in policies.items():
         if not isinstance(settings, dict):
-            raise ValueError(f"table {table!r}: must map settings to values")
+            raise ValueError(f"table {shown(table)}: must map settings to values")
         unknown = sorted(set(settings) - POLICY_KEYS)
         if unknown:
-            raise ValueError(f"table {table!r}: unknown setting(s) {unknown}; known: "
+            raise ValueError(f"table {shown(table)}: unknown setting(s) {unknown}; known: "
                              f"{sorted(POLICY_KEYS)}")
         for key, value in settings.items():
             if not (value is None or isinstance(value, str | int | float)):
-                raise ValueError(f"table {table!r}: {key}={value!r} is not a number or string")
+                raise ValueError(f"table {shown(table)}: {key}={shown(value)} is not a number "
+                                 "or string")
     return json.dumps(policies, sort_keys=True, separators=(",", ":"))
 
 
@@ -233,7 +247,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Per-job RPC token; every call must carry it.", secret=True),
     EnvVar("PADDLE_JOB_TOKEN_FILE", "token_file", _parse_str,
            "File holding the job token, read at start in place of PADDLE_JOB_TOKEN (a file "
-           "is not in the process's environment, so children do not inherit it)."),
+           "is not in the process's environment, so children do not inherit it); it must be "
+           "the user's (or root's) and writable by nobody else. `elasticps run` gives its "
+           "roles WORKDIR/token (0600)."),
     EnvVar("PADDLE_NUM_PSERVERS", "num_pservers", _parse_int(1, MAX_PSERVERS),
            "Number of pserver slots N (job config, fixed for the job's life)."),
     EnvVar("PADDLE_HOST", "host", _parse_str,
@@ -403,14 +419,14 @@ def _read_env(env: Mapping[str, str]) -> dict[str, Any]:
             continue
         if len(found) == 2 and found[0][1].strip() != found[1][1].strip():
             raise ConfigError(
-                f"{found[0][0]}={found[0][1]!r} and its alias {found[1][0]}={found[1][1]!r} "
-                "disagree; set only one of them"
+                f"{found[0][0]}={shown(found[0][1])} and its alias "
+                f"{found[1][0]}={shown(found[1][1])} disagree; set only one of them"
             )
         name, raw = found[0]
         try:
             values[var.field] = var.parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"environment variable {name}={raw!r} {exc}") from exc
+            raise ConfigError(f"environment variable {name}={shown(raw)} {exc}") from exc
     return values
 
 
@@ -430,7 +446,7 @@ def _check_override(field: str, value: Any) -> Any:
     try:
         return var.parse(text)
     except ValueError as exc:
-        raise ConfigError(f"{field}={value!r} (env {var.name}) {exc}") from exc
+        raise ConfigError(f"{field}={shown(value)} (env {var.name}) {exc}") from exc
 
 
 def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -446,6 +462,8 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: Any) -> Confi
         values[field] = _check_override(field, value)
     if values.get("token_file"):
         values["token"] = _token_from_file(values["token_file"], values.get("token"))
+    elif env is None and not values.get("token"):
+        values["token"] = _held_token  # taken out of os.environ by hold_env_token()
     # PADDLE_TRAINER_ID may exceed PADDLE_TRAINER_COUNT: trainers added to an elastic job
     # get ids past the starting count.
     return Config(**values)
@@ -463,28 +481,47 @@ MAX_TOKEN_BYTES = 1024  # servers refuse longer tokens unread (rpc/server.py)
 
 
 def _token_from_file(path: str, given: str | None) -> str:
-    """The token in PADDLE_JOB_TOKEN_FILE; PADDLE_JOB_TOKEN may be set too only if equal."""
+    """The token in PADDLE_JOB_TOKEN_FILE; PADDLE_JOB_TOKEN may be set too only if equal. A
+    file that another user owns or can write is refused: they would choose the token."""
+    check_owned(Path(path), "PADDLE_JOB_TOKEN_FILE")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_TOKEN_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: cannot read "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: cannot read "
                           f"it: {exc.strerror}") from exc
     if len(raw) > MAX_TOKEN_BYTES:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: the file "
                           f"holds more than {MAX_TOKEN_BYTES} bytes, too many for a token")
     try:
         token = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: the file "
                           "is not UTF-8 text") from None
     if not token:
-        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={path!r}: the file "
+        raise ConfigError(f"environment variable PADDLE_JOB_TOKEN_FILE={shown(path)}: the file "
                           "is empty")
     if given and given != token:
         raise ConfigError("PADDLE_JOB_TOKEN and the token in PADDLE_JOB_TOKEN_FILE "
                           f"({path}) disagree; set only one of them")
     return token
+
+
+# PADDLE_JOB_TOKEN as this process was given it, once hold_env_token() took it out of
+# os.environ; load_config() of os.environ still finds it.
+_held_token = ""
+
+
+def hold_env_token() -> None:
+    """Take PADDLE_JOB_TOKEN out of ``os.environ`` and keep it for this process alone.
+
+    A trainer runs the user's script in its own process; whatever the script starts inherits
+    ``os.environ``, and none of it needs the token. Configs loaded from the environment
+    afterwards still have it."""
+    global _held_token
+    token = os.environ.pop("PADDLE_JOB_TOKEN", "").strip()
+    if token:
+        _held_token = token
 
 
 _current: Config | None = None

@@ -38,6 +38,31 @@ too: the etcd backend maps its client's failures to :class:`StoreError` at the s
 
 from __future__ import annotations
 
+import reprlib
+
+# What an error message may show of a value it did not make: a bounded excerpt, so a huge or
+# deeply nested value (a YAML file's, a request's) costs no more to report than a small one.
+_EXCERPT = reprlib.Repr()  # keyword arguments only from Python 3.12
+_EXCERPT.maxlevel, _EXCERPT.maxstring, _EXCERPT.maxlong, _EXCERPT.maxother = 2, 80, 40, 80
+for _limit in ("maxtuple", "maxlist", "maxarray", "maxdict", "maxset", "maxfrozenset",
+               "maxdeque"):
+    setattr(_EXCERPT, _limit, 4)
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to a bounded excerpt (80 characters of a string, four items of a
+    container, two levels), computed without visiting the rest of ``value``."""
+    try:
+        return _EXCERPT.repr(value)
+    except ValueError:  # an int past Python's 4300-digit limit for str()
+        return f"<a {type(value).__name__} too large to show>"
+
+
+# The exit status of a role process (master, pserver, trainer) that stopped on a ConfigError
+# (sysexits.h's EX_CONFIG): the same configuration would fail the same way again, so a
+# supervisor fails the job at once instead of restarting the process (launch/supervisor.py).
+CONFIG_EXIT_CODE = 78
+
 
 class ElasticPSError(Exception):
     """Base class of every error elasticps raises on purpose."""

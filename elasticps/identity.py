@@ -6,6 +6,11 @@ One directory, three PEM files, named as in a Kubernetes TLS Secret::
     tls.crt   this process's certificate (see :mod:`elasticps.rpc.job_ca`)
     tls.key   its private key (mode 0600; the directory 0700)
 
+A directory, or a file in it, that another user owns or can write is refused (that user could
+swap the CA and so impersonate every role to this process); one that others can read is
+logged (a Kubernetes Secret mounted with an ``fsGroup`` is group-readable by design). Root's
+files pass: a mounted Secret belongs to root.
+
 The gRPC layer (:mod:`elasticps.rpc.tls`) and the etcd client (:mod:`elasticps.store.etcd_tls`)
 both read it from here, so the layout is defined once. ``PADDLE_TLS_DIR`` names it.
 """
@@ -20,6 +25,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from elasticps.errors import ConfigError
+from elasticps.private_files import DIR_MODE, check_owned, replace_private
+
+__all__ = ["CA_FILE", "CERT_FILE", "KEY_FILE", "Identity", "store_user", "write_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +57,10 @@ class Identity:
     def load(cls: type[IdentityT], directory: str | os.PathLike[str]) -> IdentityT:
         """Read ``ca.crt``, ``tls.crt`` and ``tls.key`` from ``directory``."""
         path = Path(directory)
+        check_owned(path, "TLS directory", sticky_ok=True)
         contents: dict[str, bytes] = {}
         for name in (CA_FILE, CERT_FILE, KEY_FILE):
+            check_owned(path / name, "TLS file")
             try:
                 contents[name] = (path / name).read_bytes()
             except OSError as exc:
@@ -67,21 +77,10 @@ class Identity:
         return cls(contents[CA_FILE], contents[CERT_FILE], contents[KEY_FILE], str(path))
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` readable by its owner only (0600), never wider."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
 def write_identity(directory: Path, ca_pem: bytes, cert_pem: bytes, key_pem: bytes) -> Path:
     """An identity directory (0700) with its three files (0600)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    directory.chmod(0o700)
-    write_private(directory / CA_FILE, ca_pem)
-    write_private(directory / CERT_FILE, cert_pem)
-    write_private(directory / KEY_FILE, key_pem)
+    directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    directory.chmod(DIR_MODE)
+    for name, pem in ((CA_FILE, ca_pem), (CERT_FILE, cert_pem), (KEY_FILE, key_pem)):
+        replace_private(directory / name, pem)
     return directory

@@ -59,6 +59,26 @@ return {count: seen.size, bad: bad};
 """
 
 
+# Every panel of the page (and the document itself) whose content is wider than its box: what
+# a reader would find cut off or scrolling sideways.
+_OVERFLOWING = """
+const out = [];
+const root = document.documentElement;
+const wide = (box) => box.scrollWidth > box.clientWidth;
+const name = (box) => `${box.id || box.className || box.tagName}`;
+if (wide(root)) out.push(`document ${root.scrollWidth} > ${root.clientWidth}`);
+for (const panel of document.querySelectorAll("header, .card, .failure, .banner, footer")) {
+  if (panel.offsetParent !== null && wide(panel)) {
+    out.push(`${name(panel)} ${panel.scrollWidth} > ${panel.clientWidth}`);
+  }
+}
+return out;
+"""
+
+# A screenshot shows this much of the page's width; its height is the page's own.
+SCREENSHOT_WIDTH = 1280
+
+
 class Browser:
     def __init__(self, profile: Path) -> None:
         binary, driver = find_chromium()
@@ -99,9 +119,42 @@ class Browser:
     def text(self, element_id: str) -> str:
         return str(self.driver.find_element(By.ID, element_id).text)
 
+    def texts(self, selector: str) -> list[str]:
+        """The text of every element ``selector`` matches (SVG text included)."""
+        return [str(e.get_attribute("textContent"))
+                for e in self.driver.find_elements(By.CSS_SELECTOR, selector)]
+
     def screenshot(self, path: Path) -> Path:
-        self.driver.save_screenshot(str(path))
+        """The whole page, :data:`SCREENSHOT_WIDTH` wide, as a PNG (the window is put back)."""
+        before = self.driver.get_window_size()
+        try:
+            self.resize(SCREENSHOT_WIDTH)
+            height = int(self.driver.execute_script(
+                "return document.documentElement.scrollHeight"))
+            self.driver.set_window_size(SCREENSHOT_WIDTH, height)
+            self.driver.save_screenshot(str(path))
+        finally:
+            self.driver.set_window_size(before["width"], before["height"])
         return path
+
+    def resize(self, width: int, height: int = 2000) -> None:
+        """Make the page ``width`` CSS pixels wide and wait until it has drawn itself again
+        (it redraws on a resize: its charts take the new width)."""
+        if self.driver.execute_script("return window.innerWidth") == width:
+            return
+        rendered = self._rendered()
+        self.driver.set_window_size(width, height)
+        WebDriverWait(self.driver, 10).until(
+            lambda d: d.execute_script("return window.innerWidth") == width
+            and self._rendered() > rendered)
+
+    def _rendered(self) -> int:
+        return int(self.driver.find_element(By.TAG_NAME, "body").get_attribute(
+            "data-rendered") or 0)
+
+    def overflowing(self) -> list[str]:
+        """The panels whose content is wider than they are (none: nothing is cut off)."""
+        return list(self.driver.execute_script(_OVERFLOWING))
 
     def close(self) -> None:
         process = getattr(self.service, "process", None)

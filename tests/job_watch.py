@@ -32,8 +32,8 @@ from typing import Any
 
 def _serve(args: argparse.Namespace) -> int:
     from elasticps.chaos.accounting import job_accounting
-    from elasticps.launch.job_watch import fetch_status
     from elasticps.master.snapshot import decode_task
+    from elasticps.master.status_read import fetch_status
     from elasticps.pserver.client import PServerClient
     from elasticps.rpc.credentials import JobCredentials
     from elasticps.rpc.tls import TlsIdentity

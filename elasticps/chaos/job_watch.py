@@ -13,7 +13,7 @@ from typing import Any
 
 from elasticps.chaos.targets import PublishedProcesses, decode_processes
 from elasticps.errors import StoreError
-from elasticps.launch.job_watch import fetch_status
+from elasticps.master.status_read import fetch_status
 from elasticps.store.api import Store
 from elasticps.store.keys import (
     MASTER_ADDRESS,

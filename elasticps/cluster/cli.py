@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from elasticps.config import user_namespace
+from elasticps.config import check_job_name, user_namespace
 from elasticps.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -104,6 +104,12 @@ def register(subparsers: Any) -> None:
     subparsers.choices["data"].set_defaults(upload_to_claim=run_claim_upload)
 
 
+def _job(args: argparse.Namespace) -> str:
+    """The JOB argument, checked before it reaches an object name or a label selector (where
+    ``a,b`` would select other objects)."""
+    return check_job_name(args.job)
+
+
 def _client(args: argparse.Namespace) -> KubeClient:
     from elasticps.cluster.kube_client import KubeClient
 
@@ -152,14 +158,16 @@ def _code_line(handle: Any) -> str | None:
     location = handle.code_location()
     if location is None:
         return None
+    note = handle.code.left_out_note()
     return (f"code: {len(handle.code.files)} file(s), {len(handle.code.data):,} bytes packed, "
-            f"sha256 {handle.code.sha256}, from {location}")
+            f"sha256 {handle.code.sha256}, from {location}" + (f"; {note}" if note else ""))
 
 
 def run_status(args: argparse.Namespace) -> int:
     from elasticps.cluster.submit import job_status
 
-    status = job_status(_client(args), args.job, args.namespace or user_namespace())
+    job = _job(args)
+    status = job_status(_client(args), job, args.namespace or user_namespace())
     if args.json:
         print(json.dumps(dataclasses.asdict(status), indent=2, sort_keys=True))
     else:
@@ -170,7 +178,8 @@ def run_status(args: argparse.Namespace) -> int:
 def run_logs(args: argparse.Namespace) -> int:
     from elasticps.cluster.job_logs import job_logs
 
-    lines = job_logs(_client(args), args.job, args.namespace or user_namespace(),
+    job = _job(args)
+    lines = job_logs(_client(args), job, args.namespace or user_namespace(),
                      role=args.role, index=args.index, follow=args.follow, tail_lines=args.tail)
     for line in lines:
         print(line, flush=args.follow)
@@ -193,6 +202,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_scale(args: argparse.Namespace) -> int:
     """Trainers first (one patch), then a resharding (minutes) when --pservers is given."""
+    _job(args)
     namespace = args.namespace or user_namespace()
     client = _client(args)
     if args.trainers is not None:
@@ -226,6 +236,7 @@ def run_autoscale(args: argparse.Namespace) -> int:
     if args.interval <= 0 or args.cooldown < 0 or args.min_gain < 0:
         raise ConfigError(f"--interval={args.interval} must be > 0, --cooldown="
                           f"{args.cooldown} and --min-gain={args.min_gain} >= 0")
+    _job(args)
     namespace = args.namespace or user_namespace()
     scaler = ClusterAutoscaler(_client(args), args.job, namespace,
                                ClusterSettings(cooldown_s=args.cooldown, min_gain=args.min_gain))
@@ -254,7 +265,8 @@ def run_claim_upload(args: argparse.Namespace, report: Callable[[str, bool], Non
 def run_delete(args: argparse.Namespace) -> int:
     from elasticps.cluster.submit import delete_job
 
+    job = _job(args)
     namespace = args.namespace or user_namespace()
-    deleted = delete_job(_client(args), args.job, namespace)
+    deleted = delete_job(_client(args), job, namespace)
     print(f"deleted job {args.job} in namespace {namespace}: {', '.join(deleted)}")
     return 0

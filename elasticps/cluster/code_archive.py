@@ -7,21 +7,28 @@ archive's sha256; an init container in every trainer pod checks the hash and unp
 Deterministic: the same files give the same bytes (sorted paths, fixed mtimes, owners and
 modes, a gzip header without time or name), so the hash names the content and an unchanged
 directory resubmitted makes the same ConfigMap. Caches, virtual environments and version
-control (:data:`EXCLUDED_DIRS`, :data:`EXCLUDED_SUFFIXES`) stay out. A ConfigMap holds at most
-1 MiB, so the archive is limited to :data:`MAX_ARCHIVE_BYTES` (:data:`CONFIG_MAP_LIMITS`);
-past it the error says what to do instead (``code_url``: the archive through storage, under
-the spec's ``code_limit``; see :mod:`elasticps.cluster.code_store`; or bake the code into an
-image, or move data files out of the directory).
+control (:data:`EXCLUDED_DIRS`, :data:`EXCLUDED_SUFFIXES`) stay out. So do files that usually
+hold credentials (:data:`CREDENTIAL_FILES`, and everything under :data:`CREDENTIAL_DIRS`:
+``.env``, ``.aws/credentials``, SSH keys...): a ConfigMap or a bucket is readable by more people
+than the user's home directory. They are listed in :attr:`CodeArchive.left_out`, and an
+``include`` pattern (the spec's ``code_include``, ``code pack --include``) ships one anyway.
+A ConfigMap holds at most 1 MiB, so the archive is limited to :data:`MAX_ARCHIVE_BYTES`
+(:data:`CONFIG_MAP_LIMITS`); past it the error says what to do instead (``code_url``: the
+archive through storage, under the spec's ``code_limit``; see
+:mod:`elasticps.cluster.code_store`; or bake the code into an image, or move data files out of
+the directory).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import io
 import os
 import stat
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +50,17 @@ EXCLUDED_DIRS = frozenset({
     ".eggs",
 })
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".DS_Store", ".swp")
+# Left out unless an include pattern names them (fnmatch patterns on a file's name).
+CREDENTIAL_FILES = (
+    ".env", ".env.*", "*.env", ".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials",
+    ".htpasswd", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "id_rsa*",
+    "id_dsa*", "id_ecdsa*", "id_ed25519*", "credentials", "credentials.json",
+    "service-account*.json", "kubeconfig", "*.kubeconfig", "secrets.yaml", "secrets.yml",
+    "secrets.json",
+)
+# Directories whose files are all left out unless an include pattern names them.
+CREDENTIAL_DIRS = frozenset({".aws", ".ssh", ".gnupg", ".kube", ".docker", ".azure",
+                             ".gcloud", "gcloud"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,15 @@ class CodeArchive:
     sha256: str
     files: tuple[str, ...]
     unpacked_bytes: int
+    left_out: tuple[str, ...] = ()  # files that look like credentials, not packed
+
+    def left_out_note(self) -> str | None:
+        """What a person is told about :attr:`left_out` (None when nothing was)."""
+        if not self.left_out:
+            return None
+        shown = ", ".join(self.left_out[:10]) + (", ..." if len(self.left_out) > 10 else "")
+        return (f"left out {len(self.left_out)} file(s) that may hold credentials: {shown} "
+                "(to ship one, name it in the spec's code_include or `code pack --include`)")
 
     @property
     def short_hash(self) -> str:
@@ -90,13 +117,45 @@ def _excluded(name: str) -> bool:
     return name in EXCLUDED_DIRS or name.endswith(EXCLUDED_SUFFIXES)
 
 
-def code_files(root: Path) -> list[tuple[str, Path]]:
+def looks_like_credentials(arcname: str) -> bool:
+    """Whether the file at ``arcname`` (a path in the archive) usually holds credentials."""
+    *dirs, name = arcname.split("/")
+    return any(part in CREDENTIAL_DIRS for part in dirs) or any(
+        fnmatch.fnmatchcase(name, pattern) for pattern in CREDENTIAL_FILES)
+
+
+def _included(arcname: str, include: Sequence[str]) -> bool:
+    name = arcname.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(arcname, p) or fnmatch.fnmatchcase(name, p) for p in include)
+
+
+def code_files(root: Path, include: Sequence[str] = ()) -> list[tuple[str, Path]]:
     """``(path in the archive, file on disk)`` for every file packed, sorted by archive path.
 
     A symlink is packed as the file it points to when that lies inside ``root``; one that
     leaves it (or points to a directory) is refused, so the archive never holds what the user
-    did not mean to ship.
+    did not mean to ship. Files that look like credentials are not among them unless a pattern
+    of ``include`` matches their path or name (:func:`split_files` also lists those).
     """
+    return split_files(root, include)[0]
+
+
+def split_files(root: Path, include: Sequence[str] = ()) -> tuple[list[tuple[str, Path]],
+                                                                  list[str]]:
+    """The files :func:`code_files` packs, and the archive paths it leaves out as
+    credentials."""
+    packed: list[tuple[str, Path]] = []
+    left_out: list[str] = []
+    for arcname, path in _walk(root):
+        if looks_like_credentials(arcname) and not _included(arcname, include):
+            left_out.append(arcname)
+        else:
+            packed.append((arcname, path))
+    return packed, left_out
+
+
+def _walk(root: Path) -> list[tuple[str, Path]]:
+    """Every file under ``root`` but caches and version control, sorted by archive path."""
     if not root.is_dir():
         raise _fail(f"{str(root)!r} is not a directory")
     resolved_root = root.resolve()
@@ -123,10 +182,12 @@ def code_files(root: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def pack_code(directory: str | Path, limits: CodeLimits = CONFIG_MAP_LIMITS) -> CodeArchive:
-    """Pack ``directory`` deterministically; :class:`ConfigError` past ``limits``."""
+def pack_code(directory: str | Path, limits: CodeLimits = CONFIG_MAP_LIMITS,
+              include: Sequence[str] = ()) -> CodeArchive:
+    """Pack ``directory`` deterministically, without credential files unless ``include``
+    names them; :class:`ConfigError` past ``limits``."""
     root = Path(directory)
-    files = code_files(root)
+    files, left_out = split_files(root, include)
     if not files:
         raise _fail(f"{str(root)!r} holds no files to ship")
     if len(files) > MAX_FILES:
@@ -159,7 +220,7 @@ def pack_code(directory: str | Path, limits: CodeLimits = CONFIG_MAP_LIMITS) -> 
             f"{str(root)!r} packs to {len(data):,} bytes, more than {limits.name} (largest "
             f"files: {', '.join(name for name, _ in largest)}); {limits.advice}")
     return CodeArchive(data, hashlib.sha256(data).hexdigest(), tuple(n for n, _ in files),
-                       total)
+                       total, tuple(left_out))
 
 
 def sha256_of_file(path: str | Path, max_bytes: int) -> str:
@@ -212,7 +273,8 @@ def extract_verified(archive: str | Path, destination: str | Path, limits: CodeL
     return len(members)
 
 
-__all__ = ["ARCHIVE_DIR", "ARCHIVE_KEY", "CODE_DIR", "CONFIG_MAP_LIMITS", "DEFAULT_CODE_LIMIT",
-           "MAX_ARCHIVE_BYTES",
+__all__ = ["ARCHIVE_DIR", "ARCHIVE_KEY", "CODE_DIR", "CONFIG_MAP_LIMITS", "CREDENTIAL_DIRS",
+           "CREDENTIAL_FILES", "DEFAULT_CODE_LIMIT", "MAX_ARCHIVE_BYTES",
            "CodeArchive", "CodeLimits", "check_hash", "code_files", "extract_verified",
-           "pack_code", "sha256_of_file", "unpack_code"]
+           "looks_like_credentials", "pack_code", "sha256_of_file", "split_files",
+           "unpack_code"]

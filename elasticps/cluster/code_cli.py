@@ -27,7 +27,9 @@ def register(subparsers: Any) -> None:
     code = subparsers.add_parser(
         "code", help="pack a code directory as `submit` ships it, or unpack it",
         description="A job spec's `code: DIR` is packed into a deterministic archive (sorted "
-                    "files, fixed times; caches, .git and virtual environments left out), "
+                    "files, fixed times; caches, .git and virtual environments left out, and "
+                    "files that may hold credentials: .env, .aws/, .ssh/, *.pem, *.key, ... "
+                    "unless the spec's code_include names them), "
                     "sent in a ConfigMap named after its sha256 (or, with `code_url: URL`, "
                     "uploaded to URL/<sha256>.tar.gz), and unpacked into /workspace/code in "
                     "every trainer pod.",
@@ -36,6 +38,10 @@ def register(subparsers: Any) -> None:
     pack = actions.add_parser("pack", help="show (or write) the archive of a code directory")
     pack.add_argument("directory", metavar="DIR")
     pack.add_argument("--out", metavar="FILE", help="also write the archive to FILE")
+    pack.add_argument("--include", action="append", default=[], metavar="PATTERN",
+                      help="ship a file left out as a credential (.env, .aws/credentials, "
+                      "*.pem, ...) whose path or name matches PATTERN; repeatable (the spec's "
+                      "code_include)")
     pack.set_defaults(func=run_pack)
     unpack = actions.add_parser("unpack", help="check an archive's hash and unpack it")
     unpack.add_argument("archive", metavar="ARCHIVE")
@@ -65,11 +71,14 @@ def _bytes(text: str) -> int:
 def run_pack(args: argparse.Namespace) -> int:
     from elasticps.cluster.code_archive import pack_code
 
-    archive = pack_code(args.directory)
+    archive = pack_code(args.directory, include=args.include)
     for name in archive.files:
         print(name)
     print(f"{len(archive.files)} files, {archive.unpacked_bytes:,} bytes, packed to "
           f"{len(archive.data):,} bytes; sha256 {archive.sha256}")
+    note = archive.left_out_note()
+    if note:
+        print(note)
     if args.out:
         Path(args.out).write_bytes(archive.data)
     return 0

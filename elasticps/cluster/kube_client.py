@@ -307,9 +307,11 @@ class KubeClient:
             yield pending.decode("utf-8", errors="replace")
 
     def proxy_get(self, namespace: str, service: str, port: str, path: str, *,
-                  scheme: str = "http", headers: dict[str, str] | None = None) -> bytes:
+                  scheme: str = "http", headers: dict[str, str] | None = None,
+                  limit: int | None = None) -> bytes:
         """GET ``path`` from a Service's named port through the API server's service proxy
-        (``scheme`` https: the API server speaks TLS to the pod), with extra ``headers``."""
+        (``scheme`` https: the API server speaks TLS to the pod), with extra ``headers``. An
+        answer of more than ``limit`` bytes is a ClusterError, read no further."""
         action = f"fetch {path} from service {service}:{port} in namespace {namespace!r}"
         target = f"{service}:{port}" if scheme == "http" else f"{scheme}:{service}:{port}"
         # The path goes in the `path` query parameter: the client would percent-encode a '/'
@@ -318,7 +320,20 @@ class KubeClient:
                               .connect_get_namespaced_service_proxy(
                                   target, namespace, path=path, _headers=headers or None,
                                   _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
-        return bytes(response.data)
+        if limit is None:
+            return bytes(response.data)
+        try:
+            data = bytes(response.read(limit + 1))
+        except urllib3.exceptions.HTTPError as exc:
+            raise ClusterError(f"lost the answer while trying to {action}: "
+                               f"{_root_cause(exc)}") from exc
+        finally:
+            response.release_conn()
+        if len(data) > limit:
+            raise ClusterError(f"the answer to {path} from service {service}:{port} in "
+                               f"namespace {namespace!r} is larger than {limit:,} bytes; it "
+                               "was not read further")
+        return data
 
 
     def pod_proxy(self, namespace: str, pod: str, port: int, method: str, path: str, *,

@@ -34,7 +34,7 @@ def render(job: Job, backend: str = "volcano", *, secrets: JobSecrets | None = N
     if secrets is None:
         secrets = JobSecrets.placeholder(job, etcd_hosts(job))
     if code is None and job.code is not None:
-        code = pack_code(job.code, code_limits(job))
+        code = pack_code(job.code, code_limits(job), include=job.code_include)
     if backend == "volcano":
         return render_volcano.render(job, secrets=secrets, code=code)
     return render_kubernetes.render(job, secrets=secrets, code=code)

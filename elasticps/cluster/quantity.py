@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from elasticps.errors import shown
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_MEMORY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-_CPU = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<milli>m)?$")
-_DURATION = re.compile(r"^(?P<num>[0-9]{1,9})(?P<unit>[smhd]?)$")
+_MEMORY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\Z")
+_CPU = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<milli>m)?\Z")
+_DURATION = re.compile(r"^(?P<num>[0-9]{1,9})(?P<unit>[smhd]?)\Z")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -29,17 +31,17 @@ def parse_cpu(value: object) -> int:
     elif isinstance(value, str):
         text = value.strip()
     else:
-        raise ValueError(f"must be a number of cores or a quantity like '500m', got {value!r}")
+        raise ValueError(f"must be a number of cores or a quantity like '500m', got {shown(value)}")
     match = _CPU.match(text) if len(text) <= 32 else None
     if match is None:
-        raise ValueError(f"{value!r:.40} is not a CPU quantity (use cores like 2 or 0.5, "
+        raise ValueError(f"{shown(value)} is not a CPU quantity (use cores like 2 or 0.5, "
                          "or '500m')")
     number = Decimal(match["num"])
     millis = number if match["milli"] else number * 1000
     if millis != millis.to_integral_value():
-        raise ValueError(f"{value!r} is finer than one millicore")
+        raise ValueError(f"{shown(value)} is finer than one millicore")
     if millis <= 0:
-        raise ValueError(f"{value!r} must be more than zero")
+        raise ValueError(f"{shown(value)} must be more than zero")
     return int(millis)
 
 
@@ -57,11 +59,11 @@ def parse_memory(value: object) -> int:
     elif isinstance(value, str):
         text = value.strip()
     else:
-        raise ValueError(f"must be a quantity like '4Gi' or '512Mi', got {value!r}")
+        raise ValueError(f"must be a quantity like '4Gi' or '512Mi', got {shown(value)}")
     match = _MEMORY.match(text) if len(text) <= 32 else None
     if match is None:
         raise ValueError(
-            f"{value!r:.40} is not a memory quantity (use a number with an optional suffix "
+            f"{shown(value)} is not a memory quantity (use a number with an optional suffix "
             "Ki, Mi, Gi, Ti or k, M, G, T, e.g. '4Gi')"
         )
     suffix = match["suffix"] or ""
@@ -69,11 +71,11 @@ def parse_memory(value: object) -> int:
     try:
         amount = Decimal(match["num"]) * scale
     except InvalidOperation:  # pragma: no cover - the regex admits only plain decimals
-        raise ValueError(f"{value!r} is not a number") from None
+        raise ValueError(f"{shown(value)} is not a number") from None
     if amount != amount.to_integral_value():
-        raise ValueError(f"{value!r} is not a whole number of bytes")
+        raise ValueError(f"{shown(value)} is not a whole number of bytes")
     if amount <= 0:
-        raise ValueError(f"{value!r} must be more than zero")
+        raise ValueError(f"{shown(value)} must be more than zero")
     return int(amount)
 
 

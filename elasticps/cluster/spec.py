@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from elasticps.cluster.quantity import (
     format_cpu,
     format_memory,
@@ -48,8 +46,9 @@ from elasticps.config import (
     load_config,
     user_namespace,
 )
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, shown
 from elasticps.trainer.row_policy import policy_from_settings
+from elasticps.user_yaml import load_user_yaml
 from elasticps.version import __version__
 
 DEFAULT_IMAGE = f"elasticps/elasticps:{__version__}"
@@ -62,14 +61,14 @@ DEFAULT_TRAINER_MEM = 2**30  # bytes, when neither trainer_mem nor memory is giv
 MAX_JOB_NAME = 40
 BACKENDS = ("local", "cluster")  # Job.backend: `elasticps run` on this machine, or `submit`
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 )
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
-_HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})$")
-_PYTHON = re.compile(r"^python[0-9.]*$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*\Z")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S+\Z")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:(?P<port>[0-9]{1,5})\Z")
+_PYTHON = re.compile(r"^python[0-9.]*\Z")
 
 # Upper bounds: a value past them is a typo (or an attempt to exhaust a shared cluster), and
 # is refused naming the field. Counts share elasticps.config's bounds.
@@ -78,6 +77,7 @@ MAX_CPU_MILLIS_PER_POD = 1024 * 1000  # 1024 cores
 MAX_MEMORY_PER_POD = 16 * 2**40  # 16Ti
 MAX_ETCD_STORAGE = 2**40  # 1Ti per member
 MAX_ENTRY_POINT = 4096
+MAX_CODE_INCLUDE = 100  # code_include patterns
 MAX_CODE_LIMIT = 8 * 2**30  # code_limit: what an init container may fetch and unpack
 MAX_ACTIVE_DEADLINE = 365 * 86400
 MAX_TTL_AFTER_FINISHED = 30 * 86400
@@ -95,7 +95,7 @@ def _fail(name: str, reason: str) -> ConfigError:
 
 def _count(name: str, value: object, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, f"must be a whole number, got {value!r:.80}")
+        raise _fail(name, f"must be a whole number, got {shown(value)}")
     if value < minimum:
         raise _fail(name, f"must be >= {minimum}, got {value}")
     if value > maximum:
@@ -109,7 +109,7 @@ def _cpu(name: str, value: object, maximum: int = MAX_CPU_MILLIS_PER_POD) -> int
     except ValueError as exc:
         raise _fail(name, str(exc)) from exc
     if millis > maximum:
-        raise _fail(name, f"{value!r:.40} is more than {format_cpu(maximum)} cores")
+        raise _fail(name, f"{shown(value)} is more than {format_cpu(maximum)} cores")
     return millis
 
 
@@ -119,7 +119,7 @@ def _memory(name: str, value: object, maximum: int = MAX_MEMORY_PER_POD) -> int:
     except ValueError as exc:
         raise _fail(name, str(exc)) from exc
     if nbytes > maximum:
-        raise _fail(name, f"{value!r:.40} is more than {format_memory(maximum)}")
+        raise _fail(name, f"{shown(value)} is more than {format_memory(maximum)}")
     return nbytes
 
 
@@ -127,7 +127,7 @@ def _dns_label(name: str, value: object, max_len: int = 63) -> str:
     if not isinstance(value, str) or len(value) > max_len or not _DNS1123_LABEL.match(value):
         raise _fail(
             name,
-            f"{value!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
+            f"{shown(value)} is not a DNS-1123 label (lowercase letters, digits and '-', "
             f"at most {max_len} characters, starting and ending with a letter or digit)",
         )
     return value
@@ -135,7 +135,7 @@ def _dns_label(name: str, value: object, max_len: int = 63) -> str:
 
 def _dns_subdomain(name: str, value: object) -> str:
     if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
-        raise _fail(name, f"{value!r:.80} is not a DNS-1123 subdomain (lowercase letters, "
+        raise _fail(name, f"{shown(value)} is not a DNS-1123 subdomain (lowercase letters, "
                           "digits, '-' and '.', at most 253 characters)")
     return value
 
@@ -146,7 +146,7 @@ def _duration(name: str, value: object, minimum: int, maximum: int) -> int:
     except ValueError as exc:
         raise _fail(name, str(exc)) from exc
     if not minimum <= seconds <= maximum:
-        raise _fail(name, f"{value!r} is {seconds:,} seconds; it must be from {minimum:,} to "
+        raise _fail(name, f"{shown(value)} is {seconds:,} seconds; it must be from {minimum:,} to "
                           f"{maximum:,}")
     return seconds
 
@@ -186,19 +186,20 @@ class Storage:
             sub = value.get("path", "")
             return cls.parse(name, f"pvc://{value['claim']}/{sub}".rstrip("/"))
         if not isinstance(value, str) or not value.strip():
-            raise _fail(name, f"must be 'pvc://CLAIM[/PATH]' or a URL, got {value!r}")
+            raise _fail(name, f"must be 'pvc://CLAIM[/PATH]' or a URL, got {shown(value)}")
         text = value.strip()
         if text.startswith("pvc://"):
             claim, _, sub = text.removeprefix("pvc://").partition("/")
             if len(claim) > 253 or not _DNS1123_SUBDOMAIN.match(claim):
-                raise _fail(name, f"PVC name {claim!r} is not a DNS-1123 subdomain")
+                raise _fail(name, f"PVC name {shown(claim)} is not a DNS-1123 subdomain")
             parts = [part for part in sub.split("/") if part]
             if any(part in (".", "..") for part in parts):
-                raise _fail(name, f"path {sub!r} inside the PVC must not contain '.' or '..'")
+                raise _fail(name, f"path {shown(sub)} inside the PVC must not contain '.' or '..'")
             return cls(claim=claim, sub_path="/".join(parts))
         if _URL.match(text) or text.startswith("/"):
             return cls(url=text)
-        raise _fail(name, f"{text!r} is neither 'pvc://CLAIM[/PATH]', a URL nor an absolute path")
+        raise _fail(name, f"{shown(text)} is neither 'pvc://CLAIM[/PATH]', a URL nor an "
+                          "absolute path")
 
     def location_in_pod(self, mount_path: str) -> str:
         """What the roles are told: a path under the mount point, or the URL itself."""
@@ -231,17 +232,18 @@ class EtcdSpec:
             return value
         if not isinstance(value, Mapping):
             raise _fail("etcd", f"must be a mapping like {{deploy: true}} or "
-                                f"{{endpoints: [host:2379]}}, got {value!r}")
+                                f"{{endpoints: [host:2379]}}, got {shown(value)}")
         _reject_unknown("etcd.", value, {"deploy", "endpoints", "replicas", "image", "storage"})
         raw_endpoints = value.get("endpoints") or ()
         if isinstance(raw_endpoints, str):
             raw_endpoints = raw_endpoints.removeprefix("etcd://").split(",")
         if not isinstance(raw_endpoints, Sequence):
-            raise _fail("etcd.endpoints", f"must be a list of host:port, got {raw_endpoints!r}")
+            raise _fail("etcd.endpoints",
+                        f"must be a list of host:port, got {shown(raw_endpoints)}")
         endpoints = tuple(str(item).strip().removeprefix("etcd://") for item in raw_endpoints)
         deploy = value.get("deploy", not endpoints)
         if not isinstance(deploy, bool):
-            raise _fail("etcd.deploy", f"must be true or false, got {deploy!r}")
+            raise _fail("etcd.deploy", f"must be true or false, got {shown(deploy)}")
         if deploy and endpoints:
             raise _fail("etcd", "give either deploy: true or endpoints, not both")
         if not deploy and not endpoints:
@@ -249,13 +251,13 @@ class EtcdSpec:
         for endpoint in endpoints:
             match = _HOST_PORT.match(endpoint)
             if match is None or not 1 <= int(match["port"]) <= 65535:
-                raise _fail("etcd.endpoints", f"{endpoint!r} is not host:port")
+                raise _fail("etcd.endpoints", f"{shown(endpoint)} is not host:port")
         replicas = _count("etcd.replicas", value.get("replicas", 1), 1, 7)
         if replicas % 2 == 0 or replicas > 7:
             raise _fail("etcd.replicas", f"must be 1, 3, 5 or 7 (an odd quorum), got {replicas}")
         image = value.get("image", DEFAULT_ETCD_IMAGE)
         if not isinstance(image, str) or not _IMAGE.match(image):
-            raise _fail("etcd.image", f"{image!r} is not an image reference")
+            raise _fail("etcd.image", f"{shown(image)} is not an image reference")
         storage = value.get("storage", "1Gi")
         if storage is not None:
             storage = format_memory(_memory("etcd.storage", storage, MAX_ETCD_STORAGE))
@@ -335,6 +337,9 @@ class Job:
     # fsspec URL the cluster can read), instead of a ConfigMap; and how big it may be then.
     code_url: str | None = None
     code_limit: str | int | None = None
+    # Patterns (of a path in `code`, or a file name) of files to ship although they look like
+    # credentials (.env, .aws/credentials, *.pem: cluster/code_archive.py leaves them out).
+    code_include: Sequence[str] = ()
     checkpoint: Storage | str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
     # Names of env: entries that are secrets whatever their names (one ending in _KEY, _SECRET,
@@ -371,7 +376,7 @@ class Job:
         namespace = self.namespace if self.namespace is not None else user_namespace()
         set_(self, "namespace", _dns_label("namespace", namespace))
         if not isinstance(self.image, str) or not _IMAGE.match(self.image):
-            raise _fail("image", f"{self.image!r} is not an image reference")
+            raise _fail("image", f"{shown(self.image)} is not an image reference")
         _dns_label("queue", self.queue)
         if self.priority_class is not None:
             _dns_subdomain("priority_class", self.priority_class)
@@ -385,11 +390,12 @@ class Job:
         set_(self, "backend", backend)
         set_(self, "local", backend == "local")
         if not isinstance(self.insecure, bool):
-            raise _fail("insecure", f"must be true or false, got {self.insecure!r}")
+            raise _fail("insecure", f"must be true or false, got {shown(self.insecure)}")
         set_(self, "data", None if self.data is None else Storage.parse("data", self.data))
         set_(self, "code", _code_dir(self.code))
         set_(self, "code_url", _code_url(self.code_url, self.code))
         set_(self, "code_limit", _code_limit(self.code_limit, self.code_url))
+        set_(self, "code_include", _code_include(self.code_include, self.code))
         set_(self, "checkpoint",
              None if self.checkpoint is None else Storage.parse("checkpoint", self.checkpoint))
         set_(self, "etcd", EtcdSpec.parse(self.etcd))
@@ -397,7 +403,7 @@ class Job:
         set_(self, "secret_env", check_secret_env(self.secret_env, self.env))
         set_(self, "tables", _check_tables(self.tables))
         if self.mode not in MODES:
-            raise _fail("mode", f"{self.mode!r} is not one of {', '.join(MODES)}")
+            raise _fail("mode", f"{shown(self.mode)} is not one of {', '.join(MODES)}")
         if self.geo_steps is not None:
             _count("geo_steps", self.geo_steps, 1, MAX_GEO_STEPS)
             if self.mode != "geo":
@@ -528,13 +534,10 @@ class Job:
     def from_yaml(cls, path: str | Path) -> Job:
         """Read and validate a ``job.yaml`` file."""
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read job spec {path}: {exc.strerror}") from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"job spec {path} is not valid YAML: {exc}") from exc
+        data = load_user_yaml(text, f"job spec {path}")
         if isinstance(data, Mapping) and isinstance(data.get("code"), str) \
                 and data["code"].strip():
             # relative to the spec file, so `elasticps submit dir/job.yaml` works from anywhere
@@ -565,14 +568,14 @@ class Job:
 def _backend(backend: object, local: object) -> str:
     """The job's backend from ``backend`` and the deprecated ``local`` alias."""
     if local is not None and not isinstance(local, bool):
-        raise _fail("local", f"must be true or false, got {local!r}")
+        raise _fail("local", f"must be true or false, got {shown(local)}")
     if backend is None:
         if local is not None:  # with backend too (dataclasses.replace passes both): no warning
             warnings.warn("job spec field 'local' is deprecated; write backend: local (or "
                           "backend: cluster) instead", DeprecationWarning, stacklevel=4)
         return "local" if local else "cluster"
     if backend not in BACKENDS:
-        raise _fail("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+        raise _fail("backend", f"{shown(backend)} is not one of {', '.join(BACKENDS)}")
     if local is not None and local != (backend == "local"):
         raise _fail("local", f"local: {str(local).lower()} contradicts backend: {backend}; "
                              "give backend only")
@@ -609,7 +612,7 @@ def _code_dir(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str | Path) or not str(value).strip():
-        raise _fail("code", f"must be a directory path, got {value!r:.80}")
+        raise _fail("code", f"must be a directory path, got {shown(value)}")
     if len(str(value)) > MAX_ENTRY_POINT:
         raise _fail("code", f"is longer than {MAX_ENTRY_POINT} characters")
     return str(value).strip()
@@ -619,12 +622,12 @@ def _code_url(value: object, code: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise _fail("code_url", f"must be a URL, got {value!r:.80}")
+        raise _fail("code_url", f"must be a URL, got {shown(value)}")
     text = value.strip().rstrip("/")
     if len(text) > MAX_ENTRY_POINT:
         raise _fail("code_url", f"is longer than {MAX_ENTRY_POINT} characters")
     if text.startswith("pvc://") or not (_URL.match(text) or text.startswith("/")):
-        raise _fail("code_url", f"{text!r} is not a URL (s3://, gs://, file:///...) or an "
+        raise _fail("code_url", f"{shown(text)} is not a URL (s3://, gs://, file:///...) or an "
                                 "absolute path that the trainers' pods can read")
     if code is None:
         raise _fail("code_url", "needs 'code': the directory whose archive goes there")
@@ -640,6 +643,24 @@ def _code_limit(value: object, code_url: str | None) -> str | None:
     return format_memory(_memory("code_limit", value, MAX_CODE_LIMIT))
 
 
+def _code_include(value: object, code: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise _fail("code_include", f"must be a list of file patterns, got {shown(value)}")
+    if not value:
+        return ()
+    if len(value) > MAX_CODE_INCLUDE:
+        raise _fail("code_include", f"has {len(value)} patterns, more than {MAX_CODE_INCLUDE}")
+    for pattern in value:
+        if not isinstance(pattern, str) or not pattern.strip() or len(pattern) > 256:
+            raise _fail("code_include", f"entry {shown(pattern)} is not a file pattern of 1-256 "
+                                        "characters")
+    if code is None:
+        raise _fail("code_include", "needs 'code': the directory it picks files from")
+    return tuple(pattern.strip() for pattern in value)
+
+
 MAX_TABLE_POLICIES = 1000  # the pservers' default PADDLE_MAX_TABLES
 
 
@@ -647,7 +668,7 @@ def _check_tables(tables: object) -> dict[str, dict[str, Any]]:
     """Each table's policy settings, checked as the trainers will apply them."""
     if not isinstance(tables, Mapping):
         raise _fail("tables", f"must be a mapping of table: {{admit_after: .., evict: .., "
-                              f"max_rows: ..}}, got {tables!r:.80}")
+                              f"max_rows: ..}}, got {shown(tables)}")
     if len(tables) > MAX_TABLE_POLICIES:
         raise _fail("tables", f"has {len(tables)} entries, more than {MAX_TABLE_POLICIES}")
     checked: dict[str, dict[str, Any]] = {}
@@ -656,7 +677,7 @@ def _check_tables(tables: object) -> dict[str, dict[str, Any]]:
         if not isinstance(name, str) or not name.strip():
             raise _fail(where, "is not a table name")
         if not isinstance(settings, Mapping):
-            raise _fail(where, f"must map settings to values, got {settings!r:.80}")
+            raise _fail(where, f"must map settings to values, got {shown(settings)}")
         try:
             policy_from_settings(name, settings)
         except ConfigError as exc:
@@ -686,12 +707,12 @@ def _trainer_command(entry_point: object) -> tuple[str, ...]:
     elif isinstance(entry_point, Sequence) and all(isinstance(t, str) for t in entry_point):
         tokens = list(entry_point)
     else:
-        raise _fail("entry_point", f"must be a command string or a list, got {entry_point!r}")
+        raise _fail("entry_point", f"must be a command string or a list, got {shown(entry_point)}")
     if tokens and _PYTHON.match(Path(tokens[0]).name):
         tokens = tokens[1:]
     if not tokens:
         raise _fail("entry_point", "is required: the training script, e.g. 'python train.py'")
     if tokens[0].startswith("-"):
-        raise _fail("entry_point", f"must name a script to run, not the option {tokens[0]!r} "
+        raise _fail("entry_point", f"must name a script to run, not the option {shown(tokens[0])} "
                                    "('python -m module' is not supported)")
     return tuple(tokens)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from elasticps.config import ENV_VARS, load_config
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, shown
 
 MAX_ENV_ENTRIES = 256
 MAX_ENV_VALUE = 32 * 1024
@@ -36,7 +36,7 @@ TUNABLE_ENV = frozenset({
     "PADDLE_CHECKPOINT_DELTAS",
 })
 _KNOWN_ENV = frozenset(var.name for var in ENV_VARS)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _fail(name: str, reason: str) -> ConfigError:
@@ -97,7 +97,7 @@ def check_secret_env(secret_env: object, env: Mapping[str, str]) -> tuple[str, .
     names: list[str] = []
     for item in secret_env:
         if not isinstance(item, str) or item not in env:
-            raise _fail("secret_env", f"{item!r:.80} is not the name of an env: entry")
+            raise _fail("secret_env", f"{shown(item)} is not the name of an env: entry")
         if item.startswith("PADDLE_"):
             raise _fail("secret_env", f"{item} is an elasticps setting, not a secret")
         if item not in names:

@@ -38,6 +38,7 @@ from elasticps.cluster.spec import Job, warn_environment
 from elasticps.cluster.validate import check_manifests
 from elasticps.errors import ClusterError, ConfigError
 from elasticps.master.status_access import TOKEN_HEADER
+from elasticps.master.status_read import MAX_STATUS_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +198,8 @@ def submit(job: Job, backend: str = "volcano", dry_run: bool = False, *,
         secrets = None
     elif secrets is None:
         secrets = job_secrets(job)
-    code = None if job.code is None else pack_code(job.code, code_limits(job))
+    code = None if job.code is None else pack_code(job.code, code_limits(job),
+                                                   include=job.code_include)
     objects = render(job, backend, secrets=secrets, code=code)
     if check:
         check_manifests(objects)
@@ -300,7 +302,7 @@ def job_status(client: KubeClient, name: str, namespace: str) -> JobStatus:
             token, tls = _status_credentials(client, name, namespace)
             body = client.proxy_get(namespace, Names.of_name(name).master, "http", "/api/status",
                                     scheme="https" if tls else "http",
-                                    headers={TOKEN_HEADER: token})
+                                    headers={TOKEN_HEADER: token}, limit=MAX_STATUS_BYTES)
             master = json.loads(body)
         except (ClusterError, ValueError) as exc:
             master_error = str(exc)

@@ -3,8 +3,9 @@
 ::
 
     dense   float32 [B, D]      the dense columns, normalised, in schema order (``dense_names``)
+    vectors {column: float32 [B, length]}  dense_vector columns, as stored (a missing one: 0s)
     ids     {column: int64 [B]} single-valued categorical columns, as ids in their table's space
-    bags    {column: Bag}       multi-valued categorical columns: ``values`` int64 [N],
+    bags    {column: Bag}       multi-valued categorical and text columns: ``values`` int64 [N],
                                 ``offsets`` int64 [B+1] (row i owns values[offsets[i]:
                                 offsets[i+1]]), optional per-value ``weights`` float32 [N]
     label   float32 [B] (one label) or [B, L] (several labels, or a multi-hot set of L classes)
@@ -71,6 +72,7 @@ class Batch:
     ids: Mapping[str, np.ndarray] = field(default_factory=dict)
     bags: Mapping[str, Bag] = field(default_factory=dict)
     weight: np.ndarray | None = None
+    vectors: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rows = int(self.label.shape[0]) if self.label.ndim else -1
@@ -90,6 +92,10 @@ class Batch:
                 raise DataError(f"bag column {name!r} has {bag.rows} rows, not {rows}")
         if self.weight is not None and self.weight.shape != (rows,):
             raise DataError(f"weight has shape {self.weight.shape}, not ({rows},)")
+        for name, vectors in self.vectors.items():
+            if vectors.ndim != 2 or vectors.shape[0] != rows:
+                raise DataError(f"vectors of column {name!r} have shape {vectors.shape}, not "
+                                f"({rows}, length)")
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
@@ -113,6 +119,7 @@ class Batch:
             ids={name: ids[start:stop] for name, ids in self.ids.items()},
             bags={name: bag.slice(start, stop) for name, bag in self.bags.items()},
             weight=None if self.weight is None else self.weight[start:stop],
+            vectors={name: vectors[start:stop] for name, vectors in self.vectors.items()},
         )
 
     def to_torch(self, device: str | torch.device | None = None) -> TensorBatch:
@@ -129,7 +136,8 @@ class Batch:
         return TensorBatch(
             label=tensor(self.label), dense=tensor(self.dense), dense_names=self.dense_names,
             ids={name: tensor(ids) for name, ids in self.ids.items()}, bags=bags,
-            weight=None if self.weight is None else tensor(self.weight), source=self)
+            weight=None if self.weight is None else tensor(self.weight), source=self,
+            vectors={name: tensor(vectors) for name, vectors in self.vectors.items()})
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,7 @@ class TensorBatch:
     bags: Mapping[str, TensorBag]
     weight: torch.Tensor | None
     source: Batch
+    vectors: Mapping[str, torch.Tensor] = field(default_factory=dict)  # float32 [B, length]
 
     def __len__(self) -> int:
         return int(self.label.shape[0])

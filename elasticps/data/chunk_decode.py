@@ -2,7 +2,9 @@
 
 Whole columns at a time (no Python per row): dense columns are normalised from the schema's
 statistics, categorical columns hashed into their table's id space (or checked, for
-``ids: passthrough``), multi-valued columns become bags, labels take their kind's shape. Every
+``ids: passthrough``), multi-valued columns become bags, text columns bags of their words'
+ids (:mod:`~elasticps.data.tokenize`), dense_vector columns float32 matrices, labels take
+their kind's shape. Every
 problem with the data (a column of the wrong type, a null where none may be, an id or class
 out of range) is a :class:`DataError` that names the file and the column: the trainer's task
 loop turns it into a failed task, counted by the master.
@@ -21,6 +23,7 @@ from elasticps.data.hashing import MISSING_KEY, hash_keys, int_keys, string_keys
 from elasticps.data.label_values import class_indices
 from elasticps.data.normalize import normalize_column
 from elasticps.data.schema import ColumnSpec, LabelSpec, Schema
+from elasticps.data.tokenize import words
 from elasticps.errors import DataError
 
 
@@ -40,8 +43,12 @@ def decode_table(table: pa.Table, schema: Schema, where: str) -> Batch:
         array = _array(table, spec.name)
         if spec.kind == "categorical":
             ids[spec.name] = _ids(array, spec, id_space, where)
+        elif spec.kind == "text":
+            bags[spec.name] = _words_bag(array, spec, id_space, where)
         else:
             bags[spec.name] = _bag(array, spec, id_space, where)
+    vectors = {spec.name: _vectors(_array(table, spec.name), spec, where)
+               for spec in schema.vector_columns}
     weight = None
     if schema.weight is not None:
         values, missing = numeric_column(table, schema.weight, where)
@@ -50,7 +57,7 @@ def decode_table(table: pa.Table, schema: Schema, where: str) -> Batch:
         weight = values.astype(np.float32)
     return Batch(label=_labels(table, schema, where), dense=dense,
                  dense_names=tuple(c.name for c in dense_columns), ids=ids, bags=bags,
-                 weight=weight)
+                 weight=weight, vectors=vectors)
 
 
 def _array(table: pa.Table, name: str) -> pa.Array:
@@ -145,14 +152,52 @@ def _bag(array: pa.Array, spec: ColumnSpec, id_space: int, where: str) -> Bag:
         keep = values.is_valid()
         values = values.filter(keep)
         rows = rows[np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
     if spec.ids == "passthrough":
         ids = _passthrough(values, spec, id_space, where)
     else:
         keys, _ = _keys(values, spec, where)
         ids = hash_keys(keys, spec.hash_salt, id_space)
-    return Bag(values=ids, offsets=offsets)
+    return Bag(values=ids, offsets=_offsets(rows, n))
+
+
+def _offsets(rows: np.ndarray, n: int) -> np.ndarray:
+    """Bag offsets [n + 1] of values whose rows (ascending) are ``rows``."""
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+    return offsets
+
+
+def _words_bag(array: pa.Array, spec: ColumnSpec, id_space: int, where: str) -> Bag:
+    """A text column as a bag of its words' ids (a missing text: an empty bag)."""
+    kind = array.type.value_type if pa.types.is_dictionary(array.type) else array.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise _type_error(where, spec.name, array, "a text (string) column")
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    values, rows = words(array)
+    ids = hash_keys(string_keys(values), spec.hash_salt, id_space)
+    return Bag(values=ids, offsets=_offsets(rows, len(array)))
+
+
+def _vectors(array: pa.Array, spec: ColumnSpec, where: str) -> np.ndarray:
+    """A dense_vector column as float32 [n, length]; a missing vector reads as zeros."""
+    length = int(spec.length or 0)
+    if not pa.types.is_fixed_size_list(array.type) or array.type.list_size != length or not (
+            pa.types.is_floating(array.type.value_type)):
+        raise _type_error(where, spec.name, array, f"a dense_vector of length {length} "
+                          "(fixed_size_list<float32>)")
+    n = len(array)
+    values, holes = fixed_width_numpy(array.values.slice(array.offset * length, n * length))
+    out = values.astype(np.float32).reshape(n, length)
+    missing = _null_mask(array)  # a missing vector's slots may hold anything, nulls included
+    holes = holes.reshape(n, length) & ~missing[:, None]
+    if holes.any():
+        row = int(np.argmax(holes.any(axis=1)))
+        raise DataError(f"{where}: column {spec.name!r} (dense_vector) has a missing value "
+                        f"inside the vector at row {row}")
+    if missing.any():
+        out[missing] = 0.0
+    return out
 
 
 def _labels(table: pa.Table, schema: Schema, where: str) -> np.ndarray:

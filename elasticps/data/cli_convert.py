@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from elasticps.data.write_defaults import DEFAULT_MIN_CHUNKS, SMALL_CHUNK_ROWS
 from elasticps.errors import ConfigError
 
 TABLE_FORMATS = ("csv", "tsv", "parquet", "jsonl")
@@ -59,6 +60,10 @@ def register(kinds: Any, add_output_options: Callable[..., None],
                             help="skip up to K malformed rows; one more fails the run "
                             "(default 0)")
         add_output_options(parser, required=False)
+        parser.add_argument("--min-chunks", type=positive, default=DEFAULT_MIN_CHUNKS,
+                            metavar="K", help="a dataset that fits in one chunk is split into up "
+                            f"to K chunks of at least {SMALL_CHUNK_ROWS} rows, so that K trainers "
+                            f"each get a task (default {DEFAULT_MIN_CHUNKS}; 1: one chunk)")
         parser.set_defaults(func=run_convert_table, convert_format=kind)
 
     text = kinds.add_parser(
@@ -123,7 +128,7 @@ def run_convert_table(args: argparse.Namespace) -> int:
     report = convert(
         _sources(args, schema.source_columns(), bad), schema, args.out,
         options=WriteOptions(args.rows_per_chunk, args.chunks_per_file, args.compression,
-                             args.overwrite),
+                             args.overwrite, args.min_chunks),
         max_bad_rows=args.max_bad_rows, ignore_extra=args.ignore_extra, like=args.like,
         source_info={"kind": args.convert_format}, progress=False if args.no_progress else None,
         bad=bad)

@@ -40,6 +40,7 @@ from elasticps.data.rows import check_block, decide_dtypes
 from elasticps.data.schema import LabelSpec, Schema
 from elasticps.data.sources import Source, SourceBlock
 from elasticps.data.storage import arrow_schema
+from elasticps.data.write_defaults import DEFAULT_MIN_CHUNKS
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
@@ -69,6 +70,7 @@ class WriteOptions:
     chunks_per_file: int = DEFAULT_CHUNKS_PER_FILE
     compression: str = DEFAULT_COMPRESSION
     overwrite: bool = False
+    min_chunks: int = DEFAULT_MIN_CHUNKS  # a dataset of one chunk is split into this many
 
 
 def like_schema(schema: Schema, like_url: str) -> Schema:
@@ -82,6 +84,9 @@ def like_schema(schema: Schema, like_url: str) -> Schema:
         if twin is None or twin.kind != column.kind:
             raise DataError(f"--like {like_url}: that dataset has no {column.kind} column "
                             f"{column.name!r}")
+        if twin.length != column.length:
+            raise DataError(f"--like {like_url}: column {column.name!r} holds vectors of length "
+                            f"{twin.length} there, {column.length} here")
         schema = schema.replace_column(dataclasses.replace(
             column, dtype=column.dtype or twin.dtype,
             stats=twin.stats if column.kind == "dense" else column.stats))
@@ -109,14 +114,15 @@ def _like_labels(schema: Schema, other: Schema, like_url: str) -> tuple[LabelSpe
 
 def check_columns(source: Source, schema: Schema, ignore_extra: bool) -> None:
     """A schema column missing from the input, or (unless ``ignore_extra``) an input column
-    not in the schema, is an error naming them."""
+    not in the schema, is an error naming them. Columns declared ``ignore`` may be there or
+    not."""
     have = source.column_names()
     wanted = schema.source_columns()
     missing = [name for name in wanted if name not in have]
     if missing:
         raise DataError(f"{source.name}: the schema's column(s) {missing} are not in the input "
                         f"(it has {list(have)})")
-    extra = [name for name in have if name not in wanted]
+    extra = [name for name in have if name not in wanted and name not in schema.ignored]
     if extra and not ignore_extra:
         raise DataError(f"{source.name}: column(s) {extra} are not in the schema; declare them "
                         "or pass --ignore-extra")
@@ -156,7 +162,8 @@ class _Run:
             self.out_url, arrow_schema(self.schema), schema=self.schema,
             rows_per_chunk=self.options.rows_per_chunk,
             chunks_per_file=self.options.chunks_per_file,
-            compression=self.options.compression, overwrite=self.options.overwrite)
+            compression=self.options.compression, overwrite=self.options.overwrite,
+            min_chunks=self.options.min_chunks)
         return self.writer
 
     def take(self, source: Source, block: SourceBlock) -> None:

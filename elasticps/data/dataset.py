@@ -78,6 +78,12 @@ def read_chunk_table(
             raise DataError(
                 f"chunk {chunk.key} names row group {chunk.row_group}; {url} has {groups}"
             )
+        # From the file's metadata, before a byte of the row group is read: a small file may
+        # decode to far more rows than its manifest says (50M rows of one repeated value).
+        in_file = parquet.metadata.row_group(chunk.row_group).num_rows
+        if in_file != chunk.num_rows:
+            raise DataError(f"chunk {chunk.key} of {dataset_url} holds {in_file} rows but the "
+                            f"manifest says {chunk.num_rows}; it was not read")
         if columns:
             present = set(parquet.schema_arrow.names)
             absent = [name for name in columns if name not in present]
@@ -91,11 +97,6 @@ def read_chunk_table(
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{url}: cannot read chunk {chunk.key} of {dataset_url}: "
                             f"{exc}") from exc
-    if table.num_rows != chunk.num_rows:
-        raise DataError(
-            f"chunk {chunk.key} of {dataset_url} holds {table.num_rows} rows but the manifest "
-            f"says {chunk.num_rows}"
-        )
     return table
 
 

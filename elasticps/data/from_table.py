@@ -26,6 +26,7 @@ import pyarrow as pa
 from elasticps.data.convert import ConvertReport, WriteOptions, convert
 from elasticps.data.schema import Schema
 from elasticps.data.sources import BLOCK_ROWS, SourceBlock
+from elasticps.data.write_defaults import DEFAULT_MIN_CHUNKS
 from elasticps.data.writer import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
@@ -45,7 +46,7 @@ def load_schema(schema: SchemaLike) -> Schema:
         return Schema.from_dict(schema)
     path = os.fspath(schema)
     try:
-        with fsspec.open(path, "r", encoding="utf-8") as handle:
+        with fsspec.open(path, "rb") as handle:
             text = handle.read()
     except OSError as exc:
         raise DataError(f"cannot read the schema file {path!r}: {exc}") from exc
@@ -112,17 +113,19 @@ def write_dataset(
     max_bad_rows: int = 0,
     ignore_extra: bool = False,
     like: str | None = None,
+    min_chunks: int = DEFAULT_MIN_CHUNKS,
 ) -> ConvertReport:
     """Write ``source`` (see :func:`as_table`) as a dataset at ``out`` with ``schema``.
 
     Raises :class:`~elasticps.errors.MalformedInputError` when more than ``max_bad_rows`` rows
     are bad (nothing is written then); ``like`` takes dtypes and dense statistics from another
-    dataset (e.g. write a test split like its training set). Returns the report, whose
+    dataset (e.g. write a test split like its training set); rows that fit in one chunk are
+    split into up to ``min_chunks`` (see :mod:`~elasticps.data.writer`). Returns the report, whose
     ``manifest`` describes the dataset written.
     """
     table, kind = as_table(source)
     return convert(
         [TableSource(table, kind)], load_schema(schema), out,
-        options=WriteOptions(rows_per_chunk, chunks_per_file, compression, overwrite),
+        options=WriteOptions(rows_per_chunk, chunks_per_file, compression, overwrite, min_chunks),
         max_bad_rows=max_bad_rows, ignore_extra=ignore_extra, like=like,
         source_info={"kind": "write_dataset", "from": kind})

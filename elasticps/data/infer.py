@@ -3,14 +3,21 @@
 The guess, per column, from up to ``SAMPLE_ROWS`` rows (the schema's default missing tokens
 apply):
 
+* an index a DataFrame wrote (``__index_level_0__``, ``Unnamed: 0``), or integers counting up
+  by one on every row (row numbers) -> ``ignore``;
 * every present value a number -> ``dense``, except integers in a column named like an id
   (``id``, ``user_id``, ``item-id``, ``userId``) -> ``categorical``: ids name things, they
-  do not measure them;
+  do not measure them (and ``ignore`` when nearly every row has its own);
 * the label: ``--label COL``, else a column named like a label, else the first binary column,
   its kind (binary, float or class) guessed from its values (:mod:`.infer_label`);
-* text with ``|`` or ``;`` in some values, or a list column -> ``multi_categorical`` with that
-  ``sep``;
-* other text -> ``categorical``.
+* lists of floats of one length (or text such as ``[0.1, 0.2]``) -> ``dense_vector``; other
+  lists -> ``multi_categorical``;
+* text: short pieces separated by ``|`` or ``;`` -> ``multi_categorical`` with that ``sep``;
+  sentences -> ``text``; a value unique on nearly every row -> ``ignore``; other text ->
+  ``categorical``.
+
+The rules for lists, text and what to leave out, with their thresholds, are in
+:mod:`~elasticps.data.infer_columns`.
 
 It writes nothing: the point is a file to read and fix, then convert with.
 """
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from elasticps.data import infer_columns as rules
 from elasticps.data import parse_values as pv
 from elasticps.data.infer_label import LabelGuess, choose_label
 from elasticps.data.schema import DEFAULT_MISSING
@@ -31,16 +39,20 @@ from elasticps.data.sources import Source
 from elasticps.errors import DataError
 
 SAMPLE_ROWS = 10_000
-SEPARATORS = ("|", ";")
 
 
 @dataclass(frozen=True)
 class Guess:
     name: str
-    kind: str  # dense, categorical, multi_categorical, or "empty" (no value seen)
+    kind: str  # a feature kind, ignore, or "empty" (no value seen)
     note: str
     sep: str | None = None
     zero_one: bool = False
+    length: int | None = None  # dense_vector
+
+
+def _verdict(name: str, verdict: rules.Verdict) -> Guess:
+    return Guess(name, verdict.kind, verdict.note, sep=verdict.sep, length=verdict.length)
 
 
 def infer_schema(source: Source, sample_rows: int = SAMPLE_ROWS,
@@ -78,8 +90,11 @@ def _guess(name: str, array: pa.Array, rows: int) -> Guess:
     tokens = DEFAULT_MISSING
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
+    index = rules.index_column(name)
+    if index is not None:
+        return _verdict(name, index)
     if pv.is_list(array):
-        return Guess(name, "multi_categorical", "lists of values")
+        return _verdict(name, rules.list_column(array))
     numbers = pv.numbers(array, tokens)
     present = ~numbers.missing
     if not present.any():
@@ -90,19 +105,19 @@ def _guess(name: str, array: pa.Array, rows: int) -> Guess:
         integral = bool(np.all(x == np.floor(x)))
         zero_one = bool(np.all((x == 0) | (x == 1)))
         what = "integers" if integral else "numbers"
+        counting = rules.row_numbers(x) if integral and present.all() and not zero_one else None
+        if counting is not None:
+            return _verdict(name, counting)
         if integral and not zero_one and is_id_name(name):
             distinct = len(np.unique(x))
-            return Guess(name, "categorical",
-                         f"integers named like an id, {distinct} distinct, {missing_rate}")
+            return _verdict(name, rules.unique(distinct, x.size, "integers named like an id")
+                            or rules.Verdict("categorical", f"integers named like an id, "
+                                             f"{distinct} distinct, {missing_rate}"))
         return Guess(name, "dense", f"{what}, {missing_rate}", zero_one=zero_one)
     stripped, text_missing = pv.text(array, tokens) if pv.is_text(array) else (
         array.cast(pa.string()), pv.null_mask(array))
-    values = [v for v in stripped.filter(pa.array(~text_missing)).to_pylist() if v is not None]
-    for sep in SEPARATORS:
-        if any(sep in value for value in values):
-            return Guess(name, "multi_categorical", f"text with {sep!r} in it", sep=sep)
-    distinct = len(set(values))
-    return Guess(name, "categorical", f"text, {distinct} distinct, {missing_rate}")
+    present_text = stripped.filter(pa.array(~text_missing)).drop_null()
+    return _verdict(name, rules.text_column(present_text, missing_rate))
 
 
 def is_id_name(name: str) -> bool:
@@ -133,6 +148,8 @@ def _yaml(where: str, rows: int, guesses: list[Guess], label: LabelGuess) -> str
         key = f"  {_key(guess.name)}:".ljust(width + 3)
         if guess.kind == "multi_categorical" and guess.sep is not None:
             value = f"{{kind: multi_categorical, sep: {json.dumps(guess.sep)}}}"
+        elif guess.kind == "dense_vector":
+            value = f"{{kind: dense_vector, length: {guess.length}}}"
         elif guess.kind == "empty":
             value = "categorical"
         else:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from elasticps.errors import DataError
 
 MAX_PATH = 1024
-_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._=+-]*$")
+_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._=+-]*\Z")
 
 
 def check_relative(path: object, where: str) -> str:

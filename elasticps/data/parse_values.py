@@ -12,7 +12,9 @@ Arrow values (Parquet, JSON numbers and lists, a DataFrame). The rules are the s
 * a string is the stripped text; integers in a typed source become their decimal text;
 * an ``int32`` is an integer in [-2**31, 2**31);
 * a ``hex32`` is exactly 8 hexadecimal digits (either case), the 32-bit value they spell (a
-  typed source's integers in [0, 2**32) as they are).
+  typed source's integers in [0, 2**32) as they are);
+* a vector (``dense_vector``) is a list of exactly ``length`` finite numbers: a list column,
+  or text such as ``[0.1, 0.2]`` or ``0.1 0.2`` (commas and/or spaces, optional brackets).
 
 Fast path: one Arrow cast of the whole column. Only a column where that cast fails is searched
 value by value (with regular expressions, still vectorised) to find and describe the bad ones.
@@ -393,6 +395,74 @@ def lists(array: pa.Array, sep: str | None, tokens: Sequence[str], element: Elem
     def describe(row: int) -> str:
         whole = _quote(source_text, row) if source_text is not None else _quote(array, row)
         return f"in {whole}: {parsed.describe(int(first_bad[row]))}"
+
+    return Values(stored, missing, bad, describe)
+
+
+_VECTOR_SEP = r"\s*,\s*|\s+"  # numbers of a vector in text: commas and/or spaces
+_BRACKETS = r"^\[\s*|\s*\]$"
+
+
+def vector_text_parts(stripped: pa.Array) -> pa.Array:
+    """The number texts of each vector written as text (``[0.1, 0.2]``, ``0.1 0.2``): a list
+    per row, empty for ``[]``, null for null."""
+    inner = pc.replace_substring_regex(stripped, _BRACKETS, "")
+    # Splitting an empty inside would give one empty value; "[]" holds none.
+    blank = pc.fill_null(pc.equal(inner, ""), False)
+    parts = pc.split_pattern_regex(pc.if_else(blank, pa.scalar(None, pa.string()), inner),
+                                   _VECTOR_SEP)
+    return pc.if_else(blank, pa.scalar([], parts.type), parts)
+
+
+def vectors(array: pa.Array, tokens: Sequence[str], length: int) -> Values:
+    """``fixed_size_list<float32>[length]`` values from a list column or text (``[0.1, 0.2]``,
+    ``0.1 0.2``: numbers separated by commas and/or spaces, in optional brackets).
+
+    A missing value (null, a missing token) is a null vector; a row with another number of
+    values, or with a value that is missing or not a finite number, is bad.
+    """
+    n = len(array)
+    kind = pa.list_(pa.float32(), length)
+    if pa.types.is_null(array.type):
+        return Values(pa.nulls(n, kind), np.ones(n, bool), _none(n), lambda row: "")
+    if is_list(array) or pa.types.is_fixed_size_list(array.type):
+        missing, source_text, parts = null_mask(array), None, array
+    elif is_text(array):
+        stripped, missing = text(array, tokens)
+        source_text = stripped
+        parts = vector_text_parts(pc.if_else(pa.array(missing), pa.scalar(None, pa.string()),
+                                             stripped))
+    else:
+        return _wrong_type(array, "a list of numbers")
+    flat = pc.list_flatten(parts)
+    parents = pc.list_parent_indices(parts).to_numpy(zero_copy_only=False)
+    parsed = numbers(flat, tokens)
+    counts = np.bincount(parents, minlength=n)
+    wrong_length = ~missing & (counts != length)
+    element_bad = np.bincount(parents[parsed.bad | parsed.missing], minlength=n) > 0
+    bad = wrong_length | (~missing & element_bad)
+    good = ~missing & ~bad
+    values = np.zeros((n, length), dtype=np.float32)
+    if good.any():
+        x = np.asarray(parsed.values, dtype=np.float64)
+        values[good] = x[good[parents]].reshape(-1, length)
+    stored = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), length,
+                                               mask=pa.array(missing | bad))
+    first = np.full(n, -1, dtype=np.int64)
+    odd = np.flatnonzero(parsed.bad | parsed.missing)
+    first[parents[odd][::-1]] = odd[::-1]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+
+    def describe(row: int) -> str:
+        whole = _quote(source_text if source_text is not None else array, row)
+        whole = whole if len(whole) <= 60 else whole[:57] + "..."
+        if first[row] < 0:  # every value a number: the count is wrong
+            values = "value" if counts[row] == 1 else "values"
+            return f"{whole} has {counts[row]} {values}; the vector's length is {length}"
+        position = int(first[row] - starts[row])
+        if parsed.missing[first[row]]:
+            return f"in {whole}: value {position} is missing"
+        return f"in {whole}: value {position}: {parsed.describe(int(first[row]))}"
 
     return Values(stored, missing, bad, describe)
 

@@ -19,8 +19,10 @@ The routes (``<rel>`` is a path inside the dataset directory, percent-encoded)::
 
 A path that is absolute, holds ``.``/``..``/empty parts or a backslash, names a partial copy,
 or leads out of the directory through a symlink is refused (400), as is a body without a
-length (411) or past the limit (413). The receiver also exits (1) after ``--idle-timeout``
-seconds without a request, so a transfer whose client died does not hold the claim forever.
+length (411), a Content-Length that is not a whole number (400) or one past the limit (413).
+The receiver also exits (1) after ``--idle-timeout`` seconds without authenticated progress (a
+request with the token, or bytes of its body), so a transfer whose client died does not hold
+the claim forever, and requests without the token cannot keep it alive.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,7 +45,7 @@ import fsspec
 
 from elasticps.config import listen_error
 from elasticps.data.upload import PARTIAL_SUFFIX, copy_verified, in_place
-from elasticps.errors import ConfigError, DataError
+from elasticps.errors import ConfigError, DataError, shown
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ DEFAULT_MAX_BYTES = 64 * 2**30  # one file (one request); a Parquet file is far 
 DEFAULT_IDLE_TIMEOUT = 3600.0
 MAX_PATH = 4096
 BLOCK = 2**20
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+_LENGTH = re.compile(r"^[0-9]{1,20}\Z")  # int() alone takes " 12", "+12" and "1_2"
 
 
 class RefusedRequestError(Exception):
@@ -100,6 +103,11 @@ class Receiver:
         self.root.mkdir(parents=True, exist_ok=True)
         self.fs = fsspec.filesystem("file")
 
+    def touch(self) -> None:
+        """Authenticated progress: a request that passed the token check, or bytes of its
+        body. Nothing else keeps the receiver from its idle timeout."""
+        self.last_request = time.monotonic()
+
     def authorised(self, headers: Any) -> bool:
         given = headers.get(TOKEN_HEADER) or ""
         return hmac.compare_digest(given.encode(), self.token.encode())
@@ -132,13 +140,25 @@ def _sha256_value(text: str) -> str:
     return text
 
 
-def _body(stream: Any, length: int) -> Iterator[bytes]:
+def _content_length(text: str | None) -> int:
+    if text is None:
+        raise RefusedRequestError(411, "a file must be sent with a Content-Length")
+    if not _LENGTH.match(text):
+        raise RefusedRequestError(400, f"the Content-Length header {shown(text)} is not a "
+                                  "whole number of bytes")
+    return int(text)
+
+
+def _body(stream: Any, length: int, progress: Callable[[], None]) -> Iterator[bytes]:
+    """The request body in blocks as they arrive (``read1``: a slow sender's bytes count as
+    progress when they come, not when a whole block is in)."""
     left = length
     while left > 0:
-        block = stream.read(min(BLOCK, left))
+        block = stream.read1(min(BLOCK, left))
         if not block:
             raise OSError(f"the request ended after {length - left} of {length} bytes")
         left -= len(block)
+        progress()
         yield block
 
 
@@ -168,10 +188,10 @@ def make_server(receiver: Receiver, host: str, port: int) -> ThreadingHTTPServer
             if method == "GET" and split.path == "/healthz":
                 self._answer(200, "ok")
                 return
-            receiver.last_request = time.monotonic()
             try:
                 if not receiver.authorised(self.headers):
                     raise RefusedRequestError(401, f"missing or wrong {TOKEN_HEADER}")
+                receiver.touch()  # only after the token: others cannot keep it alive
                 self._serve(method, split.path, parse_qs(split.query))
             except RefusedRequestError as exc:
                 self._answer(exc.status, {"error": str(exc)})
@@ -192,14 +212,12 @@ def make_server(receiver: Receiver, host: str, port: int) -> ThreadingHTTPServer
             if method != "PUT":
                 raise RefusedRequestError(405, f"{method} is not allowed on /files")
             sha = _sha256_value(self.headers.get(SHA256_HEADER) or "")
-            if self.headers.get("Content-Length") is None:
-                raise RefusedRequestError(411, "a file must be sent with a Content-Length")
-            length = int(self.headers["Content-Length"])
-            if length < 0 or length > receiver.max_bytes:
+            length = _content_length(self.headers.get("Content-Length"))
+            if length > receiver.max_bytes:
                 raise RefusedRequestError(413, f"{rel} is {length:,} bytes, more than this "
                                           f"receiver's limit of {receiver.max_bytes:,} "
                                           "(--max-bytes)")
-            receiver.put(rel, sha, length, _body(self.rfile, length))
+            receiver.put(rel, sha, length, _body(self.rfile, length, receiver.touch))
             self._answer(201, {"written": rel})
 
         def do_GET(self) -> None:

@@ -197,6 +197,9 @@ def _weight(array: pa.Array, tokens: tuple[str, ...]) -> _Checked:
 def _feature(array: pa.Array, spec: ColumnSpec, tokens: tuple[str, ...],
              id_space: int) -> _Checked:
     kind = column_type(spec)
+    if spec.kind == "dense_vector":
+        vectors = pv.vectors(array, tokens, int(spec.length or 0))
+        return _Checked(vectors.values, vectors.bad, vectors.describe)
     if spec.kind == "multi_categorical":
         element = _element_parser(spec, id_space)
         values = pv.lists(array, spec.sep, tokens, element, kind.value_type)

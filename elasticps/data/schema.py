@@ -35,6 +35,14 @@ value written as exactly 8 hexadecimal digits, either case, such as Criteo's ``0
 as uint32 and hashed as the integer it spells).
 - ``multi_categorical``: a variable-length list per row (a string split on ``sep``, or a Parquet
   list column), each value mapped as for ``categorical``.
+- ``text``: free text, stored as it is; at read time :mod:`~elasticps.data.tokenize` lower-cases
+  it and splits it into words, and the words are hashed into the column's table like the values
+  of a ``multi_categorical`` column (a bag per row).
+- ``dense_vector``: ``length`` numbers per row (a Parquet/JSON list, or text such as
+  ``[0.1, 0.2]``), e.g. a pretrained embedding; stored as float32 and read as one float32
+  ``[B, length]`` array per column (``Batch.vectors``), not normalised. A row of another length
+  is malformed.
+- ``ignore``: a column the input has and the dataset leaves out (read past, never stored).
 
 Each categorical column feeds one sparse table (columns may share one: each column hashes with
 its own salt, so equal values in two columns get unrelated ids); each table has its own ``dim``
@@ -57,9 +65,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticps.errors import ConfigError
+from elasticps.errors import ConfigError, shown
 
-FEATURE_KINDS = ("dense", "categorical", "multi_categorical")
+FEATURE_KINDS = ("dense", "categorical", "multi_categorical", "text", "dense_vector")
+CATEGORICAL_KINDS = ("categorical", "multi_categorical", "text")  # kinds that feed a table
+IGNORE = "ignore"  # the kind of a column the input has and the dataset leaves out
+TOKENIZERS = ("words",)  # text: see elasticps.data.tokenize
+MAX_VECTOR_LENGTH = 1 << 16
 LABEL_KINDS = ("binary", "float", "multi_label", "class")
 NORMS = ("standard", "minmax", "log", "none")
 ID_MODES = ("hash", "passthrough")
@@ -89,8 +101,8 @@ class TableDecl:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "table")
-        _check_int(self.dim, f"table {self.name!r}: dim", 1, 1 << 16)
-        _check_int(self.id_space, f"table {self.name!r}: id_space", 1, MAX_ID_SPACE)
+        _check_int(self.dim, f"table {shown(self.name)}: dim", 1, 1 << 16)
+        _check_int(self.id_space, f"table {shown(self.name)}: id_space", 1, MAX_ID_SPACE)
 
 
 @dataclass(frozen=True)
@@ -132,7 +144,7 @@ class LabelSpec:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "label column")
-        where = f"label {self.name!r}"
+        where = f"label {shown(self.name)}"
         _check_choice(self.kind, LABEL_KINDS, f"{where}: kind")
         if self.values is not None:
             if self.kind != "class":
@@ -177,13 +189,37 @@ class ColumnSpec:
     sep: str | None = None  # multi_categorical from text
     salt: int | None = None  # categorical kinds: hash salt (default: derived from the name)
     missing: tuple[str, ...] | None = None  # tokens read as missing (None: the schema's)
+    length: int | None = None  # dense_vector: values per row
+    tokenizer: str = "words"  # text
 
     def __post_init__(self) -> None:
         _check_name(self.name, "column")
-        where = f"column {self.name!r}"
+        where = f"column {shown(self.name)}"
         _check_choice(self.kind, FEATURE_KINDS, f"{where}: kind")
+        fixed = {"text": "string", "dense_vector": "float"}.get(self.kind)
+        if fixed is not None:  # one source type: decided now, not by conversion
+            if self.dtype not in (None, fixed):
+                raise ConfigError(f"{where}: a {self.kind} column has dtype {fixed}, not "
+                                  f"{self.dtype}")
+            object.__setattr__(self, "dtype", fixed)
+        if self.kind == "dense_vector":
+            if self.length is None:
+                raise ConfigError(f"{where}: kind dense_vector needs 'length' (the number of "
+                                  "values in each row)")
+            _check_int(self.length, f"{where}: length", 1, MAX_VECTOR_LENGTH)
+        elif self.length is not None:
+            raise ConfigError(f"{where}: 'length' applies to dense_vector columns only")
+        if self.kind == "text":
+            _check_choice(self.tokenizer, TOKENIZERS, f"{where}: tokenizer")
+            if self.ids != "hash":
+                raise ConfigError(f"{where}: the words of a text column are hashed (ids: hash)")
+        self._check_kind_options(where)
+
+    def _check_kind_options(self, where: str) -> None:
         if self.dtype is not None:
             _check_choice(self.dtype, DTYPES, f"{where}: dtype")
+        if self.kind == "dense_vector":
+            return
         if self.kind == "dense":
             _check_choice(self.norm, NORMS, f"{where}: norm")
             _number(self.missing_value, f"{where}: missing_value")
@@ -206,7 +242,8 @@ class ColumnSpec:
 
     @property
     def is_categorical(self) -> bool:
-        return self.kind != "dense"
+        """Whether the column feeds a sparse table (categorical, multi_categorical, text)."""
+        return self.kind in CATEGORICAL_KINDS
 
     @property
     def hash_salt(self) -> int:
@@ -218,10 +255,14 @@ class ColumnSpec:
         if self.kind == "dense":
             doc.update(norm=self.norm, missing_value=self.missing_value,
                        stats=None if self.stats is None else self.stats.to_dict())
+        elif self.kind == "dense_vector":
+            doc["length"] = self.length
         else:
             doc.update(table=self.table, ids=self.ids, salt=self.salt)
             if self.kind == "multi_categorical":
                 doc["sep"] = self.sep
+            if self.kind == "text":
+                doc["tokenizer"] = self.tokenizer
         if self.missing is not None:
             doc["missing"] = list(self.missing)
         return doc
@@ -236,6 +277,7 @@ class Schema:
     tables: Mapping[str, TableDecl] = field(default_factory=dict)
     weight: str | None = None
     missing: tuple[str, ...] = DEFAULT_MISSING
+    ignored: tuple[str, ...] = ()  # input columns the dataset leaves out (kind: ignore)
 
     def __post_init__(self) -> None:
         if not self.labels:
@@ -248,18 +290,23 @@ class Schema:
         if self.weight is not None:
             _check_name(self.weight, "weight column")
             names.append(self.weight)
+        for name in self.ignored:
+            _check_name(name, "ignored column")
+        names += self.ignored
         seen: set[str] = set()
         for name in names:
             if name in seen:
-                raise ConfigError(f"column {name!r} appears twice in the schema")
+                raise ConfigError(f"column {shown(name)} appears twice in the schema")
             seen.add(name)
         for column in self.categorical_columns:
             if column.table not in self.tables:
-                raise ConfigError(f"column {column.name!r} feeds table {column.table!r}, which "
+                raise ConfigError(f"column {shown(column.name)} feeds table "
+                                  f"{shown(column.table)}, which "
                                   f"the schema does not declare (tables: {sorted(self.tables)})")
         for name, table in self.tables.items():
             if table.name != name:
-                raise ConfigError(f"table {name!r} is declared under the name {table.name!r}")
+                raise ConfigError(f"table {shown(name)} is declared under the name "
+                                  f"{shown(table.name)}")
             self._check_salts(name)
 
     def _check_salts(self, table: str) -> None:
@@ -272,7 +319,8 @@ class Schema:
             other = salted.setdefault(column.hash_salt, column.name)
             if other != column.name:
                 raise ConfigError(
-                    f"columns {other!r} and {column.name!r} of table {table!r} hash with the "
+                    f"columns {shown(other)} and {shown(column.name)} of table {shown(table)} "
+                    "hash with the "
                     f"same salt {column.hash_salt}; give one of them another 'salt'")
 
     # -- views ------------------------------------------------------------------------------
@@ -299,14 +347,20 @@ class Schema:
 
     @property
     def categorical_columns(self) -> tuple[ColumnSpec, ...]:
-        """Single- and multi-valued categorical columns, in schema order."""
+        """Every column that feeds a table (categorical, multi_categorical, text), in schema
+        order."""
         return tuple(c for c in self.columns if c.is_categorical)
+
+    @property
+    def vector_columns(self) -> tuple[ColumnSpec, ...]:
+        """The dense_vector columns, in schema order."""
+        return tuple(c for c in self.columns if c.kind == "dense_vector")
 
     def column(self, name: str) -> ColumnSpec:
         for column in self.columns:
             if column.name == name:
                 return column
-        raise ConfigError(f"the schema has no feature column {name!r}; it has "
+        raise ConfigError(f"the schema has no feature column {shown(name)}; it has "
                           f"{[c.name for c in self.columns]}")
 
     def columns_of(self, table: str) -> tuple[ColumnSpec, ...]:
@@ -337,18 +391,17 @@ class Schema:
             "missing": list(self.missing),
             "tables": {name: {"dim": t.dim, "id_space": t.id_space}
                        for name, t in self.tables.items()},
-            "columns": {c.name: c.to_dict() for c in self.columns},
+            "columns": {**{c.name: c.to_dict() for c in self.columns},
+                        **{name: {"kind": IGNORE} for name in self.ignored}},
         }
 
     @classmethod
-    def from_yaml(cls, text: str, where: str = "schema") -> Schema:
-        import yaml
+    def from_yaml(cls, text: str | bytes, where: str = "schema") -> Schema:
+        """Read a schema file's text (bytes: UTF-8), with the bounds of
+        :mod:`elasticps.user_yaml`."""
+        from elasticps.user_yaml import load_user_yaml  # PyYAML: not for `elasticps --help`
 
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
-        return cls.from_dict(raw, where)
+        return cls.from_dict(load_user_yaml(text, where), where)
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "schema") -> Schema:
@@ -363,40 +416,73 @@ class Schema:
         labels = _labels(doc.get("labels", doc.get("label")), where)
         weight = doc.get("weight")
         if weight is not None and not isinstance(weight, str):
-            raise ConfigError(f"{where}: weight must be a column name, got {weight!r}")
+            raise ConfigError(f"{where}: weight must be a column name, got {shown(weight)}")
         raw_columns = _mapping(doc.get("columns") or {}, f"{where}: columns")
         columns: list[ColumnSpec] = []
+        ignored: list[str] = []
         tables: dict[str, TableDecl] = {}
         for name, table_raw in _mapping(doc.get("tables") or {}, f"{where}: tables").items():
-            spec = _mapping(table_raw or {}, f"{where}: table {name!r}")
-            _only(spec, {"dim", "id_space"}, f"{where}: table {name!r}")
+            spec = _mapping(table_raw or {}, f"{where}: table {shown(name)}")
+            _only(spec, {"dim", "id_space"}, f"{where}: table {shown(name)}")
             tables[str(name)] = TableDecl(str(name), spec.get("dim", defaults.get(
                 "dim", DEFAULT_DIM)), spec.get("id_space", defaults.get("id_space",
                                                                         DEFAULT_ID_SPACE)))
         for name, column_raw in raw_columns.items():
+            if _ignored(str(name), column_raw, where):
+                ignored.append(str(name))
+                continue
             column, shape = _column(str(name), column_raw, defaults, where)
             columns.append(column)
             if column.is_categorical:
-                _declare(tables, column.table, shape, defaults, f"{where}: column {name!r}")
+                _declare(tables, column.table, shape, defaults, f"{where}: column {shown(name)}")
         return cls(labels=labels, columns=tuple(columns), tables=tables, weight=weight,
-                   missing=missing)
+                   missing=missing, ignored=tuple(ignored))
 
 
 # -- parsing helpers -------------------------------------------------------------------------
 
 _COLUMN_KEYS = {"kind", "dtype", "norm", "missing_value", "stats", "table", "dim", "id_space",
-                "ids", "sep", "salt", "missing"}
+                "ids", "sep", "salt", "missing", "length", "tokenizer"}
+_KIND_KEYS = {  # the keys each kind takes besides kind, dtype and missing
+    "dense": {"norm", "missing_value", "stats"},
+    "dense_vector": {"length", "norm"},  # norm: none only (vectors are not normalised)
+    "categorical": {"table", "dim", "id_space", "ids", "salt"},
+    "multi_categorical": {"table", "dim", "id_space", "ids", "salt", "sep"},
+    "text": {"table", "dim", "id_space", "ids", "salt", "tokenizer"},
+}
+
+
+def _owners(key: str) -> str:
+    """The kinds that take ``key``, for an error message."""
+    kinds = [kind for kind, keys in _KIND_KEYS.items() if key in keys]
+    if set(kinds) == set(CATEGORICAL_KINDS):
+        return "categorical"
+    return " and ".join(kinds)
+
+
+def _ignored(name: str, raw: Any, where: str) -> bool:
+    """Whether the column is declared ``ignore`` (``name: ignore`` or ``{kind: ignore}``)."""
+    if raw == IGNORE:
+        return True
+    if isinstance(raw, Mapping) and raw.get("kind") == IGNORE:
+        _only(raw, {"kind"}, f"{where}: column {shown(name)} (ignore)")
+        return True
+    return False
 
 
 def _column(name: str, raw: Any, defaults: Mapping[str, Any],
             where: str) -> tuple[ColumnSpec, dict[str, Any]]:
     """The column, and the table shape (dim, id_space) it states, if any."""
-    here = f"{where}: column {name!r}"
+    here = f"{where}: column {shown(name)}"
     doc = {"kind": raw} if isinstance(raw, str) else dict(_mapping(raw, here))
     _only(doc, _COLUMN_KEYS, here)
     kind = doc.get("kind")
     if not isinstance(kind, str):
-        raise ConfigError(f"{here}: kind must be one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
+        raise ConfigError(f"{here}: kind must be one of {', '.join(FEATURE_KINDS)} or "
+                          f"{IGNORE}, got {shown(kind)}")
+    if kind == "dense_vector" and doc.get("norm", "none") != "none":
+        raise ConfigError(f"{here}: dense_vector values reach the model as stored (norm: none), "
+                          f"not norm {shown(doc['norm'])}")
     stats = doc.get("stats")
     missing = doc.get("missing")
     column = ColumnSpec(
@@ -405,13 +491,17 @@ def _column(name: str, raw: Any, defaults: Mapping[str, Any],
         missing_value=_number(doc.get("missing_value", 0.0), f"{here}: missing_value"),
         stats=None if stats is None else DenseStats.from_dict(stats, f"{here}: stats"),
         table=doc.get("table", defaults.get("table", DEFAULT_TABLE)),
-        ids=doc.get("ids", defaults.get("ids", "hash")), sep=doc.get("sep"),
+        # A text column's words are always hashed: the defaults' ids do not apply to it.
+        ids=doc.get("ids", "hash" if kind == "text" else defaults.get("ids", "hash")),
+        sep=doc.get("sep"),
         salt=_optional_int(doc.get("salt"), f"{here}: salt"),
-        missing=None if missing is None else _tokens(missing, f"{here}: missing"))
-    if column.kind == "dense":
-        for key in ("table", "dim", "id_space", "ids", "salt"):
-            if key in doc:
-                raise ConfigError(f"{here}: {key!r} applies to categorical columns only")
+        missing=None if missing is None else _tokens(missing, f"{here}: missing"),
+        length=_optional_int(doc.get("length"), f"{here}: length"),
+        tokenizer=doc.get("tokenizer", "words"))
+    for key in sorted(set(doc) - {"kind", "dtype", "missing"} - _KIND_KEYS[kind]):
+        if doc[key] is not None:  # the normalised form writes options of other kinds as null
+            raise ConfigError(f"{here}: {shown(key)} applies to {_owners(key)} columns only, not "
+                              f"to a {kind} column")
     return column, {k: doc[k] for k in ("dim", "id_space") if k in doc}
 
 
@@ -427,7 +517,7 @@ def _declare(tables: dict[str, TableDecl], name: str, shape: Mapping[str, Any],
         return
     table = TableDecl(name, shape.get("dim", known.dim), shape.get("id_space", known.id_space))
     if known != table:
-        raise ConfigError(f"{where}: table {table.name!r} is declared with dim={table.dim}, "
+        raise ConfigError(f"{where}: table {shown(table.name)} is declared with dim={table.dim}, "
                           f"id_space={table.id_space} here but dim={known.dim}, "
                           f"id_space={known.id_space} elsewhere; a table has one shape")
 
@@ -447,7 +537,7 @@ def _labels(raw: Any, where: str) -> tuple[LabelSpec, ...]:
         if isinstance(classes, list):  # classes: [v, ...] lists the values
             classes, values = None, classes if values is None else values
         if values is not None and not isinstance(values, list):
-            raise ConfigError(f"{where}: label values must be a list, got {values!r}")
+            raise ConfigError(f"{where}: label values must be a list, got {shown(values)}")
         labels.append(LabelSpec(doc.get("name", ""), doc.get("kind", "binary"), classes,
                                 doc.get("sep"), None if values is None else tuple(values)))
     return tuple(labels)
@@ -458,7 +548,7 @@ def _check_values(values: tuple[Any, ...], where: str) -> None:
     a class label may have, each once."""
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ConfigError(f"{where}: class value {value!r} is not an integer or a string "
+            raise ConfigError(f"{where}: class value {shown(value)} is not an integer or a string "
                               "(quote words such as 'yes' and 'no' in YAML)")
     keys = [str(value) for value in values]
     if len(set(keys)) != len(keys):
@@ -475,7 +565,7 @@ def _optional_int(value: Any, where: str) -> int | None:
 
 def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {raw!r}")
+        raise ConfigError(f"{where} must be a mapping, got {shown(raw)}")
     return raw
 
 
@@ -487,31 +577,31 @@ def _only(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 def _tokens(raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
-        raise ConfigError(f"{where} must be a list of strings, got {raw!r}")
+        raise ConfigError(f"{where} must be a list of strings, got {shown(raw)}")
     return tuple(raw)
 
 
 def _check_name(name: Any, what: str) -> None:
     if not isinstance(name, str) or not name or "/" in name or name != name.strip():
-        raise ConfigError(f"{what} name {name!r} must be a non-empty string without '/' or "
+        raise ConfigError(f"{what} name {shown(name)} must be a non-empty string without '/' or "
                           "surrounding spaces")
 
 
 def _check_choice(value: Any, choices: Iterable[str], where: str) -> None:
     options = tuple(choices)
     if value not in options:
-        raise ConfigError(f"{where} is {value!r}; choose one of {', '.join(options)}")
+        raise ConfigError(f"{where} is {shown(value)}; choose one of {', '.join(options)}")
 
 
 def _check_int(value: Any, where: str, low: int, high: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (
             high is not None and value > high):
         bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ConfigError(f"{where} must be an integer {bound}, got {value!r}")
+        raise ConfigError(f"{where} must be an integer {bound}, got {shown(value)}")
     return value
 
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+        raise ConfigError(f"{where} must be a finite number, got {shown(value)}")
     return float(value)

@@ -7,9 +7,10 @@ blocks) in a background thread one block ahead. The first line is the header unl
 ``header=False``, in which case the file's columns are, in order, the schema's
 :meth:`~elasticps.data.schema.Schema.source_columns` (labels, weight, features); a caller that
 names the columns itself passes ``names`` (the header line, if any, is then skipped unread). A
-UTF-8 byte order mark is ignored. A line with the wrong number of fields, or a field that is not
-UTF-8, is a malformed row; a line whose every field is empty is a blank line, skipped and
-counted. Inputs may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``).
+UTF-8 byte order mark is ignored. A column the header leaves unnamed is named ``Unnamed: N`` (N
+its 0-based position), as pandas names it. A line with the wrong number of fields, or a field
+that is not UTF-8, is a malformed row; a line whose every field is empty is a blank line,
+skipped and counted. Inputs may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from elasticps.data.sources import BLOCK_SIZE, CountingFile, SourceBlock, read_f
 from elasticps.errors import DataError
 
 EXTRA_PREFIX = "_extra_field_"
+UNNAMED = "Unnamed: "  # + the 0-based position: a column the header leaves unnamed
 
 
 class TextSource:
@@ -128,13 +130,11 @@ def _column_names(url: str, delimiter: str, header: bool,
     first = read_first_line(url)
     fields = next(csv.reader([first], delimiter=delimiter), [])
     if header:
-        names = [name.strip() for name in fields]
+        # An empty name (the index pandas' to_csv writes) is named as pandas reads it back.
+        names = [name.strip() or f"{UNNAMED}{i}" for i, name in enumerate(fields)]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise DataError(f"{url}: the header names column(s) {duplicates} twice")
-        if "" in names:
-            raise DataError(f"{url}: the header has an empty column name (field "
-                            f"{names.index('') + 1})")
         return tuple(names)
     # Without a header the schema says the order; more fields than it names are extra
     # columns (an error unless the converter is told to ignore them).

@@ -17,6 +17,8 @@ dense, dtype int / int32 / float       int64 / int32 / float64
 categorical, dtype int / int32         int64 / int32
 categorical, dtype string / hex32      string / uint32 (the 32-bit value the 8 hex digits spell)
 multi_categorical                      a list of the categorical type of its dtype (null: none)
+text                                   string, as read (tokenized when read: ``tokenize.py``)
+dense_vector                           fixed_size_list<float32>[length] (null: missing)
 =====================================  ==========================================================
 """
 
@@ -42,6 +44,8 @@ def column_type(spec: ColumnSpec) -> pa.DataType:
     """The stored type of a feature column whose dtype is decided."""
     if spec.dtype is None:
         raise ConfigError(f"column {spec.name!r} has no dtype yet")
+    if spec.kind == "dense_vector":
+        return pa.list_(pa.float32(), spec.length)
     scalar = _SCALAR[spec.dtype]
     return pa.list_(scalar) if spec.kind == "multi_categorical" else scalar
 

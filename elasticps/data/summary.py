@@ -4,6 +4,7 @@ column's kind and options, the dense statistics measured at conversion)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from elasticps.data.dataset import Dataset
@@ -68,10 +69,8 @@ def format_summary(info: dict[str, Any]) -> str:
         lines.append("missing rate per column:")
         labels = {label["name"] for label in info["schema"]["labels"]}
         names = [name for name in rates if name not in labels and name != "p_true"]
-        for start in range(0, len(names), 7):
-            lines.append(
-                "  " + "  ".join(f"{n:>3} {rates[n]:6.1%}" for n in names[start : start + 7])
-            )
+        width = _width(names, at_least=3)
+        lines += _grid([f"{name:>{width}} {rates[name]:6.1%}" for name in names])
     return "\n".join(lines)
 
 
@@ -91,21 +90,50 @@ def _schema_lines(schema: dict[str, Any]) -> list[str]:
         lines.append(f"table         {name}: dim {table['dim']}, id_space {table['id_space']:,}")
     if schema["columns"]:
         lines.append("columns:")
+    kinds = {name: f"{column['kind']} ({column['dtype']})" if column.get("dtype")
+             else column["kind"] for name, column in schema["columns"].items()}
+    name_width, kind_width = _width(kinds) + 2, _width(kinds.values()) + 2
     for name, column in schema["columns"].items():
-        kind = f"{column['kind']} ({column['dtype']})" if column["dtype"] else column["kind"]
-        if column["kind"] == "dense":
-            detail = f"norm {column['norm']}"
-            if column["missing_value"]:
-                detail += f", missing -> {column['missing_value']:g}"
-            stats = column.get("stats")
-            if stats and stats.get("count"):
-                detail += (f"; mean {stats['mean']:.4g}, std {stats['std']:.4g}, "
-                           f"min {stats['min']:.4g}, max {stats['max']:.4g}")
-            elif stats:
-                detail += f"; range [{stats['min']:g}, {stats['max']:g}]"
-        else:
-            detail = f"-> {column['table']}, ids {column['ids']}"
-            if column.get("sep"):
-                detail += f", sep {column['sep']!r}"
-        lines.append(f"  {name:<14}{kind:<30}{detail}")
+        detail = _detail(column)
+        lines.append(f"  {name:<{name_width}}{kinds[name]:<{kind_width}}{detail}".rstrip())
     return lines
+
+
+def _width(texts: Iterable[str], at_least: int = 12) -> int:
+    """The width of the widest of ``texts``, and at least ``at_least``."""
+    return max([at_least, *(len(text) for text in texts)])
+
+
+def _grid(cells: list[str], width: int = 100) -> list[str]:
+    """Equal-width ``cells`` as lines of as many as fit in ``width`` characters."""
+    if not cells:
+        return []
+    per_line = max(1, (width - 2) // (max(len(cell) for cell in cells) + 2))
+    return ["  " + "  ".join(cells[start:start + per_line])
+            for start in range(0, len(cells), per_line)]
+
+
+def _detail(column: dict[str, Any]) -> str:
+    """A column's options after its kind: norm and statistics, table, length."""
+    kind = column["kind"]
+    if kind == "ignore":
+        return "left out (not stored)"
+    if kind == "dense_vector":
+        return f"length {column['length']}, not normalised"
+    if kind == "dense":
+        detail = f"norm {column['norm']}"
+        if column["missing_value"]:
+            detail += f", missing -> {column['missing_value']:g}"
+        stats = column.get("stats")
+        if stats and stats.get("count"):
+            detail += (f"; mean {stats['mean']:.4g}, std {stats['std']:.4g}, "
+                       f"min {stats['min']:.4g}, max {stats['max']:.4g}")
+        elif stats:
+            detail += f"; range [{stats['min']:g}, {stats['max']:g}]"
+        return detail
+    detail = f"-> {column['table']}, ids {column['ids']}"
+    if column.get("sep"):
+        detail += f", sep {column['sep']!r}"
+    if column.get("tokenizer"):
+        detail += f", tokenizer {column['tokenizer']}"
+    return detail

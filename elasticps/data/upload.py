@@ -4,9 +4,10 @@ Layout: ``URL/<namespace>/<name>/...`` (the namespace of the job that will read 
 of the local directory by default), so users of one bucket or shared filesystem do not collide
 and a job's ``data:`` names exactly what was uploaded.
 
-Each file is copied to ``<file>.elasticps-partial``, read back and hashed, and only then moved to
-its name; so a file under its final name is always complete and verified, and an interrupted
-upload resumes by skipping every final file whose sha256 matches the local one. A final file
+Each file is copied to ``<file>.elasticps-partial`` (created anew, never through a link planted
+there), read back and hashed, and only then moved to its name; so a file under its final name
+is always complete and verified, and an interrupted upload resumes by skipping every final
+file whose sha256 matches the local one. A final file
 with other content is refused (another dataset is there) unless ``overwrite``. Last, a record
 of every file's size and sha256 is written (``.elasticps-upload.json``): data first, then the
 record that says it is whole.
@@ -14,6 +15,7 @@ record that says it is whole.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -27,14 +29,15 @@ from typing import Any, BinaryIO, Protocol
 import fsspec
 
 from elasticps.errors import ConfigError, DataError
+from elasticps.safe_files import create_new, open_regular, remove_file
 
 logger = logging.getLogger(__name__)
 
 RECORD_NAME = ".elasticps-upload.json"
 PARTIAL_SUFFIX = ".elasticps-partial"
 CHUNK = 4 * 2**20
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}\Z")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 @dataclass
@@ -180,11 +183,11 @@ def upload_to(root: Path, destination: Destination, *, overwrite: bool = False,
 
 def in_place(fs: Any, target: str, sha: str, size: int, where: str, overwrite: bool) -> bool:
     """True when ``target`` already holds this content; DataError when it holds another one
-    (unless ``overwrite``). ``where`` names it in the error."""
+    (unless ``overwrite``). ``where`` names it in the error. Only a regular file is read."""
     if not fs.exists(target):
         return False
     if fs.size(target) == size:
-        with fs.open(target, "rb") as stream:
+        with open_regular(fs, target) as stream:
             if _sha256(stream)[0] == sha:
                 return True
     if overwrite:
@@ -195,19 +198,25 @@ def in_place(fs: Any, target: str, sha: str, size: int, where: str, overwrite: b
 
 
 def copy_verified(fs: Any, chunks: Iterable[bytes], target: str, sha: str, where: str) -> None:
-    """Write ``chunks`` to a partial name, read it back, and move it to ``target`` only if its
-    sha256 is ``sha``; a mismatching copy is removed and refused (DataError)."""
+    """Write ``chunks`` to ``<target>.elasticps-partial``, read it back, and move it to
+    ``target`` only if its sha256 is ``sha``; a mismatching copy is removed and refused
+    (DataError). Whatever is at the partial name first (an interrupted copy, or a link someone
+    planted) is removed, never written through: the partial file is created anew
+    (:func:`elasticps.safe_files.create_new`); a directory or FIFO there is an OSError."""
     partial = target + PARTIAL_SUFFIX
     parent = target.rsplit("/", 1)[0]
     if parent:
         fs.makedirs(parent, exist_ok=True)
-    with fs.open(partial, "wb") as out:
+    planted = remove_file(fs, partial)
+    if planted is not None:
+        raise OSError(errno.EEXIST, f"{partial} is {planted}; remove it to upload {where}")
+    with create_new(fs, partial) as out:
         for chunk in chunks:
             out.write(chunk)
-    with fs.open(partial, "rb") as stream:
+    with open_regular(fs, partial) as stream:
         written, _ = _sha256(stream)
     if written != sha:
-        fs.rm(partial)
+        remove_file(fs, partial)
         raise DataError(f"{where}: the copy's sha256 {written} does not match the local "
                         f"file's {sha}; the copy was refused and removed. Check the storage and "
                         "run the upload again")

@@ -1,11 +1,16 @@
 """Writes a dataset directory: Parquet row groups of a fixed size, then the manifest.
 
 Row groups are the chunks the master hands out, so each one holds exactly ``rows_per_chunk`` rows
-(the last may hold fewer). A new ``part-NNNNN.parquet`` file starts every ``chunks_per_file``
-chunks, so large datasets are many files of bounded size. Memory stays bounded by one chunk.
+(the last may hold fewer), except that a dataset whose rows all fit in one chunk is split into up
+to ``min_chunks`` equal ones of at least ``SMALL_CHUNK_ROWS`` rows, so that a small dataset still
+makes a task for each of several trainers. A new ``part-NNNNN.parquet`` file starts every
+``chunks_per_file`` chunks, so large datasets are many files of bounded size. Memory stays
+bounded by one chunk.
 Data files are written first and the manifest last; on failure the files written so far are
 deleted, so a directory never holds a manifest that points at missing data. Used as a context
-manager, a clean exit commits (``close()`` unless it was called) and an exception aborts.
+manager, a clean exit commits (``close()`` unless it was called) and an exception aborts. On a
+local disk the dataset is its owner's alone: the directory 0700 before any file goes in, every
+file 0600, whatever the umask.
 
 Without a declared ``schema`` the writer writes format 1 (the Criteo layout of ``synth ctr``);
 with one, format 2, whose manifest carries the schema (``close(schema=...)``
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -39,8 +45,11 @@ from elasticps.data.write_defaults import (
     DEFAULT_CHUNKS_PER_FILE,
     DEFAULT_COMPRESSION,
     DEFAULT_ROWS_PER_CHUNK,
+    SMALL_CHUNK_ROWS,
 )
 from elasticps.errors import DataError
+from elasticps.private_files import make_private_dir, private_handle
+from elasticps.safe_files import is_local
 from elasticps.version import __version__
 
 log = logging.getLogger(__name__)
@@ -63,9 +72,12 @@ class DatasetWriter:
         compression: str = DEFAULT_COMPRESSION,
         overwrite: bool = False,
         schema: Schema | None = None,
+        min_chunks: int = 1,
     ) -> None:
         if rows_per_chunk < 1:
             raise DataError(f"rows_per_chunk={rows_per_chunk} must be >= 1")
+        if min_chunks < 1:
+            raise DataError(f"min_chunks={min_chunks} must be >= 1")
         if chunks_per_file < 1:
             raise DataError(f"chunks_per_file={chunks_per_file} must be >= 1")
         if compression not in COMPRESSIONS:
@@ -79,9 +91,11 @@ class DatasetWriter:
             first = schema.labels[0]
             self._positive_column = first.name if first.kind == "binary" else None
         self.rows_per_chunk = rows_per_chunk
+        self.min_chunks = min_chunks
         self.chunks_per_file = chunks_per_file
         self.compression = compression
         self.fs, self.root = fsspec.core.url_to_fs(out_url)
+        self._local = is_local(self.fs)
         self._prepare_dir(overwrite)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -100,12 +114,13 @@ class DatasetWriter:
     def _prepare_dir(self, overwrite: bool) -> None:
         self._created_root = not self.fs.exists(self.root)
         if self._created_root:
-            self.fs.makedirs(self.root, exist_ok=True)
+            self._make_root()
             return
         if not self.fs.isdir(self.root):
             raise DataError(f"output {self.out_url!r} exists and is not a directory")
         entries = self.fs.ls(self.root, detail=False)
         if not entries:
+            self._make_root()
             return
         if not overwrite:
             raise DataError(
@@ -126,6 +141,23 @@ class DatasetWriter:
             ):
                 self.fs.rm(_join(self.root, name), recursive=True)  # an old split, e.g. test/
         log.info("Removed the old dataset in %s to overwrite it.", self.out_url)
+        self._make_root()
+
+    def _make_root(self) -> None:
+        """The dataset's directory; on a local disk its owner's alone (0700), before any file
+        goes in."""
+        if self._local:
+            make_private_dir(Path(self.root))
+        else:
+            self.fs.makedirs(self.root, exist_ok=True)
+
+    def _open(self, path: str, mode: str) -> Any:
+        """A file of the dataset, opened for writing; on a local disk 0600 before a byte is
+        written."""
+        handle = self.fs.open(path, mode)
+        if self._local:
+            private_handle(handle)
+        return handle
 
     def _other_files(self) -> set[str]:
         try:
@@ -163,6 +195,13 @@ class DatasetWriter:
         for name in self.schema.names:
             self.null_counts[name] += chunk.column(name).null_count
 
+    def _split_small(self) -> None:
+        """Every row fits in one chunk: write up to ``min_chunks`` equal ones instead."""
+        parts = max(1, min(self.min_chunks, self._pending_rows // SMALL_CHUNK_ROWS))
+        size = -(-self._pending_rows // parts)
+        while self._pending_rows:
+            self._flush(min(size, self._pending_rows))
+
     def write_file(self, role: str, name: str, data: bytes) -> None:
         """Write another file of the dataset (e.g. a vocabulary), named in the manifest's
         ``files`` under ``role``; deleted with the data files if the run fails."""
@@ -172,7 +211,7 @@ class DatasetWriter:
             raise DataError(f"{name!r} is not a name for a file of the dataset")
         path = _join(self.root, name)
         self._written.append(path)
-        with self.fs.open(path, "wb") as out:
+        with self._open(path, "wb") as out:
             out.write(data)
         self.files[role] = name
 
@@ -185,7 +224,7 @@ class DatasetWriter:
         self._groups_in_file = 0
         path = _join(self.root, self._part_name())
         self._written.append(path)
-        self._file = self.fs.open(path, "wb")
+        self._file = self._open(path, "wb")
         self._writer = pq.ParquetWriter(
             self._file,
             self.schema,
@@ -209,7 +248,9 @@ class DatasetWriter:
             raise DataError(f"the dataset writer of {self.out_url} is already closed")
         if schema is not None and self.declared is None:
             raise DataError("a Criteo-layout (format 1) dataset has no declared schema to set")
-        if self._pending_rows:
+        if self._pending_rows and not self.chunks:
+            self._split_small()
+        elif self._pending_rows:
             self._flush(self._pending_rows)
         self._close_file()
         if self.declared is None:
@@ -231,7 +272,7 @@ class DatasetWriter:
             format_version=CRITEO_FORMAT_VERSION if declared is None else FORMAT_VERSION,
             **fields,
         )
-        write_manifest(self.fs, self.root, manifest)
+        write_manifest(self.fs, self.root, manifest, private=self._local)
         self.closed = True
         return manifest
 
@@ -268,10 +309,13 @@ class DatasetWriter:
                 raise
 
 
-def write_manifest(fs: Any, root: str, manifest: Manifest) -> None:
-    """Write ``manifest.json`` via a temporary name and a rename (atomic on local disks)."""
+def write_manifest(fs: Any, root: str, manifest: Manifest, *, private: bool = False) -> None:
+    """Write ``manifest.json`` via a temporary name and a rename (atomic on local disks);
+    ``private``: 0600 (a local disk)."""
     final = _join(root, MANIFEST_NAME)
     tmp = final + ".tmp"
     with fs.open(tmp, "w") as out:
+        if private:
+            private_handle(out)
         out.write(manifest.to_json())
     fs.mv(tmp, final)

@@ -31,7 +31,8 @@ class JobResult:
     """How a job ended.
 
     ``state`` is ``succeeded``, ``failed`` or ``interrupted`` (stopped before its end);
-    ``exit_code`` is what ``elasticps run`` exits with for it: 0, 1, or 130;
+    ``exit_code`` is what ``elasticps run`` exits with for it: 0, 1 (2 when a role stopped on a
+    configuration error), or 130;
     ``summary`` is the job's summary document (``WORKDIR/summary.json`` for a local job; ``{}``
     when there is none, as after a failure).
     """

@@ -1,7 +1,8 @@
 """The local backend of :func:`elasticps.launch_job`: ``elasticps run`` in a child process.
 
 The launcher's stdout contract is what the handle reads: the line ``status: URL`` names the
-status page, the exit code says how the job ended (0, 1, or 130 when stopped) and
+status page, the exit code says how the job ended (0, 1, 2 when a role stopped on a
+configuration error, or 130 when stopped) and
 ``WORKDIR/summary.json`` holds the summary once it succeeded.
 """
 

@@ -8,11 +8,13 @@ import runpy
 import signal
 import sys
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from elasticps.autoscale_policy import AutoscaleConfig
-from elasticps.config import MODES, load_config
-from elasticps.errors import ConfigError
+from elasticps.config import MODES, hold_env_token, load_config
+from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.telemetry.stream_capture import report_exception
 
 RUN_EPILOG = """\
 examples:
@@ -103,8 +105,10 @@ def register(subparsers: Any) -> None:
     trainer = subparsers.add_parser(
         "trainer", help="run one trainer: SCRIPT in this process with the PADDLE_* contract",
         description="Run the user's training SCRIPT in this process (as `python SCRIPT ARGS` "
-        "would), inside a job: PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN and "
-        "PADDLE_TRAINER_ID must be set (the launcher or the cluster sets them).")
+        "would), inside a job: PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN (or "
+        "PADDLE_JOB_TOKEN_FILE) and PADDLE_TRAINER_ID must be set (the launcher or the cluster "
+        "sets them). PADDLE_JOB_TOKEN is taken out of the environment before SCRIPT runs, so "
+        "nothing SCRIPT starts inherits it.")
     trainer.add_argument("script", metavar="SCRIPT")
     trainer.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
     trainer.set_defaults(func=trainer_command)
@@ -143,6 +147,7 @@ def _autoscale(args: argparse.Namespace) -> AutoscaleConfig | None:
 
 
 def trainer_command(args: argparse.Namespace) -> int:
+    hold_env_token()  # the script's subprocesses inherit os.environ; they get no token
     config = load_config()
     if config.store is None:
         raise ConfigError("elasticps trainer needs PADDLE_STORE (run it through `elasticps run` "
@@ -164,10 +169,27 @@ def trainer_command(args: argparse.Namespace) -> int:
         return code if isinstance(code, int) else (0 if code is None else 1)
     except GracefulLeave:
         return 0
+    except ElasticPSError:
+        raise  # "elasticps: error: ..." (cli.main): a job's refusal, said in one line
+    except Exception as exc:  # the script's own error: its traceback, from the script down
+        report_exception(exc, _from_script(exc.__traceback__, script),
+                         f"The trainer script {script.name} stopped on "
+                         f"{type(exc).__name__}: {exc}")
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+def _from_script(tb: TracebackType | None, script: Path) -> TracebackType | None:
+    """The traceback from the script's first frame on: the runner's own frames (runpy, this
+    command) say nothing about the error, and the status page shows the last lines only."""
+    path = str(script.resolve())
+    entry = tb
+    while entry is not None and entry.tb_frame.f_code.co_filename != path:
+        entry = entry.tb_next
+    return entry if entry is not None else tb
 
 
 class GracefulLeave(BaseException):

@@ -7,7 +7,7 @@ unset, as the XDG base directory spec says): ``<hash of the workdir>.json`` =
 state is read there (``job.json``, ``status.json``), so the two never disagree. A job run again
 in the same work directory replaces its entry; an entry whose work directory no longer holds a
 job (deleted, or another job's now) is dropped when the next job registers. The directory is
-the user's alone (0700).
+the user's alone (0700, its files 0600: :mod:`elasticps.private_files`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elasticps.launch.scale import JOB_FILE
+from elasticps.private_files import make_private_dir, replace_private
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,13 @@ def register(workdir: Path, job_name: str) -> None:
     cannot be written costs only the listing: a warning, and the job runs."""
     folder = registry_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(folder)
         for entry_file, entry in _read_all(folder):
             if not entry.current:
                 entry_file.unlink(missing_ok=True)
-        path = _entry_path(workdir)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"workdir": str(workdir), "job_name": job_name,
-                                   "started": time.time()}) + "\n")
-        os.replace(tmp, path)
+        replace_private(_entry_path(workdir), (json.dumps(
+            {"workdir": str(workdir), "job_name": job_name, "started": time.time()})
+            + "\n").encode())
     except OSError as exc:
         log.warning("Job %s is not listed by `elasticps list`: cannot write %s: %s", job_name,
                     folder, exc)

@@ -2,38 +2,30 @@
 
 Runs in a background thread so a slow store or master never delays the supervisor. It reads
 the master's address from the store (``master/address``), prints ``status: http://HOST:PORT/``
-once on stdout, then shows ``pass, tasks done, samples/s, loss`` from the master's
-``/api/status`` and the trainers' ``job/progress/*`` keys, with the job's share done and ETA:
-a live progress bar on a terminal, a plain line every 10 s otherwise
-(:mod:`elasticps.launch.progress_view`). The launcher's own messages go through :meth:`say`,
-so they print above the bar instead of through it.
+once on stdout, then shows the pass, the share done, the ETA, the time since the launch, what
+the job is doing (``running``, or the trainers' stages: ``writing data (trainer-0)``,
+``exporting (trainer-1)``), tasks, trainers, samples/s and loss, from the master's
+``/api/status`` and the trainers' ``job/progress/*`` keys: a live progress bar on a terminal,
+a plain line every 10 s otherwise (:mod:`elasticps.launch.progress_view`). The launcher's own
+messages go through :meth:`say`, so they print above the bar instead of through it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
 import time
-import urllib.request
 from typing import Any, TextIO
 
-from elasticps.launch.progress_view import PlainLines, RichBar, Snapshot
+from elasticps.launch.progress_view import Field, PlainLines, RichBar, Snapshot, format_eta
+from elasticps.master.status_document import activity, stages
+from elasticps.master.status_read import fetch_status
 from elasticps.store import open_store
 from elasticps.store.api import Store
 from elasticps.store.keys import TrainerProgress, read_master_address, read_progress
 
 log = logging.getLogger(__name__)
-
-
-def fetch_status(http: str, timeout: float = 2.0) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://{http}/api/status", timeout=timeout) as resp:
-            doc = json.loads(resp.read())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _num(doc: dict[str, Any], *paths: str) -> float | None:
@@ -46,36 +38,66 @@ def _num(doc: dict[str, Any], *paths: str) -> float | None:
     return None
 
 
-def render(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
-           samples_per_sec: float | None) -> str:
-    """One progress line from what the master and the trainers report."""
-    parts: list[str] = []
+# Priorities of the line's fields (0: shown the longest; higher ones go first when it is narrow)
+_PASS, _SHARE, _ETA, _DOING, _ELAPSED, _TASKS, _SPEED, _LOSS, _TRAINERS = \
+    1, 0, 0, 0, 2, 3, 4, 5, 6
+
+
+def fields(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
+           samples_per_sec: float | None, elapsed_s: float | None = None) -> list[Field]:
+    """The progress line's fields, in the order shown, from what the master and the trainers
+    report (see the module docstring)."""
+    out: list[Field] = []
     status = status or {}
     pass_id = _num(status, "pass", "pass_id")
     num_passes = _num(status, "num_passes")
-    if pass_id is None and progress:
-        pass_id = max(float(p.pass_id) for p in progress.values())
+    state = status.get("state") if isinstance(status.get("state"), str) else None
     if pass_id is not None:
-        parts.append(f"pass {int(pass_id) + 1}" + (f"/{int(num_passes)}" if num_passes else ""))
-    done = _num(status, "counts.done")
-    total = _num(status, "num_tasks")
-    if done is not None:
-        parts.append(f"tasks {int(done)}" + (f"/{int(total)}" if total else ""))
+        shown = int(pass_id) + 1 if num_passes is None else min(int(pass_id) + 1,
+                                                                   int(num_passes))
+        out.append(Field(f"pass {shown}" + (f"/{int(num_passes)}" if num_passes else ""),
+                         _PASS))
+    shown_progress: dict[str, Any] = status["progress"] \
+        if isinstance(status.get("progress"), dict) else {}
+    fraction = _num(shown_progress, "fraction")
+    eta = _num(shown_progress, "eta_s")
+    if fraction is not None and state != "waiting_for_dataset":
+        out.append(Field(f"{100 * fraction:.0f}%", _SHARE))
+    if state == "running" and eta is not None:
+        out.append(Field(f"ETA {format_eta(eta)}", _ETA))
+    if elapsed_s is not None:
+        out.append(Field(f"elapsed {format_eta(elapsed_s)}", _ELAPSED))
     live = status.get("live_trainers")
     if isinstance(live, list):
         # Progress keys outlive their trainers (killed or scaled away): count and average only
         # the trainers the master sees alive.
         progress = {name: p for name, p in progress.items() if name in live}
-    parts.append(f"trainers {len(live) if isinstance(live, list) else len(progress)}")
-    if samples_per_sec is not None:
-        parts.append(f"{samples_per_sec:,.0f} samples/s")
+    out.append(Field(doing(status, progress), _DOING))
+    done = _num(status, "counts.done")
+    total = _num(status, "num_tasks")
+    if done is not None and state == "running":
+        out.append(Field(f"tasks {int(done)}" + (f"/{int(total)}" if total else ""), _TASKS))
+    out.append(Field(f"trainers {len(live) if isinstance(live, list) else len(progress)}",
+                     _TRAINERS))
+    if samples_per_sec is not None and state == "running":
+        out.append(Field(f"{samples_per_sec:,.0f} samples/s", _SPEED))
     losses = [p.loss for p in progress.values() if p.loss is not None]
-    if losses:
-        parts.append(f"loss {sum(losses) / len(losses):.4f}")
-    state = status.get("state") or status.get("status")
-    if isinstance(state, str):
-        parts.append(state)
-    return " | ".join(parts)
+    if losses and state in ("running", "succeeded"):
+        out.append(Field(f"loss {sum(losses) / len(losses):.4f}", _LOSS))
+    return out
+
+
+def doing(status: dict[str, Any], live_progress: dict[str, TrainerProgress]) -> str:
+    """What the job is doing, in words: the trainers' stages when they say any, ``starting``
+    before a trainer named the dataset, ``training done, N trainer(s) finishing`` while the
+    trainers' scripts go on after the last pass, else the master's state."""
+    said = activity(status, stages(live_progress, list(live_progress)))
+    if said is not None:
+        return said
+    state = str(status.get("state") or "starting")
+    if state == "succeeded" and live_progress:
+        return f"training done, {len(live_progress)} trainer(s) finishing"
+    return state
 
 
 class LauncherWatch(threading.Thread):
@@ -96,6 +118,7 @@ class LauncherWatch(threading.Thread):
         tty = bool(getattr(self.err, "isatty", lambda: False)())
         self.view: PlainLines | RichBar = RichBar(self.err) if tty else PlainLines(self.err)
         self._samples: list[tuple[float, float]] = []
+        self.started = time.monotonic()  # the line's elapsed time: since the launch
         self._last_status: dict[str, Any] | None = None
         # (master status, samples/s over the last 10 s), replaced whole on each tick so another
         # thread (the autoscaler) reads a consistent pair without a lock.
@@ -151,17 +174,18 @@ class LauncherWatch(threading.Thread):
         self._latest = (status, sps)
         if status is None and not progress:
             return  # nothing to show yet
-        self.view.show(snapshot(status, progress, sps), now)
+        self.view.show(snapshot(status, progress, sps, now - self.started), now)
 
 
 def snapshot(status: dict[str, Any] | None, progress: dict[str, TrainerProgress],
-             samples_per_sec: float | None) -> Snapshot:
-    """The line and the bar's share done and ETA (from the master's ``progress``)."""
-    line = render(status, progress, samples_per_sec)
+             samples_per_sec: float | None, elapsed_s: float | None = None) -> Snapshot:
+    """The line's fields and the bar's share done (from the master's ``progress``; None, a
+    pulsing bar, before it has a dataset)."""
     shown = (status or {}).get("progress")
     fraction = _num(shown, "fraction") if isinstance(shown, dict) else None
-    eta = _num(shown, "eta_s") if isinstance(shown, dict) else None
-    return Snapshot(line, fraction, eta)
+    if (status or {}).get("state") == "waiting_for_dataset":
+        fraction = None
+    return Snapshot(tuple(fields(status, progress, samples_per_sec, elapsed_s)), fraction)
 
 
 class ReportStream:

@@ -1,13 +1,17 @@
 """``elasticps run``: one job on this machine, the way torchrun runs one on a node.
 
-It creates the embedded store ``file://WORKDIR/store.db`` (unless ``--store etcd://...``), a
-fresh job token, a fresh job CA with one certificate per role (``WORKDIR/tls/<role>/``: 0600
-files in 0700 directories; the CA key is never written; none with ``--insecure``), and starts
+It checks WORKDIR first (no other user may own or write it, or what the job keeps in it:
+:mod:`elasticps.launch.workdir`; a new one is created 0700), then creates the embedded store
+``file://WORKDIR/store.db`` (unless ``--store etcd://...``), a fresh job token in
+``WORKDIR/token`` (0600; the roles read it through ``PADDLE_JOB_TOKEN_FILE``, so it is in no
+process's environment), a fresh job CA with one certificate per role (``WORKDIR/tls/<role>/``:
+0600 files in 0700 directories; the CA key is never written; none with ``--insecure``), and starts
 ``elasticps master`` (plus ``--standby-masters`` hot standbys that wait in the election),
 M x ``elasticps pserver`` and N x ``elasticps trainer SCRIPT ARGS`` as child processes. Every
 server binds its own port (``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports
-around. Logs go to ``WORKDIR/logs/<role>[-<i>].log``. At the end it writes
-``WORKDIR/summary.json``.
+around. Logs go to ``WORKDIR/logs/<role>[-<i>].log`` (0600, in a 0700 directory). At the end
+it writes ``WORKDIR/summary.json``. A role that stops on a configuration error (a busy
+``PADDLE_HTTP_PORT``) fails the job at once, and ``elasticps run`` exits 2.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from elasticps.launch import job_registry
 from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.final_metrics import final_lines, headline_metric, passes_trained
 from elasticps.launch.job_watch import LauncherWatch, ReportStream
-from elasticps.launch.local_job import STATUS_FILE, LocalJob, write_job_file
+from elasticps.launch.local_job import STATUS_FILE, LocalJob, failure_record, write_job_file
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.process_records import RecordsWriter, log_name
 from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.supervisor import JobState, Supervisor
+from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
+from elasticps.private_files import make_private_dir, replace_private
 from elasticps.rpc.credentials import INSECURE_WARNING
 from elasticps.rpc.tls import write_job_identities
 from elasticps.store.api import Store
@@ -45,6 +51,10 @@ from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 from elasticps.telemetry.logfmt import set_context
 
 log = logging.getLogger(__name__)
+
+# `elasticps run`'s exit status when a role stopped on a configuration error (argparse's for
+# a bad command line): the job failed for something to fix, not something that broke.
+CONFIG_ERROR_EXIT = 2
 
 
 @dataclass
@@ -95,10 +105,14 @@ def _validate(opts: LaunchOptions) -> None:
 
 
 def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: str,
-                token: str, base_env: dict[str, str]) -> list[RoleSpec]:
-    """The role processes of the job, with the environment contract filled in."""
+                base_env: dict[str, str]) -> list[RoleSpec]:
+    """The role processes of the job, with the environment contract filled in. The token is
+    not in it: the roles read ``WORKDIR/token`` (``PADDLE_JOB_TOKEN_FILE``, written before they
+    start), and a token of the launcher's own shell is not the job's."""
+    base_env = {k: v for k, v in base_env.items()
+                if k not in ("PADDLE_JOB_TOKEN", "PADDLE_JOB_TOKEN_FILE")}
     config = load_config(
-        env=base_env, store=store_url, job_name=job_name, token=token,
+        env=base_env, store=store_url, job_name=job_name,
         num_pservers=opts.pservers, trainer_count=opts.trainers,
         num_gradient_servers=opts.trainers, port=0, workdir=str(workdir),
         checkpoint_url=base_env.get("PADDLE_CHECKPOINT_URL") or str(workdir / "checkpoints"),
@@ -106,8 +120,10 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         insecure=opts.insecure, **({"mode": opts.mode} if opts.mode else {}),
         **({"geo_steps": opts.geo_steps} if opts.geo_steps is not None else {}),
     )
-    env = {**base_env, **config.to_env()}
+    env = {**base_env, **config.to_env(), "PADDLE_JOB_TOKEN_FILE": str(workdir / TOKEN_FILE)}
     env.pop("PADDLE_TLS_DIR", None)  # each role gets its own identity below
+    # Never in a child's environment, where the user's script would hand it on.
+    env.pop("PADDLE_JOB_TOKEN", None)
 
     def role_env(role: str) -> dict[str, str]:
         tls = {} if opts.insecure else {"PADDLE_TLS_DIR": str(tls_dir(workdir, role))}
@@ -166,8 +182,7 @@ class Launch:
         base_env = dict(os.environ)
         for key in [k for k in base_env if k in ("PADDLE_ROLE", "PADDLE_TRAINER_ID")]:
             del base_env[key]
-        self.specs = build_specs(opts, self.workdir, self.store_url, self.job_name, self.token,
-                                 base_env)
+        self.specs = build_specs(opts, self.workdir, self.store_url, self.job_name, base_env)
         self.trainer_env = {k: v for k, v in self.specs[-1].env.items()
                             if k not in ("PADDLE_TRAINER_ID",)}
         self.watch = LauncherWatch(self.store_url, self.job_name, out=self.out, err=self.err)
@@ -190,8 +205,9 @@ class Launch:
         self._wake.set()
 
     def run(self) -> int:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / "logs").mkdir(exist_ok=True)
+        prepare_workdir(self.workdir)  # before anything is written or started
+        make_private_dir(self.workdir / "logs")
+        write_token(self.workdir, self.token)
         print(f"elasticps run: job {self.job_name}, store {self.store_url}, "
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
         if self.opts.insecure:
@@ -261,6 +277,10 @@ class Launch:
         if proc is not None and proc.spec.log_path is not None:
             print(f"--- last lines of {proc.spec.log_path} ---\n{proc.log_tail()}",
                   file=self.err, flush=True)
+        if self.supervisor.config_error:
+            print(f"elasticps run: job {self.job_name} stopped on a configuration error "
+                  f"(above); fix it and run again", file=self.err, flush=True)
+            return CONFIG_ERROR_EXIT
         return 1
 
     def _save_page(self, state: JobState, wall_s: float) -> None:
@@ -268,9 +288,13 @@ class Launch:
         job = LocalJob(self.workdir, self.store_url, self.job_name)
         restarts = {p.spec.name: p.restarts for p in self.supervisor.procs.values()
                     if p.restarts}
+        proc = self.supervisor.failed_proc
+        failure = None if proc is None else failure_record(
+            proc.spec.name, self.supervisor.failure, proc.spec.log_path, proc.log_tail(200))
         try:
             path = job.save_final(state.value, self.supervisor.failure,
-                                  {"wall_s": round(wall_s, 3), "restarts": restarts})
+                                  {"wall_s": round(wall_s, 3), "restarts": restarts},
+                                  failure=failure)
         except (OSError, ValueError, ElasticPSError) as exc:
             log.warning("Job %s: could not save its status page: %s", self.job_name, exc)
             return
@@ -306,10 +330,8 @@ class Launch:
         summary.setdefault("passes", passes_trained(progress))
         summary.setdefault(headline_metric(summary) or "auc", None)
         summary.setdefault("best_auc", None)
-        path = self.workdir / "summary.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        replace_private(self.workdir / "summary.json",
+                        (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
         return summary
 
 

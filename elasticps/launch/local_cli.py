@@ -19,6 +19,7 @@ from elasticps.launch.log_view import view
 from elasticps.launch.progress_view import format_eta
 from elasticps.launch.role_logs import LogSource, resolve
 from elasticps.master.status_access import is_loopback
+from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
 
 # -- status -----------------------------------------------------------------------------------
@@ -52,7 +53,7 @@ def summary(job: LocalJob, doc: dict[str, Any] | None) -> str:
                  f"{sum(1 for t in trainers if t.get('live'))} running, "
                  f"{sum(int(t.get('restarts') or 0) for t in trainers)} restart(s)")
     for t in trainers:
-        lines.append(f"    {t.get('name', '?'):<12} {'running' if t.get('live') else 'gone':<8} "
+        lines.append(f"    {t.get('name', '?'):<12} {t.get('state') or '-':<8} "
                      f"samples {t.get('samples', 0):,}  restarts {t.get('restarts', 0)}")
     progress = doc.get("progress") or {}
     if doc.get("pass") is not None:
@@ -61,12 +62,16 @@ def summary(job: LocalJob, doc: dict[str, Any] | None) -> str:
             f"  pass {min(int(doc['pass']) + 1, passes or 10**9)}/{passes} | tasks "
             f"{progress.get('tasks_done', 0)}/{progress.get('tasks_total', 0)} | "
             f"{100 * float(progress.get('fraction') or 0):.1f}% | ETA "
-            f"{'done' if doc.get('done') else format_eta(progress.get('eta_s'))}"
+            f"{'done' if doc.get('state') == 'succeeded' else format_eta(progress.get('eta_s'))}"
             + (f" | {float(doc['samples_per_s']):,.0f} samples/s"
                if doc.get("samples_per_s") is not None and doc.get("live") else "")
             + (f" | loss {float(doc['loss']):.4f}" if doc.get("loss") is not None else ""))
     if doc.get("job_failed_reason"):
         lines.append(f"  failed: {doc['job_failed_reason']}")
+    failure = doc.get("failure")
+    if isinstance(failure, dict) and failure.get("traceback"):
+        lines.append(f"  last lines of {failure.get('log') or failure.get('process')}:")
+        lines += [f"    {line}" for line in str(failure["traceback"]).splitlines()]
     if doc.get("live"):
         lines.append(f"  status page: {doc.get('status_url', '-')}")
     else:
@@ -184,7 +189,8 @@ def run_ui(args: argparse.Namespace) -> int:
             raise ConfigError("the job's document vanished")
         return doc
 
-    server = StatusServer(document, args.host, args.port)
+    server = StatusServer(document, args.host, args.port, port_setting="--port",
+                          logs=LogFiles(job.workdir / "logs"))
     done = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: done.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.errors import ConfigError, ElasticPSError
-from elasticps.launch.job_watch import fetch_status
 from elasticps.launch.scale import JOB_FILE
-from elasticps.master.status_view import offline
+from elasticps.master.status_document import offline
+from elasticps.master.status_read import fetch_status
+from elasticps.private_files import replace_private
 from elasticps.store import open_store
 from elasticps.store.keys import MasterAddress, read_history, read_master_address
 
 STATUS_FILE = "status.json"
+TRACEBACK_LINES = 40  # of a failed process's last traceback, kept in status.json
+SHORT_TAIL = 15  # log lines kept when the failed process left no traceback
 
 
 def process_start_time(pid: int) -> int | None:
@@ -144,28 +147,68 @@ class LocalJob:
         """Live while a master serves, else the saved one."""
         return self.live_document() or self.saved_document()
 
-    def save_final(self, state: str, reason: str | None, extra: dict[str, Any]) -> Path | None:
-        """``WORKDIR/status.json``: the master's saved document and how the launcher ended."""
+    def save_final(self, state: str, reason: str | None, extra: dict[str, Any], *,
+                   failure: dict[str, Any] | None = None) -> Path | None:
+        """``WORKDIR/status.json``: the master's saved document and how the launcher ended
+        (``failure``: the process whose exit failed the job, with its last traceback)."""
         doc = self._stored_document()
         if doc is None:
             return None
         doc["launcher"] = {"state": state, "reason": reason, **extra}
+        if failure is not None:
+            doc["failure"] = failure
+        if state != "succeeded":  # the launcher ended it: the timeline's last entry says so
+            doc["events"] = [*(doc.get("events") or []), {
+                "time": time.time(), "kind": "job", "subject": self.job_name,
+                "message": f"the job {state}: {reason}", "source": "launcher"}]
         if state in ("failed", "interrupted") and doc.get("state") not in ("failed",):
             doc["state"] = state
             doc["done"] = True
             doc["job_failed_reason"] = doc.get("job_failed_reason") or reason
         path = self.workdir / STATUS_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        os.replace(tmp, path)
+        replace_private(path, (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False)
+                               + "\n").encode())
         return path
 
 
+def failure_record(process: str, reason: str | None, log_path: Path | None,
+                   log_tail: str) -> dict[str, Any]:
+    """What the page says of the process whose exit failed the job: its name, why, its log
+    and the last lines that explain it (:func:`last_traceback`)."""
+    return {"process": process, "reason": reason,
+            "log": str(log_path) if log_path is not None else None,
+            "traceback": last_traceback(log_tail)}
+
+
+def last_traceback(log_tail: str, most: int = TRACEBACK_LINES) -> str:
+    """The last Python traceback in a log's tail, from its ``Traceback`` line to the error
+    (at most ``most`` lines, its end kept), or the tail's last lines when it holds none. In a
+    JSON log a traceback is a record's ``exc`` (telemetry/stream_capture.py)."""
+    lines = log_tail.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    recorded = _last_recorded_traceback(lines[starts[-1] + 1:] if starts else lines)
+    if recorded is not None:
+        return "\n".join(recorded.splitlines()[-most:])
+    chosen = lines[starts[-1]:] if starts else lines
+    return "\n".join(chosen[-most:] if starts else chosen[-SHORT_TAIL:])
+
+
+def _last_recorded_traceback(lines: list[str]) -> str | None:
+    """The ``exc`` of the last JSON log record among ``lines`` that has one."""
+    for line in reversed(lines):
+        if line.startswith("{") and '"exc"' in line:
+            try:
+                exc = json.loads(line).get("exc")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(exc, str) and exc:
+                return exc
+    return None
+
+
 def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:
-    """``WORKDIR/job.json``: how ``elasticps status|logs|scale|ui|stop --workdir`` find the job."""
-    path = workdir / JOB_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"store": store_url, "job_name": job_name,
-                               "launcher_pid": os.getpid(),
-                               "launcher_start": process_start_time(os.getpid())}) + "\n")
-    os.replace(tmp, path)
+    """``WORKDIR/job.json``: how ``elasticps status|logs|scale|ui|stop --workdir`` find the
+    job."""
+    replace_private(workdir / JOB_FILE, (json.dumps(
+        {"store": store_url, "job_name": job_name, "launcher_pid": os.getpid(),
+         "launcher_start": process_start_time(os.getpid())}) + "\n").encode())

@@ -1,4 +1,5 @@
-"""One role process of a local job: spawned in its own process group, logged to a file.
+"""One role process of a local job: spawned in its own process group, logged to a file that
+only its owner can read (0600, in a 0700 directory).
 
 Each child gets a new session (``start_new_session``), so a terminal's Ctrl-C reaches only the
 launcher, which then stops the children in order; signals go to the child's whole group so a
@@ -19,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elasticps.errors import CONFIG_EXIT_CODE
 from elasticps.launch.parent_watch import with_parent
+from elasticps.private_files import make_private_dir, open_private
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ def describe_exit(code: int) -> str:
             return f"signal {signal.Signals(-code).name}"
         except ValueError:
             return f"signal {-code}"
+    if code == CONFIG_EXIT_CODE:
+        return f"exit code {code}, a configuration error"
     return f"exit code {code}"
 
 
@@ -68,8 +73,9 @@ class RoleProcess:
     def start(self) -> None:
         log = None
         if self.spec.log_path is not None:
-            self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.spec.log_path, "ab")  # noqa: SIM115 - the child owns it after Popen
+            make_private_dir(self.spec.log_path.parent)
+            # The child owns it after Popen. 0600: a log may hold the user's data.
+            log = os.fdopen(open_private(self.spec.log_path, os.O_WRONLY | os.O_APPEND), "ab")
             if self.restarts:
                 log.write(f"\n===== restart {self.restarts} of {self.spec.name} =====\n".encode())
                 log.flush()

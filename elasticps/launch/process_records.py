@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +31,7 @@ from typing import Any
 
 from elasticps.errors import ElasticPSError
 from elasticps.launch.process import RoleProcess
+from elasticps.private_files import replace_private
 from elasticps.store.api import Store
 from elasticps.store.keys import PSERVER_SLOT_PREFIX, PServerSlot, read_master_address, slot_of
 
@@ -162,9 +162,8 @@ class RecordsWriter:
     def _write(self) -> None:
         doc = {"processes": {str(pid): rec for pid, rec in self.processes.items()},
                "serving": self.serving}
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, self.path)
+            replace_private(self.path, (json.dumps(doc, indent=1, sort_keys=True)
+                                        + "\n").encode())
         except OSError as exc:  # the job runs on; `elasticps logs` falls back to file names
             log.warning("Cannot write %s: %s", self.path, exc)

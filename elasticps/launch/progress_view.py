@@ -1,24 +1,46 @@
-"""How ``elasticps run`` shows progress: a live bar with ETA on a terminal (rich), plain lines
-every 10 s when its output is a file or a pipe. Both take the same :class:`Snapshot`."""
+"""How ``elasticps run`` shows progress: a live bar on a terminal (rich), plain lines every 10 s
+when its output is a file or a pipe. Both take the same :class:`Snapshot`: the job's share done
+and a list of fields, each with a priority.
+
+On a terminal the line is fitted to its width by dropping whole fields, least important first
+(:func:`fit`), so no figure is ever cut in the middle; it also stops short of the last
+columns, where a terminal echoes ``^C``: an echo that wrapped onto a new line would leave the
+bar behind when it is redrawn, and the bar would show twice.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Column
+
+SEPARATOR = " | "
+ECHO_RESERVE = 3  # columns left free at the line's end: room for the terminal's "^C"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One part of the line; ``priority`` 0 is shown the longest, higher ones go first."""
+
+    text: str
+    priority: int
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One look at the job: the line's words, and the bar's share done and ETA."""
+    """One look at the job: the line's fields (in the order shown) and the bar's share done."""
 
-    line: str  # "pass 2/2 | tasks 26/32 | trainers 2 | 8,468 samples/s | loss 0.5582 | running"
+    fields: tuple[Field, ...]
     fraction: float | None  # of the whole job, 0..1 (None: not known yet)
-    eta_s: float | None
+
+    @property
+    def line(self) -> str:
+        return SEPARATOR.join(f.text for f in self.fields)
 
 
 def format_eta(seconds: float | None) -> str:
@@ -28,6 +50,16 @@ def format_eta(seconds: float | None) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def fit(fields: Sequence[Field], width: int) -> str:
+    """The fields that fit in ``width`` columns, joined, in their order: the least important
+    are left out whole until the rest fit (possibly none)."""
+    kept = list(fields)
+    while kept and len(SEPARATOR.join(f.text for f in kept)) > width:
+        least = max(kept, key=lambda f: f.priority)
+        kept = [f for f in kept if f is not least]
+    return SEPARATOR.join(f.text for f in kept)
 
 
 class PlainLines:
@@ -41,8 +73,6 @@ class PlainLines:
 
     def show(self, snap: Snapshot, now: float) -> None:
         line = snap.line
-        if snap.fraction is not None:
-            line += f" | {100 * snap.fraction:.1f}% | ETA {format_eta(snap.eta_s)}"
         if line != self._last_line and (self._last_print is None
                                         or now - self._last_print >= self.every):
             print(line, file=self.err, flush=True)
@@ -56,34 +86,44 @@ class PlainLines:
         pass
 
 
+def bar_width(columns: int) -> int:
+    """The bar's own width on a terminal ``columns`` wide."""
+    return 24 if columns >= 110 else 16 if columns >= 80 else 10
+
+
 class RichBar:
-    """A progress bar redrawn in place, with messages printed above it."""
+    """A progress bar and the fitted line beside it, redrawn in place, with messages printed
+    above it."""
 
     def __init__(self, err: TextIO, *, force_terminal: bool = True, width: int | None = None
                  ) -> None:
         self.console = Console(file=err, force_terminal=force_terminal, width=width,
                                highlight=False)
-        # The pass, the bar, the share and the ETA always show; the rest is cut to the width.
+        self._bar = BarColumn(bar_width=bar_width(self.console.width))
         self.progress = Progress(
-            TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
-            BarColumn(bar_width=24), TaskProgressColumn(table_column=Column(no_wrap=True)),
-            TextColumn("ETA {task.fields[eta]}", table_column=Column(no_wrap=True)),
-            TextColumn("{task.fields[info]}",
-                       table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            self._bar, TextColumn("{task.fields[info]}", markup=False,
+                                  table_column=Column(no_wrap=True, overflow="crop")),
             console=self.console, auto_refresh=False, redirect_stdout=False,
-            redirect_stderr=False, expand=True)
+            redirect_stderr=False, expand=False)
         self._task: TaskID | None = None
         self._lock = threading.Lock()
 
     def show(self, snap: Snapshot, now: float) -> None:
-        head, _, rest = snap.line.partition(" | ")
+        columns = self.console.width
+        self._bar.bar_width = bar_width(columns)
+        # the bar, one column between it and the text, and the columns kept free for "^C"
+        info = fit(snap.fields, columns - self._bar.bar_width - 1 - ECHO_RESERVE)
         with self._lock:
+            first = self._task is None
             if self._task is None:
-                self.progress.start()
-                self._task = self.progress.add_task(head, total=1000, eta="-:--", info="")
-            completed = None if snap.fraction is None else round(1000 * snap.fraction)
-            self.progress.update(self._task, description=head, completed=completed,
-                                 eta=format_eta(snap.eta_s), info=rest)
+                self._task = self.progress.add_task("", total=None, info="")
+            if snap.fraction is None:
+                self.progress.update(self._task, total=None, info=info)  # the bar pulses
+            else:
+                self.progress.update(self._task, total=1000,
+                                     completed=round(1000 * snap.fraction), info=info)
+            if first:
+                self.progress.start()  # draws the first frame: the one just set
             self.progress.refresh()
 
     def say(self, text: str) -> None:

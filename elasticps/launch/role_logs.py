@@ -27,8 +27,8 @@ from elasticps.launch.local_job import LocalJob
 from elasticps.launch.process_records import ProcessRecords, log_name
 
 ROLES = ("master", "pserver", "trainer")
-_NAME = re.compile(r"^(master|pserver|trainer)(?:-(\d{1,6}))?$")
-_FILE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?\.log$")
+_NAME = re.compile(r"^(master|pserver|trainer)(?:-(\d{1,6}))?\Z")
+_FILE = re.compile(r"^(master|pserver|trainer)(?:-(\d{1,6}))?\.log\Z")
 
 
 @dataclass(frozen=True)

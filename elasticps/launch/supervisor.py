@@ -14,7 +14,9 @@ grew with its lifetime restart count). A restartable trainer is restarted
 only when a signal killed it (0 = it saw ALL_DONE; any other code is an error in the script,
 which fails the job with that trainer's log, as torchrun does by default). Trainers can be
 added (:meth:`Supervisor.add`) and retired (:meth:`Supervisor.retire`: SIGTERM, a graceful
-leave; its exit no longer counts).
+leave; its exit no longer counts). A child of any role that exits with
+:data:`~elasticps.errors.CONFIG_EXIT_CODE` (it stopped on a configuration error: a busy port, a
+missing variable) fails the job at once, restarts or not: a restart would repeat it.
 STOPPING sends SIGTERM to every child's process group and SIGKILL to those still alive
 after ``grace`` seconds.
 
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from elasticps.errors import CONFIG_EXIT_CODE
 from elasticps.launch.process import RoleProcess, RoleSpec, describe_exit
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Decision:
     restart: list[str] = field(default_factory=list)
     fail: str | None = None  # why the job failed
     failed: str | None = None  # the child whose exit failed it
+    config_error: bool = False  # it failed on a configuration error (fix it, do not retry)
     succeed: bool = False
 
 
@@ -76,6 +80,12 @@ def decide(observations: list[Observation], max_restarts: int) -> Decision:
     for obs in observations:
         if obs.exit_code is None:
             continue
+        if obs.exit_code == CONFIG_EXIT_CODE:
+            decision.fail = (f"{obs.name} stopped on a configuration error (exit code "
+                             f"{obs.exit_code}); a restart would repeat it")
+            decision.failed = obs.name
+            decision.config_error = True
+            return decision
         if obs.restartable and _should_restart(obs):
             if obs.restarts >= max_restarts:
                 decision.fail = (f"{obs.name} exited ({describe_exit(obs.exit_code)}) and was "
@@ -136,6 +146,7 @@ class Supervisor:
         self.state = JobState.RUNNING
         self.failure: str | None = None
         self.failed_proc: RoleProcess | None = None
+        self.config_error = False  # the job failed on a child's configuration error
         self._exited_at: dict[str, float] = {}
         self.retired: dict[str, RoleProcess] = {}
         self._stop_deadline: float | None = None
@@ -200,6 +211,7 @@ class Supervisor:
             if decision.fail is not None:
                 self.failure = decision.fail
                 self.failed_proc = self.procs.get(decision.failed or "")
+                self.config_error = decision.config_error
                 self._begin_stop(JobState.FAILED)
             elif decision.succeed:
                 self._begin_stop(JobState.SUCCEEDED)

@@ -23,10 +23,11 @@ and persists every change in the store before answering. Start two for a hot sta
 second blocks in the election and takes over (resuming from the store) when the first dies.
 The leader publishes its gRPC and status addresses at master/address in the store.
 
-Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN, PADDLE_TLS_DIR (or PADDLE_INSECURE),
-PADDLE_HOST, PADDLE_HTTP_HOST, PADDLE_LEASE_TTL and PADDLE_DATA from the environment (see
-`elasticps env`). Exits 0 on SIGTERM (after resigning
-the lead) and 1 when it loses the lead, so a supervisor restarts it as a standby.
+Reads PADDLE_STORE, PADDLE_JOB_NAME, PADDLE_JOB_TOKEN (or PADDLE_JOB_TOKEN_FILE),
+PADDLE_TLS_DIR (or PADDLE_INSECURE), PADDLE_HOST, PADDLE_HTTP_HOST, PADDLE_LEASE_TTL and
+PADDLE_DATA from the environment (see `elasticps env`). Exits 0 on SIGTERM (after resigning
+the lead), 1 when it loses the lead, so a supervisor restarts it as a standby, and 78 on a
+configuration error (a busy PADDLE_HTTP_PORT, say), which a restart would only repeat.
 
 The dataset is set by the first trainer's SetDataset, with the batch plan of its reader (batch
 size, shuffle seed, features): the master counts every task's batches from it and refuses a
@@ -36,7 +37,8 @@ trainer that reads differently. --dataset sets it at start instead and then need
 
 EPILOG = """\
 example:
-  PADDLE_STORE=file:///tmp/job.db PADDLE_JOB_TOKEN=secret PADDLE_TLS_DIR=/tmp/job/tls/master \\
+  PADDLE_STORE=file:///tmp/job/job.db PADDLE_JOB_TOKEN_FILE=/tmp/job/token \\
+    PADDLE_TLS_DIR=/tmp/job/tls/master \\
     elasticps master --dataset /data/criteo --chunks-per-task 2 --num-passes 3 \\
     --batch-size 512 --http-port 8080
   curl http://127.0.0.1:8080/api/status
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if not config.store:
         raise ConfigError("the master needs a store: set PADDLE_STORE (etcd://... or file://...)")
     if not config.token:
-        raise ConfigError("the master needs the job token: set PADDLE_JOB_TOKEN")
+        raise ConfigError("the master needs the job token: set PADDLE_JOB_TOKEN or "
+                          "PADDLE_JOB_TOKEN_FILE")
     for flag, value in (("--port", args.port), ("--http-port", args.http_port)):
         if not 0 <= value <= 65535:
             raise ConfigError(f"{flag}={value} must be within [0, 65535]")
@@ -125,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
         num_passes=args.num_passes, batch_plan=plan,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None
         else config.num_pservers, metrics_port=config.metrics_port,
-        max_concurrent_rpcs=config.call_limit("master"))
+        max_concurrent_rpcs=config.call_limit("master"),
+        logs_dir=os.path.join(config.workdir, "logs") if config.workdir else None)
     set_node(options.node)
     store = open_store(config.store, config.job_name)
     server = MasterServer(store, options)

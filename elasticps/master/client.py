@@ -31,6 +31,7 @@ from elasticps.errors import (
 )
 from elasticps.proto import master_pb2, master_pb2_grpc
 from elasticps.retry import RetryPolicy
+from elasticps.rpc.call_metrics import ClientCallMetrics
 from elasticps.rpc.channel import call, make_channel
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.store.api import Lease, Store
@@ -57,8 +58,9 @@ class MasterClient:
 
     def __init__(self, store: Store, credentials: JobCredentials, trainer_name: str, *,
                  retry_for: float = 300.0, rpc_timeout: float = 10.0,
-                 lease_ttl: int = 5) -> None:
+                 lease_ttl: int = 5, call_metrics: ClientCallMetrics | None = None) -> None:
         self.store = store
+        self.call_metrics = call_metrics  # every call counted by method and code
         self.credentials = credentials
         self.trainer = trainer_name
         self.retry = MASTER_RETRY.within(retry_for)
@@ -81,7 +83,8 @@ class MasterClient:
             if address != self._address or self._stub is None:
                 if self._channel is not None:
                     self._channel.close()
-                self._channel = make_channel(address, self.credentials, "master")
+                self._channel = make_channel(address, self.credentials, "master",
+                                             call_metrics=self.call_metrics)
                 self._stub = master_pb2_grpc.MasterStub(self._channel)
                 if self._address is not None:
                     log.info("Trainer %s follows the master to %s.", self.trainer, address)

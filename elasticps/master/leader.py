@@ -6,8 +6,11 @@ state          what one step does                                          next
 =============  ==========================================================  ====================
 STARTING       announce ``master/candidate/<node>`` under its own lease    CAMPAIGNING
 CAMPAIGNING    one bounded attempt (``campaign_s``) at ``master/election``  LOADING when won;
-               (a store outage is waited out: a standby must still be      RESIGNING on stop();
-               there when the store comes back)                            else CAMPAIGNING
+               (a store outage is waited out: a standby must still be      RESIGNING on stop(),
+               there when the store comes back); a standby told to stop    won or not; else
+               never leads, even if it wins (at a job's end every master   CAMPAIGNING
+               is stopped at once, and the leader's resignation must not
+               make a standby take a job that is over)
 LOADING        read the live trainers, load ``master/state/`` (or set the  SERVING; DEPOSED if
                dataset it was given), start the trainer watch, the task-   a fenced write is
                lease timer, the reconcile loop, HTTP status and gRPC;      refused
@@ -181,6 +184,10 @@ class Leader(Lifecycle[LeaderState]):
                         "trying.", self.options.node, self.options.job, exc)
             self._stop.wait(0.5)  # backoff while the store is down
             won = False
+        if won and self._stop.is_set():
+            log.info("Master %s of job %s won the election while stopping; it gives the lead "
+                     "up without taking it.", self.options.node, self.options.job)
+            return S.RESIGNING
         if won:
             self._won_at = time.monotonic()
             log.info("Master %s of job %s is the leader; loading the state.", self.options.node,

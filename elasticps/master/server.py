@@ -22,10 +22,12 @@ from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
 from elasticps.master.service import ChunkLister, MasterState, data_chunk_lister
 from elasticps.master.status_access import status_access
+from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
 from elasticps.master.telemetry import MasterMetrics, TimedMasterServicer
 from elasticps.proto import master_pb2_grpc
 from elasticps.pserver.client import PServerClient
+from elasticps.rpc.call_metrics import ClientCallMetrics, ServerCallMetrics
 from elasticps.rpc.health import add_health, serve_health, set_serving
 from elasticps.rpc.server import bind, make_server
 from elasticps.store.api import Store
@@ -42,11 +44,13 @@ __all__ = ["MasterOptions", "MasterServer", "serve_rpc", "serve_status"]
 
 
 @contextlib.contextmanager
-def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram) -> Iterator[int]:
+def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram,
+              call_metrics: ServerCallMetrics | None = None) -> Iterator[int]:
     """The ``Master`` gRPC service (and grpc.health) on ``options.port``; yields the port."""
     server = make_server(options.credentials, max_workers=MASTER_RPC_WORKERS,
                          max_receive_bytes=MASTER_MAX_RECEIVE_BYTES,
-                         max_concurrent_rpcs=options.max_concurrent_rpcs)
+                         max_concurrent_rpcs=options.max_concurrent_rpcs,
+                         call_metrics=call_metrics)
     master_pb2_grpc.add_MasterServicer_to_server(TimedMasterServicer(state, dispatch), server)
     health = add_health(server)
     set_serving(health, True)  # only the elected leader serves at all
@@ -71,7 +75,9 @@ def serve_status(state: MasterState, options: MasterOptions,
     ``document()``, ``/metrics``); yields the port."""
     http = StatusServer(document or state.status, options.http_host, options.http_port,
                         metrics=metrics,
-                        access=status_access(options.http_host, options.credentials))
+                        access=status_access(options.http_host, options.credentials),
+                        port_setting="PADDLE_HTTP_PORT or --http-port",
+                        logs=LogFiles(options.logs_dir))
     http.start()
     try:
         yield http.port
@@ -93,12 +99,15 @@ class MasterServer(Leader):
             chunk_lister = functools.partial(data_chunk_lister, schemes=options.data_schemes)
         self.telemetry = RoleTelemetry(options.job, "master", options.node)
         self.metrics = MasterMetrics(self.telemetry.registry, self._document)
+        registry = self.telemetry.registry
         components = Components(
-            rpc=functools.partial(serve_rpc, options=options, dispatch=self.metrics.dispatch),
+            rpc=functools.partial(serve_rpc, options=options, dispatch=self.metrics.dispatch,
+                                  call_metrics=ServerCallMetrics(registry)),
             status=self._serve_status,
             shards=functools.partial(PServerClient, store, options.credentials,
                                      options.num_pservers, deadline=options.reconcile_timeout,
-                                     name=options.node))
+                                     name=options.node,
+                                     call_metrics=ClientCallMetrics(registry)))
         super().__init__(store, options, chunk_lister, components,
                          observe_write=self.metrics.store_write.observe)
 

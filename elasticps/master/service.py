@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 # The master's one view of the data: a dataset URL -> its chunks (a manifest read, no data).
 ChunkLister = Callable[[str], Sequence[ChunkRef]]
 THROUGHPUT_WINDOW_S = 30.0
+# The job's states in the status document (its "state"), in the order a job reaches them;
+# the metric elasticps_master_job_state{state} is one-hot over them.
+JOB_STATES = ("waiting_for_dataset", "running", "succeeded", "failed")
 MAX_URL = 4096
 # A store outage is waited out briefly, lock held (no answer goes out unpersisted); past the
 # deadline the master gives up the lead and a standby, or its restart, resumes from the store.
@@ -343,6 +346,8 @@ class MasterState:
                 "num_passes": queue.num_passes,
                 "num_tasks": queue.num_tasks,
                 "num_chunks": queue.num_chunks,
+                "records_per_pass": queue.records_per_pass,
+                "running_share": round(queue.running_share(), 4),
                 "chunks_per_task": queue.chunks_per_task,
                 "counts": counts,
                 "records_total": queue.records_total,

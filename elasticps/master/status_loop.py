@@ -19,14 +19,8 @@ from typing import Any
 
 from elasticps.errors import ElasticPSError, StoreValueError
 from elasticps.master.service import MasterState
-from elasticps.master.status_view import (
-    PServerSight,
-    Sight,
-    ViewMemory,
-    carry_over,
-    document,
-    step_view,
-)
+from elasticps.master.status_document import carry_over, document
+from elasticps.master.status_view import PServerSight, Sight, ViewMemory, step_view
 from elasticps.store.api import Op, Put, Store
 from elasticps.store.keys import (
     JOB_HISTORY,
@@ -40,6 +34,7 @@ from elasticps.store.keys import (
     read_metrics_endpoints,
     read_progress,
     read_pserver_layout,
+    read_result,
     record_event,
     trim_events,
 )
@@ -50,6 +45,23 @@ log = logging.getLogger(__name__)
 EVENTS_SHOWN = 300  # timeline entries in the document
 EVENTS_KEPT = 2000  # timeline entries kept in the store
 Commit = Callable[[Sequence[Op]], None]
+
+_PULLS = ("PullDense", "PullSparse")
+# What the page reads of a pserver's metrics: figure -> (sample name, labels it must have).
+# The one place that names them; a sample's other labels (job, shard, node) may be anything.
+PSERVER_FIGURES: dict[str, tuple[str, dict[str, str | tuple[str, ...]]]] = {
+    "rows": ("elasticps_pserver_table_rows", {}),
+    "bytes": ("elasticps_pserver_table_bytes", {}),
+    "checkpoint_age_s": ("elasticps_pserver_checkpoint_age_seconds", {}),
+    "push_rate": ("elasticps_pserver_pushes_per_second", {}),
+    "duplicates": ("elasticps_pserver_duplicates_total", {}),
+    "push_seconds": ("elasticps_pserver_rpc_seconds_sum", {"method": "Push"}),
+    "push_count": ("elasticps_pserver_rpc_seconds_count", {"method": "Push"}),
+    "pull_seconds": ("elasticps_pserver_rpc_seconds_sum", {"method": _PULLS}),
+    "pull_count": ("elasticps_pserver_rpc_seconds_count", {"method": _PULLS}),
+    "cpu_seconds": ("process_cpu_seconds_total", {}),
+    "memory_bytes": ("process_resident_memory_bytes", {}),
+}
 
 
 class StatusLoop:
@@ -160,7 +172,13 @@ class StatusLoop:
                     for i in range(count)]
         return Sight(now=self.clock(), node=self.state.node, status=self.state.status(),
                      progress=read_progress(store), pservers=pservers, endpoints=endpoints,
-                     events=read_events(store, EVENTS_SHOWN))
+                     events=read_events(store, EVENTS_SHOWN), result=self._result())
+
+    def _result(self) -> dict[str, Any] | None:
+        try:
+            return read_result(self.store)
+        except StoreValueError:
+            return None
 
     def _pserver(self, shard: int, endpoint: MetricsEndpoint | None) -> PServerSight:
         kv = self.store.get(pserver_slot(shard))
@@ -175,14 +193,10 @@ class StatusLoop:
         samples = scrape(endpoint.url)
         if samples is None:
             return PServerSight(shard, slot)
-        metrics = {
-            "rows": total(samples, "elasticps_pserver_table_rows"),
-            "bytes": total(samples, "elasticps_pserver_table_bytes"),
-            "checkpoint_age_s": total(samples, "elasticps_pserver_checkpoint_age_seconds"),
-            "push_rate": total(samples, "elasticps_pserver_pushes_per_second"),
-            "duplicates": total(samples, "elasticps_pserver_duplicates_total"),
-        }
-        return PServerSight(shard, slot, {k: v for k, v in metrics.items() if v is not None})
+        figures = {figure: total(samples, name, **labels)
+                   for figure, (name, labels) in PSERVER_FIGURES.items()}
+        return PServerSight(shard, slot, {"t": self.clock(), **{
+            k: v for k, v in figures.items() if v is not None}})
 
 
 def persistable(doc: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The master's HTTP status: ``/api/status`` (JSON), ``/metrics`` (Prometheus text) and the
-status page at ``/`` (static files of :mod:`elasticps.telemetry.page` that draw themselves from
-``/api/status``).
+"""The master's HTTP status: ``/api/status`` (JSON), ``/metrics`` (Prometheus text), a local
+job's role logs (``/api/logs``: their names; ``/api/logs/<name>``: the last lines of one) and
+the status page at ``/`` (static files of :mod:`elasticps.telemetry.page` that draw themselves
+from ``/api/status``).
 
 Served by the standard library's threading HTTP server in a daemon thread; it only reads.
 ``elasticps ui`` serves a finished job's page with the same server.
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from elasticps.config import listen_error
 from elasticps.master.status_access import OPEN, StatusAccess
+from elasticps.master.status_logs import LogFiles
 from elasticps.store.keys import json_safe
 from elasticps.telemetry.exporter import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from elasticps.telemetry.page import asset
@@ -31,11 +34,14 @@ MetricsFn = Callable[[], bytes]
 class StatusServer:
     """Serves ``status_fn()`` and the page over HTTP on ``host:port`` (0 = any free port),
     ``metrics`` (if given) at ``/metrics``, to whoever ``access`` admits (over TLS when it
-    has a context)."""
+    has a context). A port it cannot listen on is a ConfigError naming ``port_setting``, the
+    flag or variable the port came from."""
 
     def __init__(self, status_fn: StatusFn, host: str, port: int, *,
-                 metrics: MetricsFn | None = None, access: StatusAccess = OPEN) -> None:
-        fn, metrics_fn = status_fn, metrics
+                 metrics: MetricsFn | None = None, access: StatusAccess = OPEN,
+                 port_setting: str = "the command line",
+                 logs: LogFiles | None = None) -> None:
+        fn, metrics_fn, log_files = status_fn, metrics, logs or LogFiles(None)
 
         class Handler(BaseHTTPRequestHandler):
             timeout = 10.0  # seconds a client may take to send its request
@@ -51,6 +57,15 @@ class StatusServer:
                     kind = "application/json"
                 elif path == "/metrics" and metrics_fn is not None:
                     body, kind = metrics_fn(), METRICS_CONTENT_TYPE
+                elif path == "/api/logs":
+                    body = json.dumps({"logs": log_files.names()}).encode()
+                    kind = "application/json"
+                elif path.startswith("/api/logs/"):
+                    text = log_files.tail(path.removeprefix("/api/logs/"))
+                    if text is None:
+                        self.send_error(404, "no such log; /api/logs lists them")
+                        return
+                    body, kind = text.encode(), "text/plain; charset=utf-8"
                 else:
                     found = asset(path)
                     if found is None:
@@ -67,7 +82,10 @@ class StatusServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("status http: " + format, *args)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:  # a busy port: ConfigError names where the port came from
+            raise listen_error("the status page", host, port, port_setting, exc) from exc
         self.httpd.daemon_threads = True
         if access.ssl_context is not None:
             # The handshake runs in the request's thread (on its first read), so a client that

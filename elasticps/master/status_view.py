@@ -1,6 +1,7 @@
 """What the status page shows, decided purely: one :func:`step_view` per tick turns what the
 master sees now (:class:`Sight`) and what it remembered (:class:`ViewMemory`) into the next
-memory, the timeline entries to record, and the page's document (:func:`document`).
+memory and the timeline entries to record; ``status_document.py`` makes the page's document
+from them.
 
 No I/O and no clock here (time is an argument): ``master/status_loop.py`` gathers a
 ``Sight`` from the queue, the store and the pservers' metrics, and carries the results out.
@@ -23,10 +24,10 @@ from typing import Any
 from elasticps.store.keys import JobEvent, MetricsEndpoint, PServerSlot, TrainerProgress
 
 MAX_POINTS = 720  # chart points kept; past that the series halves its resolution
-ETA_WINDOW_S = 120.0  # progress rate over this much recent history
 FRESH_S = 6.0  # a trainer's samples/s counts while its progress is younger than this
 MAX_SEEN = 5000  # failed-task keys remembered (so an old failure is not announced twice)
-_TRAINER_ID = re.compile(r"^(trainer-\d+)(?:-|$)")
+MAX_TRAINER_SERIES = 16  # trainers charted one by one (more lines than that are unreadable)
+_TRAINER_ID = re.compile(r"^(trainer-(\d+))(?:-|$)")
 
 
 def trainer_slot(name: str) -> str:
@@ -35,10 +36,17 @@ def trainer_slot(name: str) -> str:
     return match.group(1) if match else name
 
 
+def trainer_index(name: str) -> int | None:
+    """The index in a trainer's name or slot (``trainer-3-host-4711``, ``trainer-3`` -> 3)."""
+    match = _TRAINER_ID.match(name)
+    return int(match.group(2)) if match else None
+
+
 @dataclass(frozen=True)
 class PServerSight:
     """One pserver slot as seen now: its store record and its scraped metrics (None: down or
-    not scraped)."""
+    not scraped). The metrics are the raw figures of ``status_loop.PSERVER_FIGURES`` plus
+    ``t``, the time they were scraped; :func:`pserver_figures` derives the rates from two."""
 
     shard: int
     slot: PServerSlot | None
@@ -56,6 +64,7 @@ class Sight:
     pservers: Sequence[PServerSight] = ()
     endpoints: Sequence[MetricsEndpoint] = ()
     events: Sequence[JobEvent] = ()
+    result: Mapping[str, Any] | None = None  # job/result: the job's final metrics
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,8 @@ class ViewMemory:
     failed_seen: frozenset[str] = frozenset()
     reconciled_seen: frozenset[str] = frozenset()
     live_trainers: frozenset[str] = frozenset()
-    # the last metrics scraped from each pserver shard, shown (greyed) once it is down
+    # the last figures of each pserver shard (scraped and derived), shown (greyed) once it is
+    # down
     pserver_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     pass_id: int | None = None
     failovers: int = 0  # takeovers so far (the timeline keeps only its newest entries)
@@ -151,7 +161,9 @@ def step_view(memory: ViewMemory, sight: Sight) -> tuple[ViewMemory, list[JobEve
         incarnations=incarnations, failed_seen=failed_seen, reconciled_seen=reconciled_seen,
         live_trainers=live, pserver_metrics={
             **memory.pserver_metrics,
-            **{str(ps.shard): dict(ps.metrics) for ps in sight.pservers if ps.metrics}},
+            **{str(ps.shard): pserver_figures(memory.pserver_metrics.get(str(ps.shard)),
+                                              ps.metrics)
+               for ps in sight.pservers if ps.metrics}},
         pass_id=pass_id if isinstance(pass_id, int) else memory.pass_id,
         state=str(status.get("state")) if status.get("state") else memory.state,
         failovers=memory.failovers,
@@ -169,8 +181,9 @@ def _trainer_events(memory: ViewMemory, live: frozenset[str], sight: Sight) -> l
         before = memory.live_trainers
     out = [_event(sight, "trainer", trainer_slot(name), f"{name} joined the job")
            for name in sorted(live - before)]
-    out += [_event(sight, "trainer", trainer_slot(name),
-                   f"{name} left the job (its tasks, if any, went back to todo)")
+    gone = "left the job after the last pass" if sight.status.get("state") == "succeeded" \
+        else "left the job (its tasks, if any, went back to todo)"
+    out += [_event(sight, "trainer", trainer_slot(name), f"{name} {gone}")
             for name in sorted(before - live)]
     return out
 
@@ -267,8 +280,10 @@ def _pass_and_state(memory: ViewMemory, status: Mapping[str, Any], sight: Sight
     state = status.get("state")
     if state in ("succeeded", "failed") and state != memory.state:
         reason = status.get("job_failed_reason")
-        events.append(_event(sight, "job", str(status.get("job")),
-                             f"the job {state}" + (f": {reason}" if reason else "")))
+        # The master knows the training; the trainers' scripts may go on (and fail) after it.
+        said = "every pass is done: training succeeded" if state == "succeeded" \
+            else f"the job failed: {reason}" if reason else "the job failed"
+        events.append(_event(sight, "job", str(status.get("job")), said))
     return events
 
 
@@ -284,18 +299,30 @@ def samples_rate(progress: Mapping[str, TrainerProgress], live: frozenset[str],
 
 def _point(sight: Sight, rate: float, live: frozenset[str]) -> dict[str, Any]:
     losses = [p.loss for n, p in sight.progress.items() if n in live and p.loss is not None]
-    return {"t": round(sight.now, 3),
-            "samples_per_s": round(rate, 3),
-            "loss": round(sum(losses) / len(losses), 6) if losses else None,
-            "progress": round(job_fraction(sight.status), 6),
-            "pass": sight.status.get("pass"), "trainers": len(live)}
+    point = {"t": round(sight.now, 3),
+             "samples_per_s": round(rate, 3),
+             "loss": round(sum(losses) / len(losses), 6) if losses else None,
+             "progress": round(job_fraction(sight.status), 6),
+             "pass": sight.status.get("pass"), "trainers": len(live)}
+    return {**point, **_per_trainer(sight, live)}
 
 
-# -- the document ------------------------------------------------------------------------------
+def _per_trainer(sight: Sight, live: frozenset[str]) -> dict[str, Any]:
+    """Each live trainer's samples/s and loss, by trainer index (a fresh record only; at most
+    :data:`MAX_TRAINER_SERIES` trainers, so a large job's document stays small)."""
+    fresh = {trainer_slot(n): p for n, p in sight.progress.items()
+             if n in live and sight.now - p.time <= FRESH_S}
+    if not fresh or len(fresh) > MAX_TRAINER_SERIES:
+        return {}
+    return {"trainer_samples_per_s": {s: round(p.samples_per_s, 3)
+                                      for s, p in sorted(fresh.items())},
+            "trainer_loss": {s: round(p.loss, 6) for s, p in sorted(fresh.items())
+                             if p.loss is not None}}
 
 
 def job_fraction(status: Mapping[str, Any]) -> float:
-    """How much of the whole job (every pass) is done, 0..1."""
+    """How much of the whole job (every pass) is done, 0..1: finished tasks, plus the share
+    of the pending ones that their trainers have reported done."""
     if status.get("state") == "succeeded":
         return 1.0
     tasks, passes = status.get("num_tasks"), status.get("num_passes")
@@ -303,167 +330,35 @@ def job_fraction(status: Mapping[str, Any]) -> float:
     if not isinstance(tasks, int) or not isinstance(passes, int) or not isinstance(pass_id, int) \
             or tasks <= 0 or passes <= 0:
         return 0.0
-    done = int(counts.get("done", 0)) + int(counts.get("failed", 0))
+    running = _float(status.get("running_share")) or 0.0
+    done = int(counts.get("done", 0)) + int(counts.get("failed", 0)) + running
     return min(1.0, (pass_id * tasks + done) / (passes * tasks))
 
 
-def eta_seconds(series: Sequence[Mapping[str, Any]], fraction: float) -> float | None:
-    """Seconds left at the progress rate of the last :data:`ETA_WINDOW_S` (None: no rate)."""
-    if fraction >= 1.0:
-        return 0.0
-    points = [p for p in series if isinstance(p.get("progress"), int | float)]
-    if len(points) < 2:
-        return None
-    last = points[-1]
-    window = [p for p in points if last["t"] - p["t"] <= ETA_WINDOW_S]
-    first = window[0] if len(window) >= 2 else points[-2]
-    dt, df = last["t"] - first["t"], last["progress"] - first["progress"]
-    if dt <= 0 or df <= 0:
-        return None
-    return round((1.0 - fraction) / (df / dt), 1)
-
-
-def pass_metrics(progress: Mapping[str, TrainerProgress]) -> list[dict[str, Any]]:
-    """Per pass, each metric averaged over the trainers that reported that pass."""
-    sums: dict[int, dict[str, list[float]]] = {}
-    for record in progress.values():
-        for pass_key, metrics in record.pass_metrics.items():
-            if not pass_key.lstrip("-").isdigit():
-                continue
-            per = sums.setdefault(int(pass_key), {})
-            for name, value in metrics.items():
-                per.setdefault(name, []).append(value)
-    return [{"pass": p, **{k: round(sum(v) / len(v), 6) for k, v in sorted(m.items())}}
-            for p, m in sorted(sums.items())]
-
-
-def trainer_rows(status: Mapping[str, Any], progress: Mapping[str, TrainerProgress],
-                 incarnations: Mapping[str, Sequence[str]], now: float) -> list[dict[str, Any]]:
-    """One row per trainer index: its newest process, its tasks, speed, restarts, last seen."""
-    live = set(status.get("live_trainers") or [])
-    pending = status.get("pending") or {}
-    by_slot: dict[str, list[tuple[str, TrainerProgress | None]]] = {}
-    for name, known in progress.items():
-        by_slot.setdefault(trainer_slot(name), []).append((name, known))
-    for name in live:
-        if name not in progress:
-            by_slot.setdefault(trainer_slot(name), []).append((name, None))
-    rows = []
-    for slot, procs in by_slot.items():
-        name, record = max(procs, key=lambda p: (p[0] in live, p[1].time if p[1] else now))
-        alive = name in live
-        tasks = [t for n, _ in procs for t in pending.get(n, [])]
-        rows.append({
-            "name": slot, "process": name, "live": alive, "tasks": tasks,
-            "pass": record.pass_id if record else None,
-            "samples": sum(r.samples for _, r in procs if r is not None),
-            "samples_per_s": round(record.samples_per_s, 1) if record and alive else 0.0,
-            "loss": record.loss if record else None,
-            "restarts": max(0, len(incarnations.get(slot, ())) - 1),
-            "last_seen_s": round(max(0.0, now - record.time), 1) if record and record.time
-            else None,
-        })
-    return sorted(rows, key=lambda r: _natural(r["name"]))
-
-
-def pserver_rows(pservers: Sequence[PServerSight], incarnations: Mapping[str, Sequence[str]],
-                 last: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
-    """One row per shard: its process and its metrics (the last ones scraped while it is down
-    or was not scraped this time)."""
-    rows = []
-    for ps in sorted(pservers, key=lambda p: p.shard):
-        m = ps.metrics or last.get(str(ps.shard)) or {}
-        rows.append({
-            "shard": ps.shard, "name": f"pserver-{ps.shard}", "up": ps.slot is not None,
-            "address": ps.slot.address if ps.slot else None,
-            "pid": ps.slot.pid if ps.slot else None, "host": ps.slot.host if ps.slot else None,
-            "rows": _int(m.get("rows")), "bytes": _int(m.get("bytes")),
-            "checkpoint_age_s": _round(m.get("checkpoint_age_s")),
-            "push_rate": _round(m.get("push_rate")),
-            "duplicates": _int(m.get("duplicates")),
-            "restarts": max(0, len(incarnations.get(f"pserver-{ps.shard}", ())) - 1),
-        })
-    return rows
-
-
-def metrics_urls(endpoints: Sequence[MetricsEndpoint]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for endpoint in endpoints:
-        out.setdefault(endpoint.role, {})[endpoint.name] = endpoint.url
+def pserver_figures(before: Mapping[str, float] | None, now: Mapping[str, float]
+                    ) -> dict[str, float]:
+    """A shard's figures: the scraped ones, plus the mean push and pull latency (ms) and the
+    CPU share (% of one core) since the scrape ``before``. A latency with no call since keeps
+    its last value (an idle shard is not faster, it is idle)."""
+    out = dict(now)
+    before = before or {}
+    for kind in ("push", "pull"):
+        calls = now.get(f"{kind}_count", 0.0) - before.get(f"{kind}_count", 0.0)
+        seconds = now.get(f"{kind}_seconds", 0.0) - before.get(f"{kind}_seconds", 0.0)
+        if before and calls > 0 and seconds >= 0:
+            out[f"{kind}_ms"] = 1e3 * seconds / calls
+        elif f"{kind}_ms" in before:
+            out[f"{kind}_ms"] = before[f"{kind}_ms"]
+    elapsed = now.get("t", 0.0) - before.get("t", 0.0)
+    cpu = now.get("cpu_seconds", 0.0) - before.get("cpu_seconds", 0.0)
+    if before and elapsed > 0 and cpu >= 0 and "cpu_seconds" in now:
+        out["cpu_percent"] = 100.0 * cpu / elapsed
+    elif "cpu_percent" in before:
+        out["cpu_percent"] = before["cpu_percent"]
     return out
 
 
-def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None, *,
-             events: Sequence[JobEvent], now: float, live: bool = True) -> dict[str, Any]:
-    """The ``/api/status`` document: the queue's status plus what the page draws."""
-    doc = dict(status)
-    progress = sight.progress if sight else {}
-    fraction = job_fraction(status)
-    series = list(memory.series)
-    last = series[-1] if series else {}
-    losses = [p["loss"] for p in series if p.get("loss") is not None]
-    num_tasks = status.get("num_tasks") or 0
-    doc.update({
-        "live": live,
-        "updated": round(now, 3),
-        "started": round(memory.started, 3) if memory.started else None,
-        "progress": {"fraction": round(fraction, 4),
-                     "tasks_done": int((status.get("counts") or {}).get("done", 0)),
-                     "tasks_total": num_tasks,
-                     "eta_s": eta_seconds(series, fraction),
-                     "elapsed_s": round(now - memory.started, 1) if memory.started else None},
-        "samples_total": sum(p.samples for p in progress.values()),
-        "samples_per_s": last.get("samples_per_s"),
-        "loss": losses[-1] if losses else None,  # the last known (no trainer is left at the end)
-        "series": series,
-        "pass_metrics": pass_metrics(progress),
-        "trainers": trainer_rows(status, progress, memory.incarnations, now),
-        "pservers": pserver_rows(sight.pservers if sight else (), memory.incarnations,
-                                 memory.pserver_metrics),
-        "metrics_urls": metrics_urls(sight.endpoints if sight else ()),
-        "failovers_total": memory.failovers,
-        "events": [e.as_dict() for e in events],
-        "observer": memory.as_dict(),
-    })
-    return doc
 
 
-def carry_over(saved: Mapping[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
-    """Keep what a saved document knew that a fresh one cannot (before the first tick of a new
-    leader): its pass metrics, trainers and pservers rows."""
-    for key in ("pass_metrics", "trainers", "pservers"):
-        if not fresh.get(key) and saved.get(key):
-            fresh[key] = saved[key]
-    return fresh
-
-
-def offline(doc: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """A saved document served when no master runs (``elasticps ui``): marked not live, and
-    nothing in it is running any more."""
-    out = dict(doc)
-    out["live"] = False
-    out["trainers"] = [replace_row(r, live=False, samples_per_s=0.0)
-                       for r in doc.get("trainers") or [] if isinstance(r, dict)]
-    out["served"] = round(now, 3)
-    return out
-
-
-def replace_row(row: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
-    return {**row, **changes}
-
-
-def _int(value: float | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
-
-
-def _natural(name: str) -> tuple[str, int]:
-    head, _, tail = name.rpartition("-")
-    return (head, int(tail)) if tail.isdigit() else (name, -1)
-
-
-__all__ = ["PServerSight", "Sight", "ViewMemory", "document", "eta_seconds", "job_fraction",
-           "pass_metrics", "step_view"]
+__all__ = ["PServerSight", "Sight", "ViewMemory", "job_fraction", "pserver_figures",
+           "samples_rate", "step_view", "trainer_slot"]

@@ -260,6 +260,7 @@ class TaskQueue:
             group = chunk_rows[first:first + chunks_per_task]
             self._tasks.append(_Task(task_id, first, len(group), int(sum(group)),
                                      batches_in_chunks(group, batch_size)))
+        self._records_per_pass = sum(t.num_records for t in self._tasks)
         self._todo: OrderedDict[int, None] = OrderedDict((t.task_id, None) for t in self._tasks)
         self._pending: dict[int, _Task] = {}
         self._counts = _Counts({s: 0 for s in TaskState})
@@ -289,6 +290,16 @@ class TaskQueue:
     def counts(self) -> dict[str, int]:
         """Tasks per state in the current pass."""
         return {state.value: self._counts.by_state[state] for state in TaskState}
+
+    @property
+    def records_per_pass(self) -> int:
+        return self._records_per_pass
+
+    def running_share(self) -> float:
+        """How much of the pending tasks is done, in tasks (two tasks half done: 1.0), from the
+        records their trainers last reported: the progress inside the tasks being trained."""
+        return sum(t.records_done / t.num_records for t in self._pending.values()
+                   if t.num_records > 0)
 
     def task_view(self, task_id: int) -> TaskView:
         task = self._task(task_id)

@@ -1,13 +1,18 @@
 """The master's Prometheus metrics.
 
-Read at scrape time from the leader's queue (nothing to update on the request path):
-``elasticps_master_leader``, ``elasticps_master_tasks{state}``, ``elasticps_master_pass``,
+Read at scrape time from the leader's status document (nothing to update on the request path):
+``elasticps_master_leader``, ``elasticps_master_job_state{state}`` (1 for the job's state,
+0 for the others: waiting_for_dataset, running, succeeded, failed),
+``elasticps_master_tasks{state}``, ``elasticps_master_pass`` (1-based, as the page shows it),
 ``elasticps_master_num_passes``, ``elasticps_master_pass_progress_ratio``,
 ``elasticps_master_job_progress_ratio``, ``elasticps_master_records_total``,
 ``elasticps_master_tasks_finished_total``, ``elasticps_master_task_failures_total``,
 ``elasticps_master_recoveries_total`` (recovery dispatches), ``elasticps_master_reconciling``,
 ``elasticps_master_live_trainers`` and ``elasticps_master_failovers_total`` (takeovers, counted
-by the status page's view and carried from leader to leader). Observed as they happen:
+by the status page's view and carried from leader to leader), and per pserver slot and
+trainer index what the page's rows show: ``elasticps_master_pserver_up{shard}`` (the slot is
+held), ``elasticps_master_pserver_restarts_total{shard}`` and
+``elasticps_master_trainer_restarts_total{trainer}``. Observed as they happen:
 ``elasticps_master_dispatch_seconds`` (a GetTask or FinishAndGetTask answered, persistence
 included) and
 ``elasticps_master_store_write_seconds`` (every fenced write of the queue's state).
@@ -23,7 +28,8 @@ import grpc
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from elasticps.master.service import MasterServicer, MasterState
+from elasticps.master.service import JOB_STATES, MasterServicer, MasterState
+from elasticps.master.status_view import trainer_index
 from elasticps.proto import master_pb2
 from elasticps.telemetry.exporter import CallbackCollector
 
@@ -50,29 +56,15 @@ class MasterMetrics:
         doc = self._status() or {}
         yield _gauge("leader", "1 while this master leads and serves",
                      1.0 if doc.get("leader") and doc.get("state") else 0.0)
-        counts = doc.get("counts")
-        if isinstance(counts, dict):
-            tasks = GaugeMetricFamily("elasticps_master_tasks", "Tasks of the current pass by "
-                                      "state", labels=["state"])
-            for state in ("todo", "pending", "done", "failed"):
-                tasks.add_metric([state], float(counts.get(state, 0)))
-            yield tasks
-            num_tasks = float(doc.get("num_tasks") or 0)
-            done = float(counts.get("done", 0)) + float(counts.get("failed", 0))
-            yield _gauge("pass_progress_ratio", "Share of the current pass's tasks done or "
-                         "failed", done / num_tasks if num_tasks else 0.0)
-            progress = doc.get("progress") or {}
-            if isinstance(progress, dict) and "fraction" in progress:
-                yield _gauge("job_progress_ratio", "Share of the whole job (every pass) done",
-                             float(progress["fraction"]))
-        for name, help_text, key in (
-                ("pass", "The current pass (0-based)", "pass"),
-                ("num_passes", "Passes the job trains", "num_passes"),
-                ("reconciling", "1 while the pass waits for the pservers' accounting",
-                 "reconciling")):
-            value = doc.get(key)
-            if isinstance(value, bool | int | float):
-                yield _gauge(name, help_text, float(value))
+        state = doc.get("state")
+        if state in JOB_STATES:
+            states = GaugeMetricFamily("elasticps_master_job_state", "1 for the job's state "
+                                       "(the status document's), 0 for the others",
+                                       labels=["state"])
+            for name in JOB_STATES:
+                states.add_metric([name], 1.0 if name == state else 0.0)
+            yield states
+        yield from _queue(doc)
         yield _gauge("live_trainers", "Trainers the master sees alive",
                      float(len(doc.get("live_trainers") or [])))
         for name, help_text, key in (
@@ -87,6 +79,64 @@ class MasterMetrics:
             value = doc.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 yield _counter(name, help_text, float(value))
+        yield from _rows(doc)
+
+
+def _queue(doc: dict[str, Any]) -> Iterable[Metric]:
+    """The tasks of the pass and where the job is."""
+    counts = doc.get("counts")
+    if isinstance(counts, dict):
+        tasks = GaugeMetricFamily("elasticps_master_tasks", "Tasks of the current pass by "
+                                  "state", labels=["state"])
+        for state in ("todo", "pending", "done", "failed"):
+            tasks.add_metric([state], float(counts.get(state, 0)))
+        yield tasks
+        num_tasks = float(doc.get("num_tasks") or 0)
+        done = float(counts.get("done", 0)) + float(counts.get("failed", 0))
+        yield _gauge("pass_progress_ratio", "Share of the current pass's tasks done or "
+                     "failed", done / num_tasks if num_tasks else 0.0)
+        progress = doc.get("progress") or {}
+        if isinstance(progress, dict) and "fraction" in progress:
+            yield _gauge("job_progress_ratio", "Share of the whole job (every pass) done",
+                         float(progress["fraction"]))
+    pass_id = doc.get("pass")
+    if isinstance(pass_id, int) and not isinstance(pass_id, bool):
+        yield _gauge("pass", "The pass being trained, 1-based (1 during the first pass)",
+                     float(pass_id + 1))
+    for name, help_text, key in (
+            ("num_passes", "Passes the job trains", "num_passes"),
+            ("reconciling", "1 while the pass waits for the pservers' accounting",
+             "reconciling")):
+        value = doc.get(key)
+        if isinstance(value, bool | int | float):
+            yield _gauge(name, help_text, float(value))
+
+
+def _rows(doc: dict[str, Any]) -> Iterable[Metric]:
+    """The page's rows: per pserver slot whether it is held and its restarts, per trainer
+    index its restarts (both carried from leader to leader in the page's memory)."""
+    pservers = [row for row in doc.get("pservers") or [] if isinstance(row, dict)
+                and isinstance(row.get("shard"), int)]
+    if pservers:
+        up = GaugeMetricFamily("elasticps_master_pserver_up", "1 while a pserver holds the "
+                               "slot of the shard", labels=["shard"])
+        restarts = CounterMetricFamily("elasticps_master_pserver_restarts", "Times the "
+                                       "shard's slot was taken by a new process",
+                                       labels=["shard"])
+        for row in pservers:
+            up.add_metric([str(row["shard"])], 1.0 if row.get("up") else 0.0)
+            restarts.add_metric([str(row["shard"])], float(row.get("restarts") or 0))
+        yield up
+        yield restarts
+    trainers = [(trainer_index(str(row.get("name"))), row) for row in doc.get("trainers") or []
+                if isinstance(row, dict)]
+    known = [(index, row) for index, row in trainers if index is not None]
+    if known:
+        family = CounterMetricFamily("elasticps_master_trainer_restarts", "Times the trainer "
+                                     "index came back as a new process", labels=["trainer"])
+        for index, row in known:
+            family.add_metric([str(index)], float(row.get("restarts") or 0))
+        yield family
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:

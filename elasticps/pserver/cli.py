@@ -15,8 +15,9 @@ Run one parameter server: it claims a free slot pserver/slot/<i> of N in the sto
 that slot's newest good checkpoint, serves shard i of every table, and checkpoints every
 PADDLE_CHECKPOINT_INTERVAL seconds. SIGTERM stops it cleanly (a final checkpoint, then the slot
 is released). Configuration comes from the environment: PADDLE_STORE, PADDLE_JOB_NAME,
-PADDLE_JOB_TOKEN, PADDLE_NUM_PSERVERS, PADDLE_HOST, PADDLE_PORT (0 = any free port),
-PADDLE_CHECKPOINT_URL/_INTERVAL/_KEEP, PADDLE_LEASE_TTL (see `elasticps env`).
+PADDLE_JOB_TOKEN (or PADDLE_JOB_TOKEN_FILE), PADDLE_NUM_PSERVERS, PADDLE_HOST, PADDLE_PORT
+(0 = any free port), PADDLE_CHECKPOINT_URL/_INTERVAL/_KEEP, PADDLE_LEASE_TTL (see
+`elasticps env`). A configuration error exits 78, which a supervisor must not restart.
 """
 
 RESHARD_HELP = """\

@@ -61,6 +61,7 @@ from elasticps.rpc import (
     encode_tensor,
     make_channel,
 )
+from elasticps.rpc.call_metrics import ClientCallMetrics
 from elasticps.rpc.server import SHARDS_METADATA_KEY
 from elasticps.store import Compare, Put, Store
 from elasticps.store.api import Event, KeyValue
@@ -115,6 +116,7 @@ class PServerClient:
         call_timeout: float = 60.0,
         name: str | None = None,
         init_lock_ttl: int = 10,
+        call_metrics: ClientCallMetrics | None = None,
     ) -> None:
         if num_shards < 1:
             raise InvalidArgumentError(f"num_shards={num_shards} must be >= 1")
@@ -123,6 +125,7 @@ class PServerClient:
         self.retry = PSERVER_RETRY.within(deadline)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.init_lock_ttl = init_lock_ttl
+        self.call_metrics = call_metrics  # every call counted by shard, method and code
         layout = read_pserver_layout(store)  # a resharded job's count outranks the start's
         self.num_shards = layout.shards if layout is not None else num_shards
         self._shards = [_Shard() for _ in range(self.num_shards)]
@@ -277,7 +280,8 @@ class PServerClient:
                     )
                 self._cond.wait(min(remaining, 1.0))
             if shard.stub is None:
-                shard.channel = make_channel(shard.address, self.credentials, "pserver")
+                shard.channel = make_channel(shard.address, self.credentials, "pserver",
+                                             call_metrics=self.call_metrics, shard=slot)
                 shard.stub = pserver_pb2_grpc.ParameterServerStub(shard.channel)
                 shard.needs_declare = bool(self._specs)
             return shard.stub

@@ -64,6 +64,7 @@ from elasticps.pserver.shard import ShardState
 from elasticps.pserver.sync_members import RoundMembers
 from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics, TimedServicer
 from elasticps.rpc import bind, credentials_from_config, make_server
+from elasticps.rpc.call_metrics import ServerCallMetrics
 from elasticps.rpc.health import add_health, serve_health, set_serving
 from elasticps.store import Compare, Lease, Put, Store, open_store
 from elasticps.store.keys import (
@@ -124,7 +125,7 @@ class GrpcEndpoint:
     """:class:`Endpoint` over a real gRPC server: mutual TLS (unless the job is insecure), the
     job token, and requests of at most ``PADDLE_MAX_MESSAGE_MB``."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, call_metrics: ServerCallMetrics | None = None) -> None:
         credentials = credentials_from_config(config)
         # Sync mode: a push holds its thread while its step's barrier is open, so every call
         # the server admits gets a thread (the pool starts them only when needed); otherwise
@@ -133,7 +134,7 @@ class GrpcEndpoint:
         workers = limit if config.mode == "sync" else 16
         self._server = make_server(credentials, max_workers=workers,
                                    max_receive_bytes=config.max_message_mb << 20,
-                                   max_concurrent_rpcs=limit)
+                                   max_concurrent_rpcs=limit, call_metrics=call_metrics)
         port = bind(self._server, config.host, config.port, credentials)
         self.address = f"{config.host}:{port}"
         self._health_port = config.health_port
@@ -158,12 +159,13 @@ class PServerProcess(Lifecycle[PServerState]):
     """One pserver role process: step it, or :meth:`run` it until stopped.
 
     ``before_publish`` is handed to :class:`ShardCheckpoints` (tests inject faults with it);
-    ``endpoint`` makes the RPC server (unit tests pass one that binds nothing).
+    ``endpoint`` makes the RPC server, counting its calls into the metrics it is given (unit
+    tests pass one that binds nothing).
     """
 
     def __init__(self, config: Config, stop: threading.Event | None = None, *,
                  before_publish: BeforePublish | None = None,
-                 endpoint: Callable[[Config], Endpoint] = GrpcEndpoint,
+                 endpoint: Callable[[Config, ServerCallMetrics], Endpoint] = GrpcEndpoint,
                  poll_s: float = 0.5) -> None:
         if not config.store:
             raise ConfigError("the pserver needs PADDLE_STORE (etcd://... or file://...)")
@@ -190,9 +192,10 @@ class PServerProcess(Lifecycle[PServerState]):
         self._saving = threading.Lock()  # the periodic loop and Checkpoint RPCs take turns
         self._halt = threading.Event()  # ends the checkpoint loop
         self.telemetry = RoleTelemetry(config.job_name, "pserver", process_node("pserver"))
-        self.checkpoint_clock = CheckpointClock()
+        self.checkpoint_clock = CheckpointClock(interval_s=config.checkpoint_interval)
         self.metrics = PServerMetrics(self.telemetry.registry, lambda: self.shard,
                                       self.checkpoint_clock)
+        self.call_metrics = ServerCallMetrics(self.telemetry.registry)
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -211,7 +214,7 @@ class PServerProcess(Lifecycle[PServerState]):
         self.telemetry.start(config.host, config.metrics_port)
         self._stack.callback(self.telemetry.close)
         self.telemetry.publish(self._store, config.lease_ttl)
-        self._endpoint = self._make_endpoint(config)
+        self._endpoint = self._make_endpoint(config, self.call_metrics)
         self._stack.callback(self._endpoint.stop, None)
         layout = read_pserver_layout(self._store)  # a resharded job: its count, not ours
         if layout is not None and layout.shards != self.num_shards:
@@ -241,7 +244,7 @@ class PServerProcess(Lifecycle[PServerState]):
                     self.slot = slot
                     self.node = f"pserver {slot} of {self.num_shards} (job {self.config.job_name})"
                     set_node(f"pserver-{slot}")
-                    self.telemetry.rename(f"pserver-{slot}")
+                    self.telemetry.rename(f"pserver-{slot}", shard=str(slot))
                     log.info("%s claimed its slot at %s.", self.node, self._address)
                     return S.RESTORING
             if not self._warned_full:
@@ -267,6 +270,7 @@ class PServerProcess(Lifecycle[PServerState]):
         checkpoints = self._restore(state)
         checkpoint_now: CheckpointNow | None = None
         if checkpoints is not None:
+            self.checkpoint_clock.current_unix = time.time()  # restored, or empty: all saved
             self._stack.enter_context(self._checkpointing(state, checkpoints))
             checkpoint_now = functools.partial(self._checkpoint_now, state, checkpoints)
         servicer = TimedServicer(state, self.incarnation, lambda: self.last_checkpoint,
@@ -471,8 +475,9 @@ class PServerProcess(Lifecycle[PServerState]):
         with self._saving:
             with state.lock:
                 if state.version == self._saved_version:
+                    self.checkpoint_clock.current_unix = time.time()
                     return self.last_checkpoint, state.applied.copy()
-            started = time.perf_counter()
+            started, taken_unix = time.perf_counter(), time.time()
             snap, version = state.snapshot(delta=checkpoints.wants_delta())
             try:
                 manifest = checkpoints.save(snap)
@@ -480,6 +485,7 @@ class PServerProcess(Lifecycle[PServerState]):
                 raise CheckpointError(f"{self.node} could not write a checkpoint: {exc}") from exc
             self.metrics.checkpoint.observe(time.perf_counter() - started)
             self.checkpoint_clock.last_unix = time.time()
+            self.checkpoint_clock.current_unix = taken_unix  # it holds the shard as of then
             self._saved_version = version
             self.last_checkpoint = manifest.id
             return manifest.id, snap.applied

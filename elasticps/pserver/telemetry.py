@@ -1,13 +1,21 @@
 """The pserver's Prometheus metrics.
 
-Read at scrape time from the shard (no cost on the push path): ``elasticps_pserver_table_rows``
-and ``elasticps_pserver_table_bytes`` per table, ``elasticps_pserver_pushes_total``,
+Read at scrape time from the shard (no cost on the push path): per table
+``elasticps_pserver_table_rows`` (the rows a sparse table holds),
+``elasticps_pserver_dense_values`` (the values of a dense table's part this shard holds) and
+``elasticps_pserver_table_bytes`` (either kind, optimizer state included);
+``elasticps_pserver_pushes_total``,
 ``elasticps_pserver_duplicates_total`` (pushes of an already-applied batch, refused),
 ``elasticps_pserver_skipped_nonfinite_total``, ``elasticps_pserver_applied_batches``,
 ``elasticps_pserver_pushes_per_second`` (last 10 s), ``elasticps_pserver_initialized``,
 ``elasticps_pserver_checkpoint_age_seconds``,
-``elasticps_pserver_last_checkpoint_timestamp_seconds`` and
-``elasticps_pserver_restore_seconds`` (how long restoring the checkpoint took at start).
+``elasticps_pserver_last_checkpoint_timestamp_seconds``,
+``elasticps_pserver_checkpoint_lag_seconds`` (since a checkpoint last held everything the
+shard holds: written, or found up to date by the checkpoint loop, which writes nothing when
+nothing changed; so it stays below the interval plus one write while checkpoints work, on an
+idle shard too), ``elasticps_pserver_checkpoint_interval_seconds`` and
+``elasticps_pserver_restore_seconds`` (how long restoring the checkpoint took at start). The
+shard is a label of every series (``shard``), not a value.
 Observed as they happen: ``elasticps_pserver_rpc_seconds{method}`` for PullDense, PullSparse
 and Push (its count is the pull and push rate) and ``elasticps_pserver_checkpoint_seconds``.
 """
@@ -24,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.service import CheckpointNow, ParameterServerServicer
-from elasticps.pserver.shard import ShardState
+from elasticps.pserver.shard import ShardState, ShardStats
 from elasticps.telemetry.exporter import CallbackCollector
 
 _RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -34,9 +42,12 @@ _CHECKPOINT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 
 @dataclass
 class CheckpointClock:
-    """When the last checkpoint was written and how long restoring took (unix seconds)."""
+    """When the last checkpoint was written, when a checkpoint last held the whole shard, and
+    how long restoring took (unix seconds)."""
 
+    interval_s: float | None = None  # PADDLE_CHECKPOINT_INTERVAL
     last_unix: float | None = None
+    current_unix: float | None = None  # written, found up to date, or restored
     restore_s: float | None = None
 
 
@@ -55,12 +66,18 @@ class PServerMetrics:
         registry.register(CallbackCollector(self._collect))
 
     def _collect(self) -> Iterable[Metric]:
-        clock = self.clock
+        clock, now = self.clock, time.time()
         if clock.last_unix is not None:
             yield _gauge("checkpoint_age_seconds", "Seconds since the last checkpoint was written",
-                         max(0.0, time.time() - clock.last_unix))
+                         max(0.0, now - clock.last_unix))
             yield _gauge("last_checkpoint_timestamp_seconds", "When the last checkpoint was "
                          "written (unix time)", clock.last_unix)
+        if clock.current_unix is not None:
+            yield _gauge("checkpoint_lag_seconds", "Seconds since a checkpoint last held "
+                         "everything this shard holds", max(0.0, now - clock.current_unix))
+        if clock.interval_s is not None:
+            yield _gauge("checkpoint_interval_seconds", "Seconds between two checks of the "
+                         "checkpoint loop (PADDLE_CHECKPOINT_INTERVAL)", clock.interval_s)
         if clock.restore_s is not None:
             yield _gauge("restore_seconds", "Time restoring the newest checkpoint took at start",
                          clock.restore_s)
@@ -68,16 +85,7 @@ class PServerMetrics:
         if shard is None:
             return
         stats = shard.stats()
-        rows = GaugeMetricFamily("elasticps_pserver_table_rows", "Rows of each table held by "
-                                 "this shard", labels=["table"])
-        size = GaugeMetricFamily("elasticps_pserver_table_bytes", "Bytes of each table "
-                                 "(values and optimizer state) held by this shard",
-                                 labels=["table"])
-        for name, count, nbytes in stats.tables:
-            rows.add_metric([name], float(count))
-            size.add_metric([name], float(nbytes))
-        yield rows
-        yield size
+        yield from _tables(stats)
         yield _counter("pushes", "Pushes applied", float(stats.pushes))
         yield _counter("duplicates", "Pushes of an already-applied batch, refused",
                        float(stats.duplicates))
@@ -89,7 +97,21 @@ class PServerMetrics:
                      stats.pushes_per_sec)
         yield _gauge("initialized", "1 once the shard's tables are initialised",
                      1.0 if stats.initialized else 0.0)
-        yield _gauge("shard", "The slot this process serves", float(stats.shard))
+
+
+def _tables(stats: ShardStats) -> Iterable[Metric]:
+    rows = GaugeMetricFamily("elasticps_pserver_table_rows", "Rows of each sparse table held "
+                             "by this shard", labels=["table"])
+    values = GaugeMetricFamily("elasticps_pserver_dense_values", "Values of each dense table's "
+                               "part held by this shard", labels=["table"])
+    size = GaugeMetricFamily("elasticps_pserver_table_bytes", "Bytes of each table (values "
+                             "and optimizer state) held by this shard", labels=["table"])
+    for name, count, nbytes in stats.tables:
+        (rows if name in stats.sparse else values).add_metric([name], float(count))
+        size.add_metric([name], float(nbytes))
+    yield rows
+    yield values
+    yield size
 
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:

@@ -20,6 +20,7 @@ import grpc
 
 from elasticps.errors import OverloadedError, UnavailableError
 from elasticps.retry import RetryPolicy
+from elasticps.rpc.call_metrics import ClientCallMetrics
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.error_codes import raise_for_rpc_error
 from elasticps.rpc.server import CHANNEL_OPTIONS, TOKEN_METADATA_KEY
@@ -48,16 +49,22 @@ class _TokenAuth(grpc.UnaryUnaryClientInterceptor):
         return continuation(details, request)
 
 
-def make_channel(address: str, credentials: JobCredentials, role: str) -> grpc.Channel:
+def make_channel(address: str, credentials: JobCredentials, role: str, *,
+                 call_metrics: ClientCallMetrics | None = None,
+                 shard: int | None = None) -> grpc.Channel:
     """A channel to ``host:port``, where ``role`` of the job must serve, that sends the job
-    token with every call. TLS (verifying the CA and the role) unless the job is insecure."""
+    token with every call. TLS (verifying the CA and the role) unless the job is insecure.
+    With ``call_metrics`` every call's outcome is counted (naming pserver ``shard``)."""
     if credentials.tls is None:
         channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
     else:
         channel = grpc.secure_channel(address, credentials.tls.channel_credentials(),
                                       options=(*CHANNEL_OPTIONS,
                                                *peer_options(credentials.job, role)))
-    return grpc.intercept_channel(channel, _TokenAuth(credentials.token))
+    interceptors: list[grpc.UnaryUnaryClientInterceptor] = [_TokenAuth(credentials.token)]
+    if call_metrics is not None:
+        interceptors.insert(0, call_metrics.interceptor(shard))
+    return grpc.intercept_channel(channel, *interceptors)
 
 
 def call(

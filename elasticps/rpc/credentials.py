@@ -45,16 +45,19 @@ class JobCredentials:
 
 
 def credentials_from_config(config: Config) -> JobCredentials:
-    """The credentials ``config`` describes: PADDLE_JOB_TOKEN plus PADDLE_TLS_DIR, or
-    PADDLE_INSECURE=true for a plaintext job (with a warning)."""
-    if not config.token:
-        raise ConfigError("the job token is missing: set PADDLE_JOB_TOKEN")
+    """The credentials ``config`` describes: the job token (PADDLE_JOB_TOKEN or
+    PADDLE_JOB_TOKEN_FILE) plus PADDLE_TLS_DIR, or PADDLE_INSECURE=true for a plaintext job
+    (with a warning)."""
+    token = config.token
+    if not token:
+        raise ConfigError("the job token is missing: set PADDLE_JOB_TOKEN or "
+                          "PADDLE_JOB_TOKEN_FILE")
     if config.insecure:
         log.warning("Job %s %s.", config.job_name, INSECURE_WARNING)
-        return JobCredentials(config.job_name, config.token)
+        return JobCredentials(config.job_name, token)
     if not config.tls_dir:
         raise ConfigError(
             "TLS material is missing: set PADDLE_TLS_DIR to the directory holding ca.crt, "
             "tls.crt and tls.key (`elasticps run` and `elasticps submit` make them), or set "
             "PADDLE_INSECURE=true to run without TLS")
-    return JobCredentials(config.job_name, config.token, TlsIdentity.load(config.tls_dir))
+    return JobCredentials(config.job_name, token, TlsIdentity.load(config.tls_dir))

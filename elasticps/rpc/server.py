@@ -28,6 +28,7 @@ import grpc
 
 from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS, listen_error
 from elasticps.errors import ConfigError, ElasticPSError, UnauthenticatedError
+from elasticps.rpc.call_metrics import ServerCallMetrics
 from elasticps.rpc.credentials import JobCredentials
 from elasticps.rpc.error_codes import abort_for
 
@@ -106,6 +107,10 @@ class TokenInterceptor(grpc.ServerInterceptor):
         self._token = token.encode()
         self._denials = {MISSING_TOKEN: _deny(MISSING_TOKEN), WRONG_TOKEN: _deny(WRONG_TOKEN)}
 
+    def refuses(self, handler: grpc.RpcMethodHandler) -> bool:
+        """Whether ``handler`` is one of this check's refusals (for the call metrics)."""
+        return any(handler is denial for denial in self._denials.values())
+
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
@@ -119,9 +124,11 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
 def make_server(credentials: JobCredentials, *, max_workers: int = 16,
                 max_receive_bytes: int = MAX_MESSAGE_BYTES,
-                max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS) -> grpc.Server:
+                max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS,
+                call_metrics: ServerCallMetrics | None = None) -> grpc.Server:
     """A gRPC server that checks the job token on every call. Add servicers, then :func:`bind`
-    (which adds TLS unless ``credentials`` are insecure).
+    (which adds TLS unless ``credentials`` are insecure). With ``call_metrics`` every call it
+    ends is counted by method and status code, refusals of the token check included.
 
     Memory a peer can make it hold: requests are read only by a worker running an
     authenticated call, so at most ``max_workers x max_receive_bytes`` of request bodies.
@@ -132,9 +139,11 @@ def make_server(credentials: JobCredentials, *, max_workers: int = 16,
         raise ConfigError(f"max_concurrent_rpcs={max_concurrent_rpcs!r} must be >= 1")
     if not credentials.token:
         raise ConfigError("a job token is required to start a server (set PADDLE_JOB_TOKEN)")
+    token = TokenInterceptor(credentials.token)
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[TokenInterceptor(credentials.token)],
+        interceptors=[*([call_metrics.interceptor(token.refuses)] if call_metrics else []),
+                      token],
         options=server_options(max_receive_bytes),
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )

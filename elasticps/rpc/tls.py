@@ -12,7 +12,8 @@ from typing import Any
 
 import grpc
 
-from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE, Identity, write_identity, write_private
+from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE, Identity, write_identity
+from elasticps.private_files import DIR_MODE, write_private
 from elasticps.rpc.job_ca import JOB_ROLES, JobCA, role_dns_name
 
 __all__ = ["CA_FILE", "CERT_FILE", "KEY_FILE", "TlsIdentity", "peer_options",
@@ -63,8 +64,8 @@ def write_job_identities(root: Path, job: str) -> dict[str, Path]:
 
     The CA key is not written anywhere: once these are issued, no more can be.
     """
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    root.chmod(0o700)
+    root.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    root.chmod(DIR_MODE)
     ca = JobCA(job)
     identities = {}
     for role in JOB_ROLES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from elasticps.config import check_job_name
 from elasticps.errors import ConfigError
 from elasticps.store.api import (
     Compare,
@@ -19,8 +20,9 @@ from elasticps.store.api import (
 
 
 def job_prefix(job_name: str) -> str:
-    """Where a job's keys live in a shared store."""
-    return f"/elasticps/{job_name}/"
+    """Where a job's keys live in a shared store. The name is checked: one holding ``/`` would
+    reach into another job's keys (``a/b`` lies under job ``a``'s prefix)."""
+    return f"/elasticps/{check_job_name(job_name)}/"
 
 
 def open_store(url: str, job_name: str) -> Store:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from elasticps.errors import ConfigError, LeaseExpiredError, StoreError, StoreUnavailableError
+from elasticps.private_files import FILE_MODE, check_owned, make_private_dir
 from elasticps.retry import RetryPolicy
 from elasticps.store._common import (
     QueueWatch,
@@ -205,18 +206,32 @@ class _TransientOpenError(sqlite3.OperationalError):
     pass
 
 
+def _store_files(path: Path) -> tuple[Path, Path, Path]:
+    """The database file and the -wal and -shm files SQLite keeps beside it."""
+    return path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+
+
+def _check_place(path: Path) -> None:
+    """Refuse a store that another user could read or change: its directory and files must be
+    this user's (or root's) and writable by nobody else. A sticky directory (``/tmp``) is not
+    enough here: SQLite creates its -wal and -shm files beside the database with plain opens,
+    so another user could create them first."""
+    check_owned(path.parent, "the embedded store's directory")
+    for existing in _store_files(path):
+        check_owned(existing, "embedded store file")
+
+
 def _create_private(path: Path) -> None:
     """Create the database file readable by its owner only (0600) if it does not exist; SQLite
     gives its -wal and -shm files the database file's mode.
 
-    A file of ours that exists with a wider mode (a workdir from before files were private, a
-    rerun of the same command) is narrowed to 0600, with its -wal and -shm; another user's file
-    is left as it is (opening it fails or succeeds on its own permissions)."""
+    A file of ours that exists with a wider mode (a rerun of the same command) is narrowed to
+    0600, with its -wal and -shm; another user's file is refused (:func:`_check_place`)."""
+    _check_place(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except FileExistsError:
-        for existing in (path, path.with_name(path.name + "-wal"),
-                         path.with_name(path.name + "-shm")):
+        for existing in _store_files(path):
             _narrow_to_owner(existing)
         return
     except OSError as exc:
@@ -228,7 +243,7 @@ def _narrow_to_owner(path: Path) -> None:
     try:
         info = path.stat()
         if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077:
-            path.chmod(0o600)
+            path.chmod(FILE_MODE)
     except FileNotFoundError:  # a -wal or -shm that is not there (or just went)
         pass
     except OSError as exc:  # e.g. a read-only file system: opening decides
@@ -253,7 +268,7 @@ class EmbeddedStore(Store):
         self._registry_lock = threading.Lock()
         self._leases: list[ThreadedLease] = []
         self._watches: list[QueueWatch] = []
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.path.parent, narrow=False)
         _create_private(self.path)
         self._conn = self._connect()
         with self._lock:

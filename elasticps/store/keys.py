@@ -24,8 +24,8 @@ mistaken for a real one::
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
-                                     timers, samples_per_s, time, pass_metrics}, refreshed every
-                                     few seconds
+                                     timers, samples_per_s, time, pass_metrics, stage}, refreshed
+                                     every few seconds and whenever the trainer's stage changes
     job/events/<time_ns>-<tag>       JobEvent {time, kind, subject, message, source}: the job's
                                      timeline (restarts, failovers, recoveries, scale steps...)
     job/history                      the status page's document (JSON object with "series" and
@@ -170,7 +170,8 @@ def once_keys(name: str) -> tuple[str, str]:
 MAX_VALUE_BYTES = 1 << 20  # the store's own bound on a value
 MAX_TEXT = 256  # names, hosts, node names: longer is not ours
 MAX_MESSAGE = 4096  # an event's message (a failed task's reason is cut to fit)
-_ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}:[0-9]{1,5}$")
+MAX_STAGE = 60  # a trainer's stage: a few words the progress line shows whole
+_ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}:[0-9]{1,5}\Z")
 
 
 def _object(raw: bytes, key: str) -> dict[str, Any]:
@@ -381,7 +382,9 @@ class TrainerProgress:
 
     ``pass_metrics`` maps a pass id (as a string) to the metrics of that pass's ``EndPass``
     (``cost``, ``auc``, ``test_auc``...); ``time`` is the wall-clock time of the record, so a
-    reader can tell how long ago the trainer was last seen.
+    reader can tell how long ago the trainer was last seen. ``stage`` says what the trainer does
+    when it is not training (``writing data``, ``evaluating``, ``exporting``...): None while it
+    trains or has said nothing.
     """
 
     pass_id: int = 0
@@ -394,13 +397,15 @@ class TrainerProgress:
     samples_per_s: float = 0.0  # over the last publishing interval
     time: float = 0.0  # unix seconds when published (0: an older record without it)
     pass_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    stage: str | None = None  # what it does outside training; at most MAX_STAGE characters
 
     def encode(self) -> bytes:
         return _encode({"pass": self.pass_id, "samples": self.samples, "batches": self.batches,
                         "loss": self.loss, "train_s": self.train_s, "tasks": self.tasks,
                         "timers": dict(self.timers), "samples_per_s": self.samples_per_s,
                         "time": self.time,
-                        "pass_metrics": {p: dict(m) for p, m in self.pass_metrics.items()}})
+                        "pass_metrics": {p: dict(m) for p, m in self.pass_metrics.items()},
+                        "stage": self.stage})
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> TrainerProgress:
@@ -415,7 +420,8 @@ class TrainerProgress:
                    _finite(doc, "train_s", key), int(_finite(doc, "tasks", key)),
                    {str(k)[:MAX_TEXT]: _finite(timers, k, key) for k in timers},
                    _finite(doc, "samples_per_s", key), _finite(doc, "time", key),
-                   _pass_metrics(doc.get("pass_metrics") or {}, key))
+                   _pass_metrics(doc.get("pass_metrics") or {}, key),
+                   None if doc.get("stage") is None else _text(doc, "stage", key, MAX_STAGE))
 
 
 # Metrics of one pass, train and test: per-label metrics of up to 16 labels fit.

@@ -7,12 +7,19 @@ then published in the store, see :mod:`elasticps.telemetry.endpoint`).
 
 Most role metrics are *collectors* that read counters the role keeps anyway when Prometheus
 scrapes, so the training hot path pays nothing for them (``trainer/telemetry.py``).
+
+Every series a process serves carries its **identity labels**: ``job`` and ``role`` always,
+``shard`` on a pserver once it holds a slot, ``trainer`` (the trainer's index) on a trainer
+(:class:`IdentityRegistry`). None of them names a process: a restarted pserver or trainer
+continues the series of its shard or index, and no query needs a join to know the job.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -27,6 +34,9 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from elasticps.config import listen_error
+from elasticps.version import __version__
+
 log = logging.getLogger(__name__)
 
 PREFIX = "elasticps_"
@@ -34,25 +44,78 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class InfoCollector(Collector):
-    """``elasticps_process_info{job, role, node} 1``: joins a scrape to the job's process."""
-
-    def __init__(self, job: str, role: str, node: str) -> None:
-        self.labels = {"job_name": job, "role": role, "node": node}
-
-    def set_node(self, node: str) -> None:
-        self.labels["node"] = node
+    """``elasticps_process_info{version} 1`` (plus the identity labels, as on every series)."""
 
     def collect(self) -> Iterable[Metric]:
         info = GaugeMetricFamily(f"{PREFIX}process_info", "The elasticps process behind this "
-                                 "endpoint", labels=list(self.labels))
-        info.add_metric(list(self.labels.values()), 1.0)
+                                 "endpoint", labels=["version"])
+        info.add_metric([__version__], 1.0)
         yield info
 
 
-def new_registry(info: InfoCollector) -> CollectorRegistry:
-    """A registry with the process collectors and ``info`` (``elasticps_process_info``)."""
-    registry = CollectorRegistry(auto_describe=True)
-    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, info):
+class IdentityRegistry(CollectorRegistry):
+    """A registry whose every series carries ``identity`` (job, role, shard or trainer).
+
+    Every collector is wrapped as it registers (a ``Histogram(..., registry=r)`` included), so
+    the labels reach the process and platform collectors too, and a restricted scrape
+    (``/metrics?name[]=...``) as well. ``identity`` is read at each scrape: a pserver adds its
+    ``shard`` once it claimed a slot (:meth:`relabel`). A label a metric sets itself wins over
+    an identity label of the same name (the trainer's RPC client counts by the ``shard`` it
+    called).
+    """
+
+    def __init__(self, identity: Mapping[str, str]) -> None:
+        super().__init__(auto_describe=True)
+        self.identity: dict[str, str] = _checked(identity)
+        self._wrappers: dict[Collector, _IdentityCollector] = {}
+
+    def register(self, collector: Collector) -> None:
+        wrapper = _IdentityCollector(collector, self)
+        super().register(wrapper)
+        self._wrappers[collector] = wrapper
+
+    def unregister(self, collector: Collector) -> None:
+        super().unregister(self._wrappers.pop(collector))
+
+    def relabel(self, **labels: str) -> None:
+        self.identity = {**self.identity, **_checked(labels)}
+
+
+class _IdentityCollector(Collector):
+    def __init__(self, inner: Collector, registry: IdentityRegistry) -> None:
+        self.inner = inner
+        self.registry = registry
+
+    def describe(self) -> Iterable[Metric]:
+        # what the registry checks names with: the inner's description, else (auto_describe)
+        # one collection, as it would have done with the inner collector
+        describe = getattr(self.inner, "describe", None)
+        return list(describe() if describe is not None else self.inner.collect())
+
+    def collect(self) -> Iterable[Metric]:
+        identity = self.registry.identity
+        for family in self.inner.collect():
+            labelled = copy.copy(family)
+            labelled.samples = [s._replace(labels={**identity, **s.labels})
+                                for s in family.samples]
+            yield labelled
+
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
+
+
+def _checked(labels: Mapping[str, str]) -> dict[str, str]:
+    for name in labels:
+        if not _LABEL_NAME.match(name) or name.startswith("__"):
+            raise ValueError(f"{name!r} is not a Prometheus label name")
+    return dict(labels)
+
+
+def new_registry(identity: Mapping[str, str]) -> IdentityRegistry:
+    """A registry with the process collectors and ``elasticps_process_info``, every series
+    labelled with ``identity``."""
+    registry = IdentityRegistry(identity)
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, InfoCollector()):
         registry.register(collector)
     return registry
 
@@ -81,7 +144,11 @@ class MetricsExporter:
     def __init__(self, registry: CollectorRegistry, host: str, port: int = 0) -> None:
         self.registry = registry
         self._server: WSGIServer
-        self._server, self._thread = start_http_server(port, host, registry)
+        try:
+            self._server, self._thread = start_http_server(port, host, registry)
+        except OSError as exc:
+            raise listen_error("the Prometheus metrics", host, port, "PADDLE_METRICS_PORT",
+                               exc) from exc
         self.host = host
         self.port = int(self._server.server_address[1])
 

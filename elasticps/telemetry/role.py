@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
 from elasticps.store.api import Store
 from elasticps.store.keys import MetricsEndpoint
 from elasticps.telemetry.endpoint import EndpointPublication
-from elasticps.telemetry.exporter import InfoCollector, MetricsExporter, new_registry
+from elasticps.telemetry.exporter import IdentityRegistry, MetricsExporter, new_registry
 
 log = logging.getLogger(__name__)
 
 
 class RoleTelemetry:
     """Start with :meth:`start` (binds the port), :meth:`publish` once the store is open,
-    :meth:`close` on the way out (unpublishes, then stops serving)."""
+    :meth:`close` on the way out (unpublishes, then stops serving).
 
-    def __init__(self, job: str, role: str, node: str) -> None:
+    ``node`` names the process in the store (``metrics/<role>/<node>``) and in log lines;
+    the series are labelled ``job``, ``role`` and ``labels`` (a trainer's ``trainer`` index, a
+    pserver's ``shard`` once known), never with the node, which may carry a PID.
+    """
+
+    def __init__(self, job: str, role: str, node: str, **labels: str) -> None:
         self.job, self.role, self.node = job, role, node
-        self._info = InfoCollector(job, role, node)
-        self.registry: CollectorRegistry = new_registry(self._info)
+        self.registry: IdentityRegistry = new_registry({"job": job, "role": role, **labels})
         self.exporter: MetricsExporter | None = None
         self.publication: EndpointPublication | None = None
 
@@ -44,10 +47,10 @@ class RoleTelemetry:
         endpoint = MetricsEndpoint(self.role, self.node, self.exporter.url)
         self.publication = EndpointPublication(store, endpoint, ttl).start()
 
-    def rename(self, node: str) -> None:
+    def rename(self, node: str, **labels: str) -> None:
         """The process learned its name (a pserver its slot): relabel and republish."""
         self.node = node
-        self._info.set_node(node)
+        self.registry.relabel(**labels)
         if self.publication is not None:
             self.publication.rename(node)
 

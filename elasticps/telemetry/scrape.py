@@ -35,7 +35,12 @@ def scrape(url: str, timeout: float = 1.0) -> Samples | None:
         return None
 
 
-def total(samples: Mapping[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
-    """The sum of every sample named ``name`` (over its labels), None if there is none."""
-    values = [value for _, value in samples.get(name, [])]
+def total(samples: Mapping[str, list[tuple[dict[str, str], float]]], name: str,
+          **labels: str | tuple[str, ...]) -> float | None:
+    """The sum of the samples named ``name`` whose labels match ``labels`` (a value, or a
+    tuple of values any of which matches; labels not named may be anything), None if there
+    is none."""
+    values = [value for have, value in samples.get(name, [])
+              if all(have.get(k) in (v if isinstance(v, tuple) else (v,))
+                     for k, v in labels.items())]
     return sum(values) if values else None

@@ -18,12 +18,14 @@ import io
 import logging
 import sys
 import threading
+import traceback
 from types import TracebackType
 from typing import TextIO
 
 MAX_LINE = 64 * 1024  # a "line" with no newline this long is a record anyway
 
 _inside = threading.local()  # set while a record is being written: its own output goes raw
+_capturing = False  # capture() ran: tracebacks are records
 
 
 class LineRecords(io.TextIOBase):
@@ -86,6 +88,16 @@ def _log_uncaught(kind: type[BaseException], exc: BaseException,
                                          exc, exc_info=(kind, exc, tb))
 
 
+def report_exception(exc: BaseException, tb: TracebackType | None, message: str) -> None:
+    """An exception that ends the process's work (a trainer script's error): with capture on,
+    one ERROR record saying ``message`` with the traceback ``tb`` in ``exc``; else the
+    traceback on stderr, as the interpreter would print it."""
+    if _capturing:
+        logging.getLogger("elasticps").error(message, exc_info=(type(exc), exc, tb))
+    else:
+        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
 def capture() -> None:
     """Turn this process's stdout, stderr, warnings and uncaught exceptions into log records
     (call once, after the JSON handler is set up: it keeps writing to the real stderr)."""
@@ -115,3 +127,5 @@ def capture() -> None:
 
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
+    global _capturing
+    _capturing = True

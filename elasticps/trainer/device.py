@@ -73,7 +73,8 @@ class Placement:
             label=self.tensor(batch.label), dense=self.tensor(batch.dense),
             dense_names=batch.dense_names,
             ids={name: self.tensor(ids) for name, ids in batch.ids.items()}, bags=bags,
-            weight=None if batch.weight is None else self.tensor(batch.weight), source=batch)
+            weight=None if batch.weight is None else self.tensor(batch.weight), source=batch,
+            vectors={name: self.tensor(vectors) for name, vectors in batch.vectors.items()})
 
 
 CPU = Placement(torch.device("cpu"))

@@ -4,7 +4,8 @@ the task worker keep anyway, so training pays nothing for them:
 ``elasticps_trainer_samples_total``, ``elasticps_trainer_batches_total``,
 ``elasticps_trainer_tasks_total``, ``elasticps_trainer_samples_per_second`` (over the last
 publishing interval, 2 s), ``elasticps_trainer_loss`` (moving average),
-``elasticps_trainer_pass``, ``elasticps_trainer_step_phase_seconds_total{phase}`` (forward,
+``elasticps_trainer_pass`` (1-based, as the master's),
+``elasticps_trainer_step_phase_seconds_total{phase}`` (forward,
 backward, pull_wait, push_wait, load_params, collect_grads: divide by the batches for the mean
 step time by phase), ``elasticps_trainer_staleness_batches`` (the trainer's own batches whose
 updates the last step's parameters lacked: 1 with prefetch, plus the batches since the last
@@ -49,7 +50,8 @@ def _collect(training: Training | None) -> Iterable[Metric]:
                  stats.samples_per_s)
     if stats.loss_ewma is not None and math.isfinite(stats.loss_ewma):
         yield _gauge("loss", "Training loss, moving average", stats.loss_ewma)
-    yield _gauge("pass", "The pass being trained (0-based)", float(stats.pass_id))
+    yield _gauge("pass", "The pass being trained, 1-based (1 during the first pass)",
+                 float(stats.pass_id + 1))
     phases = CounterMetricFamily("elasticps_trainer_step_phase_seconds", "Seconds spent per "
                                  "phase of the training step", labels=["phase"])
     for phase, seconds in dict(runner.timers).items():

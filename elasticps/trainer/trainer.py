@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -62,6 +60,7 @@ from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
+from elasticps.trainer.progress import ProgressRecord
 from elasticps.trainer.result import default_result
 from elasticps.trainer.row_policy import policy_from_settings
 from elasticps.trainer.sparse import SparseLayer
@@ -69,6 +68,10 @@ from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.step_worker import LoopStats, StepWorker
 from elasticps.trainer.task_loop import TaskLoop
+
+if TYPE_CHECKING:
+    from elasticps.store.api import Store
+    from elasticps.telemetry.role import RoleTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +144,7 @@ class Trainer:
         self._trained_on: DatasetReader | None = None  # the last dataset train() read
         self._objective: Objective | None = None  # resolved by train() from the dataset
         self._worker: StepWorker | None = None  # the training in progress (for the metrics)
+        self.progress = ProgressRecord(None, "")  # job/progress/<name>, once connected
 
     @property
     def sparse(self) -> dict[str, SparseLayer]:
@@ -197,6 +201,7 @@ class Trainer:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
         from elasticps.master.client import MasterClient
         from elasticps.pserver.client import PServerClient
+        from elasticps.rpc.call_metrics import ClientCallMetrics
         from elasticps.rpc.credentials import credentials_from_config
         from elasticps.store import open_store
 
@@ -208,25 +213,36 @@ class Trainer:
         store = open_store(config.store, config.job_name)
         self.store = store
         self._closers.append(store.close)
+        telemetry = self._telemetry(config, name)
+        calls = ClientCallMetrics(telemetry.registry)
         credentials = credentials_from_config(config)
-        params = PServerClient(store, credentials, config.pserver_count)
+        params = PServerClient(store, credentials, config.pserver_count, call_metrics=calls)
         self._closers.insert(0, params.close)
-        master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl)
+        master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl,
+                              call_metrics=calls)
         self._closers.insert(0, master.close)
         master.register_trainer()
+        self.progress.store, self.progress.name = store, name
         log.info("Trainer %s joined job %s.", name, config.job_name)
-        self._start_telemetry(config, name, store)
+        self._serve_telemetry(telemetry, config, name, store)
         self.attach(params, master, name)
 
-    def _start_telemetry(self, config: Config, name: str, store: Any) -> None:
-        """Serve this trainer's metrics and publish where (``metrics/trainer/<name>``)."""
+    def _telemetry(self, config: Config, name: str) -> RoleTelemetry:
+        """This trainer's metrics, labelled with its index (``trainer``), not its name: a
+        restarted trainer continues its index's series."""
         from elasticps.telemetry.logfmt import set_node
         from elasticps.telemetry.role import RoleTelemetry
         from elasticps.trainer.telemetry import register_trainer_metrics
 
         set_node(name)
-        telemetry = RoleTelemetry(config.job_name, "trainer", name)
+        telemetry = RoleTelemetry(config.job_name, "trainer", name,
+                                  trainer=str(config.trainer_id))
         register_trainer_metrics(telemetry.registry, lambda: self._worker)
+        return telemetry
+
+    def _serve_telemetry(self, telemetry: RoleTelemetry, config: Config, name: str,
+                         store: Store) -> None:
+        """Serve the metrics and publish where (``metrics/trainer/<name>``)."""
         try:
             telemetry.start(config.host, config.metrics_port)
         except OSError as exc:  # a second trainer in one pod: the fixed port is taken
@@ -247,6 +263,12 @@ class Trainer:
                 log.warning("Trainer %s: error while closing: %s", self.name, exc)
         self.params = None
         self.master = None
+
+    def report_stage(self, stage: str | None) -> None:
+        """Say what this trainer does outside training, in a few words (``"writing data"``,
+        ``"exporting"``, ``"scoring"``); ``elasticps run``'s progress line and the status page
+        show it until the next stage, :meth:`train` or the trainer's exit. None: nothing."""
+        self.progress.set_stage(stage)
 
     # -- training -----------------------------------------------------------------------------
 
@@ -304,8 +326,6 @@ class Trainer:
         end the last pass's metrics become the job's result unless there is one already
         (result.py).
         """
-        from elasticps.store.keys import TrainerProgress, publish_progress
-
         if num_passes < 1:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")
         if self.master is None:
@@ -319,26 +339,16 @@ class Trainer:
             check_test_classes(source.dataset_url, test.dataset_url)
 
             def evaluate() -> dict[str, float]:
-                return self.evaluate(test)
+                with self.progress.during("evaluating the test set"):
+                    return self.evaluate(test)
         self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes,
                                 source.plan)
-        store = self.store
-
-        def on_progress(stats: LoopStats) -> None:
-            if store is None:
-                return
-            try:
-                publish_progress(store, self.name, TrainerProgress(
-                    stats.pass_id, stats.samples, stats.batches, stats.loss_ewma,
-                    stats.train_s, stats.tasks, stats.timers, stats.samples_per_s, time.time(),
-                    {p: _finite(m) for p, m in stats.metrics_by_pass.items()}))
-            except Exception as exc:  # progress is cosmetic; the store may be briefly down
-                log.debug("Trainer %s could not publish progress: %s", self.name, exc)
+        self.progress.stage = None  # training
 
         runner = self.runner(objective)
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
-                                on_progress=on_progress, evaluate=evaluate,
+                                on_progress=self.progress.publish, evaluate=evaluate,
                                 sync_rounds=self.params if self.mode == "sync" else None)
             self._worker = worker
             TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
@@ -491,8 +501,3 @@ class Trainer:
             return None
         return reading_schema(manifest, self._trained_on.features)
 
-
-def _finite(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The numbers of a pass's metrics that JSON can carry (NaN and Inf are left out)."""
-    return {k: float(v) for k, v in metrics.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}

@@ -156,6 +156,8 @@ def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -
     def generate() -> bytes:
         from elasticps.data.synth import synth_ctr
 
+        trainer.report_stage("writing data")  # the progress line and the page say so
+
         test_rows = (args.test_rows if args.test_rows is not None
                      else max(1000, min(args.rows // 5, 100_000)))
         per_chunk = args.rows_per_chunk or max(1024, args.rows // 32)
@@ -164,9 +166,13 @@ def ensure_data(trainer: eps.Trainer, args: argparse.Namespace, workdir: Path) -
                   rows_per_chunk=per_chunk, max_vocab=args.max_vocab, num_crosses=args.num_crosses,
                   overwrite=True,
                   progress=False)
+        trainer.report_stage(None)
         return str(out).encode()
 
-    return run_once(trainer.store, "synthetic-data", generate, owner=trainer.name).decode()
+    trainer.report_stage("waiting for data")
+    url = run_once(trainer.store, "synthetic-data", generate, owner=trainer.name).decode()
+    trainer.report_stage(None)
+    return url
 
 
 def dump_initial(trainer: eps.Trainer, url: str, features: FeatureConfig, path: str) -> None:
@@ -199,6 +205,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: F
 
     hidden = [int(h) for h in args.hidden.split(",")]
     model_dir = workdir / "model"
+    trainer.report_stage("exporting")
     # Without ids, the export holds the rows of every id the training data holds.
     trainer.export(model_dir, meta={
         "model": args.model, "embedding_dim": args.embedding_dim, "hidden": hidden,
@@ -206,6 +213,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, features: F
         "dataset": url, "passes": args.passes})
     dataset = open_dataset(url)
     test = dataset.split("test") if "test" in dataset.manifest.splits else dataset
+    trainer.report_stage("scoring the test split")
     model, manifest = load_model(model_dir)
     probs, labels = score(model, manifest, Path(test.url))
     result = {"auc": score_auc(labels, probs), "best_auc": test.best_auc, "passes": args.passes,

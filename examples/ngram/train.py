@@ -126,6 +126,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, url: str, test: str |
     """Export the model with its vocabulary and publish the job's result."""
     manifest = read_manifest(url)
     model_dir = workdir / "model"
+    trainer.report_stage("exporting")
     trainer.export(model_dir, meta={"model": "ngram", "hidden": args.hidden,
                                     "dataset": url, "passes": args.passes, "seed": args.seed})
     vocab = manifest.files.get("vocab")

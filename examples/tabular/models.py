@@ -7,10 +7,11 @@ scorer of an exported model)::
     make_embedding(table, id_space, dim, columns) -> module: batch -> [B, len(columns), dim]
     make_bag(table, id_space, dim, column, mode)  -> module: batch -> [B, dim]
 
-One lookup per table reads that table's single-valued columns; one bag per multi-valued column
-(mean of its values' rows). The dense columns go into the MLP as they are (the reader has
-normalised them). The output has one logit per label entry (``Schema.label_width``; for a
-``class`` label, one per class).
+One lookup per table reads that table's single-valued columns; one bag per multi-valued or
+text column (mean of its values' or words' rows). The dense columns (normalised by the reader)
+and the dense_vector columns (``batch.vectors``, as stored) go into the MLP as they are. The
+output has one logit per label entry (``Schema.label_width``; for a ``class`` label, one per
+class).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from elasticps.data.schema import Schema
 MakeEmbedding = Callable[[str, int, int, Sequence[str]], nn.Module]
 MakeBag = Callable[[str, int, int, str, str], nn.Module]
 KINDS = ("dnn", "wide_deep", "deepfm")
+BAGGED = ("multi_categorical", "text")  # column kinds read as a mean bag of rows
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
@@ -55,7 +57,7 @@ class Fields(nn.Module):
                 self.lookups.append(make_embedding(name + suffix, table.id_space, width, single))
                 self.dims += [width] * len(single)
             for column in schema.columns_of(name):
-                if column.kind == "multi_categorical":
+                if column.kind in BAGGED:
                     self.lookups.append(make_bag(name + suffix, table.id_space, width,
                                                  column.name, "mean"))
                     self.dims.append(width)
@@ -69,8 +71,9 @@ class Fields(nn.Module):
 
 
 class TabularModel(nn.Module):
-    """``dnn``: fields and dense columns into an MLP. ``wide_deep`` adds a linear part (one
-    weight per id, a table ``<table>_wide`` of dim 1, and a linear map of the dense columns).
+    """``dnn``: fields, dense columns and vectors into an MLP. ``wide_deep`` adds a linear part
+    (one weight per id, a table ``<table>_wide`` of dim 1, and a linear map of the dense columns
+    and vectors).
     ``deepfm`` adds that linear part and a factorization machine over the fields (pairwise dot
     products; every table must have the same dim)."""
 
@@ -81,7 +84,8 @@ class TabularModel(nn.Module):
             raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(KINDS)}")
         self.kind = kind
         self.width = output_width(schema)
-        dense = len(schema.dense_columns)
+        self.vectors = tuple(c.name for c in schema.vector_columns)
+        dense = len(schema.dense_columns) + sum(int(c.length or 0) for c in schema.vector_columns)
         self.fields = Fields(schema, make_embedding, make_bag)
         if kind == "deepfm" and len(set(self.fields.dims)) > 1:
             raise ValueError(f"deepfm needs one embedding dim for every table, got "
@@ -91,8 +95,16 @@ class TabularModel(nn.Module):
             self.wide = Fields(schema, make_embedding, make_bag, suffix="_wide", dim=1)
             self.wide_dense = nn.Linear(dense, self.width) if dense else None
 
-    def forward(self, batch: object) -> torch.Tensor:
+    def continuous(self, batch: object) -> torch.Tensor:
+        """The dense columns and the vectors side by side: [B, dense + sum of lengths]."""
         dense: torch.Tensor = batch.dense  # type: ignore[attr-defined]
+        if not self.vectors:
+            return dense
+        vectors = batch.vectors  # type: ignore[attr-defined]
+        return torch.cat([dense, *(vectors[name] for name in self.vectors)], dim=1)
+
+    def forward(self, batch: object) -> torch.Tensor:
+        dense = self.continuous(batch)
         fields = self.fields(batch)
         out = self.deep(torch.cat([dense, *fields], dim=1))
         if self.kind != "dnn":

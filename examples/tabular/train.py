@@ -8,9 +8,11 @@
 
 The model (``models.TabularModel``, ``--model dnn|wide_deep|deepfm``) follows the dataset's
 declared schema: one ``elasticps.nn.SparseEmbedding`` per sparse table reading that table's
-single-valued categorical columns, one ``SparseEmbeddingBag`` (mean) per multi-valued column,
-the normalised dense columns straight into the MLP, one output per label entry (per class for a
-class label). The loss and the metrics follow the label kind (BCE and AUC for a binary label).
+single-valued categorical columns, one ``SparseEmbeddingBag`` (mean) per multi-valued or text
+column (a text column's words, :mod:`elasticps.data.tokenize`), the normalised dense columns and
+the dense_vector columns (``batch.vectors``) straight into the MLP, one output per label entry
+(per class for a class label). The loss and the metrics follow the label kind (BCE and AUC for
+a binary label).
 
 After the last pass the one trainer the master lets save the model exports it to WORKDIR/model,
 scores the test data with the export in plain PyTorch (``score.py``) and publishes the result,
@@ -122,6 +124,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test:
     from score import load_model, metrics, score
 
     model_dir = workdir / "model"
+    trainer.report_stage("exporting")
     trainer.export(model_dir, meta={
         "model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
         "dataset": str(args.data), "passes": args.passes, "seed": args.seed})
@@ -130,6 +133,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test:
                               "train_rows": read_manifest(args.data).num_rows,
                               "train_wall_s": round(train_s, 3), "trainer": trainer.name}
     if test is not None:
+        trainer.report_stage("scoring the test data")
         model, manifest = load_model(model_dir)
         outputs, labels = score(model, test, manifest["inputs"])
         scored = metrics(schema.label_kind, outputs, labels, manifest["inputs"]["label"]["names"])

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from elasticps.chaos.accounting import job_accounting
-from elasticps.launch.job_watch import fetch_status
 from elasticps.launch.scale import JOB_FILE
+from elasticps.master.status_read import fetch_status
 from elasticps.store import Store, open_store
 from tests.helpers import REPO, wait_for
 

@@ -36,6 +36,7 @@ import pytest
 from elasticps.chaos.options import ORACLE_SCRIPT
 from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_oracle_data
 from elasticps.launch.launcher import LaunchOptions, build_specs
+from elasticps.launch.workdir import write_token
 from elasticps.rpc.tls import write_job_identities
 from tests.helpers import REPO, wait_for
 from tests.job_watch import WatchProcess
@@ -97,7 +98,8 @@ def test_partitioned_trainer_is_replaced_and_its_stale_pushes_deduplicated(
                     "PADDLE_CHECKPOINT_URL": str(checkpoints), "OMP_NUM_THREADS": "1"}
         opts = LaunchOptions(script=str(ORACLE_SCRIPT), script_args=oracle_args(oracle),
                              trainers=2, pservers=PSERVERS)
-        specs = build_specs(opts, tmp_path / "work", store_url, job, token, base_env)
+        write_token(tmp_path / "work", token)
+        specs = build_specs(opts, tmp_path / "work", store_url, job, base_env)
         procs = {}
         for spec in specs:
             in_cut = spec.role == "trainer" and spec.index == 1

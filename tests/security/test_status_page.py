@@ -66,7 +66,7 @@ def test_status_is_refused_without_the_token_in_cluster_mode(
     assert address is not None
     assert address.status_url.startswith("https://")
     ca = job_credentials(job_name).tls.ca_pem  # type: ignore[union-attr]
-    for path in ("/api/status", "/"):
+    for path in ("/api/status", "/", "/api/logs", "/api/logs/master"):
         for headers in ({}, {"X-Elasticps-Token": "wrong"}, {"Authorization": "Bearer x"},
                         {"X-Elasticps-Token": TOKEN + "x" * 2000}):
             status, body = _get(port, path, headers, ca)

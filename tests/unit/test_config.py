@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
 import elasticps
+from elasticps import config
 from elasticps.config import ENV_VARS, Config, alias_of, load_config
 from elasticps.errors import ConfigError
 from tests.helpers import REPO, run_cli
@@ -225,3 +227,22 @@ def test_env_command_lists_variables_and_checks() -> None:
     bad = run_cli("env", "--check", env={"PADDLE_PORT": "abc"})
     assert bad.returncode == 1
     assert "PADDLE_PORT='abc'" in bad.stderr
+
+
+def test_a_token_file_others_can_write_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("from-the-file\n")
+    path.chmod(0o622)  # anyone may have chosen this token
+    with pytest.raises(ConfigError, match=r"PADDLE_JOB_TOKEN_FILE '.*token' \(owner .*mode "
+                                          r"0622\) can be written by other users"):
+        load_config({"PADDLE_JOB_TOKEN_FILE": str(path)})
+
+
+def test_a_held_token_leaves_the_environment_but_not_the_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_JOB_TOKEN", "held")
+    monkeypatch.setattr(config, "_held_token", "")
+    config.hold_env_token()
+    assert "PADDLE_JOB_TOKEN" not in os.environ
+    assert load_config().token == "held"  # the process's own configs still have it
+    assert load_config({}).token == ""  # an explicit environment is taken as it is

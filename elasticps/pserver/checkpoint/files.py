@@ -5,11 +5,15 @@ Layout under the checkpoint URL::
     <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.safetensors   the data (see format.py)
     <url>/shard-<i>-of-<N>/ckpt-<id>-<writer>.json          the manifest: size, sha256, summary
 
+On a local disk the shard directory is 0700 and every file 0600, whatever the umask (a new
+checkpoint root is made 0700 too): no other user of the machine reads a tensor.
+
 ``<id>`` is a zero-padded sequence number, so names sort by age; ``<writer>`` names the process
 that wrote it (older checkpoints have none), so two processes that believe they own the slot
 never write the same file. A save:
 
-1. streams the data to a temp file, hashing as it goes, then flushes and fsyncs it, and renames
+1. streams the data to a temp file (``.tmp-<name>.<random>``, created exclusively: see
+   :mod:`elasticps.safe_files`), hashing as it goes, then flushes and fsyncs it, and renames
    it into place (atomic on a local or POSIX file system);
 2. writes the manifest the same way (temp, fsync, rename);
 3. publishes the manifest in the store under ``pserver/checkpoint/<i>/<id>`` in a transaction
@@ -32,7 +36,10 @@ newest checkpoint falls back to the previous one, and a file nobody published (a
 a write cut before step 3) is never restored.
 Manifests are read strictly (:mod:`.manifest`): file names come from the checkpoint
 id and writer tag, never from the manifest as given, and every path is checked to lie in the
-shard directory before it is read or deleted.
+shard directory before it is read or deleted. Others may write the directory too: only regular
+files are read (a FIFO or a link in a file's place is an unreadable checkpoint), and a
+directory or FIFO where a file or a crashed write's leftover was expected is skipped with a
+warning, never a reason not to start.
 """
 
 from __future__ import annotations
@@ -42,21 +49,31 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import numpy as np
 
 from elasticps.errors import CheckpointError
+from elasticps.private_files import FILE_MODE, make_private_dir
 from elasticps.pserver.checkpoint import format as fmt
 from elasticps.pserver.checkpoint.delta import apply_delta, chain, to_keep
 from elasticps.pserver.checkpoint.manifest import (
+    MAX_MANIFEST_BYTES,
     Manifest,
     check_writer,
     data_name,
     manifest_name,
 )
 from elasticps.pserver.checkpoint.snapshot import ShardSnapshot
+from elasticps.safe_files import (
+    create_temp,
+    is_local,
+    open_regular,
+    read_regular,
+    remove_file,
+)
 from elasticps.store.api import Compare, Put, Store
 from elasticps.store.keys import checkpoint_key, checkpoint_prefix
 
@@ -108,7 +125,12 @@ class ShardCheckpoints:
         self.deltas = deltas
         self._chain: list[str] = []  # this writer's published chain since its last full save
         self._lock = threading.Lock()
-        self.fs.makedirs(self.dir, exist_ok=True)
+        self._local = is_local(self.fs)
+        if self._local:  # the owner's alone: other users of the machine read no tensor
+            make_private_dir(Path(root), narrow=False)
+            make_private_dir(Path(self.dir))
+        else:
+            self.fs.makedirs(self.dir, exist_ok=True)
 
     # -- listing ----------------------------------------------------------------------------
 
@@ -129,7 +151,8 @@ class ShardCheckpoints:
             base = name.rsplit("/", 1)[-1]
             if base.startswith("ckpt-") and base.endswith(".json"):
                 try:
-                    manifest = Manifest.from_json(self.fs.cat_file(name))
+                    manifest = Manifest.from_json(read_regular(self.fs, name,
+                                                               MAX_MANIFEST_BYTES))
                 except (CheckpointError, OSError) as exc:
                     log.warning("%s skips the unreadable manifest %s: %s", self.node, name, exc)
                     continue
@@ -223,16 +246,20 @@ class ShardCheckpoints:
     def _remove_files(self, checkpoint_id: str, writer: str) -> None:
         for name in (manifest_name(checkpoint_id, writer), data_name(checkpoint_id, writer)):
             path = self._path(name)
-            if self.fs.exists(path):
-                self.fs.rm(path)
+            planted = remove_file(self.fs, path)
+            if planted is not None:
+                log.warning("%s leaves %s in place: it is %s, not a checkpoint file.",
+                            self.node, path, planted)
 
     def _write_atomically(
         self, name: str, write: Callable[[Any], tuple[int, str]],
         before_rename: BeforePublish | None = None,
     ) -> tuple[int, str]:
         final = self._path(name)
-        temp = self._path(f".tmp-{name}.{os.getpid()}")
-        with self.fs.open(temp, "wb") as out:
+        # An unpredictable name, created exclusively (a link planted at a temp name is never
+        # written through) and 0600 on a local disk.
+        out, temp = create_temp(self.fs, self.dir, f".tmp-{name}.", mode=FILE_MODE)
+        with out:
             result = write(out)
             out.flush()
             if hasattr(out, "fileno"):
@@ -244,7 +271,7 @@ class ShardCheckpoints:
         return result
 
     def _fsync_dir(self) -> None:
-        if "file" in _protocols(self.fs):
+        if self._local:
             fd = os.open(self.dir, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -269,12 +296,24 @@ class ShardCheckpoints:
         return f"{self.dir}/{name}"
 
     def remove_temp_files(self) -> int:
-        """Delete leftovers of writes that crashed before their rename."""
+        """Delete leftovers of writes that crashed before their rename. An entry named like one
+        that is not a file (a directory, a FIFO) was not left by a write: it stays, with a
+        warning, and the pserver starts all the same."""
         removed = 0
         for name in self.fs.ls(self.dir, detail=False):
-            if name.rsplit("/", 1)[-1].startswith(".tmp-"):
-                self.fs.rm(name)
+            if not name.rsplit("/", 1)[-1].startswith(".tmp-"):
+                continue
+            try:
+                planted = remove_file(self.fs, name)
+            except OSError as exc:
+                log.warning("%s cannot remove the unfinished checkpoint file %s: %s",
+                            self.node, name, exc)
+                continue
+            if planted is None:
                 removed += 1
+            else:
+                log.warning("%s skips %s in its checkpoint directory: it is %s, not the "
+                            "leftover of a write.", self.node, name, planted)
         return removed
 
     # -- load -------------------------------------------------------------------------------
@@ -290,7 +329,7 @@ class ShardCheckpoints:
             if on_disk != manifest.size:  # checked before reading: never read a huge file
                 raise CheckpointError(f"checkpoint {manifest.id}: {path} has {on_disk} bytes, "
                                       f"the manifest says {manifest.size} (truncated?)")
-            with self.fs.open(path, "rb") as handle:
+            with open_regular(self.fs, path) as handle:
                 metadata, tensors, digest = fmt.read_stream(handle, manifest.size)
         except (OSError, FileNotFoundError) as exc:
             raise CheckpointError(f"checkpoint {manifest.id}: cannot read {path}: {exc}") from exc
@@ -339,11 +378,6 @@ class ShardCheckpoints:
 def _write_bytes(out: Any, body: bytes) -> tuple[int, str]:
     out.write(body)
     return len(body), hashlib.sha256(body).hexdigest()
-
-
-def _protocols(fs: Any) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return tuple(protocol) if isinstance(protocol, list | tuple) else (protocol,)
 
 
 def _table_summary(snap: ShardSnapshot) -> list[dict[str, Any]]:

@@ -14,9 +14,10 @@ from elasticps.proto import pserver_pb2
 from elasticps.pserver import sparse_policy
 from elasticps.pserver.checkpoint import format as fmt
 from elasticps.pserver.checkpoint.delta import chain
-from elasticps.pserver.checkpoint.manifest import Manifest, data_name
+from elasticps.pserver.checkpoint.manifest import MAX_MANIFEST_BYTES, Manifest, data_name
 from elasticps.pserver.checkpoint.snapshot import ShardSnapshot, SparseState
 from elasticps.pserver.sparse_table import COUNTED
+from elasticps.safe_files import read_regular
 
 
 def _manifest_paths(fs: Any, path: str) -> list[str]:
@@ -34,7 +35,7 @@ def _manifest_paths(fs: Any, path: str) -> list[str]:
 def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
     """A JSON-able report of one checkpoint, including whether its checksum holds."""
     report: dict[str, Any] = {"manifest": manifest_path}
-    manifest = Manifest.from_json(fs.cat_file(manifest_path))
+    manifest = Manifest.from_json(_read_manifest(fs, manifest_path))
     directory = manifest_path.rsplit("/", 1)[0]
     data_path = f"{directory}/{data_name(manifest.id, manifest.writer)}"  # checked names only
     report.update(id=manifest.id, shard=manifest.shard, num_shards=manifest.num_shards,
@@ -43,9 +44,12 @@ def inspect_checkpoint(manifest_path: str, fs: Any) -> dict[str, Any]:
                                                           datetime.UTC).isoformat(),
                   parent=manifest.parent, chain=_chain(fs, manifest_path))
     try:
-        data = fs.cat_file(data_path)
+        data = read_regular(fs, data_path, manifest.size)  # never more than it says
     except FileNotFoundError:
         report.update(checksum_ok=False, problem=f"{data_path} is missing")
+        return report
+    except OSError as exc:  # a FIFO or a link in the file's place, or more than it says
+        report.update(checksum_ok=False, problem=f"cannot read {data_path}: {exc.strerror}")
         return report
     digest = hashlib.sha256(data).hexdigest()
     report["checksum_ok"] = len(data) == manifest.size and digest == manifest.sha256
@@ -123,14 +127,22 @@ def _chain(fs: Any, manifest_path: str) -> list[str] | str:
     published = []
     for path in sorted(fs.glob(f"{directory}/ckpt-*.json")):
         try:
-            published.append(Manifest.from_json(fs.cat_file(path)))
+            published.append(Manifest.from_json(_read_manifest(fs, path)))
         except CheckpointError:
             continue  # reported on its own line
-    newest = Manifest.from_json(fs.cat_file(manifest_path))
+    newest = Manifest.from_json(_read_manifest(fs, manifest_path))
     try:
         return [m.id for m in chain(newest, published)]
     except CheckpointError as exc:
         return f"broken: {exc}"
+
+
+def _read_manifest(fs: Any, path: str) -> bytes:
+    try:
+        return read_regular(fs, path, MAX_MANIFEST_BYTES)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the manifest {path}: {exc.strerror or exc}"
+                              ) from exc
 
 
 def inspect_url(url: str) -> list[dict[str, Any]]:

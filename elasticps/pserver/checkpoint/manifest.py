@@ -24,10 +24,10 @@ from elasticps.pserver.checkpoint import format as fmt
 
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_TABLES = 10_000
-_ID = re.compile(r"^[0-9]{1,20}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_WRITER = re.compile(r"^[0-9A-Za-z]{0,32}$")
-_DATA = re.compile(r"^ckpt-([0-9]{1,20})(?:-([0-9A-Za-z]{1,32}))?\.safetensors$")
+_ID = re.compile(r"^[0-9]{1,20}\Z")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+_WRITER = re.compile(r"^[0-9A-Za-z]{0,32}\Z")
+_DATA = re.compile(r"^ckpt-([0-9]{1,20})(?:-([0-9A-Za-z]{1,32}))?\.safetensors\Z")
 
 
 def check_id(checkpoint_id: object) -> str:

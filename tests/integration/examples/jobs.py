@@ -93,8 +93,11 @@ class Reference:
                 params[name].copy_(torch.from_numpy(self.start[name]))
 
     def train(self, batches: Callable[[], Iterable[Batch]], passes: int, lr: float,
-              loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+              loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+              optimizer_class: type[torch.optim.Optimizer] = torch.optim.SGD) -> None:
+        """``passes`` over ``batches()`` with ``optimizer_class`` (SGD, or Adagrad: the
+        pservers' Adagrad is torch's with its defaults)."""
+        optimizer = optimizer_class(self.model.parameters(), lr=lr)
         for _ in range(passes):
             for batch in batches():
                 tensors = batch.to_torch()

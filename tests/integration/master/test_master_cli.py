@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticps.data.synth import synth_ctr
+from elasticps.errors import CONFIG_EXIT_CODE
 from elasticps.master.client import MasterClient
 from elasticps.store import open_store
 from elasticps.store.keys import read_master_address
@@ -69,14 +70,15 @@ def test_master_cli_serves_a_real_dataset_and_exits_zero_on_sigterm(
 
 
 def test_master_cli_rejects_bad_flags_naming_them(tmp_path: Path) -> None:
+    """With the configuration exit code, 78: a supervisor must not restart it."""
     env = {**os.environ, "PADDLE_STORE": f"file://{tmp_path}/j.db", "PADDLE_JOB_TOKEN": TOKEN}
     done = run_cli("master", "--max-failures", "0", env=env)
-    assert done.returncode == 1
+    assert done.returncode == CONFIG_EXIT_CODE == 78
     assert "max_failures=0" in done.stderr
     done = run_cli("master", "--dataset", "/d", env=env)
-    assert done.returncode == 1
+    assert done.returncode == CONFIG_EXIT_CODE
     assert "--dataset needs --batch-size" in done.stderr
     env.pop("PADDLE_JOB_TOKEN")
     done = run_cli("master", env=env)
-    assert done.returncode == 1
+    assert done.returncode == CONFIG_EXIT_CODE
     assert "PADDLE_JOB_TOKEN" in done.stderr

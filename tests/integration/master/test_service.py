@@ -311,6 +311,8 @@ def test_status_page_and_address_are_published(store: Store, master: RunningMast
         page = reply.read().decode()
     assert '<script src="static/app.js">' in page  # the page draws itself from api/status
     with urllib.request.urlopen(address.status_url + "metrics", timeout=10) as reply:
-        assert b'elasticps_master_tasks{state="pending"} 1.0' in reply.read()
+        job = master.server.options.job
+        assert (f'elasticps_master_tasks{{job="{job}",role="master",state="pending"}} 1.0'
+                .encode() in reply.read())
     client.close()
 

@@ -44,6 +44,7 @@ class RunningJob:
     proc: subprocess.Popen[bytes]
     output: Path
     status_url: str
+    first_master: str = ""
 
     def status(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.status_url + "api/status", timeout=5) as resp:
@@ -91,6 +92,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningJob]:
         match = wait_for(lambda: re.search(r"status: (http://\S+/)", output.read_text()), 120,
                          what="the launcher's status URL")
         running = RunningJob(workdir, gate, proc, output, match.group(1))
+        running.first_master = running.status()["master"]
         wait_for(lambda: len(list(gate.glob("*.reached"))) == 2, 180,
                  what="both trainers at the end of pass 0")
         # the master has looked at the job a few times since (the charts have points) and has
@@ -117,12 +119,23 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 
 def screenshot_to(browser: Browser, tmp_path: Path, name: str) -> Path:
+    """The whole page as a PNG; with ``ELASTICPS_SCREENSHOTS=docs/`` also copied there (the
+    pictures in docs/observability.md and the README)."""
     path = browser.screenshot(tmp_path / name)
     assert path.stat().st_size > 10_000
-    keep = os.environ.get("ELASTICPS_SCREENSHOT_DIR")  # to refresh the README's picture
+    keep = os.environ.get("ELASTICPS_SCREENSHOTS")
     if keep:
         shutil.copy(path, Path(keep) / name)
     return path
+
+
+def fits_600_px(browser: Browser) -> None:
+    """At 600 px nothing on the page is cut off or scrolls sideways."""
+    browser.resize(600)
+    try:
+        assert browser.overflowing() == []
+    finally:
+        browser.resize(1400)
 
 
 def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) -> None:
@@ -137,11 +150,12 @@ def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) ->
     leaders = []
     for node, url in urls["master"].items():
         fams = families(url)
-        assert value(fams["elasticps_process_info"], role="master", node=node) == 1
+        assert value(fams["elasticps_process_info"], job=doc["job"], role="master") == 1
+        assert node not in str(fams["elasticps_process_info"].samples)  # no PID in a label
         leaders.append(value(fams["elasticps_master_leader"]))
         if value(fams["elasticps_master_leader"]) == 1:
             assert value(fams["elasticps_master_tasks"], state="todo") == doc["num_tasks"]
-            assert value(fams["elasticps_master_pass"]) == 1
+            assert value(fams["elasticps_master_pass"]) == 2  # 1-based: the second pass
             assert value(fams["elasticps_master_tasks_finished"]) == doc["num_tasks"]
             dispatches = [s.value for s in fams["elasticps_master_dispatch_seconds"].samples
                           if s.name.endswith("_count")]
@@ -155,7 +169,10 @@ def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) ->
 
     for name, url in urls["pserver"].items():
         fams = families(url)
-        assert value(fams["elasticps_process_info"], role="pserver", node=name) == 1
+        shard = name.removeprefix("pserver-")
+        assert value(fams["elasticps_process_info"], job=doc["job"], role="pserver",
+                     shard=shard) == 1
+        assert value(fams["elasticps_pserver_pushes"], shard=shard) > 0  # on every series
         assert value(fams["elasticps_pserver_table_rows"], table="embedding") > 0
         assert value(fams["elasticps_pserver_table_bytes"]) > 0
         pushes = value(fams["elasticps_pserver_pushes"])
@@ -169,7 +186,9 @@ def test_every_role_serves_prometheus_metrics_during_the_job(job: RunningJob) ->
     samples = 0.0
     for name, url in urls["trainer"].items():
         fams = families(url)
-        assert value(fams["elasticps_process_info"], role="trainer", node=name) == 1
+        index = name.split("-")[1]  # trainer-<index>-<host>-<pid>
+        assert value(fams["elasticps_process_info"], job=doc["job"], role="trainer",
+                     trainer=index) == 1
         samples += value(fams["elasticps_trainer_samples"])
         for phase in ("forward", "backward", "pull_wait", "push_wait"):
             assert value(fams["elasticps_trainer_step_phase_seconds"], phase=phase) > 0
@@ -204,12 +223,21 @@ def test_the_running_jobs_page_in_a_real_browser(job: RunningJob, browser: Brows
     assert browser.text("live") == "live"
     for chart in ("chart-speed", "chart-loss", "chart-pass"):
         assert browser.chart_points(chart) > 0, chart
+    # each trainer's own line beside the job's
+    assert browser.texts("#chart-speed + .legend .item") == ["job", "trainer-0", "trainer-1"]
     trainers = browser.table_rows("trainers")
     assert [row[0] for row in trainers] == ["trainer-0", "trainer-1"]
     assert all(row[2] == "running" for row in trainers)
     pservers = browser.table_rows("pservers")
     assert [row[0] for row in pservers] == ["pserver-0", "pserver-1"]
+    for row in pservers:  # push ms, pull ms, CPU, memory: read from the pserver's metrics
+        assert float(row[5]) > 0, row
+        assert float(row[6]) > 0, row
+        assert row[7].endswith("%"), row
+        assert row[8].endswith("MiB"), row
     assert "reconciled" in browser.text("events")
+    assert browser.text("elapsed") != "\u2013"
+    fits_600_px(browser)
     screenshot_to(browser, tmp_path, "status-page-running.png")
     assert browser.console_errors() == []
 
@@ -312,16 +340,30 @@ def test_the_finished_jobs_page_served_by_elasticps_ui(
         assert doc["state"] == "succeeded"
         assert all(p["rows"] > 0 for p in doc["pservers"])  # the last ones scraped
         assert [p["pass"] for p in doc["pass_metrics"]] == [0, 1]
+        # the standby, stopped with the job, took no lead: the leader saved the page
+        assert doc["master"] == job.first_master
+        assert "failover" not in {e["kind"] for e in doc["events"]}
         browser.open_page(f"http://127.0.0.1:{port}/")
         assert browser.text("state") == "succeeded"
         assert browser.text("eta") == "done"
         for chart in ("chart-speed", "chart-loss"):
             assert browser.chart_points(chart) >= 3, chart
         assert browser.chart_points("chart-pass") >= 2  # a point per pass and metric
-        assert [row[0] for row in browser.table_rows("trainers")] == ["trainer-0", "trainer-1"]
-        assert [row[0] for row in browser.table_rows("pservers")] == ["pserver-0", "pserver-1"]
-        assert "the job succeeded" in browser.text("events")
-        screenshot_to(browser, tmp_path, "status-page.png")
+        trainers, pservers = browser.table_rows("trainers"), browser.table_rows("pservers")
+        assert [(row[0], row[2]) for row in trainers] == [("trainer-0", "finished"),
+                                                           ("trainer-1", "finished")]
+        assert [(row[0], row[2]) for row in pservers] == [("pserver-0", "stopped"),
+                                                           ("pserver-1", "stopped")]
+        # the final metrics, labelled: the trainers' result (the last pass's test metrics)
+        result = dict(zip(browser.texts("#result dt"), browser.texts("#result dd"),
+                          strict=True))
+        assert 0.5 < float(result["auc"]) <= 1.0, result
+        assert result["passes"] == "2"
+        labels = browser.texts("#chart-pass .value-label")  # each pass's dot says its value
+        assert any(label.startswith("test_auc: 0.") for label in labels), labels
+        assert "every pass is done: training succeeded" in browser.text("events")
+        fits_600_px(browser)
+        screenshot_to(browser, tmp_path, "status-page-succeeded.png")
         assert browser.console_errors() == []
     finally:
         ui.send_signal(signal.SIGTERM)

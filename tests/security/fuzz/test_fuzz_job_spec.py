@@ -7,13 +7,13 @@ import warnings
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from elasticps.cluster.spec import MAX_GPUS_PER_POD, Job, JobSpecWarning
 from elasticps.config import MAX_PSERVERS, MAX_TRAINERS
 from elasticps.errors import ConfigError
+from elasticps.user_yaml import load_user_yaml
 from tests.security.fuzz.common import FUZZ, json_values, with_fields
 
 VALID: dict[str, Any] = {
@@ -60,12 +60,12 @@ def test_env_and_etcd_sections_raise_only_config_error(env: Any, etcd: Any) -> N
 
 @pytest.mark.timeout(60)
 @FUZZ
-@given(text=st.text(max_size=200))
-def test_yaml_text_of_any_shape(text: str) -> None:
+@given(text=st.text(max_size=200) | st.binary(max_size=200))
+def test_yaml_text_of_any_shape(text: str | bytes) -> None:
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return  # Job.from_yaml turns this into a ConfigError (tested in unit/cluster)
+        doc = load_user_yaml(text, "job.yaml")  # what Job.from_yaml reads a file with
+    except ConfigError:
+        return
     _check(doc)
 
 

@@ -60,6 +60,54 @@ def test_only_the_code_is_packed(tmp_path: Path) -> None:
     assert archive.sha256 == hashlib.sha256(archive.data).hexdigest()
 
 
+def make_credentials(root: Path) -> list[str]:
+    """What a project directory often holds beside its code; returns their archive paths."""
+    planted = [".env", ".aws/credentials", ".aws/config", "deploy/id_ed25519",
+               "deploy/server.pem", "config/.env.prod", ".netrc"]
+    for rel in planted:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("aws_secret_access_key = AKIA-not-for-the-cluster\n")
+    return sorted(planted)
+
+
+def test_credential_files_are_left_out_and_named(tmp_path: Path) -> None:
+    code = make_code(tmp_path / "code")
+    planted = make_credentials(code)
+    archive = pack_code(code)
+    assert archive.files == ("model/net.py", "run.sh", "train.py")
+    assert list(archive.left_out) == planted
+    with tarfile.open(fileobj=io.BytesIO(archive.data), mode="r:gz") as tar:
+        assert b"AKIA" not in b"".join(tar.extractfile(m).read()  # type: ignore[union-attr]
+                                       for m in tar.getmembers())
+    done = run_cli("code", "pack", str(code))
+    assert done.returncode == 0, done.stderr
+    assert ".env" not in done.stdout.splitlines()
+    assert (f"left out {len(planted)} file(s) that may hold credentials: "
+            f"{', '.join(planted)}") in done.stdout
+
+
+def test_an_include_pattern_ships_a_credential_file_on_purpose(tmp_path: Path) -> None:
+    code = make_code(tmp_path / "code")
+    make_credentials(code)
+    archive = pack_code(code, include=[".env", "deploy/*.pem"])
+    assert set(archive.files) == {".env", "deploy/server.pem", "model/net.py", "run.sh",
+                                  "train.py"}
+    assert ".env" not in archive.left_out
+    assert "config/.env.prod" in archive.left_out
+    done = run_cli("code", "pack", str(code), "--include", ".aws/*")
+    assert ".aws/credentials" in done.stdout.splitlines()
+    job = Job(job_name="ctr", namespace="ml", entry_point="python train.py", code=str(code),
+              code_include=[".env"])
+    (config_map,) = [o for o in render(job, "kubernetes") if o["kind"] == "ConfigMap"]
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(
+            config_map["binaryData"]["code.tar.gz"])), mode="r:gz") as tar:
+        assert ".env" in tar.getnames()
+        assert ".aws/credentials" not in tar.getnames()
+    with pytest.raises(ConfigError, match="'code_include': must be a list of file patterns"):
+        Job(job_name="ctr", namespace="ml", entry_point="python train.py", code=str(code),
+            code_include=".env")
+
+
 def test_the_hash_depends_on_content_only(tmp_path: Path) -> None:
     first = pack_code(make_code(tmp_path / "a"))
     # Same files written in another order, at other times, with other junk around them.

@@ -21,6 +21,7 @@ from elasticps.cluster.manifests import job_secrets, render
 from elasticps.cluster.spec import Job
 from elasticps.cluster.submit import delete_job, job_status, pod_logs, submit, submit_secret
 from elasticps.errors import ClusterError, ConfigError
+from elasticps.master.status_read import MAX_STATUS_BYTES
 from tests.unit.cluster.fake_kube import FakeKube, Fault
 
 SPEC: dict[str, Any] = {"job_name": "ctr", "namespace": "ml", "entry_point": "python train.py",
@@ -272,6 +273,18 @@ def test_status_reports_pods_per_role_and_the_master_page(fake: FakeKube,
     summary = status.summary()
     assert "pserver  2 pod(s), 2 ready, 1 restart(s)" in summary
     assert "ctr-trainer-1" in summary
+
+
+def test_status_reads_at_most_8_mib_of_the_master_page(fake: FakeKube,
+                                                      client: KubeClient) -> None:
+    submit(job(), "volcano", client=client, secrets=secrets(), environ={})
+    _seed_pods(fake)
+    fake.proxy_pages[("ml", "https:ctr-master:http", "/api/status")] = json.dumps(
+        {"job": "ctr", "padding": "x" * MAX_STATUS_BYTES})
+    status = job_status(client, "ctr", "ml")
+    assert status.master is None
+    assert status.master_error is not None
+    assert f"is larger than {MAX_STATUS_BYTES:,} bytes" in status.master_error
 
 
 def test_status_of_a_kubernetes_job_follows_the_trainer_job(fake: FakeKube,

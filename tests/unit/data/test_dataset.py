@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from elasticps.data import Batch, ChunkRef, FeatureConfig, iter_batches, open_dataset
 from elasticps.data.criteo_layout import SPARSE_COLUMNS
+from elasticps.data.dataset import read_chunk_table
 from elasticps.data.synth import synth_ctr
 from elasticps.errors import DataError
 from tests.helpers import REPO
@@ -156,3 +159,21 @@ def test_bad_requests_name_the_problem(dataset: str, tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text('{"format": "elasticps-ctr", "format_version": 9}')
     with pytest.raises(DataError, match="format_version 9"):
         open_dataset(str(tmp_path))
+
+
+def test_a_chunk_of_more_rows_than_its_manifest_says_is_refused_unread(tmp_path: Path) -> None:
+    # A small file (under 100 KiB) of 50M rows in one row group, where the manifest says 10:
+    # reading the row group to count its rows would decode hundreds of MiB.
+    rows = 50_000_000
+    pq.write_table(pa.table({"x": pa.nulls(rows, pa.int8())}), tmp_path / "part-0.parquet",
+                   row_group_size=rows, compression="none")
+    assert (tmp_path / "part-0.parquet").stat().st_size < 1 << 20
+    default = pa.default_memory_pool()
+    counted = pa.proxy_memory_pool(default)  # what Arrow allocates while the chunk is read
+    pa.set_memory_pool(counted)
+    try:
+        with pytest.raises(DataError, match="holds 50000000 rows but the manifest says 10"):
+            read_chunk_table(str(tmp_path), ChunkRef("part-0.parquet", 0, 10))
+    finally:
+        pa.set_memory_pool(default)
+    assert counted.max_memory() < 1 << 20

@@ -4,11 +4,14 @@ written; a verified file takes its name, a resumed one is found in place."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +163,77 @@ def test_a_short_token_or_no_token_file_is_a_clear_error(tmp_path: Path) -> None
                        str(token_file), "--port", "0", cwd=REPO)
         assert done.returncode == 1
         assert message in done.stderr
+
+
+def _put_with_length(port: int, rel: str, length: str) -> http.client.HTTPResponse:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.putrequest("PUT", f"/files/{rel}")
+    connection.putheader(TOKEN_HEADER, TOKEN)
+    connection.putheader(SHA256_HEADER, hashlib.sha256(b"").hexdigest())
+    connection.putheader("Content-Length", length)
+    connection.endheaders()
+    return connection.getresponse()
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "1_0", "0x10"])
+def test_a_content_length_that_is_not_a_number_is_a_clear_error(receiver: Running,
+                                                                length: str) -> None:
+    response = _put_with_length(receiver.port, "a.bin", length)
+    assert response.status == 400
+    assert json.loads(response.read())["error"] == (
+        f"the Content-Length header {length!r} is not a whole number of bytes")
+    assert files_under(receiver.root) == {}
+    assert receiver.request("GET", "/healthz", token=None)[0] == 200  # still serving
+
+
+def test_entries_planted_at_the_partial_name_are_not_written_through(
+        receiver: Running, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"someone else's file")
+    (receiver.root / f"a.bin{PARTIAL_SUFFIX}").symlink_to(victim)
+    assert receiver.put("a.bin", b"the upload")[0] == 201
+    assert victim.read_bytes() == b"someone else's file"
+    assert (receiver.root / "a.bin").read_bytes() == b"the upload"
+    assert not (receiver.root / "a.bin").is_symlink()
+    os.mkfifo(receiver.root / f"b.bin{PARTIAL_SUFFIX}")  # opening it for writing would block
+    status, answer = receiver.put("b.bin", b"more")
+    assert status == 500
+    assert f"b.bin{PARTIAL_SUFFIX} is a FIFO" in answer["error"]
+    assert not (receiver.root / "b.bin").exists()
+
+
+@pytest.mark.slow
+def test_requests_without_the_token_do_not_keep_the_receiver_alive(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(TOKEN)
+    running = Running(tmp_path / "dir", tmp_path / "token", "--idle-timeout", "1")
+    try:
+        deadline = time.monotonic() + 10  # ten idle timeouts
+        while running.process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, http.client.HTTPException):  # it may stop mid-way
+                running.request("POST", "/finish", token="not-the-token")
+        # It stopped while the requests went on, not once they ended.
+        assert running.process.poll() == 1, "requests without the token kept it alive"
+    finally:
+        running.stop()
+
+
+@pytest.mark.slow
+def test_a_slow_authenticated_upload_keeps_the_receiver_alive(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(TOKEN)
+    running = Running(tmp_path / "dir", tmp_path / "token", "--idle-timeout", "1")
+    data = b"0123456789" * 4
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        connection.putrequest("PUT", "/files/slow.bin")
+        connection.putheader(TOKEN_HEADER, TOKEN)
+        connection.putheader(SHA256_HEADER, hashlib.sha256(data).hexdigest())
+        connection.putheader("Content-Length", str(len(data)))
+        connection.endheaders()
+        for start in range(0, len(data), 5):  # a sender slower than the idle timeout
+            connection.send(data[start:start + 5])
+            time.sleep(0.4)
+        assert connection.getresponse().status == 201
+        assert running.process.poll() is None
+        assert (running.root / "slow.bin").read_bytes() == data
+    finally:
+        running.stop()

@@ -21,11 +21,11 @@ def _args(*flags: str) -> argparse.Namespace:
 
 def test_the_mode_reaches_every_role(tmp_path: Path) -> None:
     opts = LaunchOptions(script="train.py", trainers=1, pservers=1, mode="geo", geo_steps=3)
-    specs = build_specs(opts, tmp_path, "file:///x.db", "job", "token", {})
+    specs = build_specs(opts, tmp_path, "file:///x.db", "job", {})
     assert {(s.env["PADDLE_TRAINING_MODE"], s.env["PADDLE_GEO_STEPS"]) for s in specs} == {
         ("geo", "3")}
     plain = build_specs(LaunchOptions(script="train.py"), tmp_path, "file:///x.db", "job",
-                        "token", {"PADDLE_TRAINING_MODE": "sync"})
+                        {"PADDLE_TRAINING_MODE": "sync"})
     assert {s.env["PADDLE_TRAINING_MODE"] for s in plain} == {"sync"}  # no flag: the env's
 
 

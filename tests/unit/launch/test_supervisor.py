@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.errors import CONFIG_EXIT_CODE
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.supervisor import JobState, Observation, Supervisor, decide
 from tests.helpers import pid_alive, wait_for
@@ -49,6 +50,19 @@ def test_decide_restarts_a_killed_trainer_but_fails_on_a_script_error() -> None:
                       obs("trainer 0", "trainer", 1, restartable=True)], 3)
     assert errored.restart == []
     assert errored.fail == "trainer 0 failed with exit code 1"
+
+
+def test_decide_fails_at_once_on_a_configuration_error_of_any_role() -> None:
+    """A master that exits 78 (a busy PADDLE_HTTP_PORT, say) would exit 78 again: the job
+    fails now, its first restart not spent, instead of restarting it max_restarts times."""
+    for role in ("master", "pserver", "trainer"):
+        d = decide([obs("one", role, CONFIG_EXIT_CODE), obs("trainer 9", "trainer", None)], 3)
+        assert d.restart == []
+        assert d.fail == ("one stopped on a configuration error (exit code 78); a restart "
+                          "would repeat it")
+        assert (d.failed, d.config_error) == ("one", True)
+    crashed = decide([obs("master", "master", 1), obs("trainer 0", "trainer", None)], 3)
+    assert (crashed.restart, crashed.config_error) == (["master"], False)
 
 
 def test_decide_succeeds_when_every_trainer_exited_zero() -> None:

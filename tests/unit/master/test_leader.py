@@ -287,3 +287,23 @@ def test_a_server_that_fails_to_start_stops_the_others_and_propagates(store: Sto
     assert [c.closed for c in parts.shard_clients] == [True]
     assert store.get(master_candidate("m1")) is None
     assert store.get(MASTER_ADDRESS) is None
+
+
+def test_a_standby_stopped_with_the_job_never_takes_the_lead_it_wins(store: Store) -> None:
+    """At a job's end every master is told to stop at once; the leader resigns, and the
+    standby that then wins the election must not load the job, serve it and save its page
+    as the job's new master (a failover that never was)."""
+    leader_parts, standby_parts = FakeParts(store), FakeParts(store)
+    leader = make_leader(store, "m1", leader_parts)
+    standby = make_leader(store, "m2", standby_parts)
+    step_to(leader, S.CAMPAIGNING, S.LOADING, S.SERVING)
+    step_to(standby, S.CAMPAIGNING, S.CAMPAIGNING)
+    leader.stop()
+    standby.stop()
+    step_to(leader, S.RESIGNING, S.STOPPED)
+    step_to(standby, S.RESIGNING, S.STOPPED)  # it wins the free lock, and gives it up
+    assert standby.exit_code == 0
+    assert standby.master_state is None
+    assert standby_parts.events == []  # it never served
+    assert store.get(MASTER_ELECTION) is None
+    assert store.get(MASTER_ADDRESS) is None

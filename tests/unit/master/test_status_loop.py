@@ -14,14 +14,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from elasticps.master.status_loop import EVENTS_SHOWN, StatusLoop
 from elasticps.master.telemetry import MasterMetrics
+from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics
 from elasticps.store import Store, open_store
 from elasticps.store.api import Op
 from elasticps.store.keys import (
     JOB_HISTORY,
     JobEvent,
+    PServerSlot,
     TrainerProgress,
     encode_history,
+    pserver_slot,
     publish_progress,
+    publish_result,
     read_events,
     read_history,
     record_event,
@@ -50,12 +54,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
     handle.close()
 
 
-def status_loop(store: Store, state: FakeState) -> StatusLoop:
+def status_loop(store: Store, state: FakeState, pservers: int = 0) -> StatusLoop:
     def commit(ops: Sequence[Op]) -> None:
         store.txn([], list(ops))
 
-    return StatusLoop(store, state, num_pservers=0, commit=commit,  # type: ignore[arg-type]
-                      halt=threading.Event(), interval=0.01, save_every=1)
+    return StatusLoop(store, state, num_pservers=pservers,  # type: ignore[arg-type]
+                      commit=commit, halt=threading.Event(), interval=0.01, save_every=1)
 
 
 def test_a_new_leader_records_the_failover_and_continues_the_charts(store: Store) -> None:
@@ -120,4 +124,34 @@ def test_a_stopping_status_loop_takes_a_last_look_and_saves_it(store: Store) -> 
     saved = read_history(store)
     assert saved is not None
     assert saved["state"] == "succeeded"
-    assert "the job succeeded" in [e["message"] for e in saved["events"]]
+    assert "every pass is done: training succeeded" in [e["message"] for e in saved["events"]]
+
+
+def test_the_page_reads_a_pservers_latency_cpu_and_memory_and_the_jobs_result(
+        store: Store) -> None:
+    """A real pserver registry served over HTTP and scraped by the loop twice: the push
+    latency of the calls between the two scrapes, the process's CPU and memory."""
+    telemetry = RoleTelemetry("j", "pserver", "pserver-0")
+    metrics = PServerMetrics(telemetry.registry, lambda: None, CheckpointClock())
+    telemetry.start("127.0.0.1", 0)
+    telemetry.publish(store, 10)
+    store.put(pserver_slot(0), PServerSlot("127.0.0.1:1").encode())
+    try:
+        clock = iter(float(t) for t in range(100, 200))
+        loop = status_loop(store, FakeState("master-a"), pservers=1)
+        loop.clock = lambda: next(clock)
+        loop.tick()
+        for _ in range(4):
+            metrics.rpc.labels(method="Push").observe(0.008)
+        publish_result(store, {"auc": 0.78, "best_auc": 0.8})
+        loop.tick()
+        doc = loop.document()
+    finally:
+        telemetry.close()
+    row = doc["pservers"][0]
+    assert row["push_ms"] == 8.0
+    assert row["pull_ms"] is None  # no pull was served
+    assert row["memory_bytes"] > 10 * 2**20  # this very process: Python and its imports
+    assert row["cpu_percent"] is not None
+    assert row["cpu_percent"] >= 0
+    assert doc["result"] == {"auc": 0.78, "best_auc": 0.8}

@@ -6,15 +6,21 @@ from typing import Any
 
 import pytest
 
+from elasticps.master.status_document import (
+    activity,
+    document,
+    eta_seconds,
+    offline,
+    pass_metrics,
+    stages,
+)
 from elasticps.master.status_view import (
     MAX_POINTS,
     PServerSight,
     Sight,
     ViewMemory,
-    document,
-    eta_seconds,
     job_fraction,
-    pass_metrics,
+    pserver_figures,
     samples_rate,
     step_view,
     trainer_slot,
@@ -119,12 +125,29 @@ def test_progress_fraction_and_eta() -> None:
     assert job_fraction(status(**{"pass": 1})) == pytest.approx(12 / 20)
     assert job_fraction(status(state="succeeded")) == 1.0
     assert job_fraction({"state": "waiting_for_dataset", "pass": None}) == 0.0
-    series = [{"t": 0.0, "progress": 0.0}, {"t": 10.0, "progress": 0.1},
-              {"t": 20.0, "progress": 0.2}]
-    assert eta_seconds(series, 0.2) == pytest.approx(80.0)
-    assert eta_seconds(series[:1], 0.0) is None
-    assert eta_seconds([{"t": 0.0, "progress": 0.5}, {"t": 5.0, "progress": 0.5}], 0.5) is None
-    assert eta_seconds(series, 1.0) == 0.0
+    # 1,000 records a pass, 2 passes; 100 samples/s over the last minute
+    series = [{"t": 0.0, "samples_per_s": 100.0}, {"t": 10.0, "samples_per_s": 100.0}]
+    running = status(records_per_pass=1000)
+    assert eta_seconds(running, 0.2, series) == pytest.approx(16.0)  # 1,600 records left
+    assert eta_seconds(running, 0.2, []) is None
+    assert eta_seconds(running, 0.2, [{"t": 0.0, "samples_per_s": 0.0}]) is None
+    assert eta_seconds(status(state="succeeded"), 1.0, series) == 0.0
+    assert eta_seconds(status(state="failed", records_per_pass=1000), 0.2, series) is None
+
+
+def test_the_share_done_and_the_eta_move_within_a_task() -> None:
+    """Two tasks of ten pending: as their trainers report records done, the job's share
+    grows and the ETA shrinks, with no task finishing."""
+    series = [{"t": 0.0, "samples_per_s": 50.0}]
+    before = status(records_per_pass=1000, running_share=0.0)
+    later = status(records_per_pass=1000, running_share=1.2)  # the two tasks 60 % done
+    assert job_fraction(later) == pytest.approx((2 + 1.2) / 20)
+    assert job_fraction(later) > job_fraction(before)
+    eta_before = eta_seconds(before, job_fraction(before), series)
+    eta_later = eta_seconds(later, job_fraction(later), series)
+    assert eta_before is not None
+    assert eta_later is not None
+    assert eta_before - eta_later == pytest.approx(1.2 / 20 * 2000 / 50)
 
 
 def test_pass_metrics_average_the_trainers_that_reported_each_pass() -> None:
@@ -178,3 +201,81 @@ def test_a_long_list_of_tasks_is_shortened_in_numeric_order() -> None:
     recovery = next(e for e in events if e.kind == "recovery")
     assert recovery.message == ("pass 3: pserver shards miss 10 batch(es) of tasks 1, 2, 4, 5, "
                                 "6, 7, 8, 9 and 2 more; recovery dispatches recompute them")
+
+
+def over(state: str, **changes: Any) -> dict[str, Any]:
+    """The document of a job in ``state`` whose trainers and pservers have all exited."""
+    progress = {"trainer-0-h-1": TrainerProgress(samples=10, time=5.0),
+                "trainer-1-h-2": TrainerProgress(samples=10, time=5.0)}
+    done = status(state=state, live_trainers=[], **changes)
+    pservers = [PServerSight(0, None), PServerSight(1, None)]
+    return document(done, ViewMemory(), Sight(9.0, "m", done, progress, pservers),
+                    events=[], now=9.0)
+
+
+def test_a_finished_jobs_processes_show_as_finished_not_gone_or_down() -> None:
+    doc = over("succeeded")
+    assert [t["state"] for t in doc["trainers"]] == ["finished", "finished"]
+    assert [p["state"] for p in doc["pservers"]] == ["stopped", "stopped"]
+    assert doc["progress"]["eta_s"] == 0.0
+    running = over("running")  # the same exits while the job runs: they are news
+    assert [t["state"] for t in running["trainers"]] == ["left", "left"]
+    assert [p["state"] for p in running["pservers"]] == ["down", "down"]
+    # the launcher failed the job on trainer 1's exit: saved, then served by `elasticps ui`
+    failed = offline({**running, "state": "failed", "failure": {
+        "process": "trainer 1", "traceback": "Traceback ...\nValueError: bad row"}}, 10.0)
+    assert [t["state"] for t in failed["trainers"]] == ["stopped", "failed"]
+    assert [p["state"] for p in failed["pservers"]] == ["stopped", "stopped"]
+    assert failed["progress"]["eta_s"] is None  # not "done"
+
+
+def test_the_trainers_stages_say_what_the_job_does_outside_training() -> None:
+    progress = {"trainer-0-h-1": TrainerProgress(stage="writing data"),
+                "trainer-1-h-2": TrainerProgress(stage="waiting for data"),
+                "trainer-2-h-3": TrainerProgress(stage="exporting")}  # not live: not said
+    live = ["trainer-0-h-1", "trainer-1-h-2"]
+    said = stages(progress, live)
+    assert said == {"trainer-0": "writing data", "trainer-1": "waiting for data"}
+    waiting = {"state": "waiting_for_dataset", "pass": None}
+    assert activity(waiting, said) == "writing data (trainer-0); waiting for data (trainer-1)"
+    assert activity(waiting, {}) == "starting"
+    assert activity(status(), {}) is None
+    doc = document(status(live_trainers=live), ViewMemory(),
+                   Sight(1.0, "m", status(live_trainers=live), progress), events=[], now=1.0)
+    assert doc["activity"] == "writing data (trainer-0); waiting for data (trainer-1)"
+    assert {t["name"]: t["stage"] for t in doc["trainers"]} == {
+        "trainer-0": "writing data", "trainer-1": "waiting for data", "trainer-2": None}
+
+
+def test_the_final_metrics_and_each_trainers_series_reach_the_document() -> None:
+    progress = {"trainer-0-h-1": TrainerProgress(samples_per_s=40.0, loss=0.5, time=10.0),
+                "trainer-1-h-2": TrainerProgress(samples_per_s=60.0, loss=0.7, time=10.0)}
+    live = ["trainer-0-h-1", "trainer-1-h-2"]
+    seen = Sight(10.0, "m", status(live_trainers=live), progress,
+                 result={"auc": 0.78, "best_auc": 0.8})
+    memory, _ = step_view(ViewMemory(), seen)
+    point = memory.series[-1]
+    assert point["trainer_samples_per_s"] == {"trainer-0": 40.0, "trainer-1": 60.0}
+    assert point["trainer_loss"] == {"trainer-0": 0.5, "trainer-1": 0.7}
+    doc = document(seen.status, memory, seen, events=[], now=10.0)
+    assert doc["result"] == {"auc": 0.78, "best_auc": 0.8}
+
+
+def test_pserver_latency_and_cpu_come_from_two_scrapes() -> None:
+    first = {"t": 10.0, "push_seconds": 1.0, "push_count": 100.0, "pull_seconds": 2.0,
+             "pull_count": 400.0, "cpu_seconds": 5.0, "memory_bytes": 1e8}
+    second = {**first, "t": 12.0, "push_seconds": 1.5, "push_count": 200.0,
+              "cpu_seconds": 6.0}
+    figures = pserver_figures(pserver_figures(None, first), second)
+    assert figures["push_ms"] == pytest.approx(5.0)  # 0.5 s over 100 pushes
+    assert "pull_ms" not in figures  # no pull since the first scrape, and none known before
+    assert figures["cpu_percent"] == pytest.approx(50.0)  # 1 CPU second in 2 s
+    idle = pserver_figures(figures, {**second, "t": 14.0})
+    assert idle["push_ms"] == pytest.approx(5.0)  # no push since: the last value stays
+    assert idle["cpu_percent"] == 0.0
+    shard = PServerSight(0, PServerSlot("a:1", 5, "h"), first)
+    memory, _ = step_view(ViewMemory(), sight(10.0, pservers=[shard]))
+    memory, _ = step_view(memory, sight(12.0, pservers=[PServerSight(0, shard.slot, second)]))
+    row = document(status(), memory, sight(12.0, pservers=[shard]), events=[], now=12.0
+                   )["pservers"][0]
+    assert (row["push_ms"], row["cpu_percent"], row["memory_bytes"]) == (5.0, 50.0, 100000000)

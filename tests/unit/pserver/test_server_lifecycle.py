@@ -57,7 +57,7 @@ class Harness:
                                   checkpoint_url=self.ckpt_url, checkpoint_interval=3600.0)
         self.endpoints: list[FakeEndpoint] = []
 
-    def endpoint(self, config: Config) -> FakeEndpoint:
+    def endpoint(self, config: Config, call_metrics: object) -> FakeEndpoint:
         self.endpoints.append(FakeEndpoint(config))
         return self.endpoints[-1]
 

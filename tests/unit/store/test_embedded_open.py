@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticps.errors import ConfigError
 from elasticps.store.embedded_store import EmbeddedStore
 
 
@@ -51,8 +52,13 @@ def test_a_new_file_is_private_and_an_existing_one_of_ours_is_made_private(
     old.chmod(0o644)
     wal = old.with_name("old.db-wal")
     wal.touch()
-    wal.chmod(0o666)
+    wal.chmod(0o644)
     with EmbeddedStore(old, "/job/") as store:
         assert store.get("k") is not None
         assert stat.S_IMODE(old.stat().st_mode) == 0o600
         assert stat.S_IMODE(wal.stat().st_mode) == 0o600
+    # one that others could write is not trusted at all: anyone may have put keys in it
+    wal.touch()  # (the last close removed it)
+    wal.chmod(0o666)
+    with pytest.raises(ConfigError, match=r"old.db-wal.*mode 0666\) can be written by other"):
+        EmbeddedStore(old, "/job/")

@@ -70,3 +70,7 @@ def test_trainer_progress_carries_rate_time_and_pass_metrics() -> None:
     assert TrainerProgress.decode(old, "k") == TrainerProgress(0, 5, 1, None, 1.0, 0, {})
     with pytest.raises(StoreValueError, match="pass_metrics"):
         TrainerProgress.decode(json.dumps({"pass_metrics": [1]}).encode(), "k")
+    exporting = TrainerProgress(samples=5, stage="exporting")
+    assert TrainerProgress.decode(exporting.encode(), "k").stage == "exporting"
+    with pytest.raises(StoreValueError, match="stage"):
+        TrainerProgress.decode(TrainerProgress(stage="x" * 61).encode(), "k")

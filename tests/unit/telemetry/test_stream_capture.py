@@ -68,8 +68,9 @@ def test_a_trainer_scripts_output_and_traceback_are_json_records(tmp_path: Path)
     failures = [r for r in records if "exc" in r]
     assert [r["message"] for r in failures] == [
         "An uncaught ZeroDivisionError ended thread loader: division by zero",
-        "An uncaught ValueError ended the process: bad row 7"]
+        "The trainer script noisy_script.py stopped on ValueError: bad row 7"]
     assert all(r["level"] == "ERROR" for r in failures)
     assert failures[1]["exc"].startswith("Traceback (most recent call last):")
     assert failures[1]["exc"].endswith("ValueError: bad row 7")
-    assert 'noisy_script.py", line 16' in failures[1]["exc"]
+    assert 'noisy_script.py", line 16' in failures[1]["exc"]  # from the script down
+    assert "runpy" not in failures[1]["exc"]

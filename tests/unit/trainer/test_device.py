@@ -42,10 +42,13 @@ def test_the_device_path_copies_and_the_cpu_path_shares() -> None:
     assert float(shared[0]) == 99.0
     assert float(copied[0]) == 0.0
     batch = Batch(label=np.ones(2, np.float32), ids={"a": np.array([1, 2])},
-                  bags={"t": Bag(np.array([3, 4, 5]), np.array([0, 1, 3]))})
+                  bags={"t": Bag(np.array([3, 4, 5]), np.array([0, 1, 3]))},
+                  vectors={"v": np.ones((2, 3), np.float32)})
     moved = DEVICE_PATH.batch(batch)
     batch.ids["a"][0] = 7
+    batch.vectors["v"][0, 0] = 5.0
     assert moved.ids["a"].tolist() == [1, 2]
+    assert moved.vectors["v"].tolist() == [[1.0] * 3] * 2
     assert moved.bags["t"].offsets.tolist() == [0, 1, 3]
     assert moved.source is batch
     assert DEVICE_PATH.host(copied).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
