@@ -16,14 +16,16 @@ from elasticps.errors import ElasticPSError
 from elasticps.version import __version__
 
 if TYPE_CHECKING:
-    from elasticps import events, nn, optim, reader
+    from elasticps import events, metrics, nn, optim, reader
     from elasticps.api import dist_train, publish_result
     from elasticps.cluster.spec import Job
     from elasticps.jobs.api import JobHandle, JobResult, launch_job
+    from elasticps.trainer.heads import Head
     from elasticps.trainer.trainer import Trainer
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Trainer": ("elasticps.trainer.trainer", "Trainer"),
+    "Head": ("elasticps.trainer.heads", "Head"),
     "dist_train": ("elasticps.api", "dist_train"),
     "publish_result": ("elasticps.api", "publish_result"),
     "Job": ("elasticps.cluster.spec", "Job"),
@@ -31,6 +33,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "JobHandle": ("elasticps.jobs.api", "JobHandle"),
     "JobResult": ("elasticps.jobs.api", "JobResult"),
     "nn": ("elasticps.nn", None),
+    "metrics": ("elasticps.metrics", None),
     "optim": ("elasticps.optim", None),
     "events": ("elasticps.events", None),
     "reader": ("elasticps.reader", None),
@@ -47,6 +50,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["Config", "ElasticPSError", "Job", "JobHandle", "JobResult", "Trainer", "__version__",
-           "dist_train", "events", "init", "launch_job", "load_config", "nn", "optim",
-           "publish_result", "reader"]
+__all__ = ["Config", "ElasticPSError", "Head", "Job", "JobHandle", "JobResult", "Trainer",
+           "__version__", "dist_train", "events", "init", "launch_job", "load_config", "metrics",
+           "nn", "optim", "publish_result", "reader"]

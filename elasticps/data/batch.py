@@ -55,11 +55,42 @@ class Bag:
     def rows(self) -> int:
         return int(self.offsets.size - 1)
 
+    def padded(self, max_len: int | None = None) -> PaddedBag:
+        """Each row's values as one row of a ``[B, L]`` matrix, left-aligned, with a mask of
+        the real positions: ``L`` is ``max_len``, or the longest row when None; a row longer
+        than ``max_len`` keeps its last ``max_len`` values (a history's most recent)."""
+        if max_len is not None and max_len < 1:
+            raise DataError(f"max_len={max_len} must be >= 1")
+        lengths = np.diff(self.offsets)
+        width = int(lengths.max(initial=0)) if max_len is None else max_len
+        kept = np.minimum(lengths, width)
+        rows = np.repeat(np.arange(self.rows, dtype=np.int64), kept)
+        first = np.repeat(np.cumsum(kept) - kept, kept)
+        position = np.arange(rows.size, dtype=np.int64) - first
+        source = np.repeat(self.offsets[1:] - kept, kept) + position
+        ids = np.zeros((self.rows, width), dtype=np.int64)
+        mask = np.zeros((self.rows, width), dtype=bool)
+        ids[rows, position] = self.values[source]
+        mask[rows, position] = True
+        return PaddedBag(ids, mask, source, rows * width + position)
+
     def slice(self, start: int, stop: int) -> Bag:
         """Rows ``[start, stop)``, with offsets rebased to 0 (the values are views)."""
         lo, hi = int(self.offsets[start]), int(self.offsets[stop])
         weights = None if self.weights is None else self.weights[lo:hi]
         return Bag(self.values[lo:hi], self.offsets[start:stop + 1] - lo, weights)
+
+
+@dataclass(frozen=True)
+class PaddedBag:
+    """A bag as a ``[B, L]`` matrix (:meth:`Bag.padded`): ``ids`` (0 where ``mask`` is
+    False), and for each kept value, in row order, its index in the bag's ``values``
+    (``source``) and its flat position in the matrix (``flat``)."""
+
+    ids: np.ndarray  # int64 [B, L]
+    mask: np.ndarray  # bool [B, L]
+    source: np.ndarray  # int64 [kept values]
+    flat: np.ndarray  # int64 [kept values]
 
 
 @dataclass(frozen=True)

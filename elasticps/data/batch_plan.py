@@ -35,6 +35,16 @@ def batches_in_chunks(chunk_rows: Sequence[int], batch_size: int) -> int:
     return sum(batches_in_chunk(rows, batch_size) for rows in chunk_rows)
 
 
+def first_batches(chunk_rows: Sequence[int], batch_size: int) -> list[int]:
+    """Each chunk's first batch in a pass over chunks with these row counts, in order, and the
+    pass's batch count last (``len(chunk_rows) + 1`` numbers): what numbers a batch in the job's
+    data order (``BatchRef.step``, which learning-rate schedules read)."""
+    starts = [0]
+    for rows in chunk_rows:
+        starts.append(starts[-1] + batches_in_chunk(rows, batch_size))
+    return starts
+
+
 def features_key(features: Any) -> str:
     """A canonical string of a feature config: the JSON object of the fields of a dataclass
     that differ from their defaults (or of a mapping), keys sorted; "" when there are none, so

@@ -49,6 +49,8 @@ its own salt, so equal values in two columns get unrelated ids); each table has 
 and ``id_space``. Label kinds: ``binary`` (0/1, the default), ``float`` (regression),
 ``multi_label`` (a set of class indices per row, ``classes`` of them, split on ``sep``) and
 ``class`` (one class index in ``[0, classes)``, e.g. the next word of a language model).
+Several label columns may mix ``binary``, ``float`` and ``class`` (a multi-task model, one head
+per label); a ``multi_label`` label stands alone.
 
 :meth:`Schema.from_dict` / :meth:`Schema.from_yaml` read the user's form; :meth:`Schema.to_dict`
 writes the normalised form (every option explicit, statistics included) that a dataset manifest
@@ -73,6 +75,7 @@ IGNORE = "ignore"  # the kind of a column the input has and the dataset leaves o
 TOKENIZERS = ("words",)  # text: see elasticps.data.tokenize
 MAX_VECTOR_LENGTH = 1 << 16
 LABEL_KINDS = ("binary", "float", "multi_label", "class")
+MIXED = "mixed"  # several labels of different kinds (binary, float, class)
 NORMS = ("standard", "minmax", "log", "none")
 ID_MODES = ("hash", "passthrough")
 DTYPES = ("int", "int32", "float", "string", "hex32")
@@ -283,9 +286,9 @@ class Schema:
         if not self.labels:
             raise ConfigError("a schema needs a label column ('label: NAME')")
         kinds = {label.kind for label in self.labels}
-        if len(kinds) > 1 or (len(self.labels) > 1 and not kinds <= {"binary", "float"}):
-            raise ConfigError("several label columns must all be binary or all be float; "
-                              f"got {sorted(kinds)}")
+        if len(self.labels) > 1 and "multi_label" in kinds:
+            raise ConfigError("a multi_label label is a set of classes of its own: it cannot "
+                              "be one of several label columns")
         names = [label.name for label in self.labels] + [c.name for c in self.columns]
         if self.weight is not None:
             _check_name(self.weight, "weight column")
@@ -327,7 +330,10 @@ class Schema:
 
     @property
     def label_kind(self) -> str:
-        return self.labels[0].kind
+        """The labels' kind; ``mixed`` for several labels of different kinds (a multi-task
+        model's heads, one per label: trainer/heads.py)."""
+        kinds = {label.kind for label in self.labels}
+        return self.labels[0].kind if len(kinds) == 1 else MIXED
 
     @property
     def num_classes(self) -> int | None:

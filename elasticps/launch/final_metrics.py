@@ -10,9 +10,11 @@ float           ``final test rmse X``; several labels: each one's after
 class           ``final test accuracy X``
 ==============  =========================================================================
 
-A result without ``label_kind`` (a script's own) is read by the first of ``auc``, ``rmse``,
-``accuracy`` it holds as a number. With more than one pass evaluated, a line ``test METRIC by
-pass: ...`` comes first. Pure: the launcher prints what these functions return.
+Any other result (a multi-task model's heads, a model's own metrics) ends with ``final test
+NAME X, NAME Y, ...`` over the metrics its ``headline`` names; a result with neither (a
+script's own) is read by the first of ``auc``, ``rmse``, ``accuracy`` it holds as a number.
+With more than one pass evaluated, a line ``test METRIC by pass: ...`` comes first. Pure: the
+launcher prints what these functions return.
 """
 
 from __future__ import annotations
@@ -35,8 +37,19 @@ def headline_metric(summary: Mapping[str, Any]) -> str | None:
                  if _number(summary.get(name))), None)
 
 
+def headline_figures(summary: Mapping[str, Any]) -> str:
+    """The result's ``headline`` test metrics as ``name value, ...``, or "" when it names none."""
+    names = summary.get("headline")
+    if not isinstance(names, list):
+        return ""
+    return ", ".join(f"{name} {summary[name]:.4f}" for name in names
+                     if isinstance(name, str) and _number(summary.get(name)))
+
+
 def final_lines(summary: Mapping[str, Any]) -> list[str]:
     """The lines printed on stdout after a successful job (see the module docstring)."""
+    if str(summary.get("label_kind")) not in HEADLINE and headline_figures(summary):
+        return [f"final test {headline_figures(summary)}"]
     metric = headline_metric(summary)
     value = summary.get(metric) if metric is not None else None
     if metric is None or not _number(value):

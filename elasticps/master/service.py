@@ -388,7 +388,8 @@ def task_message(view: TaskView, dataset: DatasetRecord,
         chunks=[master_pb2.Chunk(path=c.path, row_group=c.row_group, num_rows=c.num_rows)
                 for c in chunks],
         records_done=view.records_done, only_batches=list(view.only_batches),
-        lease_seconds=lease_seconds)
+        lease_seconds=lease_seconds, first_batch=dataset.first_batches[view.first_chunk],
+        pass_batches=dataset.first_batches[-1])
 
 
 def get_task_response(result: GetTaskResult, dataset: DatasetRecord | None,

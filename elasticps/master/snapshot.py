@@ -26,6 +26,7 @@ small.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from elasticps.data.batch_plan import BatchPlan
+from elasticps.data.batch_plan import BatchPlan, first_batches
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError, StoreError
 from elasticps.master.task_queue import (
@@ -82,6 +83,11 @@ class DatasetRecord:
                                              chunks_per_task),
             ("num_passes", self.num_passes, num_passes)) if ours != theirs]
         return found + self.plan.differences(plan)
+
+    @functools.cached_property
+    def first_batches(self) -> list[int]:
+        """Each chunk's first batch in a pass, and the pass's batch count last."""
+        return first_batches([c.num_rows for c in self.chunks], self.plan.batch_size)
 
     def new_queue(self, policy: QueuePolicy | None) -> TaskQueue:
         return TaskQueue([c.num_rows for c in self.chunks], self.chunks_per_task,

@@ -139,6 +139,7 @@ class BatchRef(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
     TRAINER_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
     pass_id: _builtins.int
     """0-based pass number"""
     task_id: _builtins.int
@@ -147,6 +148,12 @@ class BatchRef(_message.Message):
     """batch sequence number within the task, 0-based"""
     trainer: _builtins.str
     """trainer that computed it (for logs and accounting only)"""
+    step: _builtins.int
+    """The batch's number in the job's data order: pass_id * Task.pass_batches + Task.first_batch
+    + seq. What a learning-rate schedule reads, so one batch gets one learning rate on every
+    shard and in the trainer, however often and in whatever order it is applied. Not part of
+    the batch's identity (pass_id, task_id, seq).
+    """
     def __init__(
         self,
         *,
@@ -154,10 +161,11 @@ class BatchRef(_message.Message):
         task_id: _builtins.int = ...,
         seq: _builtins.int = ...,
         trainer: _builtins.str = ...,
+        step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pass_id", b"pass_id", "seq", b"seq", "task_id", b"task_id", "trainer", b"trainer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pass_id", b"pass_id", "seq", b"seq", "step", b"step", "task_id", b"task_id", "trainer", b"trainer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -59,6 +59,8 @@ class Task(_message.Message):
     RECORDS_DONE_FIELD_NUMBER: _builtins.int
     ONLY_BATCHES_FIELD_NUMBER: _builtins.int
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    FIRST_BATCH_FIELD_NUMBER: _builtins.int
+    PASS_BATCHES_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     pass_id: _builtins.int
     epoch: _builtins.int
@@ -67,6 +69,12 @@ class Task(_message.Message):
     """progress already reported (resume point)"""
     lease_seconds: _builtins.float
     """the task lease: ReportProgress renews it; the holder"""
+    first_batch: _builtins.int
+    """heartbeats well within it, however slow a step is
+    batches of the tasks before this one (in task order)
+    """
+    pass_batches: _builtins.int
+    """batches of every task: one pass over the dataset"""
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Chunk]: ...
     @_builtins.property
@@ -83,10 +91,12 @@ class Task(_message.Message):
         records_done: _builtins.int = ...,
         only_batches: _abc.Iterable[_builtins.int] | None = ...,
         lease_seconds: _builtins.float = ...,
+        first_batch: _builtins.int = ...,
+        pass_batches: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "lease_seconds", b"lease_seconds", "only_batches", b"only_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "first_batch", b"first_batch", "lease_seconds", b"lease_seconds", "only_batches", b"only_batches", "pass_batches", b"pass_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -95,6 +95,8 @@ class OptimizerSpec(_message.Message):
         """s += g^2; w -= lr * g / (sqrt(s) + eps)"""
         ADAM: OptimizerSpec._Kind.ValueType  # 4
         """sparse tables use lazy Adam: only touched rows step"""
+        ADAMW: OptimizerSpec._Kind.ValueType  # 5
+        """Adam with decoupled weight decay: w -= lr * weight_decay * w first"""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: OptimizerSpec.Kind.ValueType  # 0
@@ -107,6 +109,8 @@ class OptimizerSpec(_message.Message):
     """s += g^2; w -= lr * g / (sqrt(s) + eps)"""
     ADAM: OptimizerSpec.Kind.ValueType  # 4
     """sparse tables use lazy Adam: only touched rows step"""
+    ADAMW: OptimizerSpec.Kind.ValueType  # 5
+    """Adam with decoupled weight decay: w -= lr * weight_decay * w first"""
 
     KIND_FIELD_NUMBER: _builtins.int
     LR_FIELD_NUMBER: _builtins.int
@@ -117,6 +121,7 @@ class OptimizerSpec(_message.Message):
     WEIGHT_DECAY_FIELD_NUMBER: _builtins.int
     CLIP_NORM_FIELD_NUMBER: _builtins.int
     INITIAL_ACCUMULATOR_FIELD_NUMBER: _builtins.int
+    SCHEDULE_FIELD_NUMBER: _builtins.int
     kind: Global___OptimizerSpec.Kind.ValueType
     lr: _builtins.float
     momentum: _builtins.float
@@ -128,6 +133,10 @@ class OptimizerSpec(_message.Message):
     """0 = no clipping; clips each push's gradient by global norm"""
     initial_accumulator: _builtins.float
     """Adagrad's starting accumulator value"""
+    @_builtins.property
+    def schedule(self) -> Global___LRSchedule:
+        """unset: lr at every step"""
+
     def __init__(
         self,
         *,
@@ -140,14 +149,84 @@ class OptimizerSpec(_message.Message):
         weight_decay: _builtins.float = ...,
         clip_norm: _builtins.float = ...,
         initial_accumulator: _builtins.float = ...,
+        schedule: Global___LRSchedule | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "clip_norm", b"clip_norm", "eps", b"eps", "initial_accumulator", b"initial_accumulator", "kind", b"kind", "lr", b"lr", "momentum", b"momentum", "weight_decay", b"weight_decay"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["beta1", b"beta1", "beta2", b"beta2", "clip_norm", b"clip_norm", "eps", b"eps", "initial_accumulator", b"initial_accumulator", "kind", b"kind", "lr", b"lr", "momentum", b"momentum", "schedule", b"schedule", "weight_decay", b"weight_decay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OptimizerSpec: _TypeAlias = OptimizerSpec  # noqa: Y015
+
+@_typing.final
+class LRSchedule(_message.Message):
+    """The learning rate by step (BatchRef.step: the batch's number in the job's data order), as a
+    factor of OptimizerSpec.lr. First a linear warm-up over warmup_steps (from
+    warmup_start_factor * lr to lr), then the decay of `kind`, counting its steps from the
+    warm-up's end.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Kind:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _KindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[LRSchedule._Kind.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        CONSTANT: LRSchedule._Kind.ValueType  # 0
+        """lr after the warm-up"""
+        STEP: LRSchedule._Kind.ValueType  # 1
+        """lr * gamma ** (steps // step_size)"""
+        COSINE: LRSchedule._Kind.ValueType  # 2
+        """from lr to min_lr along half a cosine over total_steps, then min_lr"""
+
+    class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
+    CONSTANT: LRSchedule.Kind.ValueType  # 0
+    """lr after the warm-up"""
+    STEP: LRSchedule.Kind.ValueType  # 1
+    """lr * gamma ** (steps // step_size)"""
+    COSINE: LRSchedule.Kind.ValueType  # 2
+    """from lr to min_lr along half a cosine over total_steps, then min_lr"""
+
+    KIND_FIELD_NUMBER: _builtins.int
+    WARMUP_STEPS_FIELD_NUMBER: _builtins.int
+    WARMUP_START_FACTOR_FIELD_NUMBER: _builtins.int
+    STEP_SIZE_FIELD_NUMBER: _builtins.int
+    GAMMA_FIELD_NUMBER: _builtins.int
+    TOTAL_STEPS_FIELD_NUMBER: _builtins.int
+    MIN_LR_FIELD_NUMBER: _builtins.int
+    kind: Global___LRSchedule.Kind.ValueType
+    warmup_steps: _builtins.int
+    warmup_start_factor: _builtins.float
+    """in [0, 1]"""
+    step_size: _builtins.int
+    """STEP: > 0"""
+    gamma: _builtins.float
+    """STEP: in (0, 1]"""
+    total_steps: _builtins.int
+    """COSINE: > 0"""
+    min_lr: _builtins.float
+    """COSINE: in [0, lr]"""
+    def __init__(
+        self,
+        *,
+        kind: Global___LRSchedule.Kind.ValueType = ...,
+        warmup_steps: _builtins.int = ...,
+        warmup_start_factor: _builtins.float = ...,
+        step_size: _builtins.int = ...,
+        gamma: _builtins.float = ...,
+        total_steps: _builtins.int = ...,
+        min_lr: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gamma", b"gamma", "kind", b"kind", "min_lr", b"min_lr", "step_size", b"step_size", "total_steps", b"total_steps", "warmup_start_factor", b"warmup_start_factor", "warmup_steps", b"warmup_steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LRSchedule: _TypeAlias = LRSchedule  # noqa: Y015
 
 @_typing.final
 class TableSpec(_message.Message):

@@ -142,10 +142,13 @@ class DenseShard:
                 f"(this shard's slice), got {values.dtype} {list(values.shape)}"
             )
 
-    def compute(self, grad: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The update of one push, not yet committed."""
+    def compute(self, grad: np.ndarray,
+                batch_step: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The update of one push, not yet committed. ``batch_step``: the batch's number, which
+        the learning-rate schedule reads."""
         step = np.array([self.step + 1], dtype=np.int64)
-        return self.optimizer.step(self.values, grad, self.slots, step)
+        return self.optimizer.step(self.values, grad, self.slots, step,
+                                   self.optimizer.lr_at(batch_step))
 
     def compute_delta(self, delta: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Geo mode: the values plus a trainer's delta; the optimizer state is left alone."""

@@ -1,9 +1,15 @@
-"""Server-side optimizers: SGD, momentum, Adagrad, Adam, each with weight decay and clipping.
+"""Server-side optimizers: SGD, momentum, Adagrad, Adam, AdamW, each with weight decay, clipping
+and a learning-rate schedule (lr_schedule.py).
 
 The arithmetic follows ``torch.optim`` (single-tensor CPU path) so a dense table trained here
 matches a model trained with torch's optimizer on one process:
 
-- weight decay is L2 (``g += weight_decay * w``), as torch's SGD/Adagrad/Adam do (not AdamW);
+- weight decay is L2 (``g += weight_decay * w``), as torch's SGD/Adagrad/Adam do, except for
+  AdamW, whose decay is decoupled (``w *= 1 - lr * weight_decay`` before the Adam step, as
+  ``torch.optim.AdamW``);
+- the learning rate of a step is the schedule's at the batch's number in the job's data order
+  (``BatchRef.step``), passed in by the caller (:meth:`Optimizer.lr_at`): the same for a batch
+  on every shard and in the trainer, and again if it is re-applied after a restore;
 - clipping scales the gradient by ``clip_norm / (norm + 1e-6)`` when the norm exceeds
   ``clip_norm``, as ``torch.nn.utils.clip_grad_norm_``; the norm is taken over one table's
   gradient in one push on one shard (a shard never sees the other shards' parts);
@@ -31,6 +37,7 @@ import numpy as np
 
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
+from elasticps.pserver.lr_schedule import CONSTANT, Schedule, schedule_from_spec
 
 Kind = pserver_pb2.OptimizerSpec.Kind
 
@@ -58,12 +65,15 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0
     initial_accumulator: float = 0.0
+    schedule: Schedule = CONSTANT
 
 
 class Optimizer(abc.ABC):
     """One table's update rule. ``slots`` names the per-element state arrays it keeps."""
 
     slots: tuple[str, ...] = ()
+    decoupled_decay = False  # AdamW: weight decay scales the parameter, not the gradient
+    counts_steps = False  # Adam: a sparse row keeps its own step count (bias correction)
 
     def __init__(self, config: OptimizerConfig) -> None:
         self.config = config
@@ -71,6 +81,10 @@ class Optimizer(abc.ABC):
     def slot_init(self, name: str) -> float:
         """Starting value of a slot array."""
         return 0.0
+
+    def lr_at(self, batch_step: int) -> float:
+        """The learning rate of the batch numbered ``batch_step`` (``BatchRef.step``)."""
+        return self.config.schedule.lr(self.config.lr, batch_step)
 
     def buffers(self, like: np.ndarray) -> Buffers:
         """Fresh destination arrays for an update of a parameter shaped like ``like``."""
@@ -84,14 +98,20 @@ class Optimizer(abc.ABC):
         grad: np.ndarray,
         slots: dict[str, np.ndarray],
         step: np.ndarray,
+        lr: float | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """New (param, slots) after one update. ``step`` is the 1-based step count, broadcastable
-        to ``param`` (shape [1] for dense, [rows, 1] for sparse rows)."""
+        to ``param`` (shape [1] for dense, [rows, 1] for sparse rows); ``lr`` this step's
+        learning rate (:meth:`lr_at`; default: the base rate)."""
+        lr = self.config.lr if lr is None else lr
         grad = self._clip(grad)
         if self.config.weight_decay:
-            grad = grad + np.float32(self.config.weight_decay) * param
+            if self.decoupled_decay:
+                param = param * np.float32(1.0 - lr * self.config.weight_decay)
+            else:
+                grad = grad + np.float32(self.config.weight_decay) * param
         out = self.buffers(param)
-        self._update(param, grad, slots, step, out)
+        self._update(param, grad, slots, step, out, lr)
         return out.param, out.slots
 
     def _clip(self, grad: np.ndarray) -> np.ndarray:
@@ -103,15 +123,15 @@ class Optimizer(abc.ABC):
 
     @abc.abstractmethod
     def _update(self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray],
-                step: np.ndarray, out: Buffers) -> None: ...
+                step: np.ndarray, out: Buffers, lr: float) -> None: ...
 
 
 class SGD(Optimizer):
     """``w - lr * g``."""
 
     def _update(self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray],
-                step: np.ndarray, out: Buffers) -> None:
-        np.multiply(grad, np.float32(self.config.lr), out=out.param)
+                step: np.ndarray, out: Buffers, lr: float) -> None:
+        np.multiply(grad, np.float32(lr), out=out.param)
         np.subtract(param, out.param, out=out.param)
 
 
@@ -121,11 +141,11 @@ class Momentum(Optimizer):
     slots = ("velocity",)
 
     def _update(self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray],
-                step: np.ndarray, out: Buffers) -> None:
+                step: np.ndarray, out: Buffers, lr: float) -> None:
         velocity = out.slots["velocity"]
         np.multiply(slots["velocity"], np.float32(self.config.momentum), out=velocity)
         velocity += grad
-        np.multiply(velocity, np.float32(self.config.lr), out=out.param)
+        np.multiply(velocity, np.float32(lr), out=out.param)
         np.subtract(param, out.param, out=out.param)
 
 
@@ -138,14 +158,14 @@ class Adagrad(Optimizer):
         return self.config.initial_accumulator
 
     def _update(self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray],
-                step: np.ndarray, out: Buffers) -> None:
+                step: np.ndarray, out: Buffers, lr: float) -> None:
         total, scratch = out.slots["sum"], out.scratch
         np.multiply(grad, grad, out=total)
         total += slots["sum"]
         np.sqrt(total, out=scratch)
         scratch += np.float32(self.config.eps)
         np.divide(grad, scratch, out=scratch)
-        scratch *= np.float32(self.config.lr)
+        scratch *= np.float32(lr)
         np.subtract(param, scratch, out=out.param)
 
 
@@ -157,9 +177,10 @@ class Adam(Optimizer):
     """
 
     slots = ("exp_avg", "exp_avg_sq")
+    counts_steps = True
 
     def _update(self, param: np.ndarray, grad: np.ndarray, slots: dict[str, np.ndarray],
-                step: np.ndarray, out: Buffers) -> None:
+                step: np.ndarray, out: Buffers, lr: float) -> None:
         cfg = self.config
         exp_avg, exp_avg_sq, scratch = out.slots["exp_avg"], out.slots["exp_avg_sq"], out.scratch
         np.subtract(grad, slots["exp_avg"], out=exp_avg)
@@ -170,7 +191,7 @@ class Adam(Optimizer):
         np.multiply(slots["exp_avg_sq"], np.float32(cfg.beta2), out=scratch)
         exp_avg_sq += scratch
         steps = step.astype(np.float64)
-        step_size = (cfg.lr / (1.0 - cfg.beta1**steps)).astype(np.float32)
+        step_size = (lr / (1.0 - cfg.beta1**steps)).astype(np.float32)
         bias2_sqrt = np.sqrt(1.0 - cfg.beta2**steps).astype(np.float32)
         np.sqrt(exp_avg_sq, out=scratch)
         scratch /= bias2_sqrt
@@ -180,13 +201,22 @@ class Adam(Optimizer):
         np.subtract(param, scratch, out=out.param)
 
 
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), as ``torch.optim.AdamW``:
+    ``w *= 1 - lr * weight_decay``, then the Adam step on the unchanged gradient. Lazy on sparse
+    tables, like Adam: a row decays only when a push touches it."""
+
+    decoupled_decay = True
+
+
 _CLASSES: dict[str, type[Optimizer]] = {
     "SGD": SGD,
     "MOMENTUM": Momentum,
     "ADAGRAD": Adagrad,
     "ADAM": Adam,
+    "ADAMW": AdamW,
 }
-_DEFAULT_EPS = {"ADAGRAD": 1e-10, "ADAM": 1e-8}
+_DEFAULT_EPS = {"ADAGRAD": 1e-10, "ADAM": 1e-8, "ADAMW": 1e-8}
 
 
 def config_from_spec(spec: pserver_pb2.OptimizerSpec, table: str) -> OptimizerConfig:
@@ -220,6 +250,7 @@ def config_from_spec(spec: pserver_pb2.OptimizerSpec, table: str) -> OptimizerCo
         weight_decay=spec.weight_decay,
         clip_norm=spec.clip_norm,
         initial_accumulator=spec.initial_accumulator,
+        schedule=schedule_from_spec(spec.schedule, spec.lr, f"table {table!r}: lr schedule"),
     )
 
 

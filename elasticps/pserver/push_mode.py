@@ -35,17 +35,21 @@ Rows = Mapping[str, tuple[np.ndarray, np.ndarray]]  # table -> (ids, rows)
 
 @dataclass(frozen=True)
 class BatchKey:
-    """One batch of one task in one pass: the unit of exactly-once application."""
+    """One batch of one task in one pass: the unit of exactly-once application (``ref``).
+    ``step`` is its number in the job's data order, which learning-rate schedules read; it is
+    not part of the batch's identity."""
 
     pass_id: int
     task_id: int
     seq: int
+    step: int = 0
 
     def check(self) -> None:
-        if min(self.pass_id, self.task_id, self.seq) < 0:
+        if min(self.pass_id, self.task_id, self.seq, self.step) < 0:
             raise InvalidArgumentError(
-                f"batch (pass {self.pass_id}, task {self.task_id}, seq {self.seq}) has a "
-                "negative field; every push needs a BatchRef with pass_id, task_id, seq >= 0"
+                f"batch (pass {self.pass_id}, task {self.task_id}, seq {self.seq}, step "
+                f"{self.step}) has a negative field; every push needs a BatchRef with pass_id, "
+                "task_id, seq, step >= 0"
             )
 
     @property

@@ -77,7 +77,7 @@ class SyncRoundPush(PushMode):
         dense = {n: np.where(masked.keep[n], np.float32(0), g) if n in masked.keep else g
                  for n, g in dense.items()}
         contribution = Contribution(trainer, batch.ref, dense, masked.sparse, dropped,
-                                    masked.counts)
+                                    masked.counts, step=batch.step)
         mine = self.rounds.offer(contribution)
         self._close_if_ready()
         give_up = time.monotonic() + wait_s
@@ -120,8 +120,10 @@ class SyncRoundPush(PushMode):
         if kept:
             try:
                 dense, sparse = average(kept)
+                # One step for the round, its learning rate at its smallest batch number.
                 self.shard.apply_step(batch_seed(*kept[0].batch), dense, sparse,
-                                      max(c.batch[0] for c in kept), counts=summed_counts(kept))
+                                      max(c.batch[0] for c in kept), counts=summed_counts(kept),
+                                      batch_step=min(c.step for c in kept))
             except Exception as exc:  # e.g. RESOURCE_EXHAUSTED: nothing changed, all hear it
                 error = exc
         for c in closed:

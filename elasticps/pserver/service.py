@@ -163,7 +163,8 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
             raise InvalidArgumentError(
                 "a push must carry its BatchRef (pass_id, task_id, seq): exactly-once needs it"
             )
-        batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq)
+        batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq,
+                         request.batch.step)
         what = "delta" if request.delta else "gradient"
         dense = _named(request.dense, f"dense {what}")
         _unique_names((s.table for s in request.sparse), f"sparse {what}")

@@ -384,10 +384,12 @@ class ShardState:
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
                delta: bool = False,
                counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
-               keep: Mapping[str, np.ndarray] | None = None) -> None:
+               keep: Mapping[str, np.ndarray] | None = None, batch_step: int = 0) -> None:
         """One optimizer step of validated, finite gradients (or, geo, the deltas added),
         all or nothing. ``counts``: shows and clicks per id of SCORE tables. ``keep``: per
-        dense table, positions left as they are (applied by an earlier layout)."""
+        dense table, positions left as they are (applied by an earlier layout).
+        ``batch_step``: the batch's number in the job's data order (``BatchRef.step``), at
+        which the learning-rate schedules are read."""
         dense_tables = {name: self._dense(name) for name in dense}
         # Saved before computing: an optimizer may update its arrays in place.
         kept = {n: self._dense(n).values_at(mask) for n, mask in (keep or {}).items()
@@ -402,10 +404,12 @@ class ShardState:
             self._sparse(name).remove_rows(rows)
         if pass_id > self.current_pass:
             self._end_passes(pass_id, plans)
-        dense_updates = [(t, t.compute_delta(dense[n]) if delta else t.compute(dense[n]))
+        dense_updates = [(t, t.compute_delta(dense[n]) if delta
+                          else t.compute(dense[n], batch_step))
                          for n, t in dense_tables.items()]
         sparse_updates = [(t, plans[n], t.compute_delta(plans[n]) if delta
-                           else t.compute(plans[n])) for n, t in sparse_tables.items()]
+                           else t.compute(plans[n], batch_step))
+                          for n, t in sparse_tables.items()]
         for dense_table, dense_update in dense_updates:
             dense_table.commit(dense_update)
             if dense_table.name in kept:

@@ -83,7 +83,7 @@ class SparseTable:
         self.shard, self.num_shards = shard, num_shards
         self.policy = spec.policy
         self.optimizer: Optimizer = make_optimizer(config_from_spec(spec.optimizer, spec.name))
-        self.uses_step = spec.optimizer.kind == pserver_pb2.OptimizerSpec.ADAM
+        self.uses_step = self.optimizer.counts_steps
         self.tracks = sparse_policy.tracks_rows(self.policy)
         self.scores = self.policy.evict == Policy.SCORE
         local_ids = -(-(self.id_space - shard) // num_shards) if self.id_space else 0
@@ -258,17 +258,18 @@ class SparseTable:
         return rows[rows >= 0]
 
     def compute(
-        self, plan: SparsePlan
+        self, plan: SparsePlan, batch_step: int = 0
     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """The optimizer's update of the rows the push trains (admitted rows are created, with
-        their initial values: not a visible change), not yet committed."""
+        their initial values: not a visible change), not yet committed. ``batch_step``: the
+        batch's number, which the learning-rate schedule reads."""
         train = plan.present | plan.admitted
         ids, grads = plan.unique[train], plan.summed[train]
         rows = self._ensure_rows(ids)
         steps = self.steps[rows] + 1 if self.uses_step else np.ones(rows.shape[0], np.int32)
         param, slots = self.optimizer.step(
-            self.values[rows], grads, {n: a[rows] for n, a in self.slots.items()}, steps[:, None]
-        )
+            self.values[rows], grads, {n: a[rows] for n, a in self.slots.items()}, steps[:, None],
+            self.optimizer.lr_at(batch_step))
         return rows, param, slots, steps if self.uses_step else None
 
     def compute_delta(

@@ -52,6 +52,7 @@ class Contribution:
     skipped: bool = False
     error: Exception | None = None  # the round could not be applied (nothing changed)
     done: bool = False
+    step: int = 0  # the batch's number in the job's data order (learning-rate schedules)
 
     def __post_init__(self) -> None:
         self.waiters.add(self.trainer)

@@ -18,7 +18,9 @@ Layout of an export directory::
                                                   "columns": "c" | ["c1", ...] | null}
                                               | {"table": T, "dim": d, "kind": "bag",
                                                  "column": "c", "mode": "sum" | "mean",
-                                                 "weighted": bool}},
+                                                 "weighted": bool}
+                                              | {"table": T, "dim": d, "kind": "sequence",
+                                                 "column": "c", "max_len": L | null}},
                          "schema": {...the training dataset's declared schema} | null,
                          "meta": {...whatever the exporter adds}}
 

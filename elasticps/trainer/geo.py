@@ -163,14 +163,15 @@ class GeoParams:
         carried: a SCORE table counts each id of a delta as shown once."""
         if finite(dense_grads, sparse_grads):
             for name, grad in dense_grads.items():
-                self._step_dense(name, grad)
+                self._step_dense(name, grad, batch.step)
             for table, (ids, grads) in sparse_grads.items():
-                self._step_rows(table, np.asarray(ids, np.int64), np.asarray(grads, np.float32))
+                self._step_rows(table, np.asarray(ids, np.int64), np.asarray(grads, np.float32),
+                                batch.step)
         self._window.append(batch)
         if len(self._window) >= self.steps:
             self.flush()
 
-    def _step_dense(self, name: str, grad: np.ndarray) -> None:
+    def _step_dense(self, name: str, grad: np.ndarray, batch_step: int) -> None:
         optimizer = self._optimizer(name)
         values = self._local[name]
         flat = values.reshape(-1)
@@ -180,10 +181,12 @@ class GeoParams:
         self._dense_step[name] = self._dense_step.get(name, 0) + 1
         step = np.array([self._dense_step[name]], dtype=np.int64)
         new, self._dense_slots[name] = optimizer.step(
-            flat, np.ascontiguousarray(grad, np.float32).reshape(-1), slots, step)
+            flat, np.ascontiguousarray(grad, np.float32).reshape(-1), slots, step,
+            optimizer.lr_at(batch_step))
         self._local[name] = new.astype(np.float32, copy=False).reshape(values.shape)
 
-    def _step_rows(self, table: str, ids: np.ndarray, grads: np.ndarray) -> None:
+    def _step_rows(self, table: str, ids: np.ndarray, grads: np.ndarray,
+                   batch_step: int) -> None:
         if not ids.size:
             return
         unique, summed = sum_duplicates(ids, grads)
@@ -193,8 +196,10 @@ class GeoParams:
             raise ConfigError(f"geo mode: table {table!r} got gradients for ids it did not "
                               f"pull, e.g. {unique[~found][:3].tolist()}")
         steps = held.steps[at] + 1
-        values, slots = self._optimizer(table).step(
-            held.local[at], summed, {n: a[at] for n, a in held.slots.items()}, steps[:, None])
+        optimizer = self._optimizer(table)
+        values, slots = optimizer.step(
+            held.local[at], summed, {n: a[at] for n, a in held.slots.items()}, steps[:, None],
+            optimizer.lr_at(batch_step))
         held.local[at] = values
         for name, arr in slots.items():
             held.slots[name][at] = arr

@@ -18,12 +18,18 @@ Each accumulator takes the model's output and the labels of a batch as tensors a
 what its metrics need: sums for the streaming metrics, and, for AUC, the scores of the most
 recent ``cap`` rows (AUC needs them all; a pass of a few million rows fits). Labels are named
 by the schema (``names``); per-label metrics are kept for the first ``PER_LABEL_LIMIT`` labels.
+
+A user's own metrics subclass :class:`MetricAccumulator` (``elasticps.metrics``): ``update``
+gets each batch's output as the model gave it (on the host, detached: a tensor, or a tuple,
+list or dict of them) and the labels; ``compute`` returns the pass's figures by name.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,8 +37,11 @@ import torch
 from elasticps.data.auc import auc
 from elasticps.errors import ConfigError, DataError
 
-LOGLOSS_EPS = 1e-7  # probabilities are clipped to [eps, 1 - eps], as data.auc.log_loss does
+log = logging.getLogger(__name__)
+
 PER_LABEL_LIMIT = 16  # labels that get metrics of their own (each adds two per pass)
+
+LOGLOSS_EPS = 1e-7  # probabilities are clipped to [eps, 1 - eps], as data.auc.log_loss does
 
 
 def _safe(metric: Callable[[np.ndarray, np.ndarray], float], labels: np.ndarray,
@@ -43,32 +52,90 @@ def _safe(metric: Callable[[np.ndarray, np.ndarray], float], labels: np.ndarray,
         return math.nan
 
 
+def to_host(output: Any) -> Any:
+    """``output`` detached and on the host: a tensor, or a tuple, list or dict of them."""
+    if isinstance(output, torch.Tensor):
+        return output.detach().cpu()
+    if isinstance(output, dict):
+        return {key: to_host(value) for key, value in output.items()}
+    if isinstance(output, tuple | list):
+        return type(output)(to_host(value) for value in output)
+    return output
+
+
 class MetricAccumulator:
-    """The part every kind shares: rows seen and the loss (``cost``) averaged over them."""
+    """A pass's metrics, batch by batch. Every accumulator counts the rows seen (``samples``)
+    and averages the loss over them (``cost``); a subclass adds its figures:
+
+    - ``update(output, label)``: one batch's output (as the model gave it, on the host) and
+      labels (class labels as int64 indices);
+    - ``compute() -> {name: value}``: the figures over every batch so far;
+    - ``misfit(output, label) -> str | None``: why an output does not suit these metrics
+      (None: it does), checked before ``update``.
+    """
 
     def __init__(self) -> None:
         self.samples = 0
         self.loss_sum = 0.0
 
-    def add(self, output: torch.Tensor, label: torch.Tensor, loss: float) -> None:
+    def add(self, output: Any, label: torch.Tensor, loss: float) -> None:
         rows = int(label.shape[0])
         self.samples += rows
         self.loss_sum += loss * rows
         if rows:
             # the host: outputs of a CUDA model come back here, once per batch
-            self._add(output.detach().cpu(), label.detach().cpu())
+            output, label = to_host(output), label.detach().cpu()
+            why = self.misfit(output, label)
+            if why is not None:
+                raise ConfigError(why)
+            self.update(output, label)
 
-    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
-        raise NotImplementedError
+    def misfit(self, output: Any, label: torch.Tensor) -> str | None:
+        return None
 
-    def _metrics(self) -> dict[str, float]:
-        raise NotImplementedError
+    def update(self, output: Any, label: torch.Tensor) -> None:
+        """Take one batch (see the class docstring); the base class keeps only the loss."""
+
+    def compute(self) -> dict[str, float]:
+        return {}
+
+    def headline(self, names: Iterable[str]) -> list[str]:
+        """Of the figures ``compute`` gave (``names``), those a job's final line shows
+        (default: all of them)."""
+        return list(names)
 
     def result(self) -> dict[str, float]:
         if not self.samples:
             return {"samples": 0.0}
-        return {**self._metrics(), "cost": self.loss_sum / self.samples,
+        return {**self.compute(), "cost": self.loss_sum / self.samples,
                 "samples": float(self.samples)}
+
+
+class WhereTheyFit(MetricAccumulator):
+    """A label kind's metrics for a user's loss, whose output may be anything: the kind's
+    metrics while the outputs suit them, else only ``cost`` (logged once, naming why)."""
+
+    def __init__(self, inner: MetricAccumulator) -> None:
+        super().__init__()
+        self.inner: MetricAccumulator | None = inner
+
+    def update(self, output: Any, label: torch.Tensor) -> None:
+        if self.inner is None:
+            return
+        why = self.inner.misfit(output, label)
+        if why is not None:
+            log.info("The trainer reports only the loss (cost): %s. A model whose output is not "
+                     "one prediction per label entry gives its own metrics: "
+                     "Trainer(metrics=...), see docs/trainer.md.", why)
+            self.inner = None
+            return
+        self.inner.update(output, label)
+
+    def compute(self) -> dict[str, float]:
+        return {} if self.inner is None else self.inner.compute()
+
+    def headline(self, names: Iterable[str]) -> list[str]:
+        return [] if self.inner is None else self.inner.headline(names)
 
 
 class _Scores:
@@ -92,10 +159,16 @@ class _Scores:
         return np.concatenate(self._labels), np.concatenate(self._scores)
 
 
-def _probs(output: torch.Tensor, label: torch.Tensor, kind: str) -> np.ndarray:
+def _one_per_entry(output: Any, label: torch.Tensor, kind: str, what: str) -> str | None:
+    if not isinstance(output, torch.Tensor):
+        return f"a {kind} label needs a tensor of {what}s: the model gave a {type(output).__name__}"
     if output.numel() != label.numel():
-        raise ConfigError(f"a {kind} label needs one logit per label entry: the model gave "
-                          f"{tuple(output.shape)} for labels {tuple(label.shape)}")
+        return (f"a {kind} label needs one {what} per label entry: the model gave "
+                f"{tuple(output.shape)} for labels {tuple(label.shape)}")
+    return None
+
+
+def _probs(output: torch.Tensor, label: torch.Tensor) -> np.ndarray:
     return torch.sigmoid(output.reshape(label.shape).float()).numpy().copy()
 
 
@@ -121,6 +194,11 @@ def _mean_of_finite(values: Sequence[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
+def _logloss_columns(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    p = np.clip(probs.astype(np.float64), LOGLOSS_EPS, 1.0 - LOGLOSS_EPS)
+    return np.asarray(-np.sum(np.where(labels == 1, np.log(p), np.log1p(-p)), axis=0))
+
+
 class BinaryMetrics(MetricAccumulator):
     """``auc`` over the most recent ``cap`` rows, ``logloss`` over all of them; with several
     labels, each one's too, and ``auc`` their macro mean."""
@@ -134,15 +212,23 @@ class BinaryMetrics(MetricAccumulator):
         self._logloss: np.ndarray | None = None  # per label entry column
         self._rows = 0
 
-    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+    def headline(self, names: Iterable[str]) -> list[str]:
+        return [name for name in names if name == "auc"]
+
+    def misfit(self, output: Any, label: torch.Tensor) -> str | None:
+        return _one_per_entry(output, label, self.kind, "logit")
+
+    def update(self, output: torch.Tensor, label: torch.Tensor) -> None:
         labels = label.numpy().reshape(label.shape[0], -1).astype(np.float32, copy=True)
-        probs = _probs(output, label, self.kind).reshape(labels.shape)
+        probs = _probs(output, label).reshape(labels.shape)
         self._scores.add(labels, probs)
         sums = _logloss_columns(labels, probs)
         self._logloss = sums if self._logloss is None else self._logloss + sums
         self._rows += labels.shape[0]
 
-    def _metrics(self) -> dict[str, float]:
+    def compute(self) -> dict[str, float]:
+        if not self._rows:
+            return {}
         labels, probs = self._scores.arrays()
         logloss = self._logloss if self._logloss is not None else np.zeros(1)
         if labels.shape[1] == 1:
@@ -158,17 +244,14 @@ class BinaryMetrics(MetricAccumulator):
         return out
 
 
-def _logloss_columns(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
-    p = np.clip(probs.astype(np.float64), LOGLOSS_EPS, 1.0 - LOGLOSS_EPS)
-    return np.asarray(-np.sum(np.where(labels == 1, np.log(p), np.log1p(-p)), axis=0))
-
-
 class MultiLabelMetrics(BinaryMetrics):
     """Macro ``auc`` over the classes with both labels present; ``logloss`` over every entry."""
 
     kind = "multi_label"
 
-    def _metrics(self) -> dict[str, float]:
+    def compute(self) -> dict[str, float]:
+        if not self._rows:
+            return {}
         labels, probs = self._scores.arrays()
         logloss = self._logloss if self._logloss is not None else np.zeros(1)
         return {"auc": _mean_of_finite(_macro_auc(labels, probs)),
@@ -185,10 +268,10 @@ class RegressionMetrics(MetricAccumulator):
         self._absolute: np.ndarray | None = None
         self._rows = 0
 
-    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
-        if output.numel() != label.numel():
-            raise ConfigError(f"a float label needs one prediction per label entry: the model "
-                              f"gave {tuple(output.shape)} for labels {tuple(label.shape)}")
+    def misfit(self, output: Any, label: torch.Tensor) -> str | None:
+        return _one_per_entry(output, label, "float", "prediction")
+
+    def update(self, output: torch.Tensor, label: torch.Tensor) -> None:
         error = (output.reshape(label.shape).double() - label.double()).reshape(
             label.shape[0], -1).numpy()
         squared, absolute = np.square(error).sum(axis=0), np.abs(error).sum(axis=0)
@@ -196,9 +279,9 @@ class RegressionMetrics(MetricAccumulator):
         self._absolute = absolute if self._absolute is None else self._absolute + absolute
         self._rows += label.shape[0]
 
-    def _metrics(self) -> dict[str, float]:
-        assert self._squared is not None
-        assert self._absolute is not None
+    def compute(self) -> dict[str, float]:
+        if self._squared is None or self._absolute is None or not self._rows:
+            return {}
         entries = self._rows * self._squared.size
         out = {"rmse": math.sqrt(float(self._squared.sum()) / entries),
                "mae": float(self._absolute.sum()) / entries}
@@ -209,6 +292,9 @@ class RegressionMetrics(MetricAccumulator):
                 out[f"mae_{name}"] = float(self._absolute[k]) / self._rows
         return out
 
+    def headline(self, names: Iterable[str]) -> list[str]:
+        return [name for name in names if name == "rmse"]
+
 
 class ClassMetrics(MetricAccumulator):
     """``accuracy``, ``cross_entropy`` and ``perplexity`` of a [B, classes] output."""
@@ -217,20 +303,33 @@ class ClassMetrics(MetricAccumulator):
         super().__init__()
         self._correct = 0
         self._nll = 0.0
+        self._rows = 0
 
-    def _add(self, output: torch.Tensor, label: torch.Tensor) -> None:
+    def misfit(self, output: Any, label: torch.Tensor) -> str | None:
+        if not isinstance(output, torch.Tensor) or output.dim() != 2 or (
+                output.shape[0] != label.reshape(-1).shape[0]):
+            shape = tuple(output.shape) if isinstance(output, torch.Tensor) \
+                else type(output).__name__
+            return (f"a class label needs [B, classes] logits: the model gave {shape} for "
+                    f"{label.reshape(-1).shape[0]} rows")
+        return None
+
+    def update(self, output: torch.Tensor, label: torch.Tensor) -> None:
         target = label.reshape(-1).long()
-        if output.dim() != 2 or output.shape[0] != target.shape[0]:
-            raise ConfigError(f"a class label needs [B, classes] logits: the model gave "
-                              f"{tuple(output.shape)} for {target.shape[0]} rows")
         log_probs = torch.log_softmax(output.double(), dim=1)
         self._nll -= float(log_probs.gather(1, target.unsqueeze(1)).sum())
         self._correct += int((output.argmax(dim=1) == target).sum())
+        self._rows += int(target.shape[0])
 
-    def _metrics(self) -> dict[str, float]:
-        cross_entropy = self._nll / self.samples
-        return {"accuracy": self._correct / self.samples, "cross_entropy": cross_entropy,
+    def compute(self) -> dict[str, float]:
+        if not self._rows:
+            return {}
+        cross_entropy = self._nll / self._rows
+        return {"accuracy": self._correct / self._rows, "cross_entropy": cross_entropy,
                 "perplexity": math.exp(cross_entropy) if cross_entropy < 700 else math.inf}
+
+    def headline(self, names: Iterable[str]) -> list[str]:
+        return [name for name in names if name in ("accuracy", "perplexity")]
 
 
 def metrics_for(kind: str, cap: int = 2_000_000,

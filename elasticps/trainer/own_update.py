@@ -58,10 +58,11 @@ class OwnDenseUpdate:
         """No step taken yet: the optimizer state is the initial one, as on fresh pservers."""
         return not any(self._steps.values())
 
-    def step(self, values: Mapping[str, np.ndarray],
-             grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def step(self, values: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray],
+             batch_step: int = 0) -> dict[str, np.ndarray]:
         """The values after the pservers apply ``grads`` to ``values`` (what this batch ran
-        on); advances the replica's state as the pservers advance theirs."""
+        on) at the learning rate of the batch numbered ``batch_step`` (``BatchRef.step``);
+        advances the replica's state as the pservers advance theirs."""
         out: dict[str, np.ndarray] = {}
         for name, grad in grads.items():
             optimizer = self._optimizers[name]
@@ -69,11 +70,12 @@ class OwnDenseUpdate:
             flat_grad = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
             self._steps[name] += 1
             step = np.array([self._steps[name]], dtype=np.int64)
+            lr = optimizer.lr_at(batch_step)
             new = np.empty_like(flat_values)
             for part in self._parts[name]:
                 cut = slice(part.start, part.stop)
                 new[cut], part.slots = optimizer.step(flat_values[cut], flat_grad[cut],
-                                                      part.slots, step)
+                                                      part.slots, step, lr)
             out[name] = new.reshape(np.shape(values[name]))
         return out
 

@@ -9,7 +9,9 @@ job is trained and applied, so every trainer evaluates the same final parameters
 The document holds the test set's metrics under their plain names (``auc``, ``logloss`` for
 binary labels; ``rmse``, ``mae``; ``accuracy``, ``cross_entropy``, ``perplexity``...), each one's
 value per pass as ``pass_test_<name>``, and the last pass's training metrics as ``train_<name>``
-(never under the plain names, which the launcher reports as test figures).
+(never under the plain names, which the launcher reports as test figures). ``headline`` lists
+the test metrics the launcher's final line shows (``auc``; ``rmse``; ``accuracy`` and
+``perplexity``; each head's for a multi-task model; all of a model's own metrics).
 """
 
 from __future__ import annotations
@@ -29,13 +31,18 @@ def _finite(value: Any) -> Any:
 
 
 def default_result(pass_metrics: Sequence[Mapping[str, float]], *, passes: int,
-                   label_kind: str, trainer: str) -> dict[str, Any]:
-    """The result document of a trainer's ``EndPass`` metrics (see the module docstring)."""
+                   label_kind: str, trainer: str,
+                   headline: Sequence[str] = ()) -> dict[str, Any]:
+    """The result document of a trainer's ``EndPass`` metrics (see the module docstring);
+    ``headline``: the metrics the launcher's final line shows, of those the test set has."""
     doc: dict[str, Any] = {"passes": passes, "label_kind": label_kind, "result_by": trainer}
     if not pass_metrics:
         return doc
     last = pass_metrics[-1]
     test = {k.removeprefix("test_"): v for k, v in last.items() if k.startswith("test_")}
+    shown = [name for name in headline if name in test]
+    if shown:
+        doc["headline"] = shown
     for name, value in test.items():
         if name in NOT_METRICS:
             doc[f"test_{name}"] = _finite(value)

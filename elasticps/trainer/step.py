@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,7 +46,8 @@ from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.dense import DenseSync
 from elasticps.trainer.dense_chain import DenseChain
 from elasticps.trainer.feed import Feed, call_model
-from elasticps.trainer.objective import Objective
+from elasticps.trainer.metrics import to_host
+from elasticps.trainer.objective import TrainingObjective
 from elasticps.trainer.own_update import OwnDenseUpdate, corrected
 from elasticps.trainer.sparse_rows import PulledRows, SparseTables
 
@@ -55,7 +57,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class StepResult:
     loss: float
-    output: torch.Tensor  # the model's output (detached, on the host), shaped like the labels
+    # The model's output (detached, on the host): shaped like the labels for a default loss,
+    # as the model gave it for a user's (a tensor, or a tuple, list or dict of them).
+    output: Any
     label: torch.Tensor  # the labels as the loss took them (on the host)
 
 
@@ -78,7 +82,7 @@ class StepRunner:
     def __init__(
         self,
         model: torch.nn.Module,
-        objective: Objective,
+        objective: TrainingObjective,
         client: ParameterClient,
         dense: DenseSync,
         *,
@@ -98,7 +102,7 @@ class StepRunner:
         self.tables = tables or SparseTables(model)
         self.tables.bind(client)  # the trainer unbinds them when it closes, not the runner
         # Show/click counts (SCORE tables) take clicks from 0/1 labels only.
-        self.tables.clicks_from_label = objective.kind == "binary"
+        self.tables.clicks_from_label = objective.clicks_from_label
         self._comm = (ThreadPoolExecutor(1, thread_name_prefix="elasticps-comm")
                       if prefetch else None)
         self._next: Future[_Prefetched] | None = None
@@ -180,9 +184,8 @@ class StepRunner:
             tensors = self.tables.placement.batch(batch)  # on the model's device
             self.model.train()
             self.dense.zero_grad()
-            label = self.objective.target(tensors.label)
-            output = self.objective.fit_output(call_model(self.model, self.feed, tensors), label)
-            loss = self.objective.loss(output, label, tensors.weight)
+            scored = self.objective.score(call_model(self.model, self.feed, tensors), tensors)
+            loss = scored.loss
             t_forward = time.perf_counter()
             loss.backward()
             t_backward = time.perf_counter()
@@ -192,7 +195,7 @@ class StepRunner:
             self.tables.clear()
         if self.own_update is not None and finite(dense_grads, sparse_grads):
             ran_on = self.dense.values()
-            self._own = (ran_on, self.own_update.step(ran_on, dense_grads))
+            self._own = (ran_on, self.own_update.step(ran_on, dense_grads, ref.step))
         t2 = time.perf_counter()
         self.wait_pushed()
         if self._comm is None:
@@ -208,7 +211,7 @@ class StepRunner:
         self.timers["collect_grads"] += t2 - t_backward
         self.timers["push_wait"] += t3 - t2
         # The host's copies: metrics and event handlers read them with numpy.
-        return StepResult(float(loss.detach()), output.detach().cpu(), label.cpu())
+        return StepResult(float(loss.detach()), to_host(scored.output), scored.label.cpu())
 
     def wait_pushed(self) -> None:
         """Block until the last push is applied; re-raise its error if it failed."""

@@ -34,6 +34,7 @@ class LoopStats:
     metrics_by_pass: dict[str, dict[str, float]] = field(default_factory=dict)  # pass -> EndPass's
     timers: dict[str, float] = field(default_factory=dict)  # where the step time went
     samples_per_s: float = 0.0  # over the last publishing interval
+    headline: list[str] = field(default_factory=list)  # the metrics a job's final line shows
 
 
 class StepWorker(TaskWorker):
@@ -77,7 +78,7 @@ class StepWorker(TaskWorker):
             self.sync_rounds.join_round(self.trainer_name)
             self._in_round = True
         ref = common_pb2.BatchRef(pass_id=item.pass_id, task_id=item.task_id, seq=item.seq,
-                                  trainer=self.trainer_name)
+                                  trainer=self.trainer_name, step=item.step)
         result = self.runner.run(item.batch, ref, next_batch)
         size = batch_length(item.batch)
         self._metrics.add(result.output, result.label, result.loss)
@@ -104,6 +105,8 @@ class StepWorker(TaskWorker):
 
     def end_pass(self, pass_id: int) -> None:
         result = self._metrics.result()
+        self.stats.headline = self._metrics.headline(
+            name for name in result if name not in ("cost", "samples"))
         if self.evaluate is not None:
             # Every push of this trainer was applied (tasks end with a flush), so this is the
             # model as of the pass end, give or take the other trainers' in-flight batches.

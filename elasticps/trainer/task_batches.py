@@ -6,7 +6,9 @@ A task's batches are numbered chunk by chunk; chunk ``c`` starts at
 task that comes back with ``records_done = k`` resumes at the batch boundary at or before
 record ``k``, with the same sequence numbers it would have had; with ``only_batches`` (a
 recovery dispatch) only those seqs are produced. ``BatchRef(pass, task, seq)`` is the unit of
-exactly-once on the pservers, so this numbering is a contract with them.
+exactly-once on the pservers, so this numbering is a contract with them. A batch's ``step``,
+its number in the job's data order, is ``pass * Task.pass_batches + Task.first_batch + seq``
+(the master counts both), the same whoever trains it and however often.
 
 Where the batches come from is a parameter (``chunk_batches(chunk, start_record)``), so the
 numbering is tested without datasets; :func:`data_chunk_batches` is the data layer's.
@@ -37,6 +39,7 @@ class TaskBatch:
     seq: int  # batch sequence number within the task, 0-based
     batch: Any
     records_done: int  # records of the task done once this batch is trained
+    step: int = 0  # its number in the job's data order (BatchRef.step: lr schedules read it)
 
 
 # task -> its batches from its resume point on (what the task loop reads)
@@ -53,7 +56,8 @@ def task_batches(task: master_pb2.Task, batch_size: int,
     base_rows = 0
 
     def tagged(seq: int, done: int, batch: Any) -> TaskBatch:
-        return TaskBatch(task.pass_id, task.task_id, task.epoch, seq, batch, done)
+        step = task.pass_id * task.pass_batches + task.first_batch + seq
+        return TaskBatch(task.pass_id, task.task_id, task.epoch, seq, batch, done, step)
 
     for chunk in task.chunks:
         rows, batches = chunk.num_rows, batches_in_chunk(chunk.num_rows, batch_size)

@@ -38,7 +38,7 @@ from elasticps.config import Config, current
 from elasticps.data.dataset import reading_schema
 from elasticps.data.manifest import read_manifest
 from elasticps.data.model_inputs import model_inputs
-from elasticps.data.schema import Schema
+from elasticps.data.schema import MIXED, Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import pserver_pb2
 from elasticps.telemetry.logfmt import process_node
@@ -57,7 +57,14 @@ from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.geo import GeoParams
-from elasticps.trainer.objective import LABEL_KINDS, LossFn, Objective
+from elasticps.trainer.heads import Head, HeadsObjective
+from elasticps.trainer.objective import (
+    LABEL_KINDS,
+    LossFn,
+    MetricsFactory,
+    Objective,
+    TrainingObjective,
+)
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.progress import ProgressRecord
@@ -87,12 +94,17 @@ _REMOVED = {
 class Trainer:
     """Owns the model, the loss, the optimizer spec and, once connected, the job's clients.
 
-    ``loss_fn`` (default: by the dataset's label kind) is called ``loss_fn(output, label)``,
-    or ``loss_fn(output, label, weight=w)`` if it has a ``weight`` parameter. ``feed`` maps a
-    :class:`~elasticps.data.batch.TensorBatch` to the model's arguments (default:
-    ``model(batch)``; see feed.py). ``label_kind`` (binary, float, multi_label, class) overrides
-    the one the dataset's schema declares. ``device`` (default: ``cuda:0`` when the job's
-    ``PADDLE_USE_GPU`` is true, else the CPU) is where the model computes; see device.py.
+    ``loss_fn`` (default: by the dataset's label kind) is called ``loss_fn(output, label)``
+    with the model's output as it is, plus ``weight=w`` and ``batch=`` (the TensorBatch) if it
+    has parameters of those names. ``metrics`` (a callable returning an
+    :class:`elasticps.metrics.MetricAccumulator`) replaces the label kind's metrics. ``heads``
+    (``{label: weight or elasticps.Head}``) trains a multi-task model that returns
+    ``{label: output}``, one head per label column (heads.py; the default for a dataset whose
+    labels mix kinds). ``feed`` maps a :class:`~elasticps.data.batch.TensorBatch` to the
+    model's arguments (default: ``model(batch)``; see feed.py). ``label_kind`` (binary, float,
+    multi_label, class) overrides the one the dataset's schema declares. ``device`` (default:
+    ``cuda:0`` when the job's ``PADDLE_USE_GPU`` is true, else the CPU) is where the model
+    computes; see device.py.
     """
 
     def __init__(
@@ -103,6 +115,8 @@ class Trainer:
         *,
         feed: Feed | None = None,
         label_kind: str | None = None,
+        metrics: MetricsFactory | None = None,
+        heads: Mapping[str, Head | float] | None = None,
         dense_sync_every: int = 1,
         prefetch: bool = True,
         progress_every: int = 20,
@@ -116,15 +130,23 @@ class Trainer:
         if optimizer is not None and not isinstance(optimizer, OptimizerSpec):
             raise ConfigError(
                 f"optimizer={optimizer!r} must be an elasticps.optim spec (SGD, Momentum, "
-                "Adagrad, Adam): the optimizer runs on the pservers")
+                "Adagrad, Adam, AdamW): the optimizer runs on the pservers")
         if label_kind is not None and label_kind not in LABEL_KINDS:
             raise ConfigError(f"label_kind={label_kind!r} is not one of {', '.join(LABEL_KINDS)}")
+        if metrics is not None and not callable(metrics):
+            raise ConfigError(f"metrics={metrics!r} must be a callable that returns a fresh "
+                              "elasticps.metrics.MetricAccumulator (one per pass)")
+        if heads is not None and (loss_fn is not None or label_kind is not None):
+            raise ConfigError("heads= gives each label its own kind and loss: give a head its "
+                              "loss with elasticps.Head(loss_fn=...), not loss_fn= or label_kind=")
         self.model = model
         self.loss_fn = loss_fn
         self.optimizer = optimizer or Adam()
         self.prefetch = prefetch
         self.feed = feed
         self.label_kind = label_kind
+        self.metrics = metrics
+        self.heads = heads
         self.progress_every = progress_every
         self._device = device if isinstance(device, Placement | None) \
             else Placement.for_device(device)
@@ -142,7 +164,8 @@ class Trainer:
         self.stats: LoopStats | None = None
         self.stop = threading.Event()
         self._trained_on: DatasetReader | None = None  # the last dataset train() read
-        self._objective: Objective | None = None  # resolved by train() from the dataset
+        # resolved by train() from the dataset
+        self._objective: TrainingObjective | None = None
         self._worker: StepWorker | None = None  # the training in progress (for the metrics)
         self.progress = ProgressRecord(None, "")  # job/progress/<name>, once connected
 
@@ -272,24 +295,36 @@ class Trainer:
 
     # -- training -----------------------------------------------------------------------------
 
-    def objective(self, dataset_url: str | None = None) -> Objective:
+    def objective(self, dataset_url: str | None = None) -> TrainingObjective:
         """The loss and metrics for the dataset at ``dataset_url`` (the trainer's
-        ``label_kind`` wins; then the dataset's schema; then the training data's kind)."""
+        ``label_kind`` wins; then the dataset's schema; then the training data's kind). Heads
+        (``heads=``, or labels of mixed kinds) make it a multi-task objective (heads.py)."""
         kind = self.label_kind
         schema = dataset_schema(dataset_url) if dataset_url is not None else None
         if kind is None and schema is not None:
+            if self.heads is not None or schema.label_kind == MIXED:
+                if self.loss_fn is not None:
+                    raise ConfigError(f"the dataset's labels are of kinds "
+                                      f"{[label.kind for label in schema.labels]}: a multi-task "
+                                      "model gives each head its loss with "
+                                      "elasticps.Head(loss_fn=...), not loss_fn=")
+                return HeadsObjective([(label.name, label.kind) for label in schema.labels],
+                                      self.heads, self.metrics)
             kind = schema.label_kind
+        if self.heads is not None and self._objective is None:
+            raise ConfigError("heads= needs a dataset whose schema names its labels "
+                              f"({dataset_url or 'no dataset'} has none)")
         if kind is None and self._objective is not None:
             return self._objective
         names = None if schema is None else [label.name for label in schema.labels]
-        return Objective(kind or "binary", self.loss_fn, names)
+        return Objective(kind or "binary", self.loss_fn, self.metrics, names)
 
     @property
     def mode(self) -> str:
         """The job's training mode (PADDLE_TRAINING_MODE; async outside a job)."""
         return self.config.mode if self.config is not None else "async"
 
-    def runner(self, objective: Objective | None = None) -> StepRunner:
+    def runner(self, objective: TrainingObjective | None = None) -> StepRunner:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
         # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale;
@@ -372,7 +407,7 @@ class Trainer:
         if self.store is None or self.stats is None:
             return
         doc = default_result(self.stats.pass_metrics, passes=passes, label_kind=kind,
-                             trainer=self.name)
+                             trainer=self.name, headline=self.stats.headline)
         try:
             if publish_result_if_absent(self.store, doc):
                 log.info("Trainer %s published the job's result (the last pass's metrics).",
@@ -445,13 +480,11 @@ class Trainer:
                                         requires_grad=False)
                     try:
                         tensors = self.placement.batch(batch)
-                        label = objective.target(tensors.label)
-                        output = objective.fit_output(
-                            call_model(self.model, self.feed, tensors), label)
-                        loss = float(objective.loss(output, label, tensors.weight))
+                        scored = objective.score(call_model(self.model, self.feed, tensors),
+                                                 tensors)
                     finally:
                         self.tables.clear()
-                    metrics.add(output, label, loss)
+                    metrics.add(scored.output, scored.label, float(scored.loss))
         finally:
             self.model.train()
         return metrics.result()

@@ -52,7 +52,8 @@ class RowTable(nn.Module):
 
 class LocalEmbedding(nn.Module):
     """A table read by single-valued columns: one name -> [B, dim], a list of k -> [B, k, dim]
-    (what ``elasticps.nn.SparseEmbedding(columns=...)`` returns)."""
+    (what ``elasticps.nn.SparseEmbedding(columns=...)`` returns); called with an id tensor,
+    that shape plus ``(dim,)``."""
 
     def __init__(self, table: RowTable, columns: str | Sequence[str]) -> None:
         super().__init__()
@@ -61,6 +62,8 @@ class LocalEmbedding(nn.Module):
             else tuple(columns)
 
     def forward(self, batch: object) -> torch.Tensor:
+        if isinstance(batch, torch.Tensor):
+            return self.table(batch)
         ids = batch.ids  # type: ignore[attr-defined]
         if isinstance(self.columns, str):
             return self.table(ids[self.columns])
@@ -82,6 +85,29 @@ class LocalBag(nn.Module):
         bag = batch.bags[self.column]  # type: ignore[attr-defined]
         return functional.embedding_bag(self.table.positions(bag.values), self.table.weight,
                                         bag.offsets, mode=self.mode, include_last_offset=True)
+
+
+class LocalSequence(nn.Module):
+    """A table read by one multi-valued column, one row per position: batch -> (values [B, L,
+    dim], mask [B, L]), each row's last ``max_len`` values left-aligned, zeros and False after
+    them (what ``elasticps.nn.SparseEmbeddingSequence`` returns)."""
+
+    def __init__(self, table: RowTable, column: str, max_len: int) -> None:
+        super().__init__()
+        self.table = table
+        self.column = column
+        self.max_len = max_len
+
+    def forward(self, batch: object) -> tuple[torch.Tensor, torch.Tensor]:
+        bag = batch.bags[self.column]  # type: ignore[attr-defined]
+        kept = (bag.offsets[1:] - bag.offsets[:-1]).clamp(max=self.max_len)
+        position = torch.arange(self.max_len)
+        mask = position.unsqueeze(0) < kept.unsqueeze(1)  # [B, L]
+        # Row i's kept values start kept[i] before its end.
+        where = (bag.offsets[1:] - kept).unsqueeze(1) + position
+        values = torch.cat([bag.values, torch.zeros(1, dtype=bag.values.dtype)])  # pads read 0
+        ids = torch.where(mask, values[where.clamp(max=bag.values.numel())], 0)
+        return self.table(ids) * mask.unsqueeze(2), mask
 
 
 class LocalTables:
@@ -116,6 +142,10 @@ class LocalTables:
 
     def bag(self, name: str, id_space: int, dim: int, column: str, mode: str) -> nn.Module:
         return LocalBag(self.table(name, dim), column, mode)
+
+    def sequence(self, name: str, id_space: int, dim: int, column: str,
+                 max_len: int) -> nn.Module:
+        return LocalSequence(self.table(name, dim), column, max_len)
 
     def layer(self, record: Mapping[str, object]) -> nn.Module:
         """The lookup an export's layer record describes (``manifest.json``'s ``layers``)."""

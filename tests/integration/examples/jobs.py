@@ -93,17 +93,34 @@ class Reference:
                 params[name].copy_(torch.from_numpy(self.start[name]))
 
     def train(self, batches: Callable[[], Iterable[Batch]], passes: int, lr: float,
-              loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+              loss: Callable[[Any, torch.Tensor], torch.Tensor],
               optimizer_class: type[torch.optim.Optimizer] = torch.optim.SGD) -> None:
         """``passes`` over ``batches()`` with ``optimizer_class`` (SGD, or Adagrad: the
-        pservers' Adagrad is torch's with its defaults)."""
-        optimizer = optimizer_class(self.model.parameters(), lr=lr)
+        pservers' Adagrad is torch's with its defaults) over every parameter."""
+        self.fit(batches, passes, loss, lambda dense, sparse: [
+            (optimizer_class(dense + sparse, lr=lr), None)])
+
+    def fit(self, batches: Callable[[], Iterable[Batch]], passes: int,
+            loss: Callable[[Any, torch.Tensor], torch.Tensor],
+            optimizers: Callable[[list[torch.nn.Parameter], list[torch.nn.Parameter]],
+                                 list[tuple[torch.optim.Optimizer, Any]]]) -> None:
+        """Train on ``batches`` for ``passes`` passes with the ``(optimizer, lr scheduler or
+        None)`` pairs ``optimizers(dense parameters, table parameters)`` makes; each
+        scheduler steps once per batch."""
+        tables = {id(t.weight) for t in self.tables.tables.values()}
+        params = list(self.model.parameters())
+        steppers = optimizers([p for p in params if id(p) not in tables],
+                              [p for p in params if id(p) in tables])
         for _ in range(passes):
             for batch in batches():
                 tensors = batch.to_torch()
-                optimizer.zero_grad()
+                for optimizer, _ in steppers:
+                    optimizer.zero_grad()
                 loss(self.model(tensors), tensors.label).backward()
-                optimizer.step()
+                for optimizer, scheduler in steppers:
+                    optimizer.step()
+                    if scheduler is not None:
+                        scheduler.step()
 
     def outputs(self, batches: Iterable[Batch]) -> tuple[np.ndarray, np.ndarray]:
         """(model outputs, labels) over ``batches``."""

@@ -56,6 +56,18 @@ def test_label_kinds() -> None:
     assert several.label_width == 2
 
 
+def test_several_labels_may_mix_binary_float_and_class_but_not_a_label_set() -> None:
+    mixed = Schema.from_dict({"labels": ["click", {"name": "dwell", "kind": "float"},
+                                         {"name": "topic", "kind": "class", "classes": 4}],
+                              "columns": {"x": "dense"}})
+    assert mixed.label_kind == "mixed"
+    assert mixed.label_width == 3
+    assert Schema.from_dict(mixed.to_dict()) == mixed
+    with pytest.raises(ConfigError, match=r"multi_label label .* cannot be one of several"):
+        Schema.from_dict({"labels": ["click", {"name": "tags", "kind": "multi_label",
+                                               "classes": 3}], "columns": {"x": "dense"}})
+
+
 @pytest.mark.parametrize(("doc", "match"), [
     ({"columns": {"x": "dense"}}, "label"),
     ({"label": "y", "columns": {"x": "densee"}}, "column 'x': kind"),

@@ -342,3 +342,20 @@ def test_any_schema_reads_the_same_in_another_process(tmp_path: Path) -> None:
                        env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
         for seed in ("1", "987")}
     assert len(digests) == 1
+
+
+def test_labels_of_mixed_kinds_read_back_as_one_column_each(tmp_path: Path) -> None:
+    """A multi-task dataset: a binary, a float and a class label side by side in
+    ``Batch.label`` [B, 3], in schema order; each checked by its kind."""
+    schema = {"labels": ["click", {"name": "dwell", "kind": "float"},
+                         {"name": "topic", "kind": "class", "classes": 3}],
+              "columns": {"x": "dense"}}
+    table = {"click": [1, 0, 1], "dwell": [0.5, 2.0, -1.25], "topic": [2, 0, 1],
+             "x": [1.0, 2.0, 3.0]}
+    write_dataset(table, str(tmp_path / "d"), schema)
+    dataset = open_dataset(str(tmp_path / "d"))
+    assert dataset.schema.label_kind == "mixed"
+    batch = next(iter(dataset.iter_batches(10)))
+    np.testing.assert_array_equal(batch.label, [[1, 0.5, 2], [0, 2.0, 0], [1, -1.25, 1]])
+    with pytest.raises(MalformedInputError, match="topic"):
+        write_dataset({**table, "topic": [2, 3, 1]}, str(tmp_path / "bad"), schema)

@@ -12,6 +12,7 @@ import pytest
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.pserver.shard import BatchKey, ShardState
+from elasticps.trainer import optim
 from elasticps.trainer.geo import GeoParams
 
 OPT = pserver_pb2.OptimizerSpec
@@ -146,3 +147,28 @@ def test_an_export_in_geo_mode_sees_the_windows_training() -> None:
     assert geo.pushed == 1
     assert held.all()
     np.testing.assert_allclose(rows, before - 0.5, rtol=1e-6)  # one SGD step, lr 0.5
+
+
+def test_geo_trains_each_batch_at_its_steps_learning_rate() -> None:
+    """The local copy reads a schedule at the batch's number (BatchRef.step), as the pservers
+    would have: batches numbered 0, 7 and 3 of a StepDecay(step_size=5, gamma=0.1) move the
+    dense values and rows by lr, lr / 10 and lr."""
+    schedule = optim.StepDecay(step_size=5, gamma=0.1).to_proto()
+    specs = [SPEC(name="w", kind=SPEC.DENSE, shape=[3],
+                  optimizer=OPT(kind=OPT.SGD, lr=0.5, schedule=schedule)),
+             SPEC(name="emb", kind=SPEC.SPARSE, dim=2, id_space=100,
+                  optimizer=OPT(kind=OPT.SGD, lr=0.5, schedule=schedule),
+                  initializer=pserver_pb2.Initializer(kind=pserver_pb2.Initializer.ZEROS))]
+    shard = ShardState(0, 1, mode="geo")
+    shard.declare(specs)
+    shard.init_dense({"w": W0})
+    geo = GeoParams(_OneShard(shard), steps=3)
+    ids = np.array([3], np.int64)
+    for seq, step in enumerate((0, 7, 3)):
+        geo.pull_dense(["w"])
+        geo.pull_sparse("emb", ids)
+        geo.push(common_pb2.BatchRef(pass_id=0, task_id=1, seq=seq, step=step),
+                 {"w": np.ones(3, np.float32)}, {"emb": (ids, np.ones((1, 2), np.float32))})
+    moved = 0.5 + 0.05 + 0.5
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 - moved, rtol=1e-6)
+    np.testing.assert_allclose(shard.pull_sparse("emb", ids), [[-moved, -moved]], rtol=1e-6)

@@ -13,6 +13,7 @@ from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.shard import BatchKey, PushResult, ShardState
 from elasticps.pserver.sync_round import Contribution, SyncRounds
+from elasticps.trainer import optim
 from tests.helpers import wait_for
 
 OPT = pserver_pb2.OptimizerSpec
@@ -216,3 +217,22 @@ def test_a_task_taken_over_mid_round_closes_the_round(pool) -> None:
     assert (shard.stats().rounds, shard.stats().applied_batches) == (1, 2)
     # Its duplicate left c with nothing for this shard's round: not waited for until it pushes.
     assert shard.round_members() == {"a"}
+
+
+def test_a_round_steps_at_the_learning_rate_of_its_smallest_batch_number(pool) -> None:
+    """Two trainers' batches numbered 12 and 7 close one round: its one step takes the
+    schedule's rate at step 7, 0.05 (a function of the round's batches, not of the rounds
+    counted: this is the shard's first round; nor of the last batch: 0.005 at step 12)."""
+    schedule = optim.StepDecay(step_size=5, gamma=0.1)
+    spec = SPEC(name="w", kind=SPEC.DENSE, shape=[4],
+                optimizer=optim.SGD(lr=0.5, schedule=schedule).to_proto())
+    shard = ShardState(0, 1, mode="sync")
+    shard.declare([spec])
+    shard.init_dense({"w": W0})
+    for trainer in ("a", "b"):
+        shard.join_round(trainer)
+    pushes = [pool.submit(shard.push, BatchKey(0, task, 0, step), _grad(2.0), {},
+                          trainer=trainer, wait_s=30.0)
+              for trainer, task, step in (("a", 4, 12), ("b", 1, 7))]
+    assert all(f.result(timeout=30).applied for f in pushes)
+    np.testing.assert_allclose(shard.pull_dense(["w"])["w"], W0 - 0.05 * 2.0, rtol=1e-6)

@@ -6,9 +6,12 @@ import logging
 
 import pytest
 import torch
+from torch.nn import functional
 
+from elasticps.data.batch import Batch, TensorBatch
 from elasticps.errors import ConfigError
 from elasticps.trainer.objective import Objective
+from elasticps.trainer.recall import InBatchRecall
 
 torch.manual_seed(3)
 B = 6
@@ -88,3 +91,53 @@ def test_a_custom_loss_gets_the_weights_only_if_it_asks_for_them(
 def test_unknown_label_kind() -> None:
     with pytest.raises(ConfigError, match="label kind 'ordinal'"):
         Objective("ordinal")
+
+
+def _batch(label: torch.Tensor, weight: torch.Tensor | None = None) -> TensorBatch:
+    return Batch(label=label.numpy(), weight=None if weight is None else weight.numpy()
+                 ).to_torch()
+
+
+def test_a_custom_loss_gets_any_output_as_it_is_and_the_batch_if_it_asks() -> None:
+    """A two-tower model's [B, B] scores against [B] labels: no reshape, no shape check, and
+    the loss sees the batch; the label kind's metrics do not suit it, so only cost is kept."""
+    seen: dict[str, object] = {}
+
+    def in_batch_softmax(scores: torch.Tensor, label: torch.Tensor,
+                         batch: TensorBatch) -> torch.Tensor:
+        seen.update(scores=scores, batch=batch)
+        return functional.cross_entropy(scores, torch.arange(scores.shape[0]))
+
+    objective = Objective("binary", in_batch_softmax)
+    scores, batch = torch.randn(B, B), _batch(torch.ones(B))
+    scored = objective.score(scores, batch)
+    assert seen["scores"] is scores
+    assert seen["batch"] is batch
+    assert scored.output is scores
+    assert torch.allclose(scored.loss, functional.cross_entropy(scores, torch.arange(B)))
+    metrics = objective.metrics()
+    metrics.add(scores, batch.label, float(scored.loss))
+    assert set(metrics.result()) == {"cost", "samples"}
+    # A default loss still refuses that output, naming both shapes.
+    with pytest.raises(ConfigError, match=r"binary labels of shape \(6,\) need an output"):
+        Objective("binary").score(scores, batch)
+
+
+def test_a_custom_loss_keeps_the_label_kinds_metrics_while_its_outputs_suit_them() -> None:
+    objective = Objective("binary", lambda out, label: functional.binary_cross_entropy_with_logits(
+        out.squeeze(1), label))
+    metrics = objective.metrics()
+    logits, label = torch.randn(B, 1), torch.tensor([0.0, 1, 0, 1, 1, 0])
+    metrics.add(logits, label, 0.5)
+    assert {"auc", "logloss", "cost"} <= set(metrics.result())
+
+
+def test_a_models_own_metrics_replace_the_label_kinds() -> None:
+    objective = Objective("binary", lambda out, label: out.sum(),
+                          metrics=lambda: InBatchRecall(ks=(1,)))
+    metrics = objective.metrics()
+    metrics.add(torch.eye(B), torch.ones(B), 1.0)  # every positive ranked first
+    assert metrics.result() == {"recall_at_1": 1.0, "mean_rank": 0.0, "cost": 1.0,
+                                "samples": float(B)}
+    with pytest.raises(ConfigError, match=r"not an elasticps\.metrics\.MetricAccumulator"):
+        Objective("binary", metrics=lambda: {}).metrics()  # type: ignore[arg-type,return-value]

@@ -9,6 +9,7 @@ import pytest
 
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.dense_table import DenseShard
+from elasticps.trainer import optim
 from elasticps.trainer.own_update import OwnDenseUpdate, corrected
 
 OPT = pserver_pb2.OptimizerSpec
@@ -20,7 +21,8 @@ SHAPE = [7, 5]  # 35 values: 3 shards of 12, 12 and 11
     OPT(kind=OPT.ADAGRAD, lr=0.1, initial_accumulator=0.1),
     OPT(kind=OPT.MOMENTUM, lr=0.05),
     OPT(kind=OPT.SGD, lr=0.3, clip_norm=0.2),
-], ids=["adam", "adagrad", "momentum", "sgd"])
+    optim.AdamW(lr=1e-2, schedule=optim.Cosine(total_steps=8, warmup_steps=3)).to_proto(),
+], ids=["adam", "adagrad", "momentum", "sgd", "adamw-scheduled"])
 @pytest.mark.parametrize("num_shards", [1, 3])
 def test_the_replica_matches_the_pserver_shards_bit_for_bit(optimizer: OPT,
                                                             num_shards: int) -> None:
@@ -32,11 +34,11 @@ def test_the_replica_matches_the_pserver_shards_bit_for_bit(optimizer: OPT,
     for shard in shards:
         shard.values = values.reshape(-1)[shard.start:shard.stop].copy()
     replica = OwnDenseUpdate([spec], num_shards)
-    for _ in range(6):
+    for batch_step in range(4, 10):  # a schedule reads the batch's number
         grad = rng.normal(size=SHAPE).astype(np.float32)
-        mine = replica.step({"w": values}, {"w": grad})["w"]
+        mine = replica.step({"w": values}, {"w": grad}, batch_step)["w"]
         for shard in shards:
-            shard.commit(shard.compute(grad.reshape(-1)[shard.start:shard.stop]))
+            shard.commit(shard.compute(grad.reshape(-1)[shard.start:shard.stop], batch_step))
         theirs = np.concatenate([shard.values for shard in shards]).reshape(SHAPE)
         np.testing.assert_array_equal(mine, theirs)
         assert not np.array_equal(mine, values)  # it moved

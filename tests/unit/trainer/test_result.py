@@ -12,6 +12,7 @@ import pytest
 from elasticps.api import publish_result
 from elasticps.config import Config
 from elasticps.errors import ConfigError
+from elasticps.launch.final_metrics import final_lines, headline_figures
 from elasticps.store import open_store
 from elasticps.store.keys import publish_result_if_absent, read_result
 from elasticps.trainer.result import default_result
@@ -36,6 +37,21 @@ def test_the_default_result_names_test_metrics_plainly_and_training_ones_with_a_
                                   label_kind="float", trainer="t")
     assert "rmse" not in without_test  # plain names are test figures only
     assert without_test["train_rmse"] == 1.5
+
+
+def test_the_headline_names_the_test_metrics_of_the_final_line() -> None:
+    """A multi-task model's heads each have their headline figure; the launcher's final line
+    shows them (a job with a test auc keeps its own line)."""
+    last = {"test_click_auc": 0.8, "test_click_logloss": 0.4, "test_dwell_rmse": 0.5,
+            "test_topic_accuracy": 0.6, "test_samples": 10.0}
+    doc = default_result([last], passes=1, label_kind="multi_task", trainer="t",
+                         headline=["click_auc", "dwell_rmse", "topic_accuracy", "missing"])
+    assert doc["headline"] == ["click_auc", "dwell_rmse", "topic_accuracy"]
+    assert headline_figures(doc) == "click_auc 0.8000, dwell_rmse 0.5000, topic_accuracy 0.6000"
+    assert final_lines(doc) == [
+        "final test click_auc 0.8000, dwell_rmse 0.5000, topic_accuracy 0.6000"]
+    assert "headline" not in default_result([last], passes=1, label_kind="x", trainer="t")
+    assert headline_figures({"headline": ["auc"], "auc": None}) == ""
 
 
 def test_the_automatic_result_never_replaces_one_already_there(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from elasticps.errors import ConfigError
 from elasticps.trainer.sparse import SparseEmbedding
 from elasticps.trainer.sparse_bag import SparseEmbeddingBag
 from elasticps.trainer.sparse_rows import SparseTables
+from elasticps.trainer.sparse_sequence import SparseEmbeddingSequence
 from tests.unit.trainer.sgd_tables import SgdTables, initial_table
 
 ROWS = 5
@@ -156,3 +157,70 @@ def test_layers_of_one_table_must_agree_on_its_shape() -> None:
                                  SparseEmbeddingBag("t", 10, 3, column="tags")])
     with pytest.raises(ConfigError, match="sparse table 't' is used with two different shapes"):
         SparseTables(model)
+
+
+@pytest.mark.parametrize("max_len", [None, 1, 3])
+def test_a_sequence_is_each_rows_embeddings_in_order_padded_with_a_mask(max_len: int | None
+                                                                        ) -> None:
+    """Row i's values (its last max_len) are positions 0..n-1 of [B, L, dim], mask True; the
+    rest are zeros, mask False; gradients reach exactly the rows looked up, as a
+    torch.nn.Embedding's table gets them; the layer pulls only the kept values."""
+    b = batch()
+    layer = SparseEmbeddingSequence("t", 10, 4, column="tags", max_len=max_len)
+    client = bound(layer, {"t": 4})
+    out = layer(b.to_torch())
+    bag = b.bags["tags"]
+    rows = [bag.values[bag.offsets[i]:bag.offsets[i + 1]] for i in range(ROWS)]
+    width = max(len(r) for r in rows) if max_len is None else max_len
+    reference = torch.nn.Embedding(10, 4)
+    with torch.no_grad():
+        reference.weight.copy_(torch.from_numpy(initial_table("t", 10, 4)))
+    expected = torch.zeros(ROWS, width, 4)
+    for i, values in enumerate(rows):
+        kept = values[len(values) - min(len(values), width):]
+        expected[i, :len(kept)] = reference(torch.from_numpy(kept))
+        assert out.mask[i].tolist() == [j < len(kept) for j in range(width)]
+    assert out.values.shape == (ROWS, width, 4)
+    np.testing.assert_allclose(out.values.detach().numpy(), expected.detach().numpy())
+    kept_ids = np.unique(layer.ids_for(b))  # type: ignore[arg-type]
+    kept_per_row = [min(len(values), width) for values in rows]
+    np.testing.assert_array_equal(layer.examples_for(b),  # the row each kept id comes from
+                                  np.repeat(np.arange(ROWS), kept_per_row))
+    np.testing.assert_array_equal(client.pulled[0][1], kept_ids)
+    scale = torch.arange(1, ROWS * width * 4 + 1, dtype=torch.float32).view(ROWS, width, 4)
+    (out.values * scale).sum().backward()
+    (expected * scale).sum().backward()
+    grad = layer.take_grads()
+    assert grad is not None
+    assert reference.weight.grad is not None
+    np.testing.assert_array_equal(grad[0], kept_ids)
+    np.testing.assert_allclose(grad[1], reference.weight.grad[torch.from_numpy(kept_ids)].numpy())
+    # Called with PyTorch's (values, offsets), it gives the same.
+    raw = layer(torch.from_numpy(bag.values), torch.from_numpy(bag.offsets))
+    np.testing.assert_allclose(raw.values.detach().numpy(), out.values.detach().numpy())
+    assert layer.export_record() == {"table": "t", "dim": 4, "kind": "sequence",
+                                     "column": "tags", "max_len": max_len}
+
+
+def test_a_sequence_needs_a_multi_valued_column_and_a_positive_max_len() -> None:
+    with pytest.raises(ConfigError, match="multi-valued column 'user'"):
+        SparseEmbeddingSequence("t", 10, 2, column="user").ids_for(batch())
+    with pytest.raises(ConfigError, match="max_len=0"):
+        SparseEmbeddingSequence("t", 10, 2, column="tags", max_len=0)
+
+
+def test_a_sequence_and_a_bag_of_one_table_share_one_pull_and_one_gradient() -> None:
+    seq = SparseEmbeddingSequence("t", 10, 3, column="tags", max_len=2)
+    bag = SparseEmbeddingBag("t", 10, 3, column="tags")
+    tables = SparseTables(torch.nn.ModuleDict({"seq": seq, "bag": bag}))
+    client = SgdTables(lr=0.1, dims={"t": 3})
+    tables.bind(client)
+    b = batch()
+    alone = seq(b).values.detach().clone()  # the layer pulls for itself: no install
+    tables.install(tables.pull(client, b), b, requires_grad=True)
+    out = seq(b)
+    np.testing.assert_allclose(out.values.detach().numpy(), alone.numpy())
+    (out.values.sum() + bag(b).sum()).backward()
+    ids, _ = tables.grads()["t"]
+    np.testing.assert_array_equal(ids, np.unique(b.bags["tags"].values))  # one installed leaf
+    assert len(client.pulled) == 2  # the layer's own pull, then one for the table
