@@ -9,7 +9,10 @@
 # needed (the NVIDIA device plugin mounts it). The user's script is either baked in (COPY it
 # into /workspace in an image FROM this one) or shipped by `elasticps submit` with `code: DIR`.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The base by digest (Python 3.11.16 on Debian bookworm, the multi-platform index), so a build
+# next year starts from the same bytes. To move it: docker buildx imagetools inspect
+# python:3.11-slim-bookworm, and put the index's Digest here.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 
 # -- build: a virtual environment with torch and elasticps, nothing else --------------------
 FROM ${PYTHON_IMAGE} AS build
@@ -18,15 +21,21 @@ ARG TORCH_VERSION=2.13.0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/elasticps
 ENV PATH=/opt/elasticps/bin:$PATH
-# torch first, from its own index, so no resolver step can reach for another build of it.
-RUN pip install --index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" \
-        "torch==${TORCH_VERSION}"
 WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
+# Every dependency but torch at the version the test suite passed with, each file checked
+# against its sha256 (requirements.lock, made from constraints.txt by scripts/lock.sh): the
+# object-store extras (s3fs, gcsfs), torch's own dependencies, and the wheel's build tools.
+# torch then comes from its own index, pinned; its dependencies are already there.
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock \
+    && pip install --index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" \
+        "torch==${TORCH_VERSION}"
+COPY pyproject.toml README.md ./
 COPY elasticps ./elasticps
-# The dependencies at the versions the test suite passed with (constraints.txt).
-RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && pip install -c constraints.txt /wheels/elasticps-*.whl \
+# elasticps itself, built with the locked setuptools and installed without a resolver step.
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+    && pip install --no-deps /wheels/elasticps-*.whl \
+    && pip check \
     && find /opt/elasticps -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # -- run: the venv on a clean base, as an unprivileged user ----------------------------------

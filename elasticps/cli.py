@@ -17,25 +17,28 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Sequence
+from typing import Any
 
 from elasticps.errors import CONFIG_EXIT_CODE, ConfigError, ElasticPSError
 from elasticps.launch.parent_watch import OPTION as EXIT_WITH_PARENT
 from elasticps.launch.parent_watch import exit_with_parent
 from elasticps.telemetry.logfmt import FORMATS, process_node
 from elasticps.telemetry.logfmt import configure as configure_logging
+from elasticps.telemetry.stream_capture import capture as capture_output
 from elasticps.version import __version__
 
-# Order is the order of `elasticps --help`.
+# The order the commands register in (`elasticps --help` lists them by COMMAND_GROUPS).
 COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.launch.cli",     # run, trainer
     "elasticps.master.cli",     # master
     "elasticps.pserver.cli",    # pserver, checkpoint
     "elasticps.data.cli",       # data
     "elasticps.chaos.cli",      # chaos
-    "elasticps.cluster.cli",    # submit, delete, list, autoscale
+    "elasticps.cluster.cli",    # submit, delete, autoscale
     "elasticps.cluster.code_cli",  # code pack|unpack
-    "elasticps.jobs_cli",       # status, logs, scale, ui (local and cluster jobs)
+    "elasticps.jobs_cli",       # status, logs, scale, ui, stop, list (local and cluster jobs)
     "elasticps.store.cli",      # store
     "elasticps.telemetry.cli",  # monitoring export
     "elasticps.config_cli",     # env
@@ -44,10 +47,26 @@ COMMAND_MODULES: tuple[str, ...] = (
 # The commands a launcher starts as a job's processes (the others are a person's).
 ROLE_COMMANDS = ("master", "pserver", "trainer")
 
+# `elasticps --help` lists a person's commands in these groups, in this order. The entry points
+# that `elasticps run` and a cluster's pods start (the roles, and the reshard Job's `reshard`)
+# work as before but are left out of the list. Every command is in exactly one of the two
+# (build_parser checks), so a new command has to be placed.
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("run a job", ("run", "stop", "scale", "chaos", "env")),
+    ("inspect a job", ("list", "status", "logs", "ui", "store", "checkpoint")),
+    ("data", ("data",)),
+    ("cluster", ("submit", "delete", "autoscale", "code", "monitoring")),
+)
+INTERNAL_COMMANDS: tuple[str, ...] = (*ROLE_COMMANDS, "reshard")
+
 EPILOG = """\
 Start here:
   elasticps run --trainers 2 --pservers 2 --workdir /tmp/ctr examples/ctr/train.py
       train the CTR demo on this machine (embedded store, no setup)
+  elasticps logs --workdir /tmp/ctr -f
+      every process's log, merged by time, followed until the job ends
+  elasticps stop --workdir /tmp/ctr
+      stop it gracefully (`elasticps list`: the local jobs you started)
   elasticps env
       every PADDLE_* variable elasticps reads, with defaults
 
@@ -55,9 +74,43 @@ Run `elasticps COMMAND --help` for a command's options.
 """
 
 
+class _Commands:
+    """The subparsers action, keeping each command's one-line help for the grouped list."""
+
+    def __init__(self, action: Any) -> None:
+        self.action = action
+        self.help: dict[str, str] = {}
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        self.help[name] = str(kwargs.get("help") or "")
+        parser: argparse.ArgumentParser = self.action.add_parser(name, **kwargs)
+        return parser
+
+    @property
+    def choices(self) -> dict[str, argparse.ArgumentParser]:
+        """The parsers added so far, by command (a module may extend another's)."""
+        choices: dict[str, argparse.ArgumentParser] = self.action.choices
+        return choices
+
+
+def _list_commands(parser: argparse.ArgumentParser, commands: _Commands) -> None:
+    grouped = [name for _, names in COMMAND_GROUPS for name in names]
+    placed = sorted(grouped + list(INTERNAL_COMMANDS))
+    if placed != sorted(commands.help):
+        raise RuntimeError(f"elasticps commands {sorted(commands.help)} and their places in "
+                           f"COMMAND_GROUPS/INTERNAL_COMMANDS {placed} differ")
+    width = max(len(name) for name in grouped) + 2
+    for title, names in COMMAND_GROUPS:
+        lines = [textwrap.fill(commands.help[name], 76, initial_indent=f"{name:<{width}}",
+                               subsequent_indent=" " * width, break_on_hyphens=False)
+                 for name in names]
+        parser.add_argument_group(title, "\n".join(lines))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elasticps",
+        usage="%(prog)s [-h] [--version] [-v] [--log-format {text,json}] COMMAND ...",
         description="Elastic, fault-tolerant parameter-server training for PyTorch models.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -71,9 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     # Set by `elasticps run` on the roles it starts: they stop when the launcher dies
     # (elasticps/launch/parent_watch.py). Hidden: not for people.
     parser.add_argument(EXIT_WITH_PARENT, type=int, metavar="PID", help=argparse.SUPPRESS)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # The commands are listed by _list_commands, in groups, not by argparse in one flat list.
+    commands = _Commands(parser.add_subparsers(dest="command", metavar="COMMAND",
+                                               prog="elasticps", help=argparse.SUPPRESS))
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+        importlib.import_module(name).register(commands)
+    _list_commands(parser, commands)
     return parser
 
 
@@ -95,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     node = process_node(role, int(trainer_id) if trainer_id.isdigit() else None) \
         if role in ROLE_COMMANDS else None
     configure_logging(level, fmt, job=os.environ.get("PADDLE_JOB_NAME"), role=role, node=node)
+    if fmt == "json" and args.command in ROLE_COMMANDS:
+        # A role's log is one JSON record per line: the user's prints and tracebacks too.
+        capture_output()
     launcher = args.exit_with_parent
     if launcher is not None and not exit_with_parent(launcher):
         print(f"elasticps: the launcher (pid {launcher}) that started this {args.command} has "

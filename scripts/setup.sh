@@ -41,6 +41,7 @@ python3 -m venv .venv
 # torch first and pinned, so no resolver step can reach for a CUDA build; everything else at
 # the versions the suite passed with (constraints.txt), so a new machine gets the same numpy.
 .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0" numpy
-.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+# The object-store extras too: the image has them, so the tests run with them.
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,s3,gcs]"
 echo "setup done: $(.venv/bin/elasticps --version) in .venv (etcd: $(etcd --version | head -1);" \
   "$(promtool --version 2>&1 | head -1))"

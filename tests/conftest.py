@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +13,11 @@ import pytest
 from tests.etcd_server import EtcdServer
 
 FAST_TIER = tuple(Path(__file__).parent / tier for tier in ("unit", "contract"))
+
+# Every `elasticps run` registers its job for `elasticps list` under $XDG_STATE_HOME: the tests'
+# jobs go to a directory of this session's own, never to the developer's ~/.local/state.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="elasticps-test-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

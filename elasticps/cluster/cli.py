@@ -1,7 +1,7 @@
 """``elasticps submit | status | logs | delete | list``: run a job on Kubernetes or Volcano.
 
-``status`` and ``logs`` are registered by :mod:`elasticps.jobs_cli`, which sends them here for a
-cluster job and to :mod:`elasticps.launch.local_cli` for a local one.
+``status``, ``logs``, ``scale`` and ``list`` are registered by :mod:`elasticps.jobs_cli`, which
+sends them here for a cluster job and to :mod:`elasticps.launch.local_cli` for a local one.
 """
 
 from __future__ import annotations
@@ -76,14 +76,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("job", metavar="JOB", help="the job_name")
     cluster_options(p)
     p.set_defaults(func=run_delete)
-
-    p = subparsers.add_parser(
-        "list", help="list the elasticps jobs of a namespace on the cluster",
-        description="List the elasticps jobs (Volcano Jobs, or plain Kubernetes trainer Jobs) "
-                    "of a namespace: name, backend, phase, trainers running/wanted, age.")
-    cluster_options(p)
-    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
-    p.set_defaults(func=run_list)
 
     p = subparsers.add_parser(
         "autoscale", help="grow and shrink a cluster job's trainers while it runs",

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import fsspec
 
+from elasticps.config import listen_error
 from elasticps.data.upload import PARTIAL_SUFFIX, copy_verified, in_place
 from elasticps.errors import ConfigError, DataError, shown
 
@@ -228,7 +229,10 @@ def make_server(receiver: Receiver, host: str, port: int) -> ThreadingHTTPServer
         def do_POST(self) -> None:
             self._route("POST")
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise listen_error("the data receiver", host, port, "--port", exc) from exc
     server.daemon_threads = True
     return server
 

@@ -7,7 +7,6 @@ import os
 import runpy
 import signal
 import sys
-import traceback
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import MODES, hold_env_token, load_config
 from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.telemetry.stream_capture import report_exception
 
 RUN_EPILOG = """\
 examples:
@@ -31,12 +31,13 @@ with its reason, put on the status page's timeline and kept in summary.json ("au
 
 The launcher prints `status: http://HOST:PORT/` (the master's status page) early, then a
 progress bar with ETA (on a terminal; plain lines every 10 s otherwise). While it runs and
-after it ended: `elasticps status --workdir DIR`, `elasticps logs --workdir DIR [ROLE] [-f]`,
-`elasticps ui DIR` (the finished job's page). A master or pserver that crashes is restarted;
-a trainer that fails fails the job, and the launcher exits non-zero with the tail of that
-trainer's log. Ctrl-C stops every
-child (SIGTERM, then SIGKILL after --grace seconds). On success WORKDIR/summary.json holds the
-result (auc, best_auc, samples_per_sec, wall_s, passes).
+after it ended: `elasticps status --workdir DIR`, `elasticps logs --workdir DIR [ROLE] [-f]`
+(no ROLE: every process, merged), `elasticps ui --workdir DIR` (the finished job's page);
+`elasticps list` shows your local jobs. A master or pserver that crashes is restarted; a
+trainer that fails fails the job, and the launcher exits non-zero with the tail of that
+trainer's log. Ctrl-C or `elasticps stop --workdir DIR` stops every child (SIGTERM, then
+SIGKILL after --grace seconds). On success WORKDIR/summary.json holds the result (auc,
+best_auc, samples_per_sec, wall_s, passes).
 """
 
 
@@ -171,8 +172,9 @@ def trainer_command(args: argparse.Namespace) -> int:
     except ElasticPSError:
         raise  # "elasticps: error: ..." (cli.main): a job's refusal, said in one line
     except Exception as exc:  # the script's own error: its traceback, from the script down
-        traceback.print_exception(type(exc), exc, _from_script(exc.__traceback__, script),
-                                  file=sys.stderr)
+        report_exception(exc, _from_script(exc.__traceback__, script),
+                         f"The trainer script {script.name} stopped on "
+                         f"{type(exc).__name__}: {exc}")
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)

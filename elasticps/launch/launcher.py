@@ -33,11 +33,13 @@ from typing import Any, TextIO
 from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import load_config
 from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.launch import job_registry
 from elasticps.launch.autoscaler import Autoscaler
 from elasticps.launch.final_metrics import final_lines, headline_metric, passes_trained
 from elasticps.launch.job_watch import LauncherWatch, ReportStream
 from elasticps.launch.local_job import STATUS_FILE, LocalJob, failure_record, write_job_file
 from elasticps.launch.process import RoleSpec
+from elasticps.launch.process_records import RecordsWriter, log_name
 from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
@@ -135,11 +137,11 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
     cli = (opts.python, "-m", "elasticps", "-v")  # INFO logs into the role log files
     # Every master process campaigns; the first to win leads, the others are hot standbys.
     specs = [RoleSpec("master", i, (*cli, "master"), role_env("master"),
-                      logs / ("master.log" if i == 0 else f"master-{i}.log"), restart=True)
+                      logs / log_name("master", i), restart=True)
              for i in range(1 + opts.standby_masters)]
     for i in range(opts.pservers):
         specs.append(RoleSpec("pserver", i, (*cli, "pserver"), role_env("pserver"),
-                              logs / f"pserver-{i}.log", restart=True))
+                              logs / log_name("pserver", i), restart=True))
     for i in range(opts.trainers):
         specs.append(trainer_spec(opts, workdir, {**role_env("trainer"), **trainer_env}, i))
     return specs
@@ -160,7 +162,7 @@ def trainer_spec(opts: LaunchOptions, workdir: Path, env: dict[str, str], index:
         {**env, "PADDLE_ROLE": "trainer", "PADDLE_TRAINER_ID": str(index),
          # a trainer added by scaling has an id beyond the initial count
          "PADDLE_TRAINER_COUNT": str(max(index + 1, int(env.get("PADDLE_TRAINER_COUNT", "1"))))},
-        workdir / "logs" / f"trainer-{index}.log", restart=True)
+        workdir / "logs" / log_name("trainer", index), restart=True)
 
 
 class Launch:
@@ -190,6 +192,8 @@ class Launch:
         self.scaler = TrainerScaler(self)
         self.resharder = PServerResharder(
             self, self.scaler.store, self.specs[-1].env.get("PADDLE_CHECKPOINT_URL", ""))
+        # which log holds which role (`elasticps logs pserver-0`: the process serving shard 0)
+        self.records = RecordsWriter(self.workdir, self.scaler.store)
         self.autoscaler = None if opts.autoscale is None else Autoscaler(
             opts.autoscale, self.watch.latest, self.scaler.store, self.watch.say)
         set_context(job=self.job_name)
@@ -215,8 +219,10 @@ class Launch:
         self.started = time.monotonic()
         (self.workdir / STATUS_FILE).unlink(missing_ok=True)  # a previous job's, if any
         write_job_file(self.workdir, self.store_url, self.job_name)
+        job_registry.register(self.workdir, self.job_name)  # for `elasticps list`
         try:
             self.supervisor.start()
+            self.records.step(self.supervisor.procs.values())
             self.watch.start()
             while not self.supervisor.step().final:
                 if self.autoscaler is not None and self.supervisor.state is JobState.RUNNING:
@@ -224,6 +230,7 @@ class Launch:
                     self.autoscaler.step(self.opts.trainers if asked is None else asked)
                 self.scaler.step()
                 self.resharder.step()
+                self.records.step(self.supervisor.procs.values())
                 self._wake.wait(0.2)
                 self._wake.clear()
         except BaseException:
@@ -293,7 +300,7 @@ class Launch:
             return
         if path is not None:
             print(f"elasticps run: the job's status page stays available: elasticps ui "
-                  f"{self.workdir}", file=self.err, flush=True)
+                  f"--workdir {self.workdir}", file=self.err, flush=True)
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
         from elasticps.store import open_store

@@ -1,31 +1,26 @@
-"""``elasticps status | logs | ui`` for a job started by ``elasticps run`` (found through its
-work directory), shaped like the cluster verbs: a summary of the state and each role's
-processes, one role's log (``-f`` follows it until the job ends), and the status page of a
-finished job served again."""
+"""``elasticps status | logs | ui | stop | list`` for jobs started by ``elasticps run`` (each
+found through its work directory), shaped like the cluster verbs: a summary of the state and
+each role's processes, a role's log or every log merged (``-f`` follows until the job ends),
+the status page of a finished job served again, a graceful stop, and the user's local jobs."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from elasticps.errors import ConfigError
 from elasticps.launch.local_job import LocalJob
+from elasticps.launch.log_view import view
 from elasticps.launch.progress_view import format_eta
+from elasticps.launch.role_logs import LogSource, resolve
 from elasticps.master.status_access import is_loopback
 from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
-
-ROLES = ("master", "pserver", "trainer")
-_ROLE = re.compile(r"^(master|pserver|trainer)(?:-(\d+))?\Z")
-
 
 # -- status -----------------------------------------------------------------------------------
 
@@ -80,7 +75,7 @@ def summary(job: LocalJob, doc: dict[str, Any] | None) -> str:
     if doc.get("live"):
         lines.append(f"  status page: {doc.get('status_url', '-')}")
     else:
-        lines.append(f"  status page of the finished job: elasticps ui {job.workdir}")
+        lines.append(f"  status page of the finished job: elasticps ui --workdir {job.workdir}")
     return "\n".join(lines)
 
 
@@ -98,56 +93,80 @@ def run_status(args: argparse.Namespace) -> int:
 # -- logs -------------------------------------------------------------------------------------
 
 
-def is_role(text: str) -> bool:
-    return _ROLE.match(text) is not None
-
-
-def log_path(job: LocalJob, role: str, index: int) -> Path:
-    """The launcher's log file of the ``index``-th process of ``role``."""
-    m = _ROLE.match(role)
-    if m is None:
-        raise ConfigError(f"role {role!r} is not master, pserver or trainer (optionally with "
-                          "its index: trainer-1)")
-    name, idx = m.group(1), int(m.group(2)) if m.group(2) else index
-    file = "master.log" if name == "master" and idx == 0 else f"{name}-{idx}.log"
-    path = job.workdir / "logs" / file
-    if not path.exists():
-        known = sorted(p.stem for p in (job.workdir / "logs").glob("*.log"))
-        raise ConfigError(f"job {job.job_name} has no {name} {idx} log ({path}); logs: "
-                          f"{', '.join(known) or 'none yet'}")
-    return path
-
-
-def follow_lines(path: Path, job: LocalJob, *, tail: int | None, follow: bool,
-                 poll_s: float = 0.25) -> Iterator[str]:
-    """The file's lines (the last ``tail``), then, with ``follow``, new ones as they come until
-    the job's launcher has exited."""
-    with path.open("r", errors="replace") as handle:
-        lines = handle.readlines()
-        yield from (line.rstrip("\n") for line in (lines[-tail:] if tail else lines))
-        partial = ""
-        while follow:
-            alive = job.launcher_alive()
-            chunk = handle.read()
-            if chunk:
-                partial += chunk
-                *complete, partial = partial.split("\n")
-                yield from complete
-            elif not alive:
-                break
-            else:
-                time.sleep(poll_s)  # tail -f: nothing to wait on but the file growing
-        if partial:
-            yield partial
-
-
 def run_logs(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """One role's log as it is, or several (``--all``, or a name that stands for several)
+    merged by time, each line prefixed by its process; ``-f`` follows until the job ends."""
     job = LocalJob.find(args.workdir)
-    role = args.target or args.role
-    path = log_path(job, role, args.index)
-    for line in follow_lines(path, job, tail=args.tail, follow=args.follow):
+    name = args.role_name
+    sources, note = resolve(job, name, every=args.all)
+    if note:
+        print(f"elasticps logs: {note}", file=sys.stderr)
+    merged = len(sources) > 1 or args.all or name is None
+
+    def refresh() -> list[LogSource]:
+        return resolve(job, name, every=args.all)[0]
+
+    for line in view(sources, job, tail=args.tail, follow=args.follow, prefix=merged,
+                     refresh=refresh if merged else None):
         print(line, file=out or sys.stdout, flush=args.follow)
     return 0
+
+
+# -- stop and list ----------------------------------------------------------------------------
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from elasticps.launch.stop import stop_job
+
+    if args.timeout <= 0:
+        raise ConfigError(f"--timeout={args.timeout:g} must be > 0 seconds")
+    return stop_job(LocalJob.find(args.workdir), args.timeout, print)
+
+
+def job_rows(workdirs: list[Path]) -> list[dict[str, Any]]:
+    """Name, work directory, state and status page of each local job, for ``elasticps list``."""
+    rows = []
+    for workdir in workdirs:
+        try:
+            job = LocalJob.find(workdir)
+        except ConfigError:
+            continue  # deleted since it was listed
+        state = job.state()
+        url = job.status_url() if state == "running" else None
+        rows.append({"name": job.job_name, "workdir": str(job.workdir), "state": state,
+                     "status_url": url,
+                     "page": url or f"elasticps ui --workdir {job.workdir}"})
+    return rows
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from elasticps.launch import job_registry
+
+    if args.dir is not None:
+        root = Path(args.dir).resolve()
+        if not root.is_dir():
+            raise ConfigError(f"{args.dir!r} is not a directory")
+        rows, where = job_rows(job_registry.workdirs_under(root)), f"under {root}"
+    else:
+        rows = job_rows([entry.workdir for entry in job_registry.registered()])
+        where = f"started by you (registry: {job_registry.registry_dir()})"
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"no local elasticps jobs {where}")
+    else:
+        print(_table(rows))
+    return 0
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    columns = (("NAME", "name"), ("STATE", "state"), ("WORKDIR", "workdir"),
+               ("STATUS PAGE", "page"))
+    widths = [max(len(title), *(len(str(r[key])) for r in rows)) for title, key in columns]
+    lines = ["  ".join(f"{title:<{w}}" for (title, _), w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(f"{row[key]!s:<{w}}" for (_, key), w in zip(columns, widths, strict=True))
+              for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 # -- ui ---------------------------------------------------------------------------------------

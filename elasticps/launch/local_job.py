@@ -2,7 +2,8 @@
 ``logs`` and ``ui`` read.
 
 ``WORKDIR/job.json`` (written by the launcher at start) names the store, the job and the
-launcher's pid. While the job runs its page's document comes from the leading master
+launcher's pid with its start time (so a pid the system handed to another process since is not
+taken for the launcher). While the job runs its page's document comes from the leading master
 (``/api/status``); once it is over, from ``WORKDIR/status.json`` (written by the launcher at the
 end: the master's saved document plus how the launcher ended) or, failing that, from the
 document the master saved in the store (``job/history``).
@@ -23,11 +24,24 @@ from elasticps.master.status_document import offline
 from elasticps.master.status_read import fetch_status
 from elasticps.private_files import replace_private
 from elasticps.store import open_store
-from elasticps.store.keys import read_history, read_master_address
+from elasticps.store.keys import MasterAddress, read_history, read_master_address
 
 STATUS_FILE = "status.json"
 TRACEBACK_LINES = 40  # of a failed process's last traceback, kept in status.json
 SHORT_TAIL = 15  # log lines kept when the failed process left no traceback
+
+
+def process_start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat``), or None
+    where there is no /proc or no such process. A zombie counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # the name, in parentheses, may hold spaces
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,7 @@ class LocalJob:
     store_url: str
     job_name: str
     launcher_pid: int | None = None
+    launcher_start: int | None = None  # process_start_time of the launcher, where known
 
     @classmethod
     def find(cls, workdir: str | os.PathLike[str] | None) -> LocalJob:
@@ -45,33 +60,59 @@ class LocalJob:
         try:
             doc = json.loads(path.read_text())
             return cls(root, str(doc["store"]), str(doc["job_name"]),
-                       int(doc["launcher_pid"]) if doc.get("launcher_pid") else None)
+                       int(doc["launcher_pid"]) if doc.get("launcher_pid") else None,
+                       int(doc["launcher_start"]) if doc.get("launcher_start") else None)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{root} holds no readable {JOB_FILE} (is it the --workdir of a "
                               f"job started with `elasticps run`?): {exc}") from exc
 
     def launcher_alive(self) -> bool:
+        """The job's launcher still runs (and has not saved its end yet)."""
         if self.launcher_pid is None:
             return False
-        try:
-            os.kill(self.launcher_pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        if self.launcher_start is not None and Path("/proc/self/stat").exists():
+            if process_start_time(self.launcher_pid) != self.launcher_start:
+                return False  # gone, a zombie, or the pid belongs to another process now
+        else:
+            try:
+                os.kill(self.launcher_pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass
         return not (self.workdir / STATUS_FILE).exists()
+
+    def state(self) -> str:
+        """``running``, how the launcher ended (``succeeded``, ``failed``, ``interrupted``), or
+        ``ended`` when it exited without saying (killed)."""
+        if self.launcher_alive():
+            return "running"
+        try:
+            doc = json.loads((self.workdir / STATUS_FILE).read_text())
+            return str(doc["launcher"]["state"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return "ended"
+
+    def _leader(self) -> MasterAddress | None:
+        """Where the running job's leading master serves, or None."""
+        if not self.launcher_alive():
+            return None
+        try:
+            with open_store(self.store_url, self.job_name) as store:
+                return read_master_address(store)
+        except ElasticPSError:
+            return None
+
+    def status_url(self) -> str | None:
+        """The live status page's URL, while a master of the running job leads."""
+        address = self._leader()
+        return None if address is None else address.status_url
 
     # -- the page's document ----------------------------------------------------------------
 
     def live_document(self, timeout: float = 2.0) -> dict[str, Any] | None:
         """The leading master's ``/api/status``, or None when no master serves."""
-        if not self.launcher_alive():
-            return None
-        try:
-            with open_store(self.store_url, self.job_name) as store:
-                address = read_master_address(store)
-        except ElasticPSError:
-            return None
+        address = self._leader()
         if address is None:
             return None
         doc = fetch_status(address.http, timeout=timeout)
@@ -141,14 +182,33 @@ def failure_record(process: str, reason: str | None, log_path: Path | None,
 
 def last_traceback(log_tail: str, most: int = TRACEBACK_LINES) -> str:
     """The last Python traceback in a log's tail, from its ``Traceback`` line to the error
-    (at most ``most`` lines, its end kept), or the tail's last lines when it holds none."""
+    (at most ``most`` lines, its end kept), or the tail's last lines when it holds none. In a
+    JSON log a traceback is a record's ``exc`` (telemetry/stream_capture.py)."""
     lines = log_tail.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    recorded = _last_recorded_traceback(lines[starts[-1] + 1:] if starts else lines)
+    if recorded is not None:
+        return "\n".join(recorded.splitlines()[-most:])
     chosen = lines[starts[-1]:] if starts else lines
     return "\n".join(chosen[-most:] if starts else chosen[-SHORT_TAIL:])
 
 
+def _last_recorded_traceback(lines: list[str]) -> str | None:
+    """The ``exc`` of the last JSON log record among ``lines`` that has one."""
+    for line in reversed(lines):
+        if line.startswith("{") and '"exc"' in line:
+            try:
+                exc = json.loads(line).get("exc")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(exc, str) and exc:
+                return exc
+    return None
+
+
 def write_job_file(workdir: Path, store_url: str, job_name: str) -> None:
-    """``WORKDIR/job.json``: how ``elasticps scale|status|logs|ui --workdir`` find the job."""
+    """``WORKDIR/job.json``: how ``elasticps status|logs|scale|ui|stop --workdir`` find the
+    job."""
     replace_private(workdir / JOB_FILE, (json.dumps(
-        {"store": store_url, "job_name": job_name, "launcher_pid": os.getpid()}) + "\n").encode())
+        {"store": store_url, "job_name": job_name, "launcher_pid": os.getpid(),
+         "launcher_start": process_start_time(os.getpid())}) + "\n").encode())

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from elasticps.errors import ElasticPSError
 from elasticps.launch.process import RoleProcess
+from elasticps.launch.process_records import log_name
 from elasticps.launch.supervisor import JobState
 from elasticps.store.keys import (
     DESIRED_PSERVERS,
@@ -164,7 +165,7 @@ class PServerResharder:
             env = {**template.env, "PADDLE_NUM_PSERVERS": str(self.count)}
             index = self._next_index
             self._next_index += 1
-            log_path = (template.log_path.with_name(f"pserver-{index}.log")
+            log_path = (template.log_path.with_name(log_name("pserver", index))
                         if template.log_path is not None else None)
             supervisor.add(replace(template, index=index, env=env, log_path=log_path))
 

@@ -54,7 +54,8 @@ def serve_rpc(state: MasterState, options: MasterOptions, dispatch: Histogram,
     master_pb2_grpc.add_MasterServicer_to_server(TimedMasterServicer(state, dispatch), server)
     health = add_health(server)
     set_serving(health, True)  # only the elected leader serves at all
-    port = bind(server, options.host, options.port, options.credentials)
+    port = bind(server, options.host, options.port, options.credentials,
+                setting="PADDLE_PORT or --port")
     server.start()
     probes = (None if options.health_port is None
               else serve_health(health, options.host, options.health_port)[0])

@@ -16,7 +16,7 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from elasticps.errors import ConfigError
+from elasticps.rpc.server import bind_port
 
 
 def add_health(server: grpc.Server) -> health.HealthServicer:
@@ -44,8 +44,7 @@ def serve_health(servicer: health.HealthServicer, host: str,
                                   ("grpc.so_reuseport", 0)),
                          maximum_concurrent_rpcs=8)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise ConfigError(f"cannot bind the health port {host}:{port} (PADDLE_HEALTH_PORT)")
+    bound = bind_port(server.add_insecure_port, host, port, "the health probe server",
+                      "PADDLE_HEALTH_PORT")
     server.start()
     return server, bound

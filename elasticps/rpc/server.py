@@ -19,13 +19,14 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
+import socket
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
 
-from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS
+from elasticps.config import DEFAULT_MAX_CONCURRENT_RPCS, listen_error
 from elasticps.errors import ConfigError, ElasticPSError, UnauthenticatedError
 from elasticps.rpc.call_metrics import ServerCallMetrics
 from elasticps.rpc.credentials import JobCredentials
@@ -148,21 +149,45 @@ def make_server(credentials: JobCredentials, *, max_workers: int = 16,
     )
 
 
-def bind(server: grpc.Server, host: str, port: int, credentials: JobCredentials) -> int:
+def bind(server: grpc.Server, host: str, port: int, credentials: JobCredentials, *,
+         setting: str = "PADDLE_PORT") -> int:
     """Bind ``host:port`` (0 = any free port, chosen by the kernel); returns the bound port.
 
     With TLS credentials the port speaks only TLS and requires a client certificate from the
     job's CA: a plaintext connection is refused. The process that serves binds the port itself
-    and then publishes it through the store, so no other process can take it in between.
+    and then publishes it through the store, so no other process can take it in between. A
+    port it cannot bind is a ConfigError naming ``setting``, where the port came from.
     """
-    address = f"{host}:{port}"
-    if credentials.tls is not None:
-        bound = server.add_secure_port(address, credentials.tls.server_credentials())
-    else:
-        bound = server.add_insecure_port(address)
+    def add(address: str) -> int:
+        if credentials.tls is not None:
+            return server.add_secure_port(address, credentials.tls.server_credentials())
+        return server.add_insecure_port(address)
+
+    return bind_port(add, host, port, "the gRPC server", setting)
+
+
+def bind_port(add: Callable[[str], int], host: str, port: int, what: str, setting: str) -> int:
+    """``add(address)`` (a gRPC server's add_*_port); a port it cannot bind is a ConfigError
+    that says why (in use, no such address) and names ``setting``."""
+    try:
+        bound = add(f"{host}:{port}")
+    except RuntimeError:  # grpc >= 1.60 raises where it returned 0
+        bound = 0
     if bound == 0:
-        raise ConfigError(f"cannot bind {host}:{port} (PADDLE_HOST/PADDLE_PORT): in use or invalid")
+        raise listen_error(what, host, port, setting, _why_not_bound(host, port))
     return bound
+
+
+def _why_not_bound(host: str, port: int) -> OSError:
+    """gRPC does not say why a bind failed; a plain socket's bind to the same address does."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as exc:
+        return exc
+    return OSError("gRPC could not bind it")
 
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])

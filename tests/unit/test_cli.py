@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from elasticps import config_cli
+from elasticps import cli, config_cli
 from elasticps.telemetry import logfmt
 from elasticps.version import __version__
 from tests.helpers import REPO, run_cli
@@ -43,9 +43,39 @@ def test_python_m_elasticps_runs_from_a_users_shell(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "elasticps", "--help"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    for command in ("run", "master", "pserver", "data", "chaos", "submit", "status", "env"):
-        assert f"\n    {command} " in done.stdout, command
+    for command in ("run", "stop", "data", "chaos", "submit", "status", "logs", "list", "env"):
+        assert f"\n  {command} " in done.stdout, command
     assert "Run `elasticps COMMAND --help`" in done.stdout
+
+
+def test_help_lists_a_persons_commands_in_groups_and_hides_the_role_entry_points() -> None:
+    shown = run_cli("--help")
+    assert shown.returncode == 0
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in shown.stdout.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            current = sections.setdefault(line[:-1], [])
+        elif current is not None and line.startswith("  ") and not line.startswith("   "):
+            current.append(line.split()[0])
+    groups = {title: names for title, names in sections.items()
+              if title in ("run a job", "inspect a job", "data", "cluster")}
+    assert list(groups) == ["run a job", "inspect a job", "data", "cluster"]
+    assert groups == {title: list(names) for title, names in cli.COMMAND_GROUPS}
+    assert {"stop", "list", "logs", "run", "ui"} <= {n for ns in groups.values() for n in ns}
+    listed = shown.stdout.split("\nStart here:")[0]
+    for internal in ("master", "pserver", "trainer", "reshard"):
+        assert f"  {internal} " not in listed, internal
+        entry = run_cli(internal, "--help")  # hidden, still there
+        assert entry.returncode == 0, internal
+        assert entry.stdout.startswith(f"usage: elasticps {internal}"), internal
+
+
+def test_every_command_has_a_place_in_the_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "COMMAND_GROUPS", tuple(
+        (title, tuple(n for n in names if n != "stop")) for title, names in cli.COMMAND_GROUPS))
+    with pytest.raises(RuntimeError, match="stop"):
+        cli.build_parser()
 
 
 def test_run_cli_answers_with_the_exit_codes_of_a_process() -> None:

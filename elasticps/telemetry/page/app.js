@@ -403,7 +403,7 @@ async function refresh() {
     const banner = $("banner");
     banner.hidden = false;
     banner.textContent = "The status server does not answer; the job may have ended. "
-      + "A finished job's page: elasticps ui WORKDIR";
+      + "A finished job's page: elasticps ui --workdir WORKDIR";
     clearInterval(timer);  // ask again, less often
     timer = setInterval(refresh, 10000);
     return;

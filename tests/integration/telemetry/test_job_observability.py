@@ -317,7 +317,7 @@ def test_status_and_logs_of_the_local_job(finished: tuple[RunningJob, subprocess
     first = status.stdout.splitlines()[0]
     assert first == f"job {records[-1]['job']} (local, {job.workdir}): succeeded", status.stdout
     assert "trainer  2 trainer(s), 0 running, 0 restart(s)" in status.stdout
-    assert f"elasticps ui {job.workdir}" in status.stdout
+    assert f"elasticps ui --workdir {job.workdir}" in status.stdout
 
     tail = elasticps("logs", "--workdir", str(job.workdir), "--role", "pserver", "--index", "1",
                      "--tail", "3")

@@ -1,5 +1,5 @@
 """`elasticps run`'s progress: a bar with ETA on a terminal, plain lines otherwise; and the local
-`status` and `logs` verbs' pure parts."""
+`status` verb's pure parts (`logs`: test_role_logs.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from elasticps.errors import ConfigError
 from elasticps.launch.job_watch import snapshot
-from elasticps.launch.local_cli import follow_lines, log_path, run_ui, summary
+from elasticps.launch.local_cli import run_ui, summary
 from elasticps.launch.local_job import LocalJob, failure_record, last_traceback
 from elasticps.launch.progress_view import (
     ECHO_RESERVE,
@@ -124,20 +124,6 @@ def job_in(tmp_path: Path) -> LocalJob:
     return LocalJob.find(tmp_path)
 
 
-def test_logs_of_a_role_and_index(tmp_path: Path) -> None:
-    job = job_in(tmp_path)
-    assert log_path(job, "trainer-1", 0).name == "trainer-1.log"
-    assert log_path(job, "trainer", 1).name == "trainer-1.log"
-    assert log_path(job, "master", 0).name == "master.log"
-    assert log_path(job, "master-1", 0).name == "master-1.log"
-    with pytest.raises(ConfigError, match="no pserver 3 log"):
-        log_path(job, "pserver-3", 0)
-    with pytest.raises(ConfigError, match="not master, pserver or trainer"):
-        log_path(job, "etcd", 0)
-    lines = list(follow_lines(log_path(job, "pserver", 0), job, tail=2, follow=True))
-    assert lines == ["pserver-0.log line 3", "pserver-0.log line 4"]  # no launcher: it ends
-
-
 def test_a_local_job_is_found_through_its_workdir(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"job\.json"):
         LocalJob.find(tmp_path)
@@ -164,7 +150,7 @@ def test_the_status_summary_of_a_finished_job(tmp_path: Path) -> None:
     assert "trainer  1 trainer(s), 0 running, 0 restart(s)" in text
     assert "pass 2/2 | tasks 20/20 | 100.0% | ETA done | loss 0.4000" in text
     assert "trainer-0    finished" in text
-    assert f"elasticps ui {tmp_path}" in text
+    assert f"elasticps ui --workdir {tmp_path}" in text
     failed = summary(job, {**doc, "launcher": {"state": "failed"},
                            "job_failed_reason": "trainer-1 failed with exit code 1"})
     assert "succeeded (launcher: failed)" in failed
@@ -201,3 +187,14 @@ def test_a_failed_processs_last_traceback_is_kept_for_the_page() -> None:
                                    "ValueError: bad row 7"}
     killed = "\n".join(f"INFO step {i}" for i in range(40))  # SIGKILL: no traceback
     assert last_traceback(killed).splitlines() == [f"INFO step {i}" for i in range(25, 40)]
+
+
+def test_a_json_logs_traceback_is_its_records_exc() -> None:
+    """With --log-format json the traceback is a record's exc (telemetry/stream_capture.py),
+    not lines of its own: that is what the page keeps."""
+    exc = 'Traceback (most recent call last):\n  File "train.py", line 9\nValueError: bad row 7'
+    log = "\n".join([json.dumps({"level": "INFO", "message": "step 1"}),
+                     json.dumps({"level": "ERROR", "message": "An uncaught ValueError ended "
+                                 "the process: bad row 7", "exc": exc}),
+                     json.dumps({"level": "INFO", "logger": "stdout", "message": "bye"})])
+    assert last_traceback(log) == exc
