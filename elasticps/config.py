@@ -168,7 +168,11 @@ def _parse_sparse_policies(text: str) -> str:
 
 
 MAX_GEO_STEPS = 100_000
-MODES = ("async", "sync", "geo")  # how trainers' updates reach the pservers (docs/architecture.md)
+MODES = ("async", "sync", "geo", "hybrid")  # how trainers' updates reach the pservers
+# (docs/architecture.md). hybrid: the dense parameters are replicated on the trainers and
+# averaged by all-reduce; only sparse rows go through the pservers (elasticps/trainer/hybrid/).
+DENSE_COMPRESSIONS = ("none", "bf16")  # hybrid mode: the dense all-reduce's wire format
+MAX_DENSE_TIMEOUT = 3600
 
 # PADDLE_MAX_CONCURRENT_RPCS when unset. An async or geo pserver's calls wait in gRPC's queue for
 # its 16 workers with their requests unread, so admitting more of them costs no request memory
@@ -195,6 +199,13 @@ def _parse_mode(text: str) -> str:
     if mode not in MODES:
         raise ValueError(f"is not one of {', '.join(MODES)}")
     return mode
+
+
+def _parse_compression(text: str) -> str:
+    compression = text.strip().lower() or "none"
+    if compression not in DENSE_COMPRESSIONS:
+        raise ValueError(f"is not one of {', '.join(DENSE_COMPRESSIONS)}")
+    return compression
 
 
 def _parse_log_format(text: str) -> str:
@@ -312,9 +323,18 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PADDLE_TRAINING_MODE", "mode", _parse_mode,
            "How trainers update the pservers: async (each batch's gradients applied as they "
            "come), sync (every step's gradients of all training trainers averaged, then applied "
-           "once) or geo (trainers train a local copy and push parameter deltas)."),
+           "once), geo (trainers train a local copy and push parameter deltas) or hybrid "
+           "(dense parameters replicated on the trainers and averaged by all-reduce every "
+           "step; sparse rows through the pservers as in async)."),
     EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, MAX_GEO_STEPS),
            "geo mode: local steps a trainer takes between two pushes of its deltas."),
+    EnvVar("PADDLE_DENSE_COMPRESSION", "dense_compression", _parse_compression,
+           "hybrid mode: how the trainers' dense all-reduce carries gradients: none (float32) "
+           "or bf16 (half the bytes; each gradient rounded to bfloat16 before it is summed)."),
+    EnvVar("PADDLE_DENSE_TIMEOUT", "dense_timeout", _parse_float(1, MAX_DENSE_TIMEOUT),
+           "hybrid mode: seconds a trainer waits in one all-reduce, or for the trainers of a "
+           "new group to gather, before it ends that group and forms another (a dead "
+           "trainer is dropped sooner: when its lease expires)."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -369,6 +389,8 @@ class Config:
     data_schemes: tuple[str, ...] = ("file",)
     mode: str = "async"
     geo_steps: int = 10
+    dense_compression: str = "none"
+    dense_timeout: float = 60.0
 
     def call_limit(self, role: str) -> int:
         """Calls a ``role`` server of this process runs or queues at once."""

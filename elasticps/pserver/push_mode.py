@@ -6,6 +6,7 @@ mode       a push carries                    applied once, recorded as
 async      one batch's gradients             one optimizer step per batch, at once
 sync       one batch's gradients             the mean of a round's batches, one step per round
 geo        a window's parameter deltas       the window's delta added, every batch of it once
+hybrid     one batch's sparse gradients      as async; no dense tables (the trainers hold them)
 =========  ================================  =================================================
 
 Each strategy owns its exactly-once rule across restores and layout changes (the applied set
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from elasticps.errors import InvalidArgumentError
+from elasticps.proto import pserver_pb2
 from elasticps.pserver.dense_tag import DenseTag
 
 if TYPE_CHECKING:
@@ -86,6 +88,9 @@ class PushMode:
 
     def __init__(self, shard: ShardState) -> None:
         self.shard = shard
+
+    def check_declare(self, spec: pserver_pb2.TableSpec) -> None:
+        """Refuse a table this mode does not hold (hybrid: a dense one), before any is made."""
 
     def check_kind(self, delta: bool) -> None:
         """Refuse a push of the kind this mode does not take, before anything is read."""

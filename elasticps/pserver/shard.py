@@ -43,6 +43,7 @@ from elasticps.pserver.dense_tag import DenseTag, new_incarnation
 from elasticps.pserver.limits import ShardLimits, declared_bytes
 from elasticps.pserver.push_async import AsyncGradients
 from elasticps.pserver.push_geo import GeoDeltas
+from elasticps.pserver.push_hybrid import HybridSparse
 from elasticps.pserver.push_mode import BatchKey, PushMode, PushResult, Rows
 from elasticps.pserver.push_sync import SyncRoundPush
 from elasticps.pserver.reshard.lineage import LegacyLayout, dense_done, sparse_done
@@ -65,7 +66,7 @@ _SWEEP_INTERVAL_S = 1.0  # TTL sweeps: at most this often, and whenever a new pa
 SYNC_WAIT_S = 5.0
 
 PUSH_MODES: dict[str, type[PushMode]] = {
-    "async": AsyncGradients, "sync": SyncRoundPush, "geo": GeoDeltas}
+    "async": AsyncGradients, "sync": SyncRoundPush, "geo": GeoDeltas, "hybrid": HybridSparse}
 
 __all__ = ["PULL_CHUNK", "SYNC_WAIT_S", "BatchKey", "DensePull", "Masked", "PushResult",
            "ShardState", "ShardStats"]
@@ -154,6 +155,8 @@ class ShardState:
     def declare(self, specs: Iterable[pserver_pb2.TableSpec]) -> None:
         """Create tables; an identical re-declaration is a no-op, a conflicting one an error."""
         normalized = [normalize_spec(spec) for spec in specs]
+        for spec in normalized:
+            self.push_mode.check_declare(spec)
         names = [spec.name for spec in normalized]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"table names repeat in one declaration: {names}")

@@ -23,6 +23,14 @@ mistaken for a real one::
                                      by the resharding's commit (pserver/reshard/commit.py)
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
+    hybrid/member/<name>             ProcessInfo {pid, host}: a trainer taking part in the dense
+                                     group (hybrid mode), under its trainer lease
+    hybrid/group                     GroupRecord {generation, members, host, port, prefix}: the
+                                     dense group's current generation (its members in rank
+                                     order and where they meet); changed only by
+                                     compare-and-set (trainer/hybrid/)
+    hybrid/checkpoint/<id>           a dense checkpoint's manifest (trainer/hybrid/
+                                     checkpoints.py); <id> is the group's step, 12 digits
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
                                      timers, samples_per_s, time, pass_metrics, stage}, refreshed
                                      every few seconds and whenever the trainer's stage changes
@@ -80,6 +88,10 @@ PSERVER_INIT_DONE = "pserver/init/done"
 PSERVER_CHECKPOINT_PREFIX = "pserver/checkpoint/"
 PSERVER_LAYOUT = "pserver/layout"
 TRAINER_PREFIX = "trainer/"
+HYBRID_PREFIX = "hybrid/"
+HYBRID_MEMBER_PREFIX = "hybrid/member/"
+HYBRID_GROUP = "hybrid/group"
+HYBRID_CHECKPOINT_PREFIX = "hybrid/checkpoint/"
 PROGRESS_PREFIX = "job/progress/"
 JOB_RESULT = "job/result"
 SEALED_PASSES = "job/sealed"
@@ -149,6 +161,17 @@ def trainer_key(name: str) -> str:
 def trainer_of(key: str) -> str:
     """The trainer name of a ``trainer/<name>`` key."""
     return key.removeprefix(TRAINER_PREFIX)
+
+
+def hybrid_member_key(name: str) -> str:
+    return f"{HYBRID_MEMBER_PREFIX}{name}"
+
+
+def hybrid_member_of(key: str) -> str | None:
+    """The trainer name of a ``hybrid/member/<name>`` key, or None for any other key."""
+    if not key.startswith(HYBRID_MEMBER_PREFIX):
+        return None
+    return key[len(HYBRID_MEMBER_PREFIX):] or None
 
 
 def progress_key(trainer: str) -> str:
@@ -355,6 +378,52 @@ class TrainerRegistration:
             raise StoreValueError(f"store key {key!r}: field 'leaving' must be bool, got "
                                   f"{leaving!r}")
         return cls(_field(doc, "pid", int, key), _text(doc, "host", key), leaving)
+
+
+MAX_GROUP_MEMBERS = 10_000  # config.MAX_TRAINERS: a record naming more is not ours
+_PREFIX = re.compile(r"^[0-9a-f]{16,64}\Z")
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """One generation of hybrid mode's dense group: the trainers in it, in rank order, and the
+    rendezvous store (``host:port``, a ``torch.distributed.TCPStore``) where they meet under
+    ``prefix``, a random hex string known only through this record."""
+
+    generation: int
+    members: tuple[str, ...]
+    host: str
+    port: int
+    prefix: str
+
+    def rank_of(self, name: str) -> int | None:
+        return self.members.index(name) if name in self.members else None
+
+    def encode(self) -> bytes:
+        return _encode({"generation": self.generation, "members": list(self.members),
+                        "host": self.host, "port": self.port, "prefix": self.prefix})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str = HYBRID_GROUP) -> GroupRecord:
+        doc = _object(raw, key)
+        generation, port = _field(doc, "generation", int, key), _field(doc, "port", int, key)
+        members = doc.get("members")
+        if (not isinstance(members, list) or not 0 < len(members) <= MAX_GROUP_MEMBERS
+                or not all(isinstance(m, str) and 0 < len(m) <= MAX_TEXT for m in members)
+                or len(set(members)) != len(members)):
+            raise StoreValueError(f"store key {key!r}: field 'members' must be a list of 1 to "
+                                  f"{MAX_GROUP_MEMBERS} distinct names")
+        prefix = _text(doc, "prefix", key)
+        if generation < 1 or not 0 < port < 65536 or not _PREFIX.match(prefix):
+            raise StoreValueError(f"store key {key!r}: generation={generation} must be >= 1, "
+                                  f"port={port} in [1, 65535] and the prefix hex")
+        return cls(generation, tuple(members), _text(doc, "host", key), port, prefix)
+
+
+def read_group_record(store: Store) -> tuple[GroupRecord | None, int]:
+    """Hybrid mode's current group generation and the record's mod_revision (0: none yet)."""
+    kv = store.get(HYBRID_GROUP)
+    return (None, 0) if kv is None else (GroupRecord.decode(kv.value), kv.mod_revision)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ from elasticps.safe_files import (
     remove_file,
 )
 from elasticps.store.api import Compare, Put, Store
-from elasticps.store.keys import checkpoint_key, checkpoint_prefix
+from elasticps.store.keys import checkpoint_prefix
 
 __all__ = ["BeforePublish", "Manifest", "ShardCheckpoints", "shard_dir_name"]
 
@@ -110,6 +110,8 @@ class ShardCheckpoints:
         owner: Owner | None = None,
         writer: str = "",
         deltas: int = 0,
+        key_prefix: str | None = None,
+        owned: str | None = None,
     ) -> None:
         if keep < 1:
             raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept")
@@ -121,6 +123,10 @@ class ShardCheckpoints:
         self.node = node
         self.before_publish = before_publish
         self.owner = owner
+        # Where the manifests are published: a pserver slot's prefix, or (hybrid mode's dense
+        # checkpoints, trainer/hybrid/checkpoints.py) another writer's.
+        self.key_prefix = key_prefix or checkpoint_prefix(shard)
+        self.owned = owned or f"slot {shard}"  # what ``owner`` fences, for error messages
         self.writer = check_writer(writer)
         self.deltas = deltas
         self._chain: list[str] = []  # this writer's published chain since its last full save
@@ -139,7 +145,7 @@ class ShardCheckpoints:
         point), or without a store those in the directory."""
         found: dict[str, Manifest] = {}
         if self.store is not None:
-            for kv in self.store.get_prefix(checkpoint_prefix(self.shard)):
+            for kv in self.store.get_prefix(self.key_prefix):
                 try:
                     manifest = Manifest.from_json(kv.value)
                 except CheckpointError as exc:
@@ -174,15 +180,20 @@ class ShardCheckpoints:
         """Whether the next save may be a delta (the caller snapshots accordingly)."""
         return 0 < len(self._chain) <= self.deltas
 
-    def save(self, snap: ShardSnapshot) -> Manifest:
-        """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest."""
+    def save(self, snap: ShardSnapshot, checkpoint_id: str | None = None) -> Manifest:
+        """Write, fsync, checksum, rename, publish, then prune. Returns the new manifest.
+        ``checkpoint_id`` (digits; default: one more than the newest published) must not be
+        published yet: a second save of one id publishes nothing."""
+        if checkpoint_id is not None and not (checkpoint_id.isdigit() and len(checkpoint_id) <= 20):
+            raise CheckpointError(f"checkpoint id {checkpoint_id!r:.40} is not a number of at "
+                                  "most 20 digits")
         with self._lock:
             parent = self._chain[-1] if snap.delta and self._chain else ""
             if snap.delta and not parent:
                 raise CheckpointError(f"{self.node}: a delta snapshot needs a parent, and this "
                                       "writer has published no checkpoint yet")
             try:
-                manifest = self._save(snap, parent)
+                manifest = self._save(snap, parent, checkpoint_id)
             except BaseException:
                 self._chain = []  # the snapshot's changes are in no published checkpoint
                 raise
@@ -190,15 +201,15 @@ class ShardCheckpoints:
             self._prune()
             return manifest
 
-    def _save(self, snap: ShardSnapshot, parent: str) -> Manifest:
-        checkpoint_id = self._next_id()
+    def _save(self, snap: ShardSnapshot, parent: str, checkpoint_id: str | None) -> Manifest:
+        checkpoint_id = checkpoint_id or self._next_id()
         manifest, body = self.write_unpublished(snap, checkpoint_id, parent)
         if self.store is not None and not self._publish(checkpoint_id, body):
             self._remove_files(checkpoint_id, self.writer)
             raise CheckpointError(
-                f"{self.node} no longer owns slot {self.shard}: checkpoint {checkpoint_id} "
-                "was not published (another pserver serves the slot, or this one's lease "
-                "expired), and its files were deleted")
+                f"{self.node} no longer owns {self.owned}: checkpoint {checkpoint_id} was not "
+                "published (another process owns it now, or this one's lease expired; or a "
+                "checkpoint of that id was published already), and its files were deleted")
         log.info("%s wrote checkpoint %s (%d bytes, sha256 %s%s).", self.node,
                  checkpoint_id, manifest.size, manifest.sha256[:12],
                  f", a delta of {parent}" if parent else "")
@@ -232,12 +243,13 @@ class ShardCheckpoints:
     def _publish(self, checkpoint_id: str, body: bytes) -> bool:
         """Publish the manifest if the writer still owns its slot; False if it does not."""
         assert self.store is not None
-        put = Put(checkpoint_key(self.shard, checkpoint_id), body)
+        put = Put(self.key_prefix + checkpoint_id, body)
         if self.owner is None:
             self.store.put(put.key, put.value)
             return True
         fence = self.owner()
-        return fence is not None and self.store.txn([fence], [put]).succeeded
+        return fence is not None and self.store.txn([fence, Compare.missing(put.key)],
+                                                    [put]).succeeded
 
     def remove_files(self, checkpoint_id: str, writer: str) -> None:
         """Delete a checkpoint's files (a resharding's old layout, once it is committed)."""
@@ -285,7 +297,7 @@ class ShardCheckpoints:
             if old.id in kept:
                 continue
             if self.store is not None:
-                self.store.delete(checkpoint_key(self.shard, old.id))
+                self.store.delete(self.key_prefix + old.id)
             self._remove_files(old.id, old.writer)
             log.info("%s deleted old checkpoint %s (keeping %d).", self.node, old.id, self.keep)
 
