@@ -44,8 +44,7 @@ from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
 from elasticps.private_files import make_private_dir, replace_private
-from elasticps.rpc.credentials import INSECURE_WARNING
-from elasticps.rpc.tls import write_job_identities
+from elasticps.rpc.job_ca import write_job_identities
 from elasticps.store.api import Store
 from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 from elasticps.telemetry.logfmt import set_context
@@ -211,6 +210,8 @@ class Launch:
         print(f"elasticps run: job {self.job_name}, store {self.store_url}, "
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
         if self.opts.insecure:
+            from elasticps.rpc.credentials import INSECURE_WARNING  # grpc: only for the warning
+
             print(f"elasticps run: WARNING: job {self.job_name} {INSECURE_WARNING}.",
                   file=self.err, flush=True)
         else:
