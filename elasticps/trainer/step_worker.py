@@ -3,8 +3,8 @@
 
 It emits ``BeginPass``, ``EndIteration`` per batch and ``EndPass`` with the pass's metrics (and
 the test set's, with ``evaluate``), keeps :class:`LoopStats`, and hands them to ``on_progress``
-after the first batch, every ``publish_every`` seconds and at the end. ``flush`` is the runner's ``wait_pushed``, so the
-loop reports progress only for applied pushes.
+after the first batch, every ``publish_every`` seconds and at the end. ``flush`` is the
+runner's ``wait_pushed``, so the loop reports progress only for applied pushes.
 """
 
 from __future__ import annotations
