@@ -42,7 +42,7 @@ from elasticps.launch.local_job import STATUS_FILE, LocalJob, failure_record, wr
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.process_records import RecordsWriter, log_name
 from elasticps.launch.reshard import PServerResharder
-from elasticps.launch.standby import DeferredStandbys
+from elasticps.launch.standby import STANDBY_BOUND_S, DeferredStandbys
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
 from elasticps.private_files import make_private_dir, replace_private
@@ -199,8 +199,9 @@ class Launch:
             self, self.scaler.store, self.specs[-1].env.get("PADDLE_CHECKPOINT_URL", ""))
         # which log holds which role (`elasticps logs pserver-0`: the process serving shard 0)
         self.records = RecordsWriter(self.workdir, self.scaler.store)
-        self.standbys = DeferredStandbys(standbys, self.supervisor, self.scaler.store,
-                                         job_name=self.job_name)
+        self.standbys = DeferredStandbys(
+            standbys, self.supervisor, self.scaler.store, job_name=self.job_name,
+            bound_s=float(self.specs[0].env.get("PADDLE_LEASE_TTL", STANDBY_BOUND_S)))
         self.autoscaler = None if opts.autoscale is None else Autoscaler(
             opts.autoscale, self.watch.latest, self.scaler.store, self.watch.say)
         set_context(job=self.job_name)

@@ -3,10 +3,12 @@
 A job's start is CPU-bound on a small machine: every role imports its libraries at once, and a
 standby (a whole master process, a third of a second of CPU) competes with the trainers for the
 cores while they load torch. Until a trainer has trained its first batch (its progress key,
-``job/progress/<trainer>``) or ``bound_s`` has passed, the standbys wait; then they all start and
-campaign. Nothing is given up meanwhile: a leader that dies before then is restarted by the
-supervisor at once, and the new process campaigns as a standby would, taking over when the dead
-leader's election lease expires (the lease TTL bounds a takeover either way).
+``job/progress/<trainer>``) or one lease TTL (``PADDLE_LEASE_TTL``, ``bound_s``) has passed,
+the standbys wait; then they all start and campaign. Nothing is given up meanwhile: a leader
+that dies before then is restarted by the supervisor at once, and the new process campaigns as a
+standby would, taking over when the dead leader's election lease expires (the lease TTL bounds
+a takeover either way; the bound keeps the standby's head start for a script that spends its
+first seconds elsewhere, loading data, or never trains at all).
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ from elasticps.store.keys import PROGRESS_PREFIX
 
 log = logging.getLogger(__name__)
 
-# The standbys start at the latest this long after the job: a script that spends its first
-# seconds on something other than training (loading data, or a test's script that never trains)
-# still gets its standby.
-STANDBY_BOUND_S = 10.0
+# The standbys start at the latest this long after the job when nothing says otherwise (the
+# launcher passes the job's lease TTL, of which this is the default).
+STANDBY_BOUND_S = 5.0
 
 
 def standbys_due(trained: bool, elapsed_s: float, bound_s: float = STANDBY_BOUND_S) -> bool:
