@@ -18,7 +18,7 @@ from elasticps.errors import ConfigError
 from elasticps.reader import TableReader, from_arrow, from_pandas
 from elasticps.store import open_store
 from elasticps.store.keys import InitMarker, TableDataset, table_keys
-from elasticps.trainer.dataset_reader import DatasetReader
+from elasticps.trainer.dataset_reader import DatasetReader, as_dataset_reader, read_whole
 from tests.helpers import wait_for
 
 SCHEMA = {"label": "clicked", "columns": {"age": "dense", "country": "categorical",
@@ -49,9 +49,13 @@ def batches(url: str) -> list[tuple[object, ...]]:
 def test_the_first_trainer_writes_the_table_and_the_others_train_on_what_it_wrote(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "elasticps.trainer.table_reader")
-    first = from_pandas(frame(), SCHEMA, batch_size=100).in_job(job(tmp_path, 0))
+    reader = from_pandas(frame(), SCHEMA, batch_size=100)
+    first = reader.in_job(job(tmp_path, 0))
     second = from_pandas(frame(), SCHEMA, batch_size=100).in_job(job(tmp_path, 1))
     assert first == second
+    # What Trainer.train and evaluate do with it: the same dataset, resolved once.
+    assert as_dataset_reader(reader) is first
+    assert read_whole(reader)[1] == first.dataset_url
     assert (first.batch_size, first.dataset_url.startswith(str(tmp_path / "work" / "datasets")))\
         == (100, True)
     assert sum("wrote table 'table'" in r.getMessage() for r in caplog.records) == 1
