@@ -171,7 +171,6 @@ MAX_GEO_STEPS = 100_000
 MODES = ("async", "sync", "geo", "hybrid")  # how trainers' updates reach the pservers
 # (docs/architecture.md). hybrid: the dense parameters are replicated on the trainers and
 # averaged by all-reduce; only sparse rows go through the pservers (elasticps/trainer/hybrid/).
-DENSE_COMPRESSIONS = ("none", "bf16")  # hybrid mode: the dense all-reduce's wire format
 MAX_DENSE_TIMEOUT = 3600
 
 # PADDLE_MAX_CONCURRENT_RPCS when unset. An async or geo pserver's calls wait in gRPC's queue for
@@ -199,13 +198,6 @@ def _parse_mode(text: str) -> str:
     if mode not in MODES:
         raise ValueError(f"is not one of {', '.join(MODES)}")
     return mode
-
-
-def _parse_compression(text: str) -> str:
-    compression = text.strip().lower() or "none"
-    if compression not in DENSE_COMPRESSIONS:
-        raise ValueError(f"is not one of {', '.join(DENSE_COMPRESSIONS)}")
-    return compression
 
 
 def _parse_log_format(text: str) -> str:
@@ -328,13 +320,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "step; sparse rows through the pservers as in async)."),
     EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, MAX_GEO_STEPS),
            "geo mode: local steps a trainer takes between two pushes of its deltas."),
-    EnvVar("PADDLE_DENSE_COMPRESSION", "dense_compression", _parse_compression,
-           "hybrid mode: how the trainers' dense all-reduce carries gradients: none (float32) "
-           "or bf16 (half the bytes; each gradient rounded to bfloat16 before it is summed)."),
     EnvVar("PADDLE_DENSE_TIMEOUT", "dense_timeout", _parse_float(1, MAX_DENSE_TIMEOUT),
-           "hybrid mode: seconds a trainer waits in one all-reduce, or for the trainers of a "
-           "new group to gather, before it ends that group and forms another (a dead "
-           "trainer is dropped sooner: when its lease expires)."),
+           "hybrid mode: seconds a trainer waits in one collective of the dense group, or for "
+           "the members of a new generation to arrive, before it ends that generation and "
+           "forms another (a dead trainer is dropped sooner: when its lease expires)."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -389,7 +378,6 @@ class Config:
     data_schemes: tuple[str, ...] = ("file",)
     mode: str = "async"
     geo_steps: int = 10
-    dense_compression: str = "none"
     dense_timeout: float = 60.0
 
     def call_limit(self, role: str) -> int:

@@ -70,8 +70,10 @@ def register(subparsers: Any) -> None:
     run.add_argument("--mode", choices=MODES, default=None,
                      help="how trainers update the pservers: async (default: each batch "
                      "applied as it comes), sync (each step's gradients of every training "
-                     "trainer averaged at the pservers, then applied once) or geo (trainers "
-                     "train a local copy and push parameter deltas every --geo-steps)")
+                     "trainer averaged at the pservers, then applied once), geo (trainers "
+                     "train a local copy and push parameter deltas every --geo-steps) or "
+                     "hybrid (dense parameters replicated on the trainers and averaged by "
+                     "all-reduce every step; sparse rows through the pservers as in async)")
     run.add_argument("--geo-steps", type=int, default=None, metavar="K",
                      help="geo mode: local steps between two pushes of a trainer's deltas "
                      "(default 10)")

@@ -23,8 +23,9 @@ mistaken for a real one::
                                      by the resharding's commit (pserver/reshard/commit.py)
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
-    hybrid/member/<name>             ProcessInfo {pid, host}: a trainer taking part in the dense
-                                     group (hybrid mode), under its trainer lease
+    hybrid/member/<name>             MemberInfo {pid, host, port}: a trainer taking part in the
+                                     dense group (hybrid mode), under its own lease; port is its
+                                     rendezvous store (a torch.distributed.TCPStore)
     hybrid/group                     GroupRecord {generation, members, host, port, prefix}: the
                                      dense group's current generation (its members in rank
                                      order and where they meet); changed only by
@@ -282,6 +283,27 @@ class ProcessInfo:
     def decode(cls, raw: bytes, key: str) -> ProcessInfo:
         doc = _object(raw, key)
         return cls(_field(doc, "pid", int, key), _text(doc, "host", key))
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A member of hybrid mode's dense group: its process and the ``host:port`` of the
+    rendezvous store it serves (a generation whose rank 0 it is meets there)."""
+
+    port: int
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+
+    def encode(self) -> bytes:
+        return _encode({"pid": self.pid, "host": self.host, "port": self.port})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> MemberInfo:
+        doc = _object(raw, key)
+        port = _field(doc, "port", int, key)
+        if not 0 < port < 65536:
+            raise StoreValueError(f"store key {key!r}: port={port} must be in [1, 65535]")
+        return cls(port, _field(doc, "pid", int, key), _text(doc, "host", key))
 
 
 @dataclass(frozen=True)

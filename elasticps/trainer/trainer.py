@@ -58,6 +58,7 @@ from elasticps.trainer.export import export_model
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.heads import Head, HeadsObjective
+from elasticps.trainer.hybrid.params import hybrid_params
 from elasticps.trainer.objective import (
     LABEL_KINDS,
     LossFn,
@@ -81,6 +82,10 @@ if TYPE_CHECKING:
     from elasticps.telemetry.role import RoleTelemetry
 
 log = logging.getLogger(__name__)
+
+# Modes whose steps wait for the trainers that train a task (sync: the pservers' barriers,
+# hybrid: the dense group's rounds); the step worker says when a task starts and ends.
+ROUND_MODES = ("sync", "hybrid")
 
 IDS_BATCH_SIZE = 65536  # batches read by export() to collect the training data's ids
 
@@ -239,12 +244,17 @@ class Trainer:
         telemetry = self._telemetry(config, name)
         calls = ClientCallMetrics(telemetry.registry)
         credentials = credentials_from_config(config)
-        params = PServerClient(store, credentials, config.pserver_count, call_metrics=calls)
-        self._closers.insert(0, params.close)
+        pservers = PServerClient(store, credentials, config.pserver_count, call_metrics=calls)
+        self._closers.insert(0, pservers.close)
+        params: ParameterClient = pservers
         master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl,
                               call_metrics=calls)
         self._closers.insert(0, master.close)
         master.register_trainer()
+        if config.mode == "hybrid":  # dense in a replica on every trainer (trainer/hybrid/)
+            hybrid = hybrid_params(params, store, config, name, lambda: self.placement.device)
+            self._closers.insert(0, hybrid.close)
+            params = hybrid
         self.progress.store, self.progress.name = store, name
         log.info("Trainer %s joined job %s.", name, config.job_name)
         self._serve_telemetry(telemetry, config, name, store)
@@ -328,7 +338,8 @@ class Trainer:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
         # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale;
-        # geo mode trains a local copy, pulled once a window.
+        # geo mode trains a local copy, pulled once a window; hybrid mode's dense values are
+        # the round's (the replica's), its sparse rows pulled when the batch needs them.
         prefetch = self.prefetch and self.mode == "async"
         if self.mode != "async" and self.dense.sync_every != 1:
             raise ConfigError(f"dense_sync_every={self.dense.sync_every} does not fit "
@@ -384,7 +395,7 @@ class Trainer:
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
                                 on_progress=self.progress.publish, evaluate=evaluate,
-                                sync_rounds=self.params if self.mode == "sync" else None)
+                                sync_rounds=self.params if self.mode in ROUND_MODES else None)
             self._worker = worker
             TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
                      report_every=self.progress_every, stop=self.stop).run()

@@ -57,10 +57,13 @@ GOOD = [
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
     ("PADDLE_TRAINING_MODE", " Sync ", "mode", "sync"),
     ("PADDLE_GEO_STEPS", "25", "geo_steps", 25),
+    ("PADDLE_TRAINING_MODE", "hybrid", "mode", "hybrid"),
+    ("PADDLE_DENSE_TIMEOUT", "30", "dense_timeout", 30.0),
 ]
 
 # (variable, malformed value)
 BAD = [
+    ("PADDLE_DENSE_TIMEOUT", "0"),
     ("PADDLE_PORT", "abc"),
     ("PADDLE_PORT", "70000"),
     ("PADDLE_PORT", "-1"),

@@ -112,6 +112,7 @@ class Membership:
     revision: int = 0  # its record's mod_revision: the fencing token
     ended: int = 0  # the newest generation that ended for me
     leavers: frozenset[str] = frozenset()  # announced their leave: never proposed again
+    # (a member id names one process: a trainer that comes back is a new member)
     waiting_since: float | None = None  # a newcomer's wait for a live generation
     log: list[str] = field(default_factory=list)  # why each generation ended (tests, logs)
 
@@ -168,7 +169,6 @@ class Membership:
         """Every member arrived and the state is synchronised: rounds may run."""
         assert self.phase is Phase.GATHERING
         self.phase = Phase.ACTIVE
-        self.leavers = frozenset()
 
     def end(self, reason: str) -> None:
         """The generation I was in (or gathering) is over for me; I never gather it again."""

@@ -44,6 +44,7 @@ class Flag(enum.IntFlag):
     REFORM = 2  # this member saw a newcomer: the generation ends after the round
 
 
+NO_FLAGS = Flag(0)
 HEADER_WIDTH = 6
 
 
@@ -54,7 +55,7 @@ class Header:
     task_id: int = 0
     seq: int = 0
     step: int = 0  # the batch's number in the job's data order (BatchRef.step)
-    flags: Flag = Flag(0)
+    flags: Flag = NO_FLAGS
 
     @property
     def ref(self) -> Ref:

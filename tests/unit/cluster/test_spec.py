@@ -326,6 +326,10 @@ def test_the_training_mode_reaches_pservers_and_trainers() -> None:
     assert "PADDLE_TRAINING_MODE" not in envs["master"]
     assert make().mode == "async"
     assert Job.from_dict(make(mode="sync").to_dict()).mode == "sync"
+    hybrid = make(mode="hybrid")
+    assert {role: {e["name"]: e.get("value") for e in role_env(
+        hybrid, role, pserver_hosts=["p0"], trainer_index_path="x")}["PADDLE_TRAINING_MODE"]
+        for role in ("pserver", "trainer")} == {"pserver": "hybrid", "trainer": "hybrid"}
 
 
 @pytest.mark.parametrize(("fields", "message"), [

@@ -11,12 +11,17 @@ import pytest
 from elasticps.errors import StoreValueError
 from elasticps.store import open_store
 from elasticps.store.keys import (
+    HYBRID_GROUP,
+    GroupRecord,
     JobEvent,
+    MemberInfo,
     MetricsEndpoint,
     TableDataset,
     TrainerProgress,
     decode_history,
     encode_history,
+    hybrid_member_key,
+    hybrid_member_of,
     read_events,
     record_event,
     table_keys,
@@ -85,3 +90,22 @@ def test_a_table_dataset_record_round_trips_and_a_malformed_one_names_its_key() 
     assert TableDataset.decode(record.encode(), done) == record
     with pytest.raises(StoreValueError, match=r"job/tables/train/done.*'url'"):
         TableDataset.decode(b'{"fingerprint": "x", "by": "t"}', done)
+
+
+def test_the_dense_group_record_and_a_member_round_trip_and_bad_ones_name_the_field() -> None:
+    record = GroupRecord(3, ("trainer-1", "trainer-0"), "10.0.0.2", 29500, "0f" * 8)
+    assert GroupRecord.decode(record.encode()) == record
+    assert record.rank_of("trainer-0") == 1
+    assert record.rank_of("trainer-9") is None
+    member = MemberInfo(4321, pid=7, host="h")
+    key = hybrid_member_key("trainer-0")
+    assert (hybrid_member_of(key), hybrid_member_of("trainer/trainer-0")) == ("trainer-0", None)
+    assert MemberInfo.decode(member.encode(), key) == member
+    with pytest.raises(StoreValueError, match="'members'"):
+        GroupRecord.decode(b'{"generation": 1, "members": ["a", "a"], "host": "h", '
+                           b'"port": 1, "prefix": "0123456789abcdef"}')
+    with pytest.raises(StoreValueError, match=f"{HYBRID_GROUP}.*generation=0"):
+        GroupRecord.decode(b'{"generation": 0, "members": ["a"], "host": "h", '
+                           b'"port": 1, "prefix": "0123456789abcdef"}')
+    with pytest.raises(StoreValueError, match="port=0"):
+        MemberInfo.decode(b'{"pid": 1, "host": "h", "port": 0}', key)

@@ -1,0 +1,71 @@
+"""Run the hybrid test script (tests/integration/trainer/scripts/hybrid_replicas.py) under
+``elasticps run --mode hybrid`` and read back what each trainer process recorded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticps.chaos.oracle import write_oracle_data
+from tests.helpers import REPO
+
+SCRIPT = REPO / "tests/integration/trainer/scripts/hybrid_replicas.py"
+ROWS, ROWS_PER_CHUNK = 20_000, 1_000
+LEASE_TTL = 2
+
+
+@dataclass
+class Record:
+    """One trainer process's lines: the dense replica's step, digest and time after a batch."""
+
+    trainer: int
+    pid: int
+    steps: dict[int, str]
+    times: dict[int, float]
+
+
+def write_data(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    write_oracle_data(str(data), ROWS, ROWS_PER_CHUNK)
+    return data
+
+
+def start(tmp_path: Path, data: Path, trainers: int, **env: str) -> subprocess.Popen[str]:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "elasticps", "run", "--mode", "hybrid", "--trainers",
+            str(trainers), "--pservers", "1", "--workdir", str(tmp_path / "job"), "--grace", "5",
+            "--standby-masters", "0", str(SCRIPT), "--data", str(data), "--out", str(out)]
+    return subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO),
+                                       "PADDLE_LEASE_TTL": str(LEASE_TTL), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(job: subprocess.Popen[str]) -> None:
+    out, err = job.communicate(timeout=240)
+    assert job.returncode == 0, (out + err)[-4000:]
+
+
+def records(tmp_path: Path) -> list[Record]:
+    found = []
+    for path in sorted((tmp_path / "out").glob("trainer-*.txt")):
+        _, trainer, pid = path.stem.split("-")
+        steps, times = {}, {}
+        for line in path.read_text().splitlines():
+            step, digest, at = line.split()
+            steps[int(step)], times[int(step)] = digest, float(at)
+        found.append(Record(int(trainer), int(pid), steps, times))
+    return found
+
+
+def differing(a: Record, b: Record) -> tuple[int, list[int]]:
+    """(the steps both recorded, those whose replicas differ)."""
+    common = sorted(set(a.steps) & set(b.steps))
+    return len(common), [s for s in common if a.steps[s] != b.steps[s]]
+
+
+def trainer_logs(tmp_path: Path) -> str:
+    return "".join(p.read_text() for p in (tmp_path / "job" / "logs").glob("trainer-*.log"))

@@ -1,0 +1,27 @@
+"""Hybrid mode with 2 trainers as real processes (`elasticps run --mode hybrid`): the dense
+replicas are identical, bit for bit, after every step both trainers saw, every row is trained
+once, and the rounds averaged the two trainers' batches (fewer optimizer steps than batches)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fault.trainer.hybrid_job import ROWS, differing, finish, records, start, write_data
+
+
+@pytest.mark.slow
+def test_two_trainers_hold_identical_dense_replicas_after_every_step(tmp_path: Path) -> None:
+    finish(start(tmp_path, write_data(tmp_path), trainers=2))
+    first, second = records(tmp_path)
+    common, different = differing(first, second)
+    assert common >= 20, (sorted(first.steps), sorted(second.steps))
+    assert different == [], different
+    summary = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert summary["samples"] == ROWS
+    batches = len(first.steps) + len(second.steps)
+    assert max(max(first.steps), max(second.steps)) < batches  # some rounds averaged two
+    logs = (tmp_path / "job" / "logs" / "pserver-0.log").read_text()
+    assert "hybrid mode" in logs
