@@ -27,18 +27,20 @@ class Record:
     times: dict[int, float]
 
 
-def write_data(tmp_path: Path) -> Path:
+def write_data(tmp_path: Path, rows: int = ROWS) -> Path:
     data = tmp_path / "data"
-    write_oracle_data(str(data), ROWS, ROWS_PER_CHUNK)
+    write_oracle_data(str(data), rows, ROWS_PER_CHUNK)
     return data
 
 
-def start(tmp_path: Path, data: Path, trainers: int, **env: str) -> subprocess.Popen[str]:
+def start(tmp_path: Path, data: Path, trainers: int, rows: int = ROWS, join_after: int = 0,
+          **env: str) -> subprocess.Popen[str]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "elasticps", "run", "--mode", "hybrid", "--trainers",
             str(trainers), "--pservers", "1", "--workdir", str(tmp_path / "job"), "--grace", "5",
-            "--standby-masters", "0", str(SCRIPT), "--data", str(data), "--out", str(out)]
+            "--standby-masters", "0", str(SCRIPT), "--data", str(data), "--out", str(out),
+            "--rows", str(rows), "--join-after", str(join_after)]
     return subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO),
                                        "PADDLE_LEASE_TTL": str(LEASE_TTL), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,6 +1,8 @@
-"""Hybrid mode with 2 trainers as real processes (`elasticps run --mode hybrid`): the dense
-replicas are identical, bit for bit, after every step both trainers saw, every row is trained
-once, and the rounds averaged the two trainers' batches (fewer optimizer steps than batches)."""
+"""Hybrid mode with 2 trainers as real processes (`elasticps run --mode hybrid`): the second
+trainer joins the first one's live group (it starts once the first trained 5 batches) and takes
+its dense state; the dense replicas are identical, bit for bit, after every step both trainers
+saw; every row is trained once; and the rounds averaged the two trainers' batches (fewer
+optimizer steps than batches)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from tests.fault.trainer.hybrid_job import ROWS, differing, finish, records, sta
 
 @pytest.mark.slow
 def test_two_trainers_hold_identical_dense_replicas_after_every_step(tmp_path: Path) -> None:
-    finish(start(tmp_path, write_data(tmp_path), trainers=2))
+    finish(start(tmp_path, write_data(tmp_path), trainers=2, join_after=5))
     first, second = records(tmp_path)
+    assert min(second.steps) > 5  # its first step came after the state it joined
     common, different = differing(first, second)
     assert common >= 20, (sorted(first.steps), sorted(second.steps))
     assert different == [], different

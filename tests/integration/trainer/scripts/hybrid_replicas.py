@@ -43,6 +43,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--join-after", type=int, default=0,
+                        help="trainers other than trainer 0 join once it recorded this many "
+                        "batches (so they join a live group)")
     args = parser.parse_args()
     config = init()
     torch.manual_seed(os.getpid())  # every trainer starts from other values: the group agrees
@@ -62,11 +65,20 @@ def main() -> None:
         with out.open("a") as lines:
             lines.write(f"{step} {digest} {time.time()}\n")
 
+    if config.trainer_id != 0 and args.join_after:
+        _await_lines(Path(args.out), "trainer-0-*.txt", args.join_after)
     try:
         trainer.connect(config)
         trainer.train(cloud(args.data, args.batch_size), 1, record)
     finally:
         trainer.close()
+
+
+def _await_lines(folder: Path, pattern: str, lines: int) -> None:
+    """Poll the file another trainer writes (there is nothing to block on) until it is long
+    enough."""
+    while sum(len(p.read_text().splitlines()) for p in folder.glob(pattern)) < lines:
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""Hybrid mode under SIGKILL, as real processes (`elasticps run --mode hybrid`, lease TTL 2 s):
+
+- one of 2 trainers killed mid-job: the survivor's next step comes within the stated re-forming
+  bound (the lease TTL for the dead member's key to vanish, plus a few seconds of slack for a
+  loaded machine), and every two processes' replicas are identical at every step both
+  recorded;
+- the only trainer killed: its restart resumes the dense state from the newest dense
+  checkpoint (written by the group's rank 0 every PADDLE_CHECKPOINT_INTERVAL), not from its own
+  fresh start values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fault.trainer.hybrid_job import (
+    LEASE_TTL,
+    Record,
+    differing,
+    finish,
+    records,
+    start,
+    trainer_logs,
+    write_data,
+)
+
+REFORM_SLACK_S = 8.0  # beyond the lease TTL: a loaded 2-core machine's scheduling, a rendezvous
+
+
+def _wait_for(condition: object, what: str, limit: float = 60.0) -> None:
+    give_up_at = time.monotonic() + limit
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < give_up_at, f"gave up waiting for {what}"
+        time.sleep(0.05)  # polling files another process writes: nothing to wait on instead
+
+
+def _lines(tmp_path: Path, trainer: int) -> int:
+    return sum(len(r.steps) for r in records(tmp_path) if r.trainer == trainer)
+
+
+@pytest.mark.slow
+def test_a_killed_trainer_leaves_a_group_that_reforms_within_the_bound(
+        tmp_path: Path) -> None:
+    job = start(tmp_path, write_data(tmp_path), trainers=2)
+    _wait_for(lambda: _lines(tmp_path, 0) >= 10 and _lines(tmp_path, 1) >= 10,
+              "both trainers to train 10 batches")
+    (victim,) = [r for r in records(tmp_path) if r.trainer == 1]
+    os.kill(victim.pid, signal.SIGKILL)
+    killed_at = time.time()
+    finish(job)
+
+    found = records(tmp_path)
+    (survivor,) = [r for r in found if r.trainer == 0]
+    restarted = [r for r in found if r.trainer == 1 and r.pid != victim.pid]
+    after = [t for t in survivor.times.values() if t > killed_at]
+    assert after, "the survivor trained nothing after the kill"
+    assert min(after) - killed_at <= LEASE_TTL + REFORM_SLACK_S
+    for a, b in itertools.combinations(found, 2):
+        assert differing(a, b)[1] == [], (a.pid, b.pid)
+    # a restart that found work left joined with the group's state, not its own
+    assert all(min(r.steps) > 1 for r in restarted)
+    assert "ends dense group generation" in trainer_logs(tmp_path)
+
+
+def _newest_dense_checkpoint(tmp_path: Path) -> int | None:
+    folder = tmp_path / "job" / "checkpoints" / "hybrid-dense" / "shard-0-of-1"
+    steps = [int(p.name.split("-")[1][8:20]) for p in folder.glob("ckpt-*.json")] \
+        if folder.exists() else []
+    return max(steps, default=None)
+
+
+@pytest.mark.slow
+def test_a_job_whose_only_trainer_dies_resumes_the_dense_state_from_its_checkpoint(
+        tmp_path: Path) -> None:
+    job = start(tmp_path, write_data(tmp_path), trainers=1, PADDLE_CHECKPOINT_INTERVAL="0.2")
+    _wait_for(lambda: (_newest_dense_checkpoint(tmp_path) or 0) >= 10,
+              "a dense checkpoint of step 10 or later")
+    (victim,) = records(tmp_path)
+    os.kill(victim.pid, signal.SIGKILL)
+    finish(job)
+
+    killed: Record
+    (killed, restart) = sorted(records(tmp_path), key=lambda r: min(r.steps))
+    assert killed.pid == victim.pid
+    resumed_from = min(restart.steps) - 1  # its first batch took the step after the restore
+    assert resumed_from >= 10
+    assert resumed_from in killed.steps  # a state the killed trainer held
+    assert "restored the dense state from checkpoint" in trainer_logs(tmp_path)
