@@ -66,7 +66,7 @@ class Header:
                          int(self.flags)], dtype=np.int64)
 
     @classmethod
-    def decode(cls, row: Sequence[int]) -> Header:
+    def decode(cls, row: Sequence[int] | np.ndarray) -> Header:
         kind, pass_id, task_id, seq, step, flags = (int(v) for v in row)
         return cls(Kind(kind), pass_id, task_id, seq, step, Flag(flags))
 
