@@ -44,6 +44,7 @@ from elasticps.chaos.plan import (
     DirectedScale,
     KillPServer,
     KillRole,
+    KillTrainer,
     PauseTrainer,
     Planner,
     ScaleTrainers,
@@ -399,6 +400,14 @@ class ChaosLoop:
                 return
             self._last_slot = int(found[0].name)
             self.kill_target(found[0], procs, step.then)
+        elif isinstance(step, KillTrainer):
+            procs = self.watch.processes()
+            trainers = targets_of(procs, "trainer", self.host, self.spent) if procs else []
+            if procs is None or not trainers:
+                self.say("chaos: schedule: no trainer to kill on this host; step skipped")
+                self.directed_done[-1] += " skipped"
+                return
+            self.kill_target(self.planner.pick(trainers), procs, step.then)
         elif isinstance(step, DirectedScale):
             self.scale(step.trainers, step.then)
         elif isinstance(step, DirectedReshard):

@@ -32,6 +32,12 @@ SGD: in sync mode it counts the *rounds* applied on its shard (each round's mean
 resharding, a round in which some batches' counter position was already applied by an older
 layout's shard, and so masked, adds the fraction of its batches that were not), so it is only
 checked to lie in (0, batches] there (exactly the batches, a whole number, in async and geo).
+
+**Hybrid mode** keeps the dense parameters on the trainers, averaged by the dense group's rounds,
+and the sparse rows on the pservers as in async mode: the counting table is read from the
+shards' checkpoints and trains with SGD, exactly as in async; the dense ``counter`` is read from
+the newest dense checkpoint (``trainer/hybrid/checkpoints.py``; the last trainer to leave writes
+one) and, as in sync mode, counts rounds (each round's mean adds 1 to every element).
 """
 
 from __future__ import annotations
@@ -47,12 +53,14 @@ from elasticps.data.from_table import write_dataset
 from elasticps.data.manifest import read_manifest
 from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.store.api import Store
-from elasticps.store.keys import read_pserver_layout
+from elasticps.store.keys import HYBRID_CHECKPOINT_PREFIX, read_pserver_layout
+from elasticps.trainer.hybrid.checkpoints import SUBDIR as DENSE_SUBDIR
 
 TABLE = "oracle"  # the names oracle_script.py trains (it imports torch; this module does not)
 ROW_COLUMN = "row"
 COUNTER = "counter"
 EXAMPLES = 10  # mismatching rows named in the report
+ROUND_MODES = ("sync", "hybrid")  # the dense counter counts rounds, not batches
 
 
 def write_oracle_data(path: str, rows: int, rows_per_chunk: int) -> None:
@@ -72,7 +80,7 @@ class OracleSpec:
     passes: int
     batch_size: int
     shards: int
-    mode: str = "async"  # sync: the counter counts rounds (see the module docstring)
+    mode: str = "async"  # sync, hybrid: the counter counts rounds (see the module docstring)
 
     def batch_starts(self) -> tuple[int, np.ndarray]:
         """(rows, the first row of every batch in row order), from the manifest."""
@@ -139,12 +147,14 @@ def check_oracle(spec: OracleSpec, checkpoint_url: str, store: Store | None = No
     result = OracleResult()
     final = _final_layout(store, spec.shards)
     ids, values, counter, checkpoints, misplaced = _gather(spec, checkpoint_url, store, final)
+    if spec.mode == "hybrid":
+        counter = _dense_counter(spec, checkpoint_url, store)
     for shard in range(spec.shards):
         counts = np.zeros((spec.passes, rows), dtype=np.float64)
         batches = spec.passes * len(starts)
         account = ShardCount(shard, counter_expected=batches,
-                             counter_low=0 if spec.mode == "sync" else batches,
-                             counter_whole=spec.mode != "sync",
+                             counter_low=0 if spec.mode in ROUND_MODES else batches,
+                             counter_whole=spec.mode not in ROUND_MODES,
                              checkpoint=checkpoints if final != spec.shards
                              else checkpoints.split(",")[shard])
         _fill(counts, ids, values, misplaced, spec, shard, rows, account)
@@ -196,6 +206,16 @@ def _gather(spec: OracleSpec, checkpoint_url: str, store: Store | None, final: i
             np.concatenate(values) if values else np.zeros(0),
             counter, ",".join(read),
             np.concatenate(misplaced) if misplaced else np.zeros(0, np.bool_))
+
+
+def _dense_counter(spec: OracleSpec, checkpoint_url: str, store: Store | None
+                   ) -> np.ndarray | None:
+    """Hybrid mode: the dense counter of the newest dense checkpoint (None if there is none)."""
+    loaded = ShardCheckpoints(f"{checkpoint_url.rstrip('/')}/{DENSE_SUBDIR}", 0, 1, store=store,
+                              key_prefix=HYBRID_CHECKPOINT_PREFIX).load_newest()
+    dense = loaded[0].dense.get(COUNTER) if loaded is not None else None
+    counter = None if dense is None else np.asarray(dense.values).reshape(-1)
+    return counter if counter is not None and counter.size == spec.shards else None
 
 
 def _fill(counts: np.ndarray, ids: np.ndarray, values: np.ndarray, misplaced: np.ndarray,

@@ -115,6 +115,13 @@ class KillPServer:
 
 
 @dataclass(frozen=True)
+class KillTrainer:
+    """SIGKILL one trainer (the planner picks which)."""
+
+    then: Then = "progress"
+
+
+@dataclass(frozen=True)
 class DirectedScale:
     """Ask for ``trainers`` trainers."""
 
@@ -139,7 +146,8 @@ class PauseTrainer:
     then: Then = "progress"
 
 
-Directed = AwaitCheckpoint | KillPServer | DirectedScale | DirectedReshard | PauseTrainer
+Directed = (AwaitCheckpoint | KillPServer | KillTrainer | DirectedScale | DirectedReshard
+            | PauseTrainer)
 
 SCHEDULES = {
     "scale-down-kill-reshard": "right after a pserver publishes a checkpoint: scale the trainers "
@@ -148,6 +156,9 @@ SCHEDULES = {
     "two-pserver-restores": "right after a pserver publishes a checkpoint: SIGKILL it, and as "
                             "soon as its replacement serves (restored), SIGKILL that one too: "
                             "two restores of one shard within about one task",
+    "kill-trainer-then-pserver": "SIGKILL a trainer and, once training progresses again, the "
+                                 "pserver of slot 0 (hybrid mode: the dense group re-forms, "
+                                 "then the sparse rows recover)",
     "slow-sync-member": "SIGSTOP a trainer for 2 x the lease TTL + 1 s (its lease expires, the "
                         "others must go on without it), then SIGCONT it",
 }
@@ -162,6 +173,8 @@ def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Di
     if name == "two-pserver-restores":
         return [AwaitCheckpoint(), KillPServer("checkpointed", then="serving"),
                 KillPServer("same")]
+    if name == "kill-trainer-then-pserver":
+        return [KillTrainer(), KillPServer(0)]
     if name == "slow-sync-member":
         return [PauseTrainer(2.0 * lease_ttl + 1.0)]
     raise ValueError(f"no schedule {name!r}: one of {', '.join(SCHEDULES)}")
@@ -169,4 +182,4 @@ def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Di
 
 def directed_kills(steps: Sequence[Directed]) -> int:
     """The SIGKILLs a schedule delivers (they count towards --kills)."""
-    return sum(isinstance(s, KillPServer) for s in steps)
+    return sum(isinstance(s, KillPServer | KillTrainer) for s in steps)

@@ -10,8 +10,8 @@ record's random prefix and generation number: a member of an old generation, or 
 never meets this one.
 
 Every call is bounded: the rendezvous by ``timeout`` and a caller's ``abandoned()`` check (a
-member that died before it arrived is noticed when its store key vanishes, not after the whole
-timeout), each collective by the process group's timeout. A failure of either raises
+member that died before it arrived, rank 0 included, is noticed when its store key vanishes, not
+after the whole timeout), each collective by the process group's timeout. A failure of either raises
 :class:`GroupBrokenError`; the engine ends the generation and forms the next.
 """
 
@@ -31,6 +31,7 @@ from elasticps.errors import ElasticPSError
 from elasticps.store.keys import GroupRecord
 
 ARRIVAL_POLL_S = 0.05  # how often a gathering member checks who has arrived
+CONNECT_ATTEMPT_S = 1.0  # one attempt to reach rank 0's rendezvous store
 
 
 class GroupBrokenError(ElasticPSError):
@@ -92,8 +93,8 @@ class TorchCollectives:
         self.device = device if self.backend == "nccl" else torch.device("cpu")
         limit = datetime.timedelta(seconds=timeout)
         try:
-            server = dist.TCPStore(record.host, record.port, is_master=False, timeout=limit,
-                                   wait_for_workers=False)
+            server = _connect(record, timeout, abandoned)
+            server.set_timeout(limit)
             store = dist.PrefixStore(f"{record.prefix}/{record.generation}/", server)
             _arrive(store, rank, self.size, timeout, abandoned)
             # A backend (gloo or NCCL) used directly: its collectives are not in torch's stubs.
@@ -135,6 +136,27 @@ class TorchCollectives:
         # A broken group may refuse a clean shutdown; it is dropped anyway.
         with contextlib.suppress(Exception):
             self.group.shutdown()
+
+
+def _connect(record: GroupRecord, timeout: float,
+             abandoned: Callable[[], str | None]) -> dist.TCPStore:
+    """A client of rank 0's rendezvous store. A store that does not answer (its trainer died)
+    is retried in short attempts, each followed by a look at ``abandoned()``: a client that
+    waited the whole timeout in one attempt would hold the group up long after the store
+    showed rank 0 gone."""
+    give_up_at = time.monotonic() + timeout
+    attempt = datetime.timedelta(seconds=CONNECT_ATTEMPT_S)
+    while True:
+        try:
+            return dist.TCPStore(record.host, record.port, is_master=False, timeout=attempt,
+                                 wait_for_workers=False)
+        except Exception as exc:  # refused, reset or timed out: gloo/c10d raise many kinds
+            reason = abandoned()
+            if reason is not None:
+                raise GroupBrokenError(f"the rendezvous was abandoned: {reason}") from exc
+            if time.monotonic() > give_up_at:
+                raise GroupBrokenError(f"rank 0's store at {record.host}:{record.port} did not "
+                                       f"answer within {timeout:.0f}s: {exc}") from exc
 
 
 def _arrive(store: dist.Store, rank: int, size: int, timeout: float,

@@ -168,3 +168,26 @@ def test_geo_through_the_scale_down_kill_reshard_schedule_on_delta_checkpoints(
     # files, and the new layout may end on full checkpoints only).
     logs = (tmp_path / "chaos-run" / "chaos" / "logs").glob("pserver*.log")
     assert any(", a delta of " in log.read_text() for log in logs)  # deltas written
+
+
+def test_hybrid_applies_every_batch_once_through_a_trainer_and_a_pserver_kill(
+        tmp_path: Path) -> None:
+    """Hybrid mode (dense replicated on 2 trainers, averaged by the dense group; sparse rows on
+    the pservers): a trainer SIGKILLed, then a pserver; the job succeeds, every (pass, row,
+    shard) count of the sparse counting table is exactly 1, the dense counter (read from the
+    trainers' final dense checkpoint) counts rounds, and the group re-formed after the kill."""
+    rows = 40_000
+    chaos, report = _oracle_run(tmp_path, "--mode", "hybrid", "--kills", "2", "--no-scale",
+                                "--schedule", "kill-trainer-then-pserver", "--oracle-rows",
+                                str(rows), "--oracle-passes", "1")
+    assert report["outcome"] == "succeeded"
+    assert report["kills"] == {"master": 0, "pserver": 1, "trainer": 1}, chaos.stdout
+    assert report["oracle_rows_checked"] == rows * PSERVERS
+    assert report["oracle_mismatches"] == 0, report["oracle_result"]
+    result = report["oracle_result"]
+    assert (result["counters_ok"], result["batch_mismatches"]) == (True, 0), result
+    assert (report["duplicates"], report["missing"]) == (0, 0), report["accounting"]
+    logs = "".join(p.read_text() for p in (tmp_path / "chaos-run" / "chaos" / "logs").glob(
+        "trainer-*.log"))
+    assert "ends dense group generation" in logs
+    assert report["liveness"]["ok"], report["liveness"]

@@ -324,3 +324,19 @@ def test_a_job_that_stops_progressing_after_the_last_fault_is_caught_and_stopped
     record = ChaosRecord(JobRun(0, 1.0, Path("w"), Path("o")), loop.kills,
                          tail_stall_s=loop.tail_stall)
     assert not liveness(faults_of(record), 16.0, 0.3)["ok"]
+
+
+def test_the_kill_trainer_then_pserver_schedule_kills_one_of_this_hosts_trainers_then_slot_0(
+        ) -> None:
+    job = MovingJob()
+    opts = ChaosOptions(script=Path("train.py"), kills=2, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="kill-trainer-then-pserver")
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     [].append, host=HERE, kill=job.kill)
+    loop.step()
+    loop.step()
+    assert [k.role for k in loop.kills] == ["trainer", "pserver"]
+    assert job.killed[0] in {20, 21}  # one of this host's trainers, never t-22 elsewhere
+    assert job.killed[1] == 10  # slot 0's pserver
+    assert all(k.throughput_s is not None for k in loop.kills)
+    assert loop.finished()

@@ -140,3 +140,43 @@ def test_in_sync_mode_a_round_with_a_masked_counter_adds_a_fraction_and_passes(
     whole = OracleResult(shards=[ShardCount(0, counter=0.5, counter_expected=2,
                                             counter_low=2)])
     assert not whole.counters_ok  # async and geo: a fraction of a batch is never right
+
+
+def test_hybrid_reads_the_dense_counter_from_the_dense_checkpoint_and_counts_rounds(
+        tmp_path: Path) -> None:
+    """Hybrid shards hold the counting rows only; the counter lives in the trainers' dense
+    checkpoint. With it, 2 batches in 2 rounds of one pass; without it the counters fail."""
+    from elasticps.store.embedded_store import EmbeddedStore
+    from elasticps.store.keys import HYBRID_GROUP
+    from elasticps.trainer.hybrid.checkpoints import DenseCheckpoints
+    from elasticps.trainer.hybrid.replica import DenseReplica
+
+    data = str(tmp_path / "data")
+    write_oracle_data(data, ROWS, rows_per_chunk=ROWS)
+    url = str(tmp_path / "ckpt")
+    spec = OracleSpec(data, 1, BATCH, SHARDS, mode="hybrid")
+    with EmbeddedStore(tmp_path / "job.db", "/job/") as store:
+        for shard in range(SHARDS):
+            state = ShardState(shard, SHARDS, mode="hybrid")
+            state.declare([SPEC(name=TABLE, kind=SPEC.SPARSE, dim=1, id_space=ROWS * SHARDS,
+                                optimizer=SGD, initializer=pserver_pb2.Initializer(
+                                    kind=pserver_pb2.Initializer.ZEROS))])
+            state.init_dense({})  # what the trainers' initialisation does with no dense tables
+            for batch in range(2):
+                ids = np.arange(batch * BATCH, (batch + 1) * BATCH, dtype=np.int64) * SHARDS
+                state.push(BatchKey(0, 0, batch), {},
+                           {TABLE: (ids + shard, -np.ones((BATCH, 1), dtype=np.float32))})
+            ShardCheckpoints(url, shard, SHARDS, store=store).save(state.snapshot()[0])
+        missing = check_oracle(spec, url, store)
+        assert (missing.mismatches, missing.counters_ok) == (0, False)
+
+        replica = DenseReplica([SPEC(name=COUNTER, kind=SPEC.DENSE, shape=[SHARDS],
+                                     optimizer=SGD)])
+        replica.set_initial({COUNTER: np.zeros(SHARDS, np.float32)})
+        replica.adopt(1)
+        for _ in range(2):  # two rounds, each the mean of its batches' -1
+            replica.apply(-np.ones(SHARDS, np.float32), 0)
+        assert DenseCheckpoints(url, store, "t0").save(replica, store.put(HYBRID_GROUP, b"{}"))
+        ok = check_oracle(spec, url, store)
+    assert (ok.mismatches, ok.batch_mismatches, ok.counters_ok) == (0, 0, True)
+    assert [s.counter for s in ok.shards] == [2.0, 2.0]

@@ -71,6 +71,7 @@ def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
         DirectedReshard,
         DirectedScale,
         KillPServer,
+        KillTrainer,
         PauseTrainer,
         directed,
         directed_kills,
@@ -86,7 +87,10 @@ def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
                         KillPServer("same")]
     assert directed_kills(restores) == 2
     assert directed("slow-sync-member", 2, 2, lease_ttl=3) == [PauseTrainer(7.0)]
+    hybrid = directed("kill-trainer-then-pserver", 2, 2, 2)
+    assert hybrid == [KillTrainer(), KillPServer(0)]
+    assert directed_kills(hybrid) == 2
     assert set(SCHEDULES) == {"scale-down-kill-reshard", "two-pserver-restores",
-                              "slow-sync-member"}
+                              "slow-sync-member", "kill-trainer-then-pserver"}
     with pytest.raises(ValueError, match="no schedule"):
         directed("nope", 2, 2, 2)
