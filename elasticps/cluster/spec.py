@@ -364,7 +364,7 @@ class Job:
     # No TLS anywhere (gRPC, the status page, the job's etcd): only for a cluster network you
     # trust; every role warns at start. `elasticps submit --insecure` sets it.
     insecure: bool = False
-    # How trainers update the pservers: async, sync or geo (docs/architecture.md, "Modes");
+    # How trainers update the pservers: async, sync, geo or hybrid (docs/architecture.md);
     # geo_steps: a geo trainer's local steps between two pushes of its deltas (default 10).
     mode: str = "async"
     geo_steps: int | None = None

@@ -142,3 +142,9 @@ def test_run_cli_captures_a_crash_and_puts_the_process_back(
     assert (list(root.handlers), root.level, logfmt.context()) == (handlers, level, context)
     assert (signal.getsignal(signal.SIGUSR1), dict(os.environ), os.getcwd()) == (
         usr1, environ, cwd)
+
+
+def test_run_help_lists_every_training_mode_hybrid_included() -> None:
+    shown = run_cli("run", "--help")
+    assert "{async,sync,geo,hybrid}" in shown.stdout
+    assert "hybrid (dense parameters replicated on the trainers" in " ".join(shown.stdout.split())
