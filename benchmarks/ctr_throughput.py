@@ -35,7 +35,9 @@ Each repeat runs PyTorch and then elasticps, in the same invocation, so both see
 ratio = elasticps / torch.
 With ``--tls-cost`` each repeat also runs elasticps with ``--insecure`` (no TLS), alternating
 which goes first, and reports the TLS / plaintext ratio of the medians: the cost of mutual TLS
-on the same machine, in the same minutes.
+on the same machine, in the same minutes. ``--bf16-cost`` does the same with the dense
+gradients sent as bfloat16 (``PADDLE_DENSE_GRAD_DTYPE=bfloat16``): ``bf16_sps``, ``auc_bf16``
+and ``bf16_over_float32``.
 
 A mode this checkout's elasticps does not know (``hybrid`` before it lands) stops the benchmark
 at once with a message saying so (exit status 2), before anything runs.
@@ -147,7 +149,7 @@ def test_auc(model: torch.nn.Module, data: str, features: FeatureConfig) -> floa
 
 
 def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
-                  insecure: bool = False) -> dict[str, Any]:
+                  insecure: bool = False, dense_grad_dtype: str = "float32") -> dict[str, Any]:
     """The summary of one ``elasticps run`` (1 trainer, 1 pserver) over the same data, with
     the CPU its roles used (``cpu_s``, ``cpu_s_training``, ``samples_training``)."""
     argv = [sys.executable, "-m", "elasticps", "run", "--trainers", "1", "--pservers", "1",
@@ -165,7 +167,8 @@ def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
         argv += ["--dense-sync-every", str(args.dense_sync_every)]
     children_before = _children_cpu()
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)},
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_DENSE_GRAD_DTYPE": dense_grad_dtype}
+        proc = subprocess.Popen(argv, env=env,
                                 stdout=subprocess.DEVNULL, stderr=err, text=True)
         watch = JobCpuWatch(workdir, proc.pid).start()
         try:
@@ -233,6 +236,10 @@ def main() -> int:
     parser.add_argument("--tls-cost", action="store_true",
                         help="also run elasticps with --insecure each repeat and report the "
                              "TLS / plaintext ratio")
+    parser.add_argument("--bf16-cost", action="store_true",
+                        help="also run elasticps with its dense gradients sent as bfloat16 "
+                             "(PADDLE_DENSE_GRAD_DTYPE), alternating which goes first, and "
+                             "report its samples/s and test AUC beside float32's")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     check_mode(args.mode)
@@ -261,6 +268,8 @@ def main() -> int:
             if args.tls_cost and i % 2:  # alternate the order: drift hits both alike
                 run["plaintext_sps"] = elasticps_run(data, Path(tmp) / f"plain-{i}", args,
                                                      insecure=True)["samples_per_sec"]
+            if args.bf16_cost and i % 2:
+                run.update(bf16_run(data, Path(tmp) / f"bf16-{i}", args))
             summary = elasticps_run(data, Path(tmp) / f"run-{i}", args)
             run["elasticps_sps"], run["auc_elasticps"] = (summary["samples_per_sec"],
                                                           summary["auc"])
@@ -269,6 +278,8 @@ def main() -> int:
             run["cpu_s_per_1k"] = per_1k(summary["cpu_s"], int(summary["samples"]))
             run["cpu_s_per_1k_training"] = per_1k(summary["cpu_s_training"],
                                                   summary["samples_training"])
+            if args.bf16_cost and not i % 2:
+                run.update(bf16_run(data, Path(tmp) / f"bf16-{i}", args))
             if args.tls_cost and not i % 2:
                 run["plaintext_sps"] = elasticps_run(data, Path(tmp) / f"plain-{i}", args,
                                                      insecure=True)["samples_per_sec"]
@@ -303,9 +314,20 @@ def main() -> int:
         print(f"elasticps with mutual TLS {result['elasticps_sps']:,.0f} samples/s, with "
               f"--insecure {result['plaintext_sps']:,.0f} samples/s: TLS / plaintext "
               f"{result['tls_over_plaintext']:.3f}")
+    if args.bf16_cost:
+        print(f"elasticps with bfloat16 dense gradients {result['bf16_sps']:,.0f} samples/s "
+              f"(auc {result['auc_bf16']:.4f}), with float32 {result['elasticps_sps']:,.0f} "
+              f"(auc {result['auc_elasticps']:.4f}): bfloat16 / float32 "
+              f"{result['bf16_over_float32']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def bf16_run(data: str, workdir: Path, args: argparse.Namespace) -> dict[str, float]:
+    """The same job with its dense gradients sent as bfloat16: samples/s and test AUC."""
+    summary = elasticps_run(data, workdir, args, dense_grad_dtype="bfloat16")
+    return {"bf16_sps": summary["samples_per_sec"], "auc_bf16": summary["auc"]}
 
 
 def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
@@ -353,6 +375,10 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in run.items()
                   if k not in ("timers", "elasticps_threads")} for run in runs],
     }
+    if args.bf16_cost:
+        b = median("bf16_sps")
+        result.update(bf16_sps=round(b, 1), auc_bf16=round(median("auc_bf16"), 4),
+                      bf16_over_float32=round(b / e, 3))
     if args.tls_cost:
         p = median("plaintext_sps")
         result.update(plaintext_sps=round(p, 1), tls_over_plaintext=round(e / p, 3))

@@ -22,7 +22,8 @@ BENCH = REPO / "benchmarks" / "ctr_throughput.py"
 def test_the_quick_run_reports_speed_auc_and_every_roles_cpu_per_sample(tmp_path: Path) -> None:
     out = tmp_path / "ctr.json"
     run = subprocess.run([sys.executable, str(BENCH), "--quick", "--mode", "async",
-                          "--json", str(out)], capture_output=True, text=True, timeout=180)
+                          "--bf16-cost", "--json", str(out)],
+                         capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["mode"] == "async"
@@ -45,6 +46,11 @@ def test_the_quick_run_reports_speed_auc_and_every_roles_cpu_per_sample(tmp_path
     assert report["torch_cpu_s_per_1k"] > 0
     assert report["torch_1thread_cpu_s_per_1k"] > 0
     assert "CPU s per 1,000 samples, whole run: elasticps trainer" in run.stdout
+    # The same job with bfloat16 dense gradients: its own speed and AUC, beside float32's.
+    assert report["bf16_sps"] > 0
+    assert report["bf16_over_float32"] == pytest.approx(
+        report["bf16_sps"] / report["elasticps_sps"], abs=0.002)
+    assert abs(report["auc_bf16"] - report["auc_elasticps"]) < 0.02
 
 
 def load_benchmark() -> ModuleType:
