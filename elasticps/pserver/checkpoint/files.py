@@ -128,7 +128,7 @@ class ShardCheckpoints:
         self._local = is_local(self.fs)
         if self._local:  # the owner's alone: other users of the machine read no tensor
             make_private_dir(Path(root), narrow=False)
-            make_private_dir(Path(self.dir))
+            make_private_dir(Path(self.dir), what="the checkpoint directory")
         else:
             self.fs.makedirs(self.dir, exist_ok=True)
 
