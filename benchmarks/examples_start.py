@@ -188,7 +188,7 @@ def cpu_model() -> str:
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:
-    return round(statistics.median(r[key] for r in runs), 3)
+    return round(float(statistics.median(r[key] for r in runs)), 3)
 
 
 def summarise(result: dict[str, Any]) -> None:
