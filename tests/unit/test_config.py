@@ -59,6 +59,7 @@ GOOD = [
     ("PADDLE_GEO_STEPS", "25", "geo_steps", 25),
     ("PADDLE_TRAINING_MODE", "hybrid", "mode", "hybrid"),
     ("PADDLE_DENSE_TIMEOUT", "30", "dense_timeout", 30.0),
+    ("PADDLE_DENSE_GRAD_DTYPE", " BFloat16 ", "dense_grad_dtype", "bfloat16"),
 ]
 
 # (variable, malformed value)
@@ -101,6 +102,7 @@ BAD = [
     ("PADDLE_MAX_CONCURRENT_RPCS", "0"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
     ("PADDLE_TRAINING_MODE", "bsp"),
+    ("PADDLE_DENSE_GRAD_DTYPE", "float16"),
     ("PADDLE_GEO_STEPS", "0"),
     ("PADDLE_GEO_STEPS", "100001"),
 ]
