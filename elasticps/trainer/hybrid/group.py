@@ -65,7 +65,7 @@ from elasticps.trainer.hybrid.membership import (
     Wait,
 )
 from elasticps.trainer.hybrid.replica import DenseReplica
-from elasticps.trainer.hybrid.rounds import Flag, Header, Kind, Ref, plan_round
+from elasticps.trainer.hybrid.rounds import Flag, Header, RoundPlan, plan_round
 
 log = logging.getLogger(__name__)
 
@@ -319,15 +319,15 @@ class DenseGroup:
         header = Header(header.kind, header.pass_id, header.task_id, header.seq, header.step,
                         flags)
         try:
-            self._apply_round(collectives, header, submission)
+            plan = self._apply_round(collectives, header, submission)
         except GroupBrokenError as exc:
             self._end(str(exc))  # the submission stays pending: the next generation takes it
             return
         current = self.membership.current
-        leavers = frozenset(current.members[r] for r in self._last_leavers)
+        leavers = frozenset(current.members[r] for r in plan.leavers)
         if leaving and collectives.rank == 0:
             self._save_checkpoint()  # the last one to leave: the job's final dense state
-        if self.membership.after_round(leavers, self._last_reform):
+        if self.membership.after_round(leavers, plan.reform):
             log.info("Trainer %s ends dense group generation %d after a round: %s.", self.name,
                      current.generation, self.membership.log[-1].split(": ", 1)[-1])
             self._close_collectives()
@@ -348,7 +348,7 @@ class DenseGroup:
             return self._pending
 
     def _apply_round(self, collectives: Collectives, header: Header,
-                     submission: _Submission | None) -> None:
+                     submission: _Submission | None) -> RoundPlan:
         rows = collectives.all_gather(header.encode())
         headers = [Header.decode(row) for row in rows]
         with self.lock:
@@ -368,9 +368,9 @@ class DenseGroup:
                 submission.applied = collectives.rank not in plan.duplicates
                 self._pending = None
                 self.lock.notify_all()
-        self._last_leavers, self._last_reform = plan.leavers, plan.reform
         if plan.contributors and collectives.rank == 0:
             self._maybe_checkpoint()
+        return plan
 
     def _maybe_checkpoint(self) -> None:
         if self.checkpoints is None:
@@ -400,8 +400,5 @@ class DenseGroup:
         if collectives is not None:
             collectives.close()
 
-    _last_leavers: tuple[int, ...] = ()
-    _last_reform = False
 
-
-__all__ = ["DenseGroup", "Kind", "Ref"]
+__all__ = ["DenseGroup"]
