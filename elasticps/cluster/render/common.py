@@ -79,8 +79,13 @@ ROLE_ENV: dict[str, tuple[str, ...]] = {
                 "PADDLE_PSERVER_MEMORY_MB", "PADDLE_MAX_IDS_PER_REQUEST", "PADDLE_MAX_TABLES",
                 "PADDLE_CHECKPOINT_DELTAS", "PADDLE_MAX_CONCURRENT_RPCS", "PADDLE_TRAINING_MODE"),
     "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES", "PADDLE_TRAINING_MODE",
-                "PADDLE_GEO_STEPS", "PADDLE_DENSE_GRAD_DTYPE"),
+                "PADDLE_GEO_STEPS", "PADDLE_DENSE_GRAD_DTYPE", "PADDLE_DENSE_TIMEOUT"),
 }
+# A hybrid job's trainers checkpoint the dense replica (trainer/hybrid/checkpoints.py) where
+# the pservers do, when that is storage every pod shares (a claim or a URL; the pservers'
+# default emptyDir is each pod's own, useless to another trainer).
+DENSE_CHECKPOINT_ENV = ("PADDLE_CHECKPOINT_URL", "PADDLE_CHECKPOINT_INTERVAL",
+                        "PADDLE_CHECKPOINT_KEEP")
 # Never rendered: the local launcher's work directory (a cluster job's scripts take their
 # paths from `data:`/`checkpoint:`), and the token itself (pods read it from a file).
 NOT_RENDERED_ENV = ("PADDLE_WORKDIR", "PADDLE_JOB_TOKEN")
@@ -88,7 +93,7 @@ NOT_RENDERED_ENV = ("PADDLE_WORKDIR", "PADDLE_JOB_TOKEN")
 # is insecure.
 OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": ("PADDLE_DATA", "PADDLE_TLS_DIR"), "pserver": ("PADDLE_TLS_DIR",),
-    "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR", "PADDLE_SPARSE_POLICIES"),
+    "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR", "PADDLE_SPARSE_POLICIES", *DENSE_CHECKPOINT_ENV),
 }
 # Defaults written explicitly so a pod's environment documents itself.
 _DEFAULT_VALUES = {
@@ -98,7 +103,7 @@ _DEFAULT_VALUES = {
     "PADDLE_MAX_MESSAGE_MB": "256",
     "PADDLE_PSERVER_MEMORY_MB": "0", "PADDLE_MAX_IDS_PER_REQUEST": "1048576",
     "PADDLE_MAX_TABLES": "1000", "PADDLE_CHECKPOINT_DELTAS": "0",
-    "PADDLE_DENSE_GRAD_DTYPE": "float32",
+    "PADDLE_DENSE_GRAD_DTYPE": "float32", "PADDLE_DENSE_TIMEOUT": "60",
 }
 # The usual annotations a Prometheus scrape config keys on (kubernetes_sd pod role).
 SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
@@ -229,7 +234,10 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         values["PADDLE_SPARSE_POLICIES"] = sparse_policies_env(job)
     for key, value in job.env.items():  # the spec checked that only tunable PADDLE_* appear
         values[key] = value
-    wanted = [*ROLE_ENV[role], *(k for k in OPTIONAL_ROLE_ENV[role] if k in values)]
+    optional = [k for k in OPTIONAL_ROLE_ENV[role] if k in values]
+    if role == "trainer" and not dense_checkpoints(job):
+        optional = [k for k in optional if k not in DENSE_CHECKPOINT_ENV]
+    wanted = [*ROLE_ENV[role], *optional]
     user_keys = [key for key in job.env if key not in wanted]
     env: list[dict[str, Any]] = []
     for key in [*wanted, *user_keys]:
@@ -243,6 +251,11 @@ def role_env(job: Job, role: str, *, pserver_hosts: list[str],
         elif key in values:
             env.append({"name": key, "value": values[key]})
     return env
+
+
+def dense_checkpoints(job: Job) -> bool:
+    """Whether the trainers write dense checkpoints: hybrid mode, on shared checkpoint storage."""
+    return job.mode == "hybrid" and job.checkpoint_storage is not None
 
 
 def user_env_entry(job: Job, name: str) -> dict[str, Any]:
@@ -302,7 +315,7 @@ def role_container(job: Job, role: str, env: list[dict[str, Any]]) -> dict[str, 
     mounts = []
     if role in ("master", "trainer") and job.data_storage and job.data_storage.claim:
         mounts.append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
-    if role == "pserver" and (job.checkpoint_storage is None or job.checkpoint_storage.claim):
+    if _mounts_checkpoints(job, role):
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
     if not job.insecure:
         mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
@@ -329,7 +342,7 @@ def _volumes(job: Job, role: str) -> list[dict[str, Any]]:
         volumes.append({"name": "data", "persistentVolumeClaim": {
             "claimName": data.claim, "readOnly": True}})
     ckpt = job.checkpoint_storage
-    if role == "pserver":
+    if _mounts_checkpoints(job, role):
         if ckpt is None:
             # Survives container restarts (the common crash) but not the pod's deletion.
             volumes.append({"name": "checkpoints", "emptyDir": {}})
@@ -337,6 +350,15 @@ def _volumes(job: Job, role: str) -> list[dict[str, Any]]:
             volumes.append({"name": "checkpoints", "persistentVolumeClaim": {
                 "claimName": ckpt.claim}})
     return volumes
+
+
+def _mounts_checkpoints(job: Job, role: str) -> bool:
+    """Pservers mount the checkpoint volume (a claim, else an emptyDir); a hybrid job's
+    trainers mount its claim too (a URL needs no mount)."""
+    ckpt = job.checkpoint_storage
+    if role == "pserver":
+        return ckpt is None or bool(ckpt.claim)
+    return role == "trainer" and dense_checkpoints(job) and ckpt is not None and bool(ckpt.claim)
 
 
 def pod_template(job: Job, role: str, *, restart_policy: str, pserver_hosts: list[str],

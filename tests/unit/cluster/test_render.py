@@ -20,7 +20,12 @@ from elasticps.cluster.job_secrets import PLACEHOLDER
 from elasticps.cluster.manifests import BACKENDS, job_secrets, render, to_yaml
 from elasticps.cluster.render import kubernetes as render_kubernetes
 from elasticps.cluster.render import volcano as render_volcano
-from elasticps.cluster.render.common import NOT_RENDERED_ENV, OPTIONAL_ROLE_ENV, ROLE_ENV
+from elasticps.cluster.render.common import (
+    DENSE_CHECKPOINT_ENV,
+    NOT_RENDERED_ENV,
+    OPTIONAL_ROLE_ENV,
+    ROLE_ENV,
+)
 from elasticps.cluster.spec import Job
 from elasticps.cluster.validate import (
     kubernetes_schema_problems,
@@ -155,6 +160,7 @@ def test_every_env_var_a_role_reads_is_set_and_parses(size: str, backend: str,
         assert set(ROLE_ENV[role]) <= set(names), role
         optional = set(OPTIONAL_ROLE_ENV[role]) - (set() if job.tables else
                                                    {"PADDLE_SPARSE_POLICIES"})
+        optional -= set(DENSE_CHECKPOINT_ENV) if role == "trainer" else set()  # hybrid only
         assert optional <= set(names), role  # both jobs give data
         config = load_config(env=_resolve(container["env"], index=1, token=token_file))
         assert config.role == role
@@ -392,3 +398,27 @@ def test_every_role_names_its_metrics_port_and_carries_scrape_annotations(backen
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["PADDLE_METRICS_PORT"] == str(ports["metrics"]), role
         assert env["PADDLE_LOG_FORMAT"] == "text", role
+
+
+@pytest.mark.parametrize(("mode", "checkpoint", "url", "claim"), [
+    ("hybrid", "pvc://ctr-ckpt/large", "/checkpoints/large", "ctr-ckpt"),
+    ("hybrid", "s3://bucket/ckpt", "s3://bucket/ckpt", None),
+    ("hybrid", None, None, None), ("async", "pvc://ctr-ckpt/large", None, None)])
+def test_hybrid_trainers_checkpoint_the_dense_state_where_the_pservers_do_if_it_is_shared(
+        mode: str, checkpoint: str | None, url: str | None, claim: str | None,
+        token_file: Path) -> None:
+    """A hybrid job's trainers get the checkpoint location (and mount its claim) so a job whose
+    every trainer died resumes its dense state; not on the pservers' per-pod emptyDir, not in
+    another mode."""
+    spec = {**JOBS["large"], "mode": mode, "checkpoint": checkpoint}
+    for backend in BACKENDS:
+        trainer = workload_templates(render(Job.from_dict(spec), backend))["trainer"]["spec"]
+        (container,) = trainer["containers"]
+        config = load_config(env=_resolve(container["env"], 0, token_file))
+        assert config.checkpoint_url == url, backend
+        mounted = {m["name"] for m in container["volumeMounts"]}
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in trainer["volumes"]
+                  if v["name"] == "checkpoints"]
+        assert ("checkpoints" in mounted, claims) == (claim is not None,
+                                                      [claim] if claim else []), backend
+        assert config.dense_timeout == 60.0
