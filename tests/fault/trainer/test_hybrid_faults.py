@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.trainer.hybrid_job import (
+from tests.hybrid_job import (
     LEASE_TTL,
     Record,
     differing,

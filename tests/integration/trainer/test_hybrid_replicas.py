@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.trainer.hybrid_job import ROWS, differing, finish, records, start, write_data
+from tests.hybrid_job import ROWS, differing, finish, records, start, write_data
 
 
 @pytest.mark.slow
