@@ -276,25 +276,17 @@ class DenseGroup:
         """Every member takes the most advanced state among theirs and the newest checkpoint
         (the lowest rank's own start values if the job has none yet)."""
         newest = self.checkpoints.newest_key() if self.checkpoints is not None else None
-        key = self.replica.key
-        row = np.array([key is not None, *(key or (0, 0)), newest is not None,
-                        *(newest or (0, 0)), self.replica.fingerprint()], dtype=np.int64)
-        rows = collectives.all_gather(row)
+        rows = collectives.all_gather(self._sync_row(newest))
         if len(set(rows[:, 6].tolist())) != 1:
             raise ConfigError("the trainers of the dense group declare different dense "
                               "tables (each trainer must build the same model)")
-        held = [(int(r[1]), int(r[2]), -rank) for rank, r in enumerate(rows) if r[0]]
-        saved = [(int(r[4]), int(r[5]), -rank) for rank, r in enumerate(rows) if r[3]]
-        best_held, best_saved = max(held, default=None), max(saved, default=None)
-        root = 0
+        best_held, best_saved = _best(rows, 0), _best(rows, 3)
         if best_saved is not None and (best_held is None or best_saved[:2] > best_held[:2]):
-            root = -best_saved[2]
-            if root == collectives.rank:
-                assert self.checkpoints is not None
-                with self.lock:
-                    self.checkpoints.restore_newest(self.replica)
-        elif best_held is not None:
-            root = -best_held[2]
+            if collectives.rank == -best_saved[2]:
+                self._restore_if_newer()
+            # What the checkpoint held (it may have fallen back to an older one): ask again.
+            best_held = _best(collectives.all_gather(self._sync_row(None)), 0)
+        root = -best_held[2] if best_held is not None else 0
         with self.lock:
             meta, floats = self.replica.pack()
         length = collectives.broadcast(np.array([meta.size], np.int64), root)
@@ -306,6 +298,21 @@ class DenseGroup:
             if collectives.rank != root:
                 self.replica.unpack(meta, floats)
             self.replica.adopt(record.generation)
+
+    def _sync_row(self, newest: tuple[int, int] | None) -> np.ndarray:
+        """(holds a state, its key, a newer checkpoint exists, its key, the tables' print)."""
+        key = self.replica.key
+        return np.array([key is not None, *(key or (0, 0)), newest is not None,
+                         *(newest or (0, 0)), self.replica.fingerprint()], dtype=np.int64)
+
+    def _restore_if_newer(self) -> None:
+        """Load the newest readable checkpoint; keep it only if it is ahead of this state."""
+        assert self.checkpoints is not None
+        candidate = DenseReplica(self.replica.specs)
+        key = self.checkpoints.restore_newest(candidate)
+        with self.lock:
+            if key is not None and (self.replica.key is None or key > self.replica.key):
+                self.replica.unpack(*candidate.pack())
 
     def _round(self, reform: bool) -> None:
         collectives = self._collectives
@@ -399,6 +406,13 @@ class DenseGroup:
         collectives, self._collectives = self._collectives, None
         if collectives is not None:
             collectives.close()
+
+
+def _best(rows: np.ndarray, at: int) -> tuple[int, int, int] | None:
+    """The greatest key among the rows that have one at column ``at`` (a flag, then the key),
+    as (generation, step, -rank): the lowest rank wins a tie."""
+    keys = [(int(r[at + 1]), int(r[at + 2]), -rank) for rank, r in enumerate(rows) if r[at]]
+    return max(keys, default=None)
 
 
 __all__ = ["DenseGroup"]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from elasticps.store.embedded_store import EmbeddedStore
-from elasticps.store.keys import HYBRID_MEMBER_PREFIX
+from elasticps.store.keys import HYBRID_GROUP, HYBRID_MEMBER_PREFIX
 from elasticps.trainer.hybrid.checkpoints import DenseCheckpoints
 from elasticps.trainer.hybrid.collectives import LocalCollectives
 from elasticps.trainer.hybrid.group import DenseGroup
@@ -43,3 +43,52 @@ def test_a_lone_member_applies_each_batch_once_without_a_process_group(tmp_path:
         group.leave()
         assert store.get_prefix(HYBRID_MEMBER_PREFIX) == []
         assert checkpoints.newest_key() == (1, 1)  # its final state, written as it left
+
+
+def _trained(steps: int) -> DenseReplica:
+    replica = DenseReplica(specs(SGD(lr=1.0)))
+    replica.set_initial({"w": np.zeros((2, 3)), "b": np.zeros(3)})
+    replica.adopt(1)
+    for step in range(steps):
+        replica.apply(np.ones(replica.size, np.float32), step)
+    return replica
+
+
+def _saved(tmp_path: Path, store: EmbeddedStore, steps: int) -> DenseReplica:
+    replica = _trained(steps)
+    checkpoints = DenseCheckpoints(str(tmp_path / "ckpt"), store, "old")
+    assert checkpoints.save(replica, store.put(HYBRID_GROUP, b"{}"))  # a stand-in record
+    store.delete(HYBRID_GROUP)
+    return replica
+
+
+def _formed(tmp_path: Path, store: EmbeddedStore, replica: DenseReplica) -> DenseGroup:
+    group = DenseGroup(store, replica, name="trainer-1", host="127.0.0.1", lease_ttl=5,
+                       timeout=10, device=torch.device("cpu"),
+                       checkpoints=DenseCheckpoints(str(tmp_path / "ckpt"), store, "new"))
+    group.start()
+    group.wait_ready()
+    return group
+
+
+def test_a_group_resumes_the_newest_readable_checkpoint_but_never_goes_back_from_its_own(
+        tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path / "job.db", "/job/") as store:
+        _saved(tmp_path, store, 3)
+        newest = _saved(tmp_path, store, 6)
+        fresh = DenseReplica(specs(SGD(lr=1.0)))
+        fresh.set_initial({"w": np.zeros((2, 3)), "b": np.zeros(3)})
+        group = _formed(tmp_path, store, fresh)
+        assert (fresh.step, fresh.values()["b"].tolist()) == (6, newest.values()["b"].tolist())
+        group.leave()
+
+        # the step-6 checkpoint's data is damaged: a member holding step 5 keeps its own
+        # state rather than fall back to step 3
+        for data in (tmp_path / "ckpt" / "hybrid-dense" / "shard-0-of-1").glob(
+                "ckpt-00000001000000000006-*.safetensors"):
+            data.write_bytes(b"x" * data.stat().st_size)
+        own = _trained(5)
+        held = own.values()["b"].tolist()
+        group = _formed(tmp_path, store, own)
+        assert (own.step, own.values()["b"].tolist()) == (5, held)
+        group.leave()
