@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,16 +36,38 @@ def write_data(tmp_path: Path, rows: int = ROWS) -> Path:
 
 
 def start(tmp_path: Path, data: Path, trainers: int, rows: int = ROWS, join_after: int = 0,
-          **env: str) -> subprocess.Popen[str]:
+          hold_at: int = 0, **env: str) -> subprocess.Popen[str]:
+    """The job; with ``hold_at`` trainer 0 stops after that many batches until :func:`go`."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "elasticps", "run", "--mode", "hybrid", "--trainers",
             str(trainers), "--pservers", "1", "--workdir", str(tmp_path / "job"), "--grace", "5",
             "--standby-masters", "0", str(SCRIPT), "--data", str(data), "--out", str(out),
-            "--rows", str(rows), "--join-after", str(join_after)]
+            "--rows", str(rows), "--join-after", str(join_after), "--hold-at", str(hold_at)]
     return subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO),
                                        "PADDLE_LEASE_TTL": str(LEASE_TTL), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    give_up_at = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < give_up_at, f"gave up waiting for {what}"
+        time.sleep(0.05)  # polling files another process writes: nothing to wait on instead
+
+
+def ready(tmp_path: Path, trainer: int) -> bool:
+    """Whether trainer ``trainer`` connected: a member of the dense group, holding its state."""
+    return any((tmp_path / "out").glob(f"ready-{trainer}-*"))
+
+
+def go(tmp_path: Path) -> None:
+    """Let trainer 0 go on past ``hold_at``."""
+    (tmp_path / "out" / "go").touch()
+
+
+def lines(tmp_path: Path, trainer: int) -> int:
+    return sum(len(r.steps) for r in records(tmp_path) if r.trainer == trainer)
 
 
 def finish(job: subprocess.Popen[str]) -> None:

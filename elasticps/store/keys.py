@@ -23,15 +23,17 @@ mistaken for a real one::
                                      by the resharding's commit (pserver/reshard/commit.py)
     trainer/<name>                   TrainerRegistration {pid, host} or {leaving: true}, under the
                                      trainer's lease; a DELETE means the trainer died
-    hybrid/member/<name>             MemberInfo {pid, host, port}: a trainer taking part in the
-                                     dense group (hybrid mode), under its own lease; port is its
-                                     rendezvous store (a torch.distributed.TCPStore)
-    hybrid/group                     GroupRecord {generation, members, host, port, prefix}: the
-                                     dense group's current generation (its members in rank
-                                     order and where they meet); changed only by
-                                     compare-and-set (trainer/hybrid/)
+    hybrid/member/<name>             MemberInfo {pid, host, port, device}: a trainer taking part
+                                     in the dense group (hybrid mode), under its own lease; port
+                                     is its rendezvous store (a torch.distributed.TCPStore),
+                                     device where it computes (cpu, cuda/<GPU uuid>)
+    hybrid/group                     GroupRecord {generation, members, host, port, prefix,
+                                     backend}: the dense group's current generation (its
+                                     members in rank order, where they meet, gloo or nccl);
+                                     changed only by compare-and-set (trainer/hybrid/)
     hybrid/checkpoint/<id>           a dense checkpoint's manifest (trainer/hybrid/
-                                     checkpoints.py); <id> is the group's step, 12 digits
+                                     checkpoints.py); <id> is the state's generation (8
+                                     digits) then its step (12)
     job/progress/<trainer>           TrainerProgress {pass, samples, batches, loss, train_s, tasks,
                                      timers, samples_per_s, time, pass_metrics, stage}, refreshed
                                      every few seconds and whenever the trainer's stage changes
@@ -293,9 +295,11 @@ class MemberInfo:
     port: int
     pid: int = field(default_factory=os.getpid)
     host: str = field(default_factory=socket.gethostname)
+    device: str = "cpu"  # where it computes: "cpu", or "cuda/<the GPU's uuid>"
 
     def encode(self) -> bytes:
-        return _encode({"pid": self.pid, "host": self.host, "port": self.port})
+        return _encode({"pid": self.pid, "host": self.host, "port": self.port,
+                        "device": self.device})
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> MemberInfo:
@@ -303,7 +307,8 @@ class MemberInfo:
         port = _field(doc, "port", int, key)
         if not 0 < port < 65536:
             raise StoreValueError(f"store key {key!r}: port={port} must be in [1, 65535]")
-        return cls(port, _field(doc, "pid", int, key), _text(doc, "host", key))
+        return cls(port, _field(doc, "pid", int, key), _text(doc, "host", key),
+                   _text(doc, "device", key))
 
 
 @dataclass(frozen=True)
@@ -417,6 +422,7 @@ class TrainerRegistration:
 
 
 MAX_GROUP_MEMBERS = 10_000  # config.MAX_TRAINERS: a record naming more is not ours
+GROUP_BACKENDS = ("gloo", "nccl")
 _PREFIX = re.compile(r"^[0-9a-f]{16,64}\Z")
 
 
@@ -431,13 +437,15 @@ class GroupRecord:
     host: str
     port: int
     prefix: str
+    backend: str = "gloo"  # the torch.distributed backend every member uses: gloo or nccl
 
     def rank_of(self, name: str) -> int | None:
         return self.members.index(name) if name in self.members else None
 
     def encode(self) -> bytes:
         return _encode({"generation": self.generation, "members": list(self.members),
-                        "host": self.host, "port": self.port, "prefix": self.prefix})
+                        "host": self.host, "port": self.port, "prefix": self.prefix,
+                        "backend": self.backend})
 
     @classmethod
     def decode(cls, raw: bytes, key: str = HYBRID_GROUP) -> GroupRecord:
@@ -449,11 +457,14 @@ class GroupRecord:
                 or len(set(members)) != len(members)):
             raise StoreValueError(f"store key {key!r}: field 'members' must be a list of 1 to "
                                   f"{MAX_GROUP_MEMBERS} distinct names")
-        prefix = _text(doc, "prefix", key)
+        prefix, backend = _text(doc, "prefix", key), _text(doc, "backend", key)
         if generation < 1 or not 0 < port < 65536 or not _PREFIX.match(prefix):
             raise StoreValueError(f"store key {key!r}: generation={generation} must be >= 1, "
                                   f"port={port} in [1, 65535] and the prefix hex")
-        return cls(generation, tuple(members), _text(doc, "host", key), port, prefix)
+        if backend not in GROUP_BACKENDS:
+            raise StoreValueError(f"store key {key!r}: backend={backend!r:.40} is not one of "
+                                  f"{', '.join(GROUP_BACKENDS)}")
+        return cls(generation, tuple(members), _text(doc, "host", key), port, prefix, backend)
 
 
 def read_group_record(store: Store) -> tuple[GroupRecord | None, int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,12 +38,20 @@ class GroupBrokenError(ElasticPSError):
     """A collective or the rendezvous of a generation failed: the generation is over."""
 
 
-def select_backend(device: torch.device,
+def device_label(device: torch.device) -> str:
+    """What a member advertises of where it computes: "cpu", or "cuda/<the GPU's uuid>" (two
+    trainers on one GPU must not both take NCCL: it refuses a GPU used by two ranks)."""
+    if device.type != "cuda":
+        return "cpu"
+    return f"cuda/{torch.cuda.get_device_properties(device).uuid}"
+
+
+def select_backend(devices: Sequence[str],
                    nccl_available: Callable[[], bool] = dist.is_nccl_available) -> str:
-    """NCCL where the trainers compute on CUDA (and this torch has it), gloo otherwise."""
-    if device.type == "cuda" and nccl_available():
-        return "nccl"
-    return "gloo"
+    """NCCL when every member computes on a GPU of its own (and this torch has NCCL), gloo
+    otherwise. The proposer of a generation decides it from the members' keys, once for all."""
+    on_gpus = all(d.startswith("cuda/") for d in devices) and len(set(devices)) == len(devices)
+    return "nccl" if devices and on_gpus and nccl_available() else "gloo"
 
 
 class Collectives(Protocol):
@@ -89,7 +97,7 @@ class TorchCollectives:
     def __init__(self, record: GroupRecord, rank: int, timeout: float, device: torch.device,
                  abandoned: Callable[[], str | None]) -> None:
         self.rank, self.size = rank, len(record.members)
-        self.backend = select_backend(device)
+        self.backend = record.backend
         self.device = device if self.backend == "nccl" else torch.device("cpu")
         limit = datetime.timedelta(seconds=timeout)
         try:

@@ -52,6 +52,8 @@ from elasticps.trainer.hybrid.collectives import (
     GroupBrokenError,
     LocalCollectives,
     TorchCollectives,
+    device_label,
+    select_backend,
 )
 from elasticps.trainer.hybrid.membership import (
     Abandon,
@@ -223,25 +225,28 @@ class DenseGroup:
             lease = self.store.grant_lease(self.lease_ttl)
             lease.keep_alive()
             self._lease = lease
-        info = MemberInfo(self._server.port, host=self._host)
+        info = MemberInfo(self._server.port, host=self._host, device=device_label(self.device))
         self.store.put(hybrid_member_key(self.name), info.encode(), lease.id)
         log.info("Trainer %s takes part in the dense group.", self.name)
 
     def _propose(self, action: Propose, view: View) -> None:
-        first = action.members[0]
-        kv = self.store.get(hybrid_member_key(first))
-        if kv is None:
-            return  # its key vanished since the view: decide again on a fresh one
-        info = MemberInfo.decode(kv.value, kv.key)
-        record = GroupRecord(action.generation, action.members, info.host, info.port,
-                             secrets.token_hex(16))
+        infos = {}
+        for name in action.members:
+            kv = self.store.get(hybrid_member_key(name))
+            if kv is None:
+                return  # its key vanished since the view: decide again on a fresh one
+            infos[name] = MemberInfo.decode(kv.value, kv.key)
+        first = infos[action.members[0]]
+        record = GroupRecord(action.generation, action.members, first.host, first.port,
+                             secrets.token_hex(16),
+                             select_backend([i.device for i in infos.values()]))
         compare = (Compare.mod_revision(HYBRID_GROUP, action.expected_revision)
                    if action.expected_revision else Compare.missing(HYBRID_GROUP))
         result = self.store.txn([compare], [Put(HYBRID_GROUP, record.encode())])
         if not result.succeeded:
             return  # another member proposed first: the next view shows its record
-        log.info("Trainer %s proposed dense group generation %d: %s.", self.name,
-                 record.generation, ", ".join(record.members))
+        log.info("Trainer %s proposed dense group generation %d (%s): %s.", self.name,
+                 record.generation, record.backend, ", ".join(record.members))
         self._gather(record, result.revision)
 
     def _gather(self, record: GroupRecord, revision: int) -> None:

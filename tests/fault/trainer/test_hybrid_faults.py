@@ -25,32 +25,28 @@ from tests.hybrid_job import (
     Record,
     differing,
     finish,
+    go,
+    lines,
+    ready,
     records,
     start,
     trainer_logs,
+    wait_for,
     write_data,
 )
 
 REFORM_SLACK_S = 8.0  # beyond the lease TTL: a loaded 2-core machine's scheduling, a rendezvous
 
 
-def _wait_for(condition: object, what: str, limit: float = 60.0) -> None:
-    give_up_at = time.monotonic() + limit
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < give_up_at, f"gave up waiting for {what}"
-        time.sleep(0.05)  # polling files another process writes: nothing to wait on instead
-
-
-def _lines(tmp_path: Path, trainer: int) -> int:
-    return sum(len(r.steps) for r in records(tmp_path) if r.trainer == trainer)
-
-
 @pytest.mark.slow
 def test_a_killed_trainer_leaves_a_group_that_reforms_within_the_bound(
         tmp_path: Path) -> None:
-    job = start(tmp_path, write_data(tmp_path), trainers=2)
-    _wait_for(lambda: _lines(tmp_path, 0) >= 10 and _lines(tmp_path, 1) >= 10,
-              "both trainers to train 10 batches")
+    # trainer 0 waits after 5 batches until trainer 1 joined: both then train
+    job = start(tmp_path, write_data(tmp_path), trainers=2, hold_at=5)
+    wait_for(lambda: ready(tmp_path, 1), "trainer 1 to join")
+    go(tmp_path)
+    wait_for(lambda: lines(tmp_path, 0) >= 10 and lines(tmp_path, 1) >= 10,
+             "both trainers to train 10 batches")
     # trainer 0 is rank 0 (members go by name): its rendezvous store dies with it
     (victim,) = [r for r in records(tmp_path) if r.trainer == 0]
     os.kill(victim.pid, signal.SIGKILL)
@@ -80,11 +76,15 @@ def _newest_dense_checkpoint(tmp_path: Path) -> int | None:
 @pytest.mark.slow
 def test_a_job_whose_only_trainer_dies_resumes_the_dense_state_from_its_checkpoint(
         tmp_path: Path) -> None:
-    job = start(tmp_path, write_data(tmp_path), trainers=1, PADDLE_CHECKPOINT_INTERVAL="0.2")
-    _wait_for(lambda: (_newest_dense_checkpoint(tmp_path) or 0) >= 10,
-              "a dense checkpoint of step 10 or later")
+    # the trainer stops after 100 batches (until the test says go): it is killed there
+    job = start(tmp_path, write_data(tmp_path), trainers=1, hold_at=100,
+                PADDLE_CHECKPOINT_INTERVAL="0.1")
+    wait_for(lambda: lines(tmp_path, 0) >= 100, "100 batches")
+    wait_for(lambda: (_newest_dense_checkpoint(tmp_path) or 0) >= 10,
+             "a dense checkpoint of step 10 or later")
     (victim,) = records(tmp_path)
     os.kill(victim.pid, signal.SIGKILL)
+    go(tmp_path)  # the restart goes on past batch 100
     finish(job)
 
     killed: Record

@@ -1,8 +1,8 @@
 """Hybrid mode with 2 trainers as real processes (`elasticps run --mode hybrid`): the second
-trainer joins the first one's live group (it starts once the first trained 5 batches) and takes
-its dense state; the dense replicas are identical, bit for bit, after every step both trainers
-saw; every row is trained once; and the rounds averaged the two trainers' batches (fewer
-optimizer steps than batches)."""
+trainer joins the first one's live group (it starts once the first trained 5 batches, and the
+first waits there until it joined) and takes its dense state; the dense replicas are identical,
+bit for bit, after every step both trainers saw; every row is trained once; and the rounds
+averaged the two trainers' batches (fewer optimizer steps than batches)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.hybrid_job import ROWS, differing, finish, records, start, write_data
+from tests.hybrid_job import (
+    ROWS,
+    differing,
+    finish,
+    go,
+    ready,
+    records,
+    start,
+    wait_for,
+    write_data,
+)
 
 
 @pytest.mark.slow
 def test_two_trainers_hold_identical_dense_replicas_after_every_step(tmp_path: Path) -> None:
-    finish(start(tmp_path, write_data(tmp_path), trainers=2, join_after=5))
+    # trainer 1 starts once trainer 0 trained 5 batches; trainer 0 waits there until it joined
+    job = start(tmp_path, write_data(tmp_path), trainers=2, join_after=5, hold_at=5)
+    wait_for(lambda: ready(tmp_path, 1), "trainer 1 to join")
+    go(tmp_path)
+    finish(job)
     first, second = records(tmp_path)
     assert min(second.steps) > 5  # its first step came after the state it joined
     common, different = differing(first, second)

@@ -93,19 +93,22 @@ def test_a_table_dataset_record_round_trips_and_a_malformed_one_names_its_key() 
 
 
 def test_the_dense_group_record_and_a_member_round_trip_and_bad_ones_name_the_field() -> None:
-    record = GroupRecord(3, ("trainer-1", "trainer-0"), "10.0.0.2", 29500, "0f" * 8)
+    record = GroupRecord(3, ("trainer-1", "trainer-0"), "10.0.0.2", 29500, "0f" * 8, "nccl")
     assert GroupRecord.decode(record.encode()) == record
     assert record.rank_of("trainer-0") == 1
     assert record.rank_of("trainer-9") is None
-    member = MemberInfo(4321, pid=7, host="h")
+    member = MemberInfo(4321, pid=7, host="h", device="cuda/GPU-5e1f")
     key = hybrid_member_key("trainer-0")
     assert (hybrid_member_of(key), hybrid_member_of("trainer/trainer-0")) == ("trainer-0", None)
     assert MemberInfo.decode(member.encode(), key) == member
     with pytest.raises(StoreValueError, match="'members'"):
         GroupRecord.decode(b'{"generation": 1, "members": ["a", "a"], "host": "h", '
-                           b'"port": 1, "prefix": "0123456789abcdef"}')
+                           b'"port": 1, "prefix": "0123456789abcdef", "backend": "gloo"}')
     with pytest.raises(StoreValueError, match=f"{HYBRID_GROUP}.*generation=0"):
         GroupRecord.decode(b'{"generation": 0, "members": ["a"], "host": "h", '
-                           b'"port": 1, "prefix": "0123456789abcdef"}')
+                           b'"port": 1, "prefix": "0123456789abcdef", "backend": "gloo"}')
     with pytest.raises(StoreValueError, match="port=0"):
-        MemberInfo.decode(b'{"pid": 1, "host": "h", "port": 0}', key)
+        MemberInfo.decode(b'{"pid": 1, "host": "h", "port": 0, "device": "cpu"}', key)
+    with pytest.raises(StoreValueError, match="backend='mpi'"):
+        GroupRecord.decode(b'{"generation": 1, "members": ["a"], "host": "h", "port": 1, '
+                           b'"prefix": "0123456789abcdef", "backend": "mpi"}')

@@ -2,7 +2,10 @@
 a dense MLP, trained with Adam. After every batch it appends ``<step> <sha256> <unix time>`` of
 its dense replica (values and optimizer state, as the group holds them) to
 ``--out/trainer-<index>-<pid>.txt``, so a test can compare the replicas of different trainers at the
-same step, and find a trainer to kill.
+same step, and find a trainer to kill. Once connected (a member of the dense group, holding its
+state) it creates ``--out/ready-<index>-<pid>``. The test orders the trainers through files:
+``--join-after N`` keeps the other trainers out until trainer 0 trained N batches, and
+``--hold-at N`` stops trainer 0 after N batches until the test creates ``--out/go``.
 
     python -m elasticps run --mode hybrid --trainers 2 hybrid_script.py --data D --out DIR
 """
@@ -13,6 +16,7 @@ import argparse
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,6 +50,8 @@ def main() -> None:
     parser.add_argument("--join-after", type=int, default=0,
                         help="trainers other than trainer 0 join once it recorded this many "
                         "batches (so they join a live group)")
+    parser.add_argument("--hold-at", type=int, default=0,
+                        help="trainer 0 waits after this many batches until OUT/go exists")
     args = parser.parse_args()
     config = init()
     torch.manual_seed(os.getpid())  # every trainer starts from other values: the group agrees
@@ -64,20 +70,24 @@ def main() -> None:
             digest = hashlib.sha256(params.group.replica.pack()[1].tobytes()).hexdigest()
         with out.open("a") as lines:
             lines.write(f"{step} {digest} {time.time()}\n")
+        if config.trainer_id == 0 and event.batch_id + 1 == args.hold_at:
+            _await(lambda: (folder / "go").exists())
 
+    folder = Path(args.out)
     if config.trainer_id != 0 and args.join_after:
-        _await_lines(Path(args.out), "trainer-0-*.txt", args.join_after)
+        _await(lambda: sum(len(p.read_text().splitlines())
+                           for p in folder.glob("trainer-0-*.txt")) >= args.join_after)
     try:
         trainer.connect(config)
+        (folder / f"ready-{config.trainer_id}-{os.getpid()}").touch()
         trainer.train(cloud(args.data, args.batch_size), 1, record)
     finally:
         trainer.close()
 
 
-def _await_lines(folder: Path, pattern: str, lines: int) -> None:
-    """Poll the file another trainer writes (there is nothing to block on) until it is long
-    enough."""
-    while sum(len(p.read_text().splitlines()) for p in folder.glob(pattern)) < lines:
+def _await(condition: Callable[[], bool]) -> None:
+    """Poll files another process writes (there is nothing to block on) until ``condition``."""
+    while not condition():
         time.sleep(0.05)
 
 

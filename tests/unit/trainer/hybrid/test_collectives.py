@@ -5,14 +5,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from elasticps.trainer.hybrid.collectives import LocalCollectives, select_backend
+from elasticps.trainer.hybrid.collectives import (
+    LocalCollectives,
+    device_label,
+    select_backend,
+)
 
 
-def test_nccl_is_chosen_for_cuda_trainers_where_torch_has_it_gloo_otherwise() -> None:
-    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert select_backend(cuda, nccl_available=lambda: True) == "nccl"
-    assert select_backend(cuda, nccl_available=lambda: False) == "gloo"
-    assert select_backend(cpu, nccl_available=lambda: True) == "gloo"
+def test_nccl_is_chosen_when_every_member_has_a_gpu_of_its_own_and_torch_has_nccl() -> None:
+    gpus = ["cuda/GPU-aaaa", "cuda/GPU-bbbb"]
+    assert select_backend(gpus, nccl_available=lambda: True) == "nccl"
+    assert select_backend(gpus, nccl_available=lambda: False) == "gloo"
+    # one GPU shared by two trainers (NCCL refuses it), or a member on the CPU: gloo
+    assert select_backend(["cuda/GPU-aaaa"] * 2, nccl_available=lambda: True) == "gloo"
+    assert select_backend(["cuda/GPU-aaaa", "cpu"], nccl_available=lambda: True) == "gloo"
+    assert select_backend([], nccl_available=lambda: True) == "gloo"
+    assert device_label(torch.device("cpu")) == "cpu"
 
 
 def test_a_generation_of_one_answers_every_collective_itself() -> None:
