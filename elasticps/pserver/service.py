@@ -164,14 +164,15 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
                 "a push must carry its BatchRef (pass_id, task_id, seq): exactly-once needs it"
             )
         batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq,
-                         request.batch.step)
+                         request.batch.step, request.batch.event_time)
         what = "delta" if request.delta else "gradient"
         dense = _named(request.dense, f"dense {what}")
         _unique_names((s.table for s in request.sparse), f"sparse {what}")
         sparse = {s.table: decode_sparse(s.grad, name=f"sparse {what}[{s.table!r}]")
                   for s in request.sparse}
         if request.delta:
-            covered = [batch] + [BatchKey(b.pass_id, b.task_id, b.seq) for b in request.covers]
+            covered = [batch] + [BatchKey(b.pass_id, b.task_id, b.seq, 0, b.event_time)
+                                 for b in request.covers]
             result = self.state.push_delta(covered, dense, sparse)
             return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped)
         if request.covers:

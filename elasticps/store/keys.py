@@ -12,7 +12,9 @@ mistaken for a real one::
     master/candidate/<node>          ProcessInfo {pid, host}: a master process in the election
                                      (leader or standby), under its own lease
     master/state/...                 the task queue's own records, written and read only by the
-                                     master (layout and format: elasticps/master/snapshot.py)
+                                     master (layout and format: elasticps/master/snapshot.py;
+                                     a stream's stream and partition/<k> records:
+                                     elasticps/master/stream_records.py)
     pserver/slot/<i>                 PServerSlot {address, pid, host}, under the pserver's lease
     pserver/init/lock                InitMarker {by, what, time}: the trainer initialising the
                                      tables, under its lease
@@ -73,6 +75,8 @@ MASTER_STATE_META = f"{MASTER_STATE_PREFIX}meta"
 MASTER_STATE_TASK_PREFIX = f"{MASTER_STATE_PREFIX}task/"
 MASTER_STATE_FAILED_PREFIX = f"{MASTER_STATE_PREFIX}failed/"
 MASTER_STATE_ACCOUNTING_PREFIX = f"{MASTER_STATE_PREFIX}accounting/"
+MASTER_STATE_STREAM = f"{MASTER_STATE_PREFIX}stream"
+MASTER_STATE_PARTITION_PREFIX = f"{MASTER_STATE_PREFIX}partition/"
 PSERVER_SLOT_PREFIX = "pserver/slot/"
 PSERVER_INIT_PREFIX = "pserver/init/"
 PSERVER_INIT_LOCK = "pserver/init/lock"
@@ -113,6 +117,18 @@ def master_task_range(task_id: int) -> str:
     :data:`MASTER_TASK_RANGE_DIGITS` digits (a range of :data:`MASTER_TASKS_PER_RANGE`)."""
     first = task_id // MASTER_TASKS_PER_RANGE
     return f"{MASTER_STATE_TASK_PREFIX}{first:0{MASTER_TASK_RANGE_DIGITS}d}"
+
+
+def master_partition_key(index: int) -> str:
+    """A stream's ``index``-th appended partition (numbered like the tasks)."""
+    return f"{MASTER_STATE_PARTITION_PREFIX}{index:0{MASTER_TASK_ID_DIGITS}d}"
+
+
+def master_partition_range(index: int) -> str:
+    """The prefix of the partition keys sharing ``index``'s first digits (a range of
+    :data:`MASTER_TASKS_PER_RANGE`, as :func:`master_task_range`)."""
+    first = index // MASTER_TASKS_PER_RANGE
+    return f"{MASTER_STATE_PARTITION_PREFIX}{first:0{MASTER_TASK_RANGE_DIGITS}d}"
 
 
 def master_failed_key(pass_id: int, task_id: int) -> str:

@@ -78,7 +78,8 @@ class StepWorker(TaskWorker):
             self.sync_rounds.join_round(self.trainer_name)
             self._in_round = True
         ref = common_pb2.BatchRef(pass_id=item.pass_id, task_id=item.task_id, seq=item.seq,
-                                  trainer=self.trainer_name, step=item.step)
+                                  trainer=self.trainer_name, step=item.step,
+                                  event_time=item.event_time)
         result = self.runner.run(item.batch, ref, next_batch)
         size = batch_length(item.batch)
         self._metrics.add(result.output, result.label, result.loss)

@@ -44,8 +44,9 @@ from elasticps.proto import pserver_pb2
 from elasticps.telemetry.logfmt import process_node
 from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
-    DatasetReader,
+    TrainingData,
     as_dataset_reader,
+    as_training_data,
     check_test_classes,
     dataset_schema,
     read_whole,
@@ -163,7 +164,7 @@ class Trainer:
         self.store: Any = None
         self.stats: LoopStats | None = None
         self.stop = threading.Event()
-        self._trained_on: DatasetReader | None = None  # the last dataset train() read
+        self._trained_on: TrainingData | None = None  # the last dataset (or stream) trained
         # resolved by train() from the dataset
         self._objective: TrainingObjective | None = None
         self._worker: StepWorker | None = None  # the training in progress (for the metrics)
@@ -353,7 +354,9 @@ class Trainer:
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,
               test_reader: Any = None) -> LoopStats:
-        """Train ``num_passes`` passes over the reader's dataset, as tasks from the master.
+        """Train ``num_passes`` passes over the reader's dataset, as tasks from the master; a
+        stream (``elasticps.reader.stream``) is trained once (``num_passes=1``), partition by
+        partition as they land, until its end marker (waiting for its first partition first).
 
         With ``test_reader`` (a dataset reader or URL, read whole and in order, never trained
         on) every ``EndPass`` also carries the ``test_*`` metrics of the parameters at the pass
@@ -365,19 +368,19 @@ class Trainer:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")
         if self.master is None:
             raise ConfigError("the trainer is not connected to a master (call connect() first)")
-        source = as_dataset_reader(reader)
-        objective = self.objective(source.dataset_url)
+        source = as_training_data(reader)
+        schema_url = source.schema_url(self.stop, self.progress.set_stage)
+        objective = self.objective(schema_url)
         self._objective, self._trained_on = objective, source
         evaluate = None
         if test_reader is not None:
             test = as_dataset_reader(test_reader)
-            check_test_classes(source.dataset_url, test.dataset_url)
+            check_test_classes(schema_url, test.dataset_url)
 
             def evaluate() -> dict[str, float]:
                 with self.progress.during("evaluating the test set"):
                     return self.evaluate(test)
-        self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes,
-                                source.plan)
+        source.join(self.master, num_passes)
         self.progress.stage = None  # training
 
         runner = self.runner(objective)
@@ -529,7 +532,7 @@ class Trainer:
         with the reader's id space and dense norm), None without one."""
         if self._trained_on is None:
             return None
-        manifest = read_manifest(self._trained_on.dataset_url)
+        manifest = read_manifest(self._trained_on.schema_url())
         if not isinstance(getattr(manifest, "schema", None), Schema):
             return None
         return reading_schema(manifest, self._trained_on.features)
