@@ -382,13 +382,19 @@ class MasterState:
             doc = result.as_dict()
             # The accounting goes with the meta record: the pass ends (or its recovery starts)
             # in the same transaction that records why, and a sealed pass is published for
-            # pservers that restart with no checkpoint (they refuse its late pushes).
+            # pservers that restart with no checkpoint (they refuse its late pushes). An open
+            # stream's pass goes on after its reconciliations: it is not sealed.
             records = [self.snapshot.accounting_op(result.pass_id, doc)]
-            if result.complete:
+            ended = queue.finished or queue.pass_id > result.pass_id
+            if result.complete and ended:
                 records.append(Put(SEALED_PASSES, SealedPasses(result.pass_id + 1).encode()))
             self.persist(delta, records)
             self.accounting[result.pass_id] = doc
-            if result.complete:
+            if result.complete and not ended:
+                log.info("Master %s of job %s: every pserver shard holds all %d batches the "
+                         "stream has trained so far; it goes on.", self.node, self.job,
+                         sum(result.batches.values()))
+            elif result.complete:
                 log.info("Master %s of job %s: every pserver shard holds all %d batches of pass "
                          "%d; the pass is over.", self.node, self.job,
                          sum(result.batches.values()), result.pass_id)

@@ -94,9 +94,12 @@ def test_a_partition_of_another_schema_stops_the_stream_there_until_it_is_rewrit
 def test_unreadable_oversized_and_badly_named_partitions_are_refused_by_name() -> None:
     unreadable = decide(StreamPosition(), [Candidate(Partition("a"), error="bad JSON")],
                         ended=False)
-    assert unreadable.take == () and "partition a cannot be read: bad JSON" in unreadable.refused
+    assert unreadable.take == ()
+    assert "partition a cannot be read: bad JSON" in unreadable.refused
     huge = decide(StreamPosition(), landed("a", chunks=MAX_PARTITION_CHUNKS + 1, rows=1),
                   ended=False)
-    assert huge.take == () and f"more than {MAX_PARTITION_CHUNKS}" in huge.refused
+    assert huge.take == ()
+    assert f"more than {MAX_PARTITION_CHUNKS}" in huge.refused
     named = decide(StreamPosition(), landed("a b"), ended=False)
-    assert named.take == () and "'a b'" in named.refused
+    assert named.take == ()
+    assert "'a b'" in named.refused

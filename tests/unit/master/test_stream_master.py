@@ -5,6 +5,7 @@ from the store by a second master, as after a failover."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,19 +20,26 @@ from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.from_table import write_dataset
 from elasticps.data.stream import FsspecPartitionSource, partition_time, write_end_marker
 from elasticps.errors import NotLeaderError
+from elasticps.master.reconcile_loop import Reconciler
 from elasticps.master.service import MasterServicer, MasterState
-from elasticps.master.snapshot import QueueSnapshot, StreamSpec
+from elasticps.master.snapshot import QueueSnapshot, StreamSpec, load_accounting
 from elasticps.master.stream_loop import StreamFollower
 from elasticps.master.task_queue import QueuePolicy
 from elasticps.master.telemetry import MasterMetrics
-from elasticps.proto import master_pb2
+from elasticps.proto import master_pb2, pserver_pb2
 from elasticps.store import Store, open_store
 from elasticps.store.election import Election
-from elasticps.store.keys import MASTER_STATE_STREAM, master_partition_key
+from elasticps.store.keys import (
+    MASTER_STATE_STREAM,
+    SEALED_PASSES,
+    SealedPasses,
+    master_partition_key,
+)
 from elasticps.telemetry.exporter import exposition
 from tests.unit.telemetry.test_telemetry import parsed
 
 PLAN = BatchPlan(10)
+POLICY = QueuePolicy(task_lease=30.0)
 TASK = master_pb2.GetTaskResponse.Outcome.TASK
 RETRY = master_pb2.GetTaskResponse.Outcome.RETRY_LATER
 SCHEMA = {"label": {"name": "y", "kind": "binary"},
@@ -57,17 +65,17 @@ def land(prefix: Path, name: str, rows: int = 20, id_space: int = 100) -> None:
 class Master:
     """One master process's state over the job's store, and its follower."""
 
-    def __init__(self, store: Store, name: str) -> None:
+    def __init__(self, store: Store, name: str, policy: QueuePolicy = POLICY) -> None:
         self.election = Election(store, "master/election", name.encode(), ttl=5)
         assert self.election.campaign(timeout=10)
         self.state = MasterState("j", name, QueueSnapshot(store, self.election.leader_txn),
-                                 QueuePolicy(task_lease=30.0), lambda url: [],
-                                 source_for=FsspecPartitionSource, persist_retry_s=0.2)
+                                 policy, lambda url: [], source_for=FsspecPartitionSource,
+                                 persist_retry_s=0.2)
         self.follower = StreamFollower(self.state, threading.Event())
         self.servicer = MasterServicer(self.state)
 
     def resume(self) -> None:
-        loaded = self.state.snapshot.load(QueuePolicy(task_lease=30.0), set(), 0.0)
+        loaded = self.state.snapshot.load(POLICY, set(), 0.0)
         assert loaded is not None
         self.state.install(loaded)
 
@@ -111,7 +119,8 @@ def test_partitions_that_land_become_tasks_in_order_and_their_position_is_persis
     land(prefix, "dt=2026-12-01/hour=13")
     land(prefix, "dt=2026-12-01/hour=14", rows=15)
     assert master.follower.step()
-    assert master.state.queue is not None and master.state.queue.num_tasks == 4
+    assert master.state.queue is not None
+    assert master.state.queue.num_tasks == 4
     assert store.get(master_partition_key(1)) is not None
     assert store.get(master_partition_key(2)) is None
     task = master.get("t1").task
@@ -132,7 +141,8 @@ def test_partitions_that_land_become_tasks_in_order_and_their_position_is_persis
     doc = master.status()["stream"]
     assert (doc["partitions"], doc["last"], doc["trained_through"], doc["waiting"]) == (
         2, "dt=2026-12-01/hour=14", "dt=2026-12-01/hour=14", 0)
-    assert doc["lag_s"] is not None and doc["lag_s"] >= 0  # a date in the future: lag 0
+    assert doc["lag_s"] is not None
+    assert doc["lag_s"] >= 0
     assert master.state.queue.reconciling is False  # no pservers: nothing to reconcile with
 
     # A failover: a second master reads the position and the partitions from the store, and
@@ -150,7 +160,8 @@ def test_partitions_that_land_become_tasks_in_order_and_their_position_is_persis
     again = second.get("t2").task
     assert (again.task_id, again.partition, again.first_batch) == (4, "dt=2026-12-01/hour=15",
                                                                    4)
-    assert second.state.queue is not None and second.state.queue.num_tasks == 6
+    assert second.state.queue is not None
+    assert second.state.queue.num_tasks == 6
 
 
 def test_a_master_deposed_while_it_appends_appends_nothing_and_its_successor_appends_once(
@@ -168,7 +179,8 @@ def test_a_master_deposed_while_it_appends_appends_nothing_and_its_successor_app
         first.follower.step()
     assert first.state.deposed.is_set()
     raw = store.get(MASTER_STATE_STREAM)
-    assert raw is not None and b'"partitions":1' in raw.value  # hour=14 was not written
+    assert raw is not None
+    assert b'"partitions":1' in raw.value
     second.resume()
     assert second.follower.step()
     assert not second.follower.step()  # listed again: nothing new, nothing twice
@@ -193,7 +205,8 @@ def test_a_partition_of_another_schema_is_refused_visibly_until_it_is_rewritten(
     doc = master.status()["stream"]
     assert doc["partitions"] == 1  # the stream stops at hour=14, hour=15 waits behind it
     assert doc["refused"].startswith("partition dt=2026-12-01/hour=14 has another schema")
-    assert doc["end_marker"] and not doc["ended"]  # the marker is there; the stream waits
+    assert doc["end_marker"]
+    assert not doc["ended"]
     families = parsed(exposition(registry))
     assert families["elasticps_master_stream_refused"][0][2] == 1
     assert families["elasticps_master_stream_partitions"][0][2] == 1
@@ -232,3 +245,53 @@ def test_a_backfill_starts_at_its_first_partition_and_the_end_marker_ends_the_jo
     assert done.outcome == master_pb2.GetTaskResponse.Outcome.ALL_DONE
     assert master.status()["state"] == "succeeded"
 
+
+
+class HoldsAll:
+    """One pserver shard whose checkpoint holds every batch the master expects (and once)."""
+
+    def __init__(self, state: MasterState) -> None:
+        self.state = state
+        self.asked = 0
+
+    def checkpoint(self, pass_id: int) -> list[pserver_pb2.CheckpointResponse]:
+        self.asked += 1
+        job = self.state.reconcile_job()
+        assert job is not None
+        return [pserver_pb2.CheckpointResponse(checkpoint_id=f"c{self.asked}", tasks=[
+            pserver_pb2.AppliedTask(pass_id=pass_id, task_id=t, below=n, applications=n)
+            for t, n in job[1].items()])]
+
+    def prune_applied(self, upto_pass: int) -> int:
+        raise AssertionError("a stream's one pass is never pruned")
+
+
+def test_what_is_done_is_reconciled_while_the_stream_waits_and_sealed_only_at_its_end(
+        tmp_path: Path, store: Store) -> None:
+    """Reconciling mid-stream ends no pass and seals nothing (a pserver restarting with no
+    checkpoint would refuse the stream's later pushes): only the end does."""
+    prefix = tmp_path / "clicks"
+    master = Master(store, "m1", dataclasses.replace(POLICY, reconcile=True))
+    master.state.set_dataset(str(prefix), 1, 1, PLAN, StreamSpec())
+    shards = HoldsAll(master.state)
+    reconciler = Reconciler(master.state, shards, threading.Event())
+    land(prefix, "dt=2026-12-01/hour=13", rows=10)
+    assert master.follower.step()
+    task = master.get("t1").task
+    assert master.finish("t1", task).outcome is RETRY  # drained: it reconciles
+    assert reconciler.step()
+    assert load_accounting(store)[0]["complete"]
+    assert store.get(SEALED_PASSES) is None  # the stream goes on
+    assert master.status()["state"] == "running"
+    assert not reconciler.step()  # nothing finished since: nothing to ask
+    land(prefix, "dt=2026-12-01/hour=14", rows=10)
+    write_end_marker(str(prefix))
+    assert master.follower.step()
+    task = master.get("t1").task
+    assert master.finish("t1", task).outcome is RETRY  # the last reconciliation runs first
+    assert reconciler.step()
+    assert shards.asked == 2
+    sealed = store.get(SEALED_PASSES)
+    assert sealed is not None
+    assert SealedPasses.decode(sealed.value, SEALED_PASSES).below == 1
+    assert master.status()["state"] == "succeeded"

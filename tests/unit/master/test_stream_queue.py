@@ -35,7 +35,8 @@ def test_a_stream_starts_empty_and_waits_for_its_first_partition() -> None:
     result, delta = queue.get_task("t1", 0, 0.0)
     assert result.outcome is Outcome.RETRY_LATER
     assert result.reason == "waiting for the stream's next partition"
-    assert delta.empty and not queue.reconciling  # nothing done: nothing to reconcile
+    assert delta.empty
+    assert not queue.reconciling
     with pytest.raises(InvalidArgumentError, match="one pass"):
         TaskQueue([], 1, 2, batch_size=BATCH, stream=True)
     with pytest.raises(InvalidArgumentError, match="no chunks"):
@@ -69,7 +70,9 @@ def test_the_pass_cannot_end_while_open_and_ends_after_the_close_and_a_reconcili
     assert queue.get_task("t1", 0, 0.0)[0].outcome is Outcome.RETRY_LATER
     assert queue.expected_batches() == {0: 3}
     delta = queue.reconciled(0, {}, 2.0)
-    assert delta.meta and not queue.reconciling and not queue.finished
+    assert delta.meta
+    assert not queue.reconciling
+    assert not queue.finished
     assert queue.pass_id == 0
     result, _ = queue.get_task("t1", 0, 0.0)
     assert result.reason == "waiting for the stream's next partition"
@@ -86,7 +89,8 @@ def test_the_pass_cannot_end_while_open_and_ends_after_the_close_and_a_reconcili
     finish(queue, task)
     queue.reconciled(0, {}, 3.0)
     close = queue.close()
-    assert close.meta and queue.reconciling  # the last reconciliation, over every task
+    assert close.meta
+    assert queue.reconciling
     assert queue.expected_batches() == {0: 3, 1: 3, 2: 3}
     queue.reconciled(0, {}, 4.0)
     assert queue.finished
@@ -125,7 +129,8 @@ def test_a_restored_stream_queue_goes_on_from_what_was_appended_and_done() -> No
         fresh.append(rows)
     restored, delta = TaskQueue.restore([], 2, 1, POLICY, queue.meta_record(), records, [],
                                         {"t2"}, 5.0, batch_size=BATCH, stream=fresh)
-    assert restored.open and delta.empty
+    assert restored.open
+    assert delta.empty
     assert restored.state_of(first.task_id) is TaskState.DONE
     assert restored.pending_of("t2") == [held.task_id]
     assert take(restored, "t3").task_id == 2  # the never dispatched one, once
