@@ -139,7 +139,21 @@ class PauseTrainer:
     then: Then = "progress"
 
 
-Directed = AwaitCheckpoint | KillPServer | DirectedScale | DirectedReshard | PauseTrainer
+@dataclass(frozen=True)
+class AwaitPartition:
+    """With ``--stream``: wait until a standby master is in the election, then until the
+    stream's writer commits its next partition (the steps after it follow at once)."""
+
+
+@dataclass(frozen=True)
+class KillMaster:
+    """SIGKILL the leading master."""
+
+    then: Then = "progress"
+
+
+Directed = (AwaitCheckpoint | KillPServer | DirectedScale | DirectedReshard | PauseTrainer
+            | AwaitPartition | KillMaster)
 
 SCHEDULES = {
     "scale-down-kill-reshard": "right after a pserver publishes a checkpoint: scale the trainers "
@@ -150,7 +164,13 @@ SCHEDULES = {
                             "two restores of one shard within about one task",
     "slow-sync-member": "SIGSTOP a trainer for 2 x the lease TTL + 1 s (its lease expires, the "
                         "others must go on without it), then SIGCONT it",
+    "stream-commit-master-kill": "with --stream: SIGKILL the leading master right as the "
+                                 "stream's next partition commits (a standby waiting), so the "
+                                 "takeover meets a partition landed and not yet appended, or "
+                                 "appended by the transaction the kill cut short",
 }
+# Schedules that need the stream's writer (--stream).
+STREAM_SCHEDULES = frozenset({"stream-commit-master-kill"})
 
 
 def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Directed]:
@@ -164,9 +184,11 @@ def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Di
                 KillPServer("same")]
     if name == "slow-sync-member":
         return [PauseTrainer(2.0 * lease_ttl + 1.0)]
+    if name == "stream-commit-master-kill":
+        return [AwaitPartition(), KillMaster()]
     raise ValueError(f"no schedule {name!r}: one of {', '.join(SCHEDULES)}")
 
 
 def directed_kills(steps: Sequence[Directed]) -> int:
     """The SIGKILLs a schedule delivers (they count towards --kills)."""
-    return sum(isinstance(s, KillPServer) for s in steps)
+    return sum(isinstance(s, KillPServer | KillMaster) for s in steps)

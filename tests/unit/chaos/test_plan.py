@@ -68,8 +68,10 @@ def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
     from elasticps.chaos.plan import (
         SCHEDULES,
         AwaitCheckpoint,
+        AwaitPartition,
         DirectedReshard,
         DirectedScale,
+        KillMaster,
         KillPServer,
         PauseTrainer,
         directed,
@@ -86,7 +88,10 @@ def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
                         KillPServer("same")]
     assert directed_kills(restores) == 2
     assert directed("slow-sync-member", 2, 2, lease_ttl=3) == [PauseTrainer(7.0)]
+    streamed = directed("stream-commit-master-kill", 2, 2, 2)
+    assert streamed == [AwaitPartition(), KillMaster()]
+    assert directed_kills(streamed) == 1
     assert set(SCHEDULES) == {"scale-down-kill-reshard", "two-pserver-restores",
-                              "slow-sync-member"}
+                              "slow-sync-member", "stream-commit-master-kill"}
     with pytest.raises(ValueError, match="no schedule"):
         directed("nope", 2, 2, 2)
