@@ -292,6 +292,7 @@ function drawSummary(doc) {
     ? `todo ${c.todo || 0} \u00b7 pending ${c.pending || 0} \u00b7 done ${c.done || 0} \u00b7 failed ${c.failed || 0}`
       + ` \u00b7 ${num(doc.samples_total)} samples trained \u00b7 ${num(doc.failures_total)} failed attempts`
       + (doc.reconciling ? " \u00b7 reconciling with the pservers" : "")
+      + streamLine(doc.stream)
     : "waiting for a trainer to name the dataset";
   drawFailure(doc);
   const footer = $("footer");
@@ -305,6 +306,19 @@ function drawSummary(doc) {
   const urls = doc.metrics_urls || {};
   const count = Object.values(urls).reduce((n, byName) => n + Object.keys(byName).length, 0);
   if (count) footer.appendChild(document.createTextNode(` \u00b7 ${count} role metrics endpoints (metrics_urls)`));
+}
+
+// A stream's progress: partitions appended, the newest trained through and its age (the lag),
+// those waiting, and whether it ended.
+function streamLine(stream) {
+  if (!stream) return "";
+  const lag = stream.lag_s === null || stream.lag_s === undefined ? ""
+    : ` (lag ${duration(stream.lag_s)})`;
+  return ` \u00b7 stream: ${stream.partitions} partitions`
+    + (stream.trained_through ? `, trained through ${stream.trained_through}${lag}` : "")
+    + `, ${stream.waiting} waiting`
+    + (stream.ended ? ", ended" : stream.end_marker ? ", end marker seen" : "")
+    + (stream.error ? ` \u00b7 ${stream.error}` : "");
 }
 
 // Why a job failed: the reason, and the failing process's last traceback (from its log).
