@@ -131,6 +131,15 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         return pserver_pb2.InitDenseResponse(initialized=self.state.init_dense(values))
 
     @rpc_handler
+    def InitSparse(  # noqa: N802
+        self, request: pserver_pb2.InitSparseRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.InitSparseResponse:
+        check_layout(self.state, context)
+        ids, rows = decode_sparse(request.rows, name=f"starting rows[{request.table!r}]")
+        return pserver_pb2.InitSparseResponse(
+            initialized=self.state.init_sparse(request.table, ids, rows))
+
+    @rpc_handler
     def PullDense(  # noqa: N802
         self, request: pserver_pb2.PullDenseRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PullDenseResponse:

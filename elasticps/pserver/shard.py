@@ -237,6 +237,24 @@ class ShardState:
             self.dense_version += 1
             return True
 
+    def init_sparse(self, name: str, ids: np.ndarray, rows: np.ndarray) -> bool:
+        """Start rows of sparse table ``name`` at ``rows`` (a warm start, before the shard is
+        initialised); True, changing nothing, on a shard initialised already."""
+        with self.lock:
+            if self.initialized:
+                return True
+            table = self._sparse(name)
+            table.check_ids(ids, "starting")
+            table.check_rows(rows, ids.shape[0], "starting")
+            if np.unique(ids).size != ids.size:
+                raise InvalidArgumentError(f"starting rows of table {name!r} name an id twice")
+            if not np.isfinite(rows).all():
+                raise InvalidArgumentError(f"starting rows of table {name!r} hold NaN or Inf")
+            policy_pass, now = self.policy_clock.at(self.current_pass)
+            table.seed(ids, rows, policy_pass, now)
+            self.version += 1
+            return False
+
     def pull_dense(self, names: Iterable[str] = ()) -> dict[str, np.ndarray]:
         values = self.pull_dense_tagged(names).values
         assert values is not None

@@ -56,6 +56,7 @@ from elasticps.trainer.dense_chain import DenseChain
 from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
+from elasticps.trainer.export_chain import load_state
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.heads import Head, HeadsObjective
@@ -168,6 +169,8 @@ class Trainer:
         # resolved by train() from the dataset
         self._objective: TrainingObjective | None = None
         self._worker: StepWorker | None = None  # the training in progress (for the metrics)
+        # A warm start's sparse rows (warm_start), sent by whoever initialises the tables.
+        self._warm_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.progress = ProgressRecord(None, "")  # job/progress/<name>, once connected
 
     @property
@@ -201,7 +204,7 @@ class Trainer:
         # job spec's tables: may have replaced a layer's policy).
         scored = pserver_pb2.SparsePolicy.SCORE
         self.tables.counted = {s.name for s in specs if s.policy.evict == scored}
-        params.initialize(self.dense.values())
+        params.initialize(self.dense.values(), rows=self._warm_rows)
         self.dense.load(params.pull_dense(self.dense.names))
         self.tables.bind(params)
 
@@ -220,6 +223,35 @@ class Trainer:
     @property
     def placement(self) -> Placement:
         return self.tables.placement
+
+    def warm_start(self, model_dir: str | os.PathLike[str]) -> None:
+        """Start the job's tables from an export (``model_dir``: a full export or the newest
+        delta of a chain) instead of their initializers; call it before :meth:`connect`. The
+        model's dense parameters take the export's values; each sparse table starts with the
+        export's rows (fresh optimizer state, each row as pushed once). It applies when the
+        tables are first initialised: a job whose pservers restored checkpoints goes on from
+        them. Every dense table of the model must be in the export, with its shape; a sparse
+        table the export does not hold starts empty."""
+        if self.params is not None:
+            raise ConfigError("warm_start() comes before connect(): the tables are initialised "
+                              "when the trainer joins the job")
+        state = load_state(model_dir)
+        values = self.dense.values()
+        missing = sorted(set(values) - set(state.dense))
+        unknown = sorted(set(state.sparse) - set(self.tables))
+        if missing or unknown:
+            raise ConfigError(f"the export {model_dir} does not fit this model: dense table(s) "
+                              f"{missing} missing from it, sparse table(s) {unknown} not in the "
+                              f"model (its sparse tables: {sorted(self.tables)})")
+        for name, value in values.items():
+            if state.dense[name].shape != value.shape:
+                raise ConfigError(f"the export {model_dir} holds {name!r} of shape "
+                                  f"{list(state.dense[name].shape)}, the model "
+                                  f"{list(value.shape)}")
+        self.dense.load({name: state.dense[name] for name in values})
+        self._warm_rows = dict(state.sparse)
+        log.info("Trainer starts from the export %s: %d dense tables, %d sparse rows.",
+                 model_dir, len(values), sum(ids.size for ids, _ in state.sparse.values()))
 
     def connect(self, config: Config | None = None) -> None:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
