@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from elasticps.data.batch import Batch, TensorBatch
 from elasticps.data.batch_plan import BatchPlan, features_key
@@ -107,10 +107,12 @@ def check_test_classes(train_url: str, test_url: str) -> None:
 
 
 def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
-    """``(batches, dataset URL or None)`` of a reader, a URL, or an iterable of batches (numpy
-    ``Batch`` or ``TensorBatch``), read whole and in order."""
+    """``(batches, dataset URL or None)`` of a reader (a table's too), a URL, or an iterable of
+    batches (numpy ``Batch`` or ``TensorBatch``), read whole and in order."""
     if isinstance(data, StreamReader):
         return data.whole(), data.schema_url()
+    if isinstance(data, JobTable):
+        data = data.in_job()
     if isinstance(data, DatasetReader | str):
         reader = data if isinstance(data, DatasetReader) else cloud(data, EVAL_BATCH_SIZE)
         dataset = open_dataset(reader.dataset_url)
@@ -122,21 +124,34 @@ def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
     return (b.source if isinstance(b, TensorBatch) else b for b in data), None
 
 
+@runtime_checkable
+class JobTable(Protocol):
+    """A reader of data the job first writes as a dataset (``elasticps.reader.from_pandas``:
+    table_reader.py)."""
+
+    def in_job(self) -> DatasetReader:
+        """The dataset it is in the current job."""
+
+
 def as_dataset_reader(reader: Any) -> DatasetReader:
     if isinstance(reader, DatasetReader):
         return reader
     if isinstance(reader, str):
         return cloud(reader)
+    if isinstance(reader, JobTable):
+        return reader.in_job()
     raise ConfigError(f"reader={reader!r} is not a dataset reader; use "
-                      "elasticps.reader.cloud(dataset_url, batch_size=...)")
+                      "elasticps.reader.cloud(dataset_url, batch_size=...) or "
+                      "elasticps.reader.from_pandas(frame, schema)")
 
 
 def as_training_data(reader: Any) -> TrainingData:
-    """What ``train`` reads: a dataset reader or URL, or a stream reader."""
+    """What ``train`` reads: a dataset reader, URL or table, or a stream reader."""
     if isinstance(reader, StreamReader):
         return reader
-    if isinstance(reader, DatasetReader | str):
+    if isinstance(reader, DatasetReader | str | JobTable):
         return as_dataset_reader(reader)
     raise ConfigError(f"reader={reader!r} is neither a dataset nor a stream reader; use "
-                      "elasticps.reader.cloud(dataset_url, batch_size=...) or "
+                      "elasticps.reader.cloud(dataset_url, batch_size=...), "
+                      "elasticps.reader.from_pandas(frame, schema) or "
                       "elasticps.reader.stream(prefix, batch_size=...)")
