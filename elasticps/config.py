@@ -325,6 +325,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Pservers: the partition time a stream's sparse tables count as one pass, for "
            "ttl_passes and score_decay (default 86400: they decay once a day of data, as "
            "day-over-day training does)."),
+    EnvVar("PADDLE_WARM_START", "warm_start", _parse_str,
+           "Trainers: a model export (or a model directory, whose LATEST names its newest "
+           "version) the job's tables start from when they are first initialised (elasticps "
+           "run --warm-start); pservers restored from checkpoints keep what they hold."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -379,6 +383,7 @@ class Config:
     geo_steps: int = 10
     stream_poll_s: float = 2.0
     stream_period_s: float = 86_400.0
+    warm_start: str | None = None
 
     def call_limit(self, role: str) -> int:
         """Calls a ``role`` server of this process runs or queues at once."""

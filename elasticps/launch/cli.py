@@ -75,6 +75,10 @@ def register(subparsers: Any) -> None:
     run.add_argument("--geo-steps", type=int, default=None, metavar="K",
                      help="geo mode: local steps between two pushes of a trainer's deltas "
                      "(default 10)")
+    run.add_argument("--warm-start", metavar="MODEL_DIR", default=None,
+                     help="start the job's tables from an export (or a model directory's "
+                     "newest version) instead of their initializers; a job resuming from its "
+                     "checkpoints keeps them (PADDLE_WARM_START)")
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="the roles' log lines: text (default) or json lines "
                           "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
@@ -123,7 +127,7 @@ def run_command(args: argparse.Namespace) -> int:
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
         log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args),
-        mode=args.mode, geo_steps=_geo_steps(args))
+        mode=args.mode, geo_steps=_geo_steps(args), warm_start=args.warm_start)
     return run_job(opts)
 
 

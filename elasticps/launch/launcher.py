@@ -80,6 +80,8 @@ class LaunchOptions:
     autoscale: AutoscaleConfig | None = None
     mode: str | None = None  # PADDLE_TRAINING_MODE of every role (None: the env's, or async)
     geo_steps: int | None = None  # PADDLE_GEO_STEPS (geo mode; None: the default)
+    # PADDLE_WARM_START: an export (or model directory) the tables start from when first made.
+    warm_start: str | None = None
 
 
 def default_job_name(script: str) -> str:
@@ -101,6 +103,9 @@ def _validate(opts: LaunchOptions) -> None:
         raise ConfigError(f"--standby-masters={opts.standby_masters} must be >= 0")
     if not Path(opts.script).is_file():
         raise ConfigError(f"script {opts.script!r} does not exist or is not a file")
+    if opts.warm_start is not None and not Path(opts.warm_start).is_dir():
+        raise ConfigError(f"--warm-start {opts.warm_start!r} is not a directory (an export or "
+                          "a model directory)")
     if opts.store is not None and not opts.store.startswith(("etcd://", "file://")):
         raise ConfigError(f"--store={opts.store!r} must start with etcd:// or file://")
 
@@ -120,6 +125,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         **({"log_format": opts.log_format} if opts.log_format else {}),
         insecure=opts.insecure, **({"mode": opts.mode} if opts.mode else {}),
         **({"geo_steps": opts.geo_steps} if opts.geo_steps is not None else {}),
+        **({"warm_start": str(Path(opts.warm_start).resolve())} if opts.warm_start else {}),
     )
     env = {**base_env, **config.to_env(), "PADDLE_JOB_TOKEN_FILE": str(workdir / TOKEN_FILE)}
     env.pop("PADDLE_TLS_DIR", None)  # each role gets its own identity below

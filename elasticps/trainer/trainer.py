@@ -77,6 +77,7 @@ from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.step_worker import LoopStats, StepWorker
 from elasticps.trainer.task_loop import TaskLoop
+from elasticps.trainer.warm_start import export_of
 
 if TYPE_CHECKING:
     from elasticps.store.api import Store
@@ -225,8 +226,10 @@ class Trainer:
         return self.tables.placement
 
     def warm_start(self, model_dir: str | os.PathLike[str]) -> None:
-        """Start the job's tables from an export (``model_dir``: a full export or the newest
-        delta of a chain) instead of their initializers; call it before :meth:`connect`. The
+        """Start the job's tables from an export (``model_dir``: a full export, the newest
+        delta of a chain, or a model directory whose ``LATEST`` names its newest version)
+        instead of their initializers; call it before :meth:`connect` (which does it itself
+        when ``PADDLE_WARM_START`` names one: ``elasticps run --warm-start``). The
         model's dense parameters take the export's values; each sparse table starts with the
         export's rows (fresh optimizer state, each row as pushed once). It applies when the
         tables are first initialised: a job whose pservers restored checkpoints goes on from
@@ -235,7 +238,7 @@ class Trainer:
         if self.params is not None:
             raise ConfigError("warm_start() comes before connect(): the tables are initialised "
                               "when the trainer joins the job")
-        state = load_state(model_dir)
+        state = load_state(export_of(model_dir))
         values = self.dense.values()
         missing = sorted(set(values) - set(state.dense))
         unknown = sorted(set(state.sparse) - set(self.tables))
@@ -265,6 +268,8 @@ class Trainer:
         if config.store is None:
             raise ConfigError("PADDLE_STORE is not set: this process is not part of a job")
         self.config = config
+        if config.warm_start and not self._warm_rows:
+            self.warm_start(config.warm_start)
         name = process_node("trainer", config.trainer_id)
         store = open_store(config.store, config.job_name)
         self.store = store

@@ -57,6 +57,9 @@ GOOD = [
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
     ("PADDLE_TRAINING_MODE", " Sync ", "mode", "sync"),
     ("PADDLE_GEO_STEPS", "25", "geo_steps", 25),
+    ("PADDLE_STREAM_POLL_S", "0.5", "stream_poll_s", 0.5),
+    ("PADDLE_STREAM_PERIOD_S", "3600", "stream_period_s", 3600.0),
+    ("PADDLE_WARM_START", "/models/ctr", "warm_start", "/models/ctr"),
 ]
 
 # (variable, malformed value)
@@ -100,6 +103,8 @@ BAD = [
     ("PADDLE_TRAINING_MODE", "bsp"),
     ("PADDLE_GEO_STEPS", "0"),
     ("PADDLE_GEO_STEPS", "100001"),
+    ("PADDLE_STREAM_POLL_S", "0.01"),
+    ("PADDLE_STREAM_PERIOD_S", "0.5"),
 ]
 
 
