@@ -320,6 +320,7 @@ class Launch:
                   f"--workdir {self.workdir}", file=self.err, flush=True)
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
+        from elasticps.master.progressive import stream_scores  # numpy: only at the job's end
         from elasticps.store import open_store
         from elasticps.store.keys import read_progress, read_result
 
@@ -332,9 +333,14 @@ class Launch:
             with open_store(self.store_url, self.job_name) as store:
                 result = read_result(store) or {}
                 progress = read_progress(store)
+                scores = stream_scores(store)
         except Exception as exc:  # the job succeeded; a missing summary detail is not fatal
             log.warning("Job %s: could not read results from the store: %s", self.job_name, exc)
-            result, progress = {}, {}
+            result, progress, scores = {}, {}, None
+        if scores is not None:  # a stream: its partitions and their progressive validation
+            summary["partitions"] = [s.partition for s in scores]
+            summary["progressive_auc"] = [s.auc for s in scores]
+            summary["progressive_rows"] = [s.rows for s in scores]
         samples = sum(p.samples for p in progress.values())
         train_s = max((p.train_s for p in progress.values()), default=0.0)
         summary["samples"] = samples

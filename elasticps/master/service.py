@@ -39,6 +39,7 @@ from elasticps.errors import (
     StoreUnavailableError,
 )
 from elasticps.master.group_commit import GroupCommit
+from elasticps.master.progressive import PartitionTasks
 from elasticps.master.reconcile_policy import Reconciliation
 from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot, StreamSpec
 from elasticps.master.stream_catalog import StreamCatalog
@@ -417,6 +418,16 @@ class MasterState:
         recent = sum(r for t, r in self._finishes if t >= now - THROUGHPUT_WINDOW_S)
         window = min(THROUGHPUT_WINDOW_S, max(now - self.started, 1e-3))
         return recent / window
+
+    def stream_partitions(self) -> list[PartitionTasks]:
+        """A stream's appended partitions, each with its task count and whether it is trained
+        (progressive.py); empty for a fixed dataset."""
+        with self.lock:
+            if self.catalog is None or self.queue is None:
+                return []
+            trained = self.catalog.trained_through(self.queue)
+            return [PartitionTasks(e.partition.name, e.partition.time, e.num_tasks, i < trained)
+                    for i, e in enumerate(self.catalog.entries)]
 
     def status(self) -> dict[str, Any]:
         """The document served at ``/api/status`` and by the Status RPC."""

@@ -218,6 +218,7 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
         "series": series,
         "pass_metrics": pass_metrics(progress),
         "result": dict(sight.result) if sight and sight.result else None,
+        "progressive": [dict(p) for p in sight.progressive] if sight else [],
         "trainers": trainer_rows(status, progress, memory.incarnations, now),
         "pservers": pserver_rows(sight.pservers if sight else (), memory.incarnations,
                                  memory.pserver_metrics),
@@ -231,8 +232,9 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
 
 def carry_over(saved: Mapping[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     """Keep what a saved document knew that a fresh one cannot (before the first tick of a new
-    leader): its pass metrics, trainers and pservers rows, and the result."""
-    for key in ("pass_metrics", "trainers", "pservers", "result"):
+    leader): its pass metrics, trainers and pservers rows, the result and a stream's
+    progressive validation."""
+    for key in ("pass_metrics", "trainers", "pservers", "result", "progressive"):
         if not fresh.get(key) and saved.get(key):
             fresh[key] = saved[key]
     return fresh

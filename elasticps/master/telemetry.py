@@ -18,7 +18,9 @@ trained through: every partition up to it is trained; absent while none is, or p
 no time), ``elasticps_master_stream_partitions_waiting`` (appended, not trained through yet),
 ``elasticps_master_stream_partitions_total`` (appended), ``elasticps_master_stream_idle``
 (1 while the trainers wait for the next partition) and ``elasticps_master_stream_refused``
-(1 while the stream stops at a partition it refuses). Observed as they happen:
+(1 while the stream stops at a partition it refuses), and its progressive validation:
+``elasticps_master_stream_progressive_auc`` (the AUC of the newest trained partition as the
+model scored it before training on it; master/progressive.py). Observed as they happen:
 ``elasticps_master_dispatch_seconds`` (a GetTask or FinishAndGetTask answered, persistence
 included) and
 ``elasticps_master_store_write_seconds`` (every fenced write of the queue's state).
@@ -72,6 +74,7 @@ class MasterMetrics:
             yield states
         yield from _queue(doc)
         yield from _stream(doc.get("stream"))
+        yield from _progressive(doc.get("progressive"))
         yield _gauge("live_trainers", "Trainers the master sees alive",
                      float(len(doc.get("live_trainers") or [])))
         for name, help_text, key in (
@@ -135,6 +138,15 @@ def _stream(stream: Any) -> Iterable[Metric]:
                  1.0 if stream.get("waiting_for_data") else 0.0)
     yield _gauge("stream_refused", "1 while the stream stops at a partition it refuses (the "
                  "status page says why)", 1.0 if stream.get("refused") else 0.0)
+
+
+def _progressive(scores: Any) -> Iterable[Metric]:
+    """The newest final partition's progressive AUC (the status document's ``progressive``)."""
+    final = [s for s in scores or [] if isinstance(s, dict) and s.get("final")
+             and isinstance(s.get("auc"), int | float)]
+    if final:
+        yield _gauge("stream_progressive_auc", "AUC of the stream's newest trained partition, "
+                     "scored by the model before it trained on it", float(final[-1]["auc"]))
 
 
 def _rows(doc: dict[str, Any]) -> Iterable[Metric]:

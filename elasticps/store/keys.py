@@ -43,6 +43,10 @@ mistaken for a real one::
                                      own (put), else the first finished trainer's metrics (only
                                      if absent: compare-and-set on a missing key)
     job/once/<name>/lock|done        run_once (store/once.py): owner name | the step's result
+    job/scores/<partition>//<task>   TaskScores {partition, time, trainer, buckets, positives,
+                                     negatives}: a finished stream task's rows as scored before
+                                     they were trained on (trainer/progressive.py), summed per
+                                     partition by master/progressive.py; <task> is 8 digits
     job/tables/<name>/lock           InitMarker: the trainer writing a table trained from memory
                                      as a dataset (trainer/table_reader.py), under its lease
     job/tables/<name>/done           TableDataset {url, fingerprint, by}: where it was written
@@ -96,6 +100,7 @@ DESIRED_TRAINERS = "launcher/desired_trainers"
 DESIRED_PSERVERS = "launcher/desired_pservers"
 EVENTS_PREFIX = "job/events/"
 JOB_HISTORY = "job/history"
+JOB_SCORES_PREFIX = "job/scores/"
 METRICS_PREFIX = "metrics/"
 
 
@@ -537,6 +542,30 @@ def publish_result_if_absent(store: Store, doc: Mapping[str, Any]) -> bool:
     """
     written, _ = store.compare_and_set(JOB_RESULT, _encode(doc), 0)
     return written
+
+
+def task_scores_prefix(partition: str) -> str:
+    """The keys of one partition's task scores (a partition's name never holds ``//``)."""
+    return f"{JOB_SCORES_PREFIX}{partition}//"
+
+
+def publish_task_scores(store: Store, partition: str, task_id: int,
+                        doc: Mapping[str, Any]) -> None:
+    """Write a finished stream task's scores (a later run of the same task replaces them)."""
+    store.put(f"{task_scores_prefix(partition)}{task_id:0{MASTER_TASK_ID_DIGITS}d}", _encode(doc))
+
+
+def read_task_scores(store: Store, partition: str) -> dict[int, dict[str, Any]]:
+    """One partition's task scores by task id (a value that does not parse raises
+    StoreValueError naming its key)."""
+    prefix = task_scores_prefix(partition)
+    out: dict[int, dict[str, Any]] = {}
+    for kv in store.get_prefix(prefix):
+        tail = kv.key.rsplit("/", 1)[-1]
+        if not tail.isdigit():
+            raise StoreValueError(f"store key {kv.key!r}: not a task's scores")
+        out[int(tail)] = _object(kv.value, kv.key)
+    return out
 
 
 def read_result(store: Store) -> dict[str, Any] | None:

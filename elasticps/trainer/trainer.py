@@ -39,8 +39,10 @@ from elasticps.data.dataset import reading_schema
 from elasticps.data.manifest import read_manifest
 from elasticps.data.model_inputs import model_inputs
 from elasticps.data.schema import MIXED, Schema
-from elasticps.errors import ConfigError
-from elasticps.proto import pserver_pb2
+from elasticps.data.score_histogram import ScoreHistogram
+from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.proto import master_pb2, pserver_pb2
+from elasticps.store.keys import publish_task_scores
 from elasticps.telemetry.logfmt import process_node
 from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
@@ -224,6 +226,17 @@ class Trainer:
     @property
     def placement(self) -> Placement:
         return self.tables.placement
+
+    def _publish_scores(self, task: master_pb2.Task, scores: ScoreHistogram) -> None:
+        """A finished stream task's progressive-validation scores, for the master to sum per
+        partition; a store that cannot take them costs the figure, not the training."""
+        doc = {"partition": task.partition, "time": task.event_time or None,
+               "trainer": self.name, **scores.to_json()}
+        try:
+            publish_task_scores(self.store, task.partition, task.task_id, doc)
+        except ElasticPSError as exc:
+            log.warning("Trainer %s could not record the scores of task %d (partition %s): "
+                        "%s", self.name, task.task_id, task.partition, exc)
 
     def warm_start(self, model_dir: str | os.PathLike[str]) -> None:
         """Start the job's tables from an export (``model_dir``: a full export, the newest
@@ -424,7 +437,8 @@ class Trainer:
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
                                 on_progress=self.progress.publish, evaluate=evaluate,
-                                sync_rounds=self.params if self.mode == "sync" else None)
+                                sync_rounds=self.params if self.mode == "sync" else None,
+                                on_scored=self._publish_scores if self.store else None)
             self._worker = worker
             TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
                      report_every=self.progress_every, stop=self.stop).run()

@@ -186,6 +186,23 @@ function drawCharts(doc) {
          yFormat: (v) => Number(v).toPrecision(3), empty: "no pass has ended yet" });
 }
 
+// A stream's progressive validation: each partition's AUC over its partition time (its index
+// where partitions have no time); a partition still training is drawn apart, as it moves.
+function drawProgressive(doc) {
+  const scores = (doc.progressive || []).filter((p) => typeof p.auc === "number");
+  $("progressive-card").hidden = !(doc.progressive || []).length;
+  if ($("progressive-card").hidden) return;
+  const timed = scores.every((p) => typeof p.time === "number");
+  const x = (p, i) => (timed ? p.time : i + 1);
+  const at = scores.map((p, i) => [x(p, i), p.auc, p.final]);
+  const day = (t) => new Date(t * 1000).toISOString().slice(5, 16).replace("T", " ");
+  lineChart($("chart-progressive"), [
+    { name: "trained partitions", points: at.filter((p) => p[2]).map((p) => [p[0], p[1]]) },
+    { name: "training", color: COLORS[2], points: at.filter((p) => !p[2]).map((p) => [p[0], p[1]]) },
+  ], { markers: true, legend: true, xFormat: timed ? day : (v) => "partition " + v,
+       yFormat: (v) => Number(v).toPrecision(3), empty: "no partition was scored yet" });
+}
+
 // -- tables ---------------------------------------------------------------------------------
 
 function fillTable(id, rows, cells, rowClass) {
@@ -399,6 +416,7 @@ function render(doc) {
   drawSummary(doc);
   drawResult(doc);
   drawCharts(doc);
+  drawProgressive(doc);
   drawTables(doc);
   drawLogs(doc);
   document.body.dataset.state = doc.state;
