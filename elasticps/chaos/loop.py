@@ -46,6 +46,7 @@ from elasticps.chaos.plan import (
     KillMaster,
     KillPServer,
     KillRole,
+    KillTrainer,
     PauseTrainer,
     Planner,
     ScaleTrainers,
@@ -426,6 +427,8 @@ class ChaosLoop:
             self.await_partition()
         elif isinstance(step, KillMaster):
             self.kill_leader(step.then)
+        elif isinstance(step, KillTrainer):
+            self.kill_trainer(step.then)
 
     def await_partition(self) -> None:
         """A standby in the election, then the stream's next commit (waited for)."""
@@ -448,6 +451,15 @@ class ChaosLoop:
             self.directed_done[-1] += " skipped"
             return
         self.kill_target(found[0], procs, then)
+
+    def kill_trainer(self, then: Then) -> None:
+        procs = self.watch.processes()
+        found = targets_of(procs, "trainer", self.host, self.spent) if procs else []
+        if procs is None or not found:
+            self.say("chaos: schedule: no trainer to kill on this host; step skipped")
+            self.directed_done[-1] += " skipped"
+            return
+        self.kill_target(self.planner.pick(found), procs, then)
 
     def await_checkpoint(self) -> None:
         """Wait until a pserver publishes a checkpoint it had not when this began."""

@@ -363,6 +363,24 @@ def test_the_stream_commit_master_kill_schedule_kills_the_leader_as_a_partition_
     assert loop.finished()  # its kill counted towards --kills 1
 
 
+def test_the_every_role_stream_schedule_kills_each_role_as_a_partition_commits() -> None:
+    job = SimJob()
+    commits = Commits(job)
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=3, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="stream-commit-kill-every-role",
+                        oracle=True, stream=True)
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     said.append, host=HERE, kill=job.kill, landings=commits)
+    for _ in range(6):
+        loop.step()
+    # each kill right after the commit it waited for, nothing killed before the first
+    assert [pids for _, pids in commits.waits] == [[], [1], [1, 10]]
+    assert [k.role for k in loop.kills] == ["master", "pserver", "trainer"]
+    assert job.killed[2] in (20, 21)  # a trainer of this host (t-22 runs elsewhere)
+    assert loop.finished()
+
+
 def test_the_stream_schedule_without_a_stream_is_skipped_and_said() -> None:
     job = SimJob()
     said: list[str] = []
