@@ -67,15 +67,15 @@ def wait_scored(workdir: Path, prefix: Path, names: list[str], timeout: float = 
     raise AssertionError(f"the job did not train {names} within {timeout}s")
 
 
-def wait_status(workdir: Path, words: str, timeout: float = 60) -> str:
-    """``elasticps status`` once it says ``words``."""
+def wait_status(workdir: Path, *words: str, timeout: float = 60) -> str:
+    """``elasticps status`` once it says each of ``words``."""
     deadline = time.monotonic() + timeout
     said = ""
     while time.monotonic() < deadline:
         said = subprocess.run([sys.executable, "-m", "elasticps", "status", "--workdir",
                                str(workdir)], env=ENV, capture_output=True, text=True,
                               timeout=60, check=False).stdout
-        if words in said:
+        if all(w in said for w in words):
             return said
         time.sleep(0.5)
     raise AssertionError(f"elasticps status never said {words!r}; last:\n{said}")
@@ -90,9 +90,9 @@ def test_a_stream_is_followed_resumed_days_later_and_a_new_job_starts_warm(
                              stderr=subprocess.DEVNULL)
     try:
         wait_scored(workdir, prefix, FIRST)
-        said = wait_status(workdir, "now: waiting for the stream's next partition")
+        said = wait_status(workdir, "now: waiting for the stream's next partition",
+                           "progressive AUC 0.", f"({FIRST[-1]})")
         assert f"stream 2 partition(s), trained through {FIRST[-1]} (lag " in said
-        assert "progressive AUC 0." in said
         with open_store(f"file://{workdir}/store.db", "online") as store:
             stopped_at = store.revision()
         subprocess.run([sys.executable, "-m", "elasticps", "stop", "--workdir", str(workdir)],
