@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ import pytest
 from elasticps.data import read_manifest
 from elasticps.store import open_store
 from elasticps.store.keys import JOB_SCORES_PREFIX, read_task_scores
+from elasticps.store.local_etcd import free_port
+from tests.browser import Browser
 from tests.helpers import REPO
 
 EXAMPLE = REPO / "examples/online"
@@ -81,6 +84,24 @@ def wait_status(workdir: Path, *words: str, timeout: float = 60) -> str:
     raise AssertionError(f"elasticps status never said {words!r}; last:\n{said}")
 
 
+def page_shows_the_chart(workdir: Path, profile: Path, points: int) -> None:
+    """The finished job's page (``elasticps ui``) in Chromium draws a point per partition."""
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "elasticps", "ui", str(workdir), "--port",
+                           str(port)], env=ENV, stdout=subprocess.PIPE, text=True)
+    browser = Browser(profile)
+    try:
+        assert ui.stdout is not None
+        assert f"http://127.0.0.1:{port}/" in ui.stdout.readline()
+        browser.open_page(f"http://127.0.0.1:{port}/")
+        assert browser.chart_points("chart-progressive") == points
+        assert browser.console_errors() == []
+    finally:
+        browser.close()
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_a_stream_is_followed_resumed_days_later_and_a_new_job_starts_warm(
         tmp_path: Path) -> None:
@@ -116,6 +137,8 @@ def test_a_stream_is_followed_resumed_days_later_and_a_new_job_starts_warm(
         revisions = [r for key, r in written.items() if key.split("//")[0].endswith(name)]
         assert len(revisions) == tasks_of(prefix, name)
         assert all((r < stopped_at) == (name in FIRST) for r in revisions), name
+
+    page_shows_the_chart(workdir, tmp_path / "chromium", points=4)
 
     warm_dir = tmp_path / "warm"
     warm_argv = run_argv(warm_dir, prefix, "--warm-start", str(workdir / "model"))
