@@ -75,16 +75,15 @@ class ProgressiveBoard:
     def look(self, partitions: Sequence[PartitionTasks]) -> list[dict[str, Any]]:
         """The newest :data:`SHOWN` partitions' figures, trained ones and the first untrained
         one (training is under way there), oldest first."""
+        end = next((i + 1 for i, p in enumerate(partitions) if not p.trained), len(partitions))
         shown: list[dict[str, Any]] = []
-        for partition in partitions[-SHOWN:]:
+        for partition in partitions[max(0, end - SHOWN):end]:
             score = self._final.get(partition.name)
             if score is None:
                 score = score_partition(self.store, partition)
                 if score.final:
                     self._final[partition.name] = score
             shown.append(score.as_dict())
-            if not partition.trained:
-                break
         return shown
 
 
