@@ -72,6 +72,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(slower; one trainer then computes what local PyTorch computes)")
     p.add_argument("--dump-initial", help="(tests, one trainer) write the initial parameters "
                    "to this safetensors file before training")
+    p.add_argument("--export-dir", default=None,
+                   help="export versions of the model into this model directory while "
+                   "training (relative: to the workdir), for `elasticps serve`")
+    p.add_argument("--export-every-batches", type=int, default=None,
+                   help="with --export-dir: a version every N batches of the exporting trainer")
+    p.add_argument("--export-every-s", type=float, default=None,
+                   help="with --export-dir: a version every S seconds (default 30 when no "
+                   "--export-every-batches)")
+    p.add_argument("--export-full-every", type=int, default=10,
+                   help="with --export-dir: a full export after this many deltas")
+    p.add_argument("--export-keep", type=int, default=2,
+                   help="with --export-dir: full chains (a full export and its deltas) kept")
     p.add_argument("--trainers", type=int, default=2, help="when started outside a job")
     p.add_argument("--pservers", type=int, default=2, help="when started outside a job")
     p.add_argument("--workdir", default=None, help="when started outside a job")
@@ -118,6 +130,24 @@ def dump_initial(trainer: eps.Trainer, reader: Any, path: str) -> None:
     save_file(tensors, path)
 
 
+def model_meta(args: argparse.Namespace) -> dict[str, Any]:
+    """What an export records for ``score.py`` to rebuild the model."""
+    return {"model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
+            "dataset": str(args.data), "passes": args.passes, "seed": args.seed}
+
+
+def export_schedule(args: argparse.Namespace, workdir: Path) -> eps.ExportSchedule | None:
+    """--export-dir's schedule: versions for `elasticps serve` while training."""
+    if args.export_dir is None:
+        return None
+    every_s = args.export_every_s
+    if every_s is None and args.export_every_batches is None:
+        every_s = 30.0
+    return eps.ExportSchedule(workdir / args.export_dir, every_batches=args.export_every_batches,
+                              every_s=every_s, full_every=args.export_full_every,
+                              keep=args.export_keep, meta=model_meta(args))
+
+
 def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test: str | None,
            workdir: Path, train_s: float) -> None:
     """Export, score the test data with the export (plain PyTorch), publish the job's result."""
@@ -125,9 +155,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test:
 
     model_dir = workdir / "model"
     trainer.report_stage("exporting")
-    trainer.export(model_dir, meta={
-        "model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
-        "dataset": str(args.data), "passes": args.passes, "seed": args.seed})
+    trainer.export(model_dir, meta=model_meta(args))
     result: dict[str, Any] = {"model": args.model, "model_dir": str(model_dir),
                               "passes": args.passes, "label_kind": schema.label_kind,
                               "train_rows": read_manifest(args.data).num_rows,
@@ -181,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             dump_initial(trainer, reader, args.dump_initial)
         started = time.monotonic()
         eps.dist_train(trainer=trainer, reader=reader, num_passes=args.passes,
-                       event_handler=on_event, test_reader=test_reader)
+                       event_handler=on_event, test_reader=test_reader,
+                       export=export_schedule(args, workdir))
         if trainer.request_save_model(block_seconds=600):
             finish(trainer, args, schema, test, workdir, time.monotonic() - started)
     finally:

@@ -80,7 +80,8 @@ def test_rows_read_exactly_as_the_dataset_reads_them(dataset: tuple) -> None:
         np.testing.assert_array_equal(served.bags[name].values, stored.bags[name].values)
         np.testing.assert_array_equal(served.bags[name].offsets, stored.bags[name].offsets)
     np.testing.assert_array_equal(served.vectors["emb"], stored.vectors["emb"])
-    assert served.weight is None and served.label.shape == (len(rows),)
+    assert served.weight is None
+    assert served.label.shape == (len(rows),)
 
 
 def test_the_label_and_weight_a_row_carries_are_ignored(dataset: tuple) -> None:
@@ -93,7 +94,8 @@ def test_the_label_and_weight_a_row_carries_are_ignored(dataset: tuple) -> None:
 def test_a_missing_key_is_a_missing_value(dataset: tuple) -> None:
     schema, stored, rows = dataset
     row = {k: v for k, v in rows[0].items() if k not in ("age", "country")}
-    assert rows[0]["age"] is None and rows[0]["country"] is None  # row 0 misses both
+    assert rows[0]["age"] is None
+    assert rows[0]["country"] is None
     batch = rows_batch([row], schema)
     np.testing.assert_array_equal(batch.dense, stored.dense[:1])
     assert batch.ids["country"][0] == stored.ids["country"][0]
