@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import io
 import logging
 import os
@@ -19,6 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from elasticps import cli
@@ -29,6 +31,34 @@ from elasticps.telemetry import logfmt
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]  # the repository root
+
+
+def load_example(path: str) -> ModuleType:
+    """An example's module (``examples/tabular/score.py``) under a name of its own.
+
+    The examples import their siblings by bare name (``from models import ...``) and several
+    have a ``models.py``, so the siblings another test already imported are set aside while
+    this one runs and put back after: each example gets its own directory's modules."""
+    name = "example_" + path.removesuffix(".py").replace("/", "_").removeprefix("examples_")
+    if name in sys.modules:
+        return sys.modules[name]
+    source = REPO / path
+    siblings = {p.stem for folder in (source.parent, source.parent.parent)
+                for p in folder.glob("*.py")} | {p.name for p in source.parent.parent.iterdir()
+                                                   if p.is_dir()}
+    set_aside = {bare: sys.modules.pop(bare) for bare in siblings if bare in sys.modules}
+    spec = importlib.util.spec_from_file_location(name, source)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for bare in siblings:
+            sys.modules.pop(bare, None)
+        sys.modules.update(set_aside)
+    return module
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition", *,

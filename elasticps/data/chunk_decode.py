@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from elasticps.data.arrow_numpy import bool_numpy, fixed_width_numpy, int_numpy
 from elasticps.data.batch import Bag, Batch
 from elasticps.data.hashing import MISSING_KEY, hash_keys, int_keys, string_keys
 from elasticps.data.label_values import class_indices
@@ -93,18 +94,6 @@ def numeric_column(table: pa.Table, name: str, where: str) -> tuple[np.ndarray, 
     return fixed_width_numpy(array)
 
 
-def fixed_width_numpy(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(values, missing) of a fixed-width Arrow array, as zero-copy numpy views."""
-    n = len(array)
-    dtype = np.dtype(array.type.to_pandas_dtype())
-    validity, data = array.buffers()[:2]
-    values = np.frombuffer(data, dtype=dtype, count=n, offset=array.offset * dtype.itemsize)
-    if array.null_count == 0 or validity is None:
-        return values, np.zeros(n, dtype=bool)
-    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
-    return values, bits[array.offset : array.offset + n] == 0
-
-
 def _keys(array: pa.Array, spec: ColumnSpec, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(keys u, missing) of a single-valued categorical array (see elasticps.data.hashing)."""
     kind = array.type.value_type if pa.types.is_dictionary(array.type) else array.type
@@ -122,7 +111,7 @@ def _keys(array: pa.Array, spec: ColumnSpec, where: str) -> tuple[np.ndarray, np
 def _null_mask(array: pa.Array) -> np.ndarray:
     if array.null_count == 0:
         return np.zeros(len(array), dtype=bool)
-    return np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return bool_numpy(array.is_null())
 
 
 def _passthrough(array: pa.Array, spec: ColumnSpec, id_space: int, where: str) -> np.ndarray:
@@ -157,11 +146,11 @@ def _bag(array: pa.Array, spec: ColumnSpec, id_space: int, where: str) -> Bag:
         raise _type_error(where, spec.name, array, "a multi_categorical (list) column")
     n = len(array)
     values = pc.list_flatten(array)  # the values of the non-null lists, in row order
-    rows = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+    rows = int_numpy(pc.list_parent_indices(array))
     if values.null_count:  # a missing element is no element
         keep = values.is_valid()
         values = values.filter(keep)
-        rows = rows[np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)]
+        rows = rows[bool_numpy(keep)]
     if spec.ids == "passthrough":
         ids = _passthrough(values, spec, id_space, where)
     else:
@@ -263,7 +252,7 @@ def _multi_hot(table: pa.Table, spec: LabelSpec, where: str) -> np.ndarray:
         raise _type_error(where, spec.name, array, "a multi_label column (lists of classes)")
     classes = int(spec.classes or 0)
     values = pc.list_flatten(array)
-    rows = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+    rows = int_numpy(pc.list_parent_indices(array))
     labels, missing = fixed_width_numpy(values)
     labels, rows = labels[~missing].astype(np.int64), rows[~missing]
     _check_range(labels, (labels < 0) | (labels >= classes), spec, where,

@@ -114,18 +114,20 @@ def write_dataset(
     ignore_extra: bool = False,
     like: str | None = None,
     min_chunks: int = DEFAULT_MIN_CHUNKS,
+    source_info: Mapping[str, Any] | None = None,
 ) -> ConvertReport:
     """Write ``source`` (see :func:`as_table`) as a dataset at ``out`` with ``schema``.
 
     Raises :class:`~elasticps.errors.MalformedInputError` when more than ``max_bad_rows`` rows
     are bad (nothing is written then); ``like`` takes dtypes and dense statistics from another
     dataset (e.g. write a test split like its training set); rows that fit in one chunk are
-    split into up to ``min_chunks`` (see :mod:`~elasticps.data.writer`). Returns the report, whose
-    ``manifest`` describes the dataset written.
+    split into up to ``min_chunks`` (see :mod:`~elasticps.data.writer`); ``source_info`` is
+    recorded in the manifest's ``source`` beside the conversion's own fields. Returns the report,
+    whose ``manifest`` describes the dataset written.
     """
     table, kind = as_table(source)
     return convert(
         [TableSource(table, kind)], load_schema(schema), out,
         options=WriteOptions(rows_per_chunk, chunks_per_file, compression, overwrite, min_chunks),
         max_bad_rows=max_bad_rows, ignore_extra=ignore_extra, like=like,
-        source_info={"kind": "write_dataset", "from": kind})
+        source_info={**(source_info or {}), "kind": "write_dataset", "from": kind})

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from elasticps.data.arrow_numpy import int_numpy
 from elasticps.data.schema import SALT_LIMIT, default_salt
 from elasticps.hashing import splitmix64
 
@@ -91,8 +92,8 @@ def string_keys(array: pa.Array) -> np.ndarray:
     data = (np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None
             else np.zeros(0, np.uint8))
     per_value = fnv1a64(offsets, data)
-    indices = array.indices.fill_null(0).to_numpy(zero_copy_only=False)
-    return per_value[indices] if per_value.size else np.zeros(len(array), np.uint64)
+    return per_value[int_numpy(array.indices)] if per_value.size \
+        else np.zeros(len(array), np.uint64)
 
 
 def hash_keys(keys: np.ndarray, salt: int, id_space: int) -> np.ndarray:

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from elasticps.data.arrow_numpy import bool_numpy, int_numpy
+
 NOT_WORD = r"[^\pL\pN_]+"  # RE2: what separates words
 
 
@@ -25,10 +27,11 @@ def words(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """(every row's words in row order, the row of each word: int64) of a string array."""
     parts = pc.split_pattern_regex(pc.utf8_lower(texts), NOT_WORD)
     flat = pc.list_flatten(parts)
-    rows = pc.list_parent_indices(parts).to_numpy(zero_copy_only=False).astype(np.int64)
+    rows = int_numpy(pc.list_parent_indices(parts)).astype(np.int64)
     # A text that starts or ends with a separator splits into an empty first or last piece.
-    keep = np.asarray(pc.greater(pc.utf8_length(flat), 0).to_numpy(zero_copy_only=False),
-                      dtype=bool)
+    nonempty = pc.utf8_length(flat).cast(pa.bool_())  # a length is true unless 0 (no scalar
+    # argument: converting a Python 0 would load pandas, see arrow_numpy.py)
+    keep = bool_numpy(nonempty)
     if keep.all():
         return flat, rows
-    return flat.filter(pa.array(keep)), rows[keep]
+    return flat.filter(nonempty), rows[keep]

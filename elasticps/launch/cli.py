@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import runpy
 import signal
@@ -179,6 +180,10 @@ def trainer_command(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.argv, sys.path[:] = saved_argv, saved_path
+        # The script is over and the process is about to exit: the collector's walk at exit
+        # over every object torch and the model made would only delay the job's end (0.3-0.7 s
+        # per trainer); frozen objects are left to the process's end.
+        gc.freeze()
     return 0
 
 

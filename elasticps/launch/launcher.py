@@ -6,7 +6,8 @@ It checks WORKDIR first (no other user may own or write it, or what the job keep
 ``WORKDIR/token`` (0600; the roles read it through ``PADDLE_JOB_TOKEN_FILE``, so it is in no
 process's environment), a fresh job CA with one certificate per role (``WORKDIR/tls/<role>/``:
 0600 files in 0700 directories; the CA key is never written; none with ``--insecure``), and starts
-``elasticps master`` (plus ``--standby-masters`` hot standbys that wait in the election),
+``elasticps master`` (plus ``--standby-masters`` hot standbys that wait in the election, started
+once the job trains: :mod:`elasticps.launch.standby`),
 M x ``elasticps pserver`` and N x ``elasticps trainer SCRIPT ARGS`` as child processes. Every
 server binds its own port (``PADDLE_PORT=0``) and publishes it in the store; nobody hands ports
 around. Logs go to ``WORKDIR/logs/<role>[-<i>].log`` (0600, in a 0700 directory). At the end
@@ -41,11 +42,11 @@ from elasticps.launch.local_job import STATUS_FILE, LocalJob, failure_record, wr
 from elasticps.launch.process import RoleSpec
 from elasticps.launch.process_records import RecordsWriter, log_name
 from elasticps.launch.reshard import PServerResharder
+from elasticps.launch.standby import STANDBY_BOUND_S, DeferredStandbys
 from elasticps.launch.supervisor import JobState, Supervisor
 from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
 from elasticps.private_files import make_private_dir, replace_private
-from elasticps.rpc.credentials import INSECURE_WARNING
-from elasticps.rpc.tls import write_job_identities
+from elasticps.rpc.job_ca import write_job_identities
 from elasticps.store.api import Store
 from elasticps.store.keys import DESIRED_TRAINERS, decode_desired_trainers
 from elasticps.telemetry.logfmt import set_context
@@ -186,7 +187,11 @@ class Launch:
         self.trainer_env = {k: v for k, v in self.specs[-1].env.items()
                             if k not in ("PADDLE_TRAINER_ID",)}
         self.watch = LauncherWatch(self.store_url, self.job_name, out=self.out, err=self.err)
-        self.supervisor = Supervisor(self.specs, grace=opts.grace,
+        # The standby masters start once the job trains (standby.py); the rest start at once.
+        standbys = [s for s in self.specs if s.role == "master" and s.index > 0]
+        self.supervisor = Supervisor([s for s in self.specs if s.name not in
+                                      {standby.name for standby in standbys}],
+                                     grace=opts.grace,
                                      max_restarts=opts.max_restarts,
                                      report=ReportStream(self.watch))  # type: ignore[arg-type]
         self.scaler = TrainerScaler(self)
@@ -194,6 +199,9 @@ class Launch:
             self, self.scaler.store, self.specs[-1].env.get("PADDLE_CHECKPOINT_URL", ""))
         # which log holds which role (`elasticps logs pserver-0`: the process serving shard 0)
         self.records = RecordsWriter(self.workdir, self.scaler.store)
+        self.standbys = DeferredStandbys(
+            standbys, self.supervisor, self.scaler.store, job_name=self.job_name,
+            bound_s=float(self.specs[0].env.get("PADDLE_LEASE_TTL", STANDBY_BOUND_S)))
         self.autoscaler = None if opts.autoscale is None else Autoscaler(
             opts.autoscale, self.watch.latest, self.scaler.store, self.watch.say)
         set_context(job=self.job_name)
@@ -211,6 +219,8 @@ class Launch:
         print(f"elasticps run: job {self.job_name}, store {self.store_url}, "
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
         if self.opts.insecure:
+            from elasticps.rpc.credentials import INSECURE_WARNING  # grpc: only for the warning
+
             print(f"elasticps run: WARNING: job {self.job_name} {INSECURE_WARNING}.",
                   file=self.err, flush=True)
         else:
@@ -229,6 +239,7 @@ class Launch:
                     asked = self.scaler.desired  # None until someone wrote the key
                     self.autoscaler.step(self.opts.trainers if asked is None else asked)
                 self.scaler.step()
+                self.standbys.step()
                 self.resharder.step()
                 self.records.step(self.supervisor.procs.values())
                 self._wake.wait(0.2)

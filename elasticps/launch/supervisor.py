@@ -162,15 +162,19 @@ class Supervisor:
             proc.start()
             self._started_at[name] = self.clock()
 
-    def add(self, spec: RoleSpec) -> RoleProcess:
-        """Start one more child (scaling up)."""
+    def add(self, spec: RoleSpec, *, announce: bool = True) -> RoleProcess:
+        """Start one more child (scaling up, a deferred standby); ``announce`` says so on the
+        report stream."""
         if spec.name in self.procs or spec.name in self.retired:
             raise ValueError(f"a child named {spec.name} already exists")
         proc = RoleProcess(spec)
         self.procs[spec.name] = proc
         proc.start()
         self._started_at[spec.name] = self.clock()
-        self._say(f"started {spec.name} (pid {proc.pid})")
+        if announce:
+            self._say(f"started {spec.name} (pid {proc.pid})")
+        else:
+            log.info("started %s (pid %d)", spec.name, proc.pid)
         return proc
 
     def retire(self, name: str) -> None:

@@ -78,6 +78,9 @@ log = logging.getLogger(__name__)
 # How long a background thread is waited for on the way out; they are daemon threads, so one
 # stuck in a store call cannot keep the process alive past this.
 _JOIN_S = 2.0
+# How often the trainer watch looks at the halt flag between events: a resigning leader waits
+# for it, and at a job's end the job waits for the leader.
+_WATCH_POLL_S = 0.1
 
 
 class LeaderState(enum.Enum):
@@ -352,7 +355,7 @@ class Leader(Lifecycle[LeaderState]):
         follower = PrefixFollower(
             self.store, TRAINER_PREFIX, functools.partial(self._trainer_event, state),
             functools.partial(self._trainer_listing, state),
-            who=f"Master {self.options.node} of job {self.options.job}")
+            who=f"Master {self.options.node} of job {self.options.job}", poll_s=_WATCH_POLL_S)
         follower.run(self._halt, start_revision)
 
     def _trainer_event(self, state: MasterState, event: Event) -> None:

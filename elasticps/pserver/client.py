@@ -91,6 +91,10 @@ PSERVER_RETRY = RetryPolicy(deadline=600.0, initial_backoff=0.1, max_backoff=2.0
 
 T = TypeVar("T")
 
+# How often the watcher threads look at the closed flag between events: close() waits for them,
+# and a trainer's close is on the way to its job's end.
+WATCH_POLL_S = 0.1
+
 
 class _Shard:
     """Connection state of one slot."""
@@ -146,12 +150,13 @@ class PServerClient:
             self._on_slot(kv.key, kv.value)
         # A watch that fails is re-created from a fresh listing (store/follow.py).
         follower = PrefixFollower(store, PSERVER_SLOT_PREFIX, self._on_event, self._on_listing,
-                                  who=f"Trainer {self.name}")
+                                  who=f"Trainer {self.name}", poll_s=WATCH_POLL_S)
         self._watcher = threading.Thread(target=follower.run, args=(self._closed, revision + 1),
                                          name="pserver-slots", daemon=True)
         self._watcher.start()
         layouts = PrefixFollower(store, PSERVER_LAYOUT, self._on_layout_event,
-                                 self._on_layout_listing, who=f"Trainer {self.name}")
+                                 self._on_layout_listing, who=f"Trainer {self.name}",
+                                 poll_s=WATCH_POLL_S)
         self._layout_watcher = threading.Thread(target=layouts.run,
                                                 args=(self._closed, revision + 1),
                                                 name="pserver-layout", daemon=True)

@@ -27,13 +27,15 @@ import datetime
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from elasticps.identity import store_user
+from elasticps.identity import store_user, write_identity
+from elasticps.private_files import DIR_MODE
 
 ROLE_DOMAIN = "elasticps.invalid"
 SERVER_ROLES = ("master", "pserver")
@@ -140,3 +142,19 @@ class JobCA:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
         return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def write_job_identities(root: Path, job: str) -> dict[str, Path]:
+    """A fresh CA for ``job`` and one identity directory per role under ``root`` (0700).
+
+    The CA key is not written anywhere: once these are issued, no more can be.
+    """
+    root.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    root.chmod(DIR_MODE)
+    ca = JobCA(job)
+    identities = {}
+    for role in JOB_ROLES:
+        issued = ca.issue_role(role)
+        identities[role] = write_identity(root / role, ca.cert_pem, issued.cert_pem,
+                                          issued.key_pem)
+    return identities

@@ -1,6 +1,8 @@
-"""gRPC credentials from a process's identity (:mod:`elasticps.identity`), and the identity
-directories ``elasticps run`` writes: one per role under ``WORKDIR/tls/``; in a cluster each
-role's pods mount their own items of the job's Secret instead. ``PADDLE_TLS_DIR`` names it.
+"""gRPC credentials from a process's identity (:mod:`elasticps.identity`). The identity
+directories ``elasticps run`` writes (one per role under ``WORKDIR/tls/``; in a cluster each
+role's pods mount their own items of the job's Secret instead) come from
+:func:`~elasticps.rpc.job_ca.write_job_identities`, re-exported here. ``PADDLE_TLS_DIR`` names
+one.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from typing import Any
 
 import grpc
 
-from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE, Identity, write_identity
-from elasticps.private_files import DIR_MODE, write_private
-from elasticps.rpc.job_ca import JOB_ROLES, JobCA, role_dns_name
+from elasticps.identity import CA_FILE, CERT_FILE, KEY_FILE, Identity
+from elasticps.private_files import write_private
+from elasticps.rpc.job_ca import role_dns_name, write_job_identities
 
 __all__ = ["CA_FILE", "CERT_FILE", "KEY_FILE", "TlsIdentity", "peer_options",
            "write_job_identities"]
@@ -57,19 +59,3 @@ def peer_options(job: str, role: str) -> tuple[tuple[str, Any], ...]:
     """
     name = role_dns_name(job, role)
     return (("grpc.ssl_target_name_override", name), ("grpc.default_authority", name))
-
-
-def write_job_identities(root: Path, job: str) -> dict[str, Path]:
-    """A fresh CA for ``job`` and one identity directory per role under ``root`` (0700).
-
-    The CA key is not written anywhere: once these are issued, no more can be.
-    """
-    root.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    root.chmod(DIR_MODE)
-    ca = JobCA(job)
-    identities = {}
-    for role in JOB_ROLES:
-        issued = ca.issue_role(role)
-        identities[role] = write_identity(root / role, ca.cert_pem, issued.cert_pem,
-                                          issued.key_pem)
-    return identities

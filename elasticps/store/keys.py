@@ -41,6 +41,9 @@ mistaken for a real one::
                                      own (put), else the first finished trainer's metrics (only
                                      if absent: compare-and-set on a missing key)
     job/once/<name>/lock|done        run_once (store/once.py): owner name | the step's result
+    job/tables/<name>/lock           InitMarker: the trainer writing a table trained from memory
+                                     as a dataset (trainer/table_reader.py), under its lease
+    job/tables/<name>/done           TableDataset {url, fingerprint, by}: where it was written
     launcher/desired_trainers        decimal integer: trainers the local launcher should run
     launcher/desired_pservers        decimal integer: pservers the local launcher should reshard
                                      the job onto (`elasticps scale --pservers`)
@@ -84,6 +87,7 @@ PROGRESS_PREFIX = "job/progress/"
 JOB_RESULT = "job/result"
 SEALED_PASSES = "job/sealed"
 ONCE_PREFIX = "job/once/"
+TABLES_PREFIX = "job/tables/"
 DESIRED_TRAINERS = "launcher/desired_trainers"
 DESIRED_PSERVERS = "launcher/desired_pservers"
 EVENTS_PREFIX = "job/events/"
@@ -162,6 +166,16 @@ def metrics_key(role: str, name: str) -> str:
 def once_keys(name: str) -> tuple[str, str]:
     """(lock, done) keys of the one-time step ``name``."""
     return f"{ONCE_PREFIX}{name}/lock", f"{ONCE_PREFIX}{name}/done"
+
+
+def table_prefix(name: str) -> str:
+    """The keys of the in-memory table ``name`` written as a dataset: ``lock`` and ``done``."""
+    return f"{TABLES_PREFIX}{name}/"
+
+
+def table_keys(name: str) -> tuple[str, str]:
+    """(lock, done) keys of the in-memory table ``name`` written as a dataset."""
+    return f"{table_prefix(name)}lock", f"{table_prefix(name)}done"
 
 
 # -- value formats --------------------------------------------------------------------------
@@ -374,6 +388,25 @@ class InitMarker:
         if "time" not in doc:
             raise StoreValueError(f"store key {key!r}: field 'time' must be a number")
         return cls(_text(doc, "by", key), _text(doc, "what", key), _finite(doc, "time", key))
+
+
+@dataclass(frozen=True)
+class TableDataset:
+    """Where a table trained from memory was written as a dataset, and the fingerprint of the
+    table (its values, schema and chunking) that every trainer's own table must match."""
+
+    url: str
+    fingerprint: str
+    by: str
+
+    def encode(self) -> bytes:
+        return _encode({"url": self.url, "fingerprint": self.fingerprint, "by": self.by})
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> TableDataset:
+        doc = _object(raw, key)
+        return cls(_text(doc, "url", key, limit=4096), _text(doc, "fingerprint", key),
+                   _text(doc, "by", key))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from elasticps.data.batch import Batch, TensorBatch
 from elasticps.data.batch_plan import BatchPlan, features_key
@@ -88,8 +88,10 @@ def check_test_classes(train_url: str, test_url: str) -> None:
 
 
 def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
-    """``(batches, dataset URL or None)`` of a reader, a URL, or an iterable of batches (numpy
-    ``Batch`` or ``TensorBatch``), read whole and in order."""
+    """``(batches, dataset URL or None)`` of a reader (a table's too), a URL, or an iterable of
+    batches (numpy ``Batch`` or ``TensorBatch``), read whole and in order."""
+    if isinstance(data, JobTable):
+        data = data.in_job()
     if isinstance(data, DatasetReader | str):
         reader = data if isinstance(data, DatasetReader) else cloud(data, EVAL_BATCH_SIZE)
         dataset = open_dataset(reader.dataset_url)
@@ -101,10 +103,22 @@ def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
     return (b.source if isinstance(b, TensorBatch) else b for b in data), None
 
 
+@runtime_checkable
+class JobTable(Protocol):
+    """A reader of data the job first writes as a dataset (``elasticps.reader.from_pandas``:
+    table_reader.py)."""
+
+    def in_job(self) -> DatasetReader:
+        """The dataset it is in the current job."""
+
+
 def as_dataset_reader(reader: Any) -> DatasetReader:
     if isinstance(reader, DatasetReader):
         return reader
     if isinstance(reader, str):
         return cloud(reader)
+    if isinstance(reader, JobTable):
+        return reader.in_job()
     raise ConfigError(f"reader={reader!r} is not a dataset reader; use "
-                      "elasticps.reader.cloud(dataset_url, batch_size=...)")
+                      "elasticps.reader.cloud(dataset_url, batch_size=...) or "
+                      "elasticps.reader.from_pandas(frame, schema)")

@@ -3,12 +3,13 @@
 
 It emits ``BeginPass``, ``EndIteration`` per batch and ``EndPass`` with the pass's metrics (and
 the test set's, with ``evaluate``), keeps :class:`LoopStats`, and hands them to ``on_progress``
-every ``publish_every`` seconds and at the end. ``flush`` is the runner's ``wait_pushed``, so the
-loop reports progress only for applied pushes.
+after the first batch, every ``publish_every`` seconds and at the end. ``flush`` is the
+runner's ``wait_pushed``, so the loop reports progress only for applied pushes.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from elasticps.trainer.events import BeginPass, EndIteration, EndPass, Event
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.task_batches import TaskBatch, batch_length
 from elasticps.trainer.task_loop import TaskEnd, TaskWorker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,10 +86,16 @@ class StepWorker(TaskWorker):
         size = batch_length(item.batch)
         self._metrics.add(result.output, result.label, result.loss)
         self._count(size, result.loss)
+        first = self.stats.batches == 1
+        if first:  # how long a job takes to start shows in the role logs
+            log.info("Trainer %s trained its first batch (pass %d, task %d).",
+                     self.trainer_name, item.pass_id, item.task_id)
         self.handler(EndIteration(self.stats.pass_id, self._batch_in_pass, result.loss,
                                   {"samples": float(size)}, item.task_id, item.seq))
         self._batch_in_pass += 1
-        if time.monotonic() - self._last_publish >= self.publish_every:
+        # The first batch is published at once: the job is seen training from its first step
+        # (the launcher starts its standby masters then).
+        if first or time.monotonic() - self._last_publish >= self.publish_every:
             self._publish()
 
     def flush(self) -> None:

@@ -6,6 +6,13 @@
     elasticps run --trainers 2 --pservers 2 --workdir /tmp/shop examples/tabular/train.py \\
         --data /data/shop --test-data /data/shop-test --passes 2
 
+or, with no conversion step, from the CSV files as pandas reads them (``--csv``: each trainer
+reads them into a DataFrame and trains through ``elasticps.reader.from_pandas``; the job writes
+each table once as its dataset, see docs/data.md)::
+
+    elasticps run --trainers 2 --pservers 2 --workdir /tmp/shop examples/tabular/train.py \\
+        --csv train.csv --test-csv test.csv --schema schema.yaml
+
 The model (``models.TabularModel``, ``--model dnn|wide_deep|deepfm``) follows the dataset's
 declared schema: one ``elasticps.nn.SparseEmbedding`` per sparse table reading that table's
 single-valued categorical columns, one ``SparseEmbeddingBag`` (mean) per multi-valued or text
@@ -49,10 +56,16 @@ OPTIMIZERS = {"adam": (eps.optim.Adam, 1e-3), "adagrad": (eps.optim.Adagrad, 0.0
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="training dataset (elasticps data convert)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", help="training dataset (elasticps data convert)")
+    source.add_argument("--csv", help="training CSV, read with pandas and trained as a table")
     p.add_argument("--test-data", default=None,
                    help="held-out dataset converted --like the training data (default: the "
                    "training dataset's 'test' split, if it has one)")
+    p.add_argument("--test-csv", default=None,
+                   help="held-out CSV, with --csv (read like the training CSV)")
+    p.add_argument("--schema", default=None,
+                   help="the schema file of --csv (default: guessed from the data, and logged)")
     p.add_argument("--model", choices=KINDS, default="dnn")
     p.add_argument("--hidden", default="256,128", help="hidden layer sizes of the MLP")
     p.add_argument("--passes", type=int, default=2)
@@ -119,6 +132,24 @@ def test_url(args: argparse.Namespace) -> str | None:
     return dataset.split("test").url if "test" in dataset.manifest.splits else None
 
 
+def data_readers(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The training and test readers: datasets (--data), or CSV files read with pandas as
+    tables (--csv), which the job writes once as its datasets (their in-job readers)."""
+    options: dict[str, Any] = {"batch_size": args.batch_size,
+                               "chunks_per_task": args.chunks_per_task,
+                               "shuffle_seed": args.seed if args.shuffle else None}
+    if args.csv is None:
+        test = test_url(args)
+        return (eps.reader.cloud(args.data, **options),
+                eps.reader.cloud(test, batch_size=8192) if test is not None else None)
+    import pandas as pd
+
+    train = eps.reader.from_pandas(pd.read_csv(args.csv), args.schema, **options)
+    test_table = None if args.test_csv is None else eps.reader.from_pandas(
+        pd.read_csv(args.test_csv), args.schema, batch_size=8192, name="test", like=train)
+    return train.in_job(), None if test_table is None else test_table.in_job()
+
+
 def dump_initial(trainer: eps.Trainer, reader: Any, path: str) -> None:
     """The values training starts from: dense parameters and every row the data reads."""
     from safetensors.numpy import save_file
@@ -130,13 +161,14 @@ def dump_initial(trainer: eps.Trainer, reader: Any, path: str) -> None:
     save_file(tensors, path)
 
 
-def model_meta(args: argparse.Namespace) -> dict[str, Any]:
+def model_meta(args: argparse.Namespace, data: str) -> dict[str, Any]:
     """What an export records for ``score.py`` to rebuild the model."""
     return {"model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
-            "dataset": str(args.data), "passes": args.passes, "seed": args.seed}
+            "dataset": data, "passes": args.passes, "seed": args.seed}
 
 
-def export_schedule(args: argparse.Namespace, workdir: Path) -> eps.ExportSchedule | None:
+def export_schedule(args: argparse.Namespace, workdir: Path,
+                    data: str) -> eps.ExportSchedule | None:
     """--export-dir's schedule: versions for `elasticps serve` while training."""
     if args.export_dir is None:
         return None
@@ -145,20 +177,20 @@ def export_schedule(args: argparse.Namespace, workdir: Path) -> eps.ExportSchedu
         every_s = 30.0
     return eps.ExportSchedule(workdir / args.export_dir, every_batches=args.export_every_batches,
                               every_s=every_s, full_every=args.export_full_every,
-                              keep=args.export_keep, meta=model_meta(args))
+                              keep=args.export_keep, meta=model_meta(args, data))
 
 
-def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, test: str | None,
-           workdir: Path, train_s: float) -> None:
+def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, data: str,
+           test: str | None, workdir: Path, train_s: float) -> None:
     """Export, score the test data with the export (plain PyTorch), publish the job's result."""
     from score import load_model, metrics, score
 
     model_dir = workdir / "model"
     trainer.report_stage("exporting")
-    trainer.export(model_dir, meta=model_meta(args))
+    trainer.export(model_dir, meta=model_meta(args, data))
     result: dict[str, Any] = {"model": args.model, "model_dir": str(model_dir),
                               "passes": args.passes, "label_kind": schema.label_kind,
-                              "train_rows": read_manifest(args.data).num_rows,
+                              "train_rows": read_manifest(data).num_rows,
                               "train_wall_s": round(train_s, 3), "trainer": trainer.name}
     if test is not None:
         trainer.report_stage("scoring the test data")
@@ -178,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.csv is None and (args.test_csv or args.schema):
+        raise SystemExit("--test-csv and --schema go with --csv")
+    if args.csv is not None and args.test_data:
+        raise SystemExit("--test-data goes with --data; with --csv give --test-csv")
     config = eps.init()
-    schema = read_manifest(args.data).schema
-    # The loss follows the label kind the data declares: BCE with logits for a binary label.
-    trainer = eps.Trainer(make_model(schema, args), optimizer=make_optimizer(args),
-                          prefetch=not args.no_prefetch)
     if config.role != "trainer":  # outside a job: start one running this script
         job = eps.Job(trainers=args.trainers, pservers=args.pservers, backend="local")
         handle = eps.launch_job(job, __file__, sys.argv[1:] if argv is None else argv,
@@ -191,11 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump_initial and config.trainer_count != 1:
         raise SystemExit("--dump-initial takes the values training starts from: one trainer")
     workdir = Path(config.workdir or os.getcwd())
-    test = test_url(args)
-    reader = eps.reader.cloud(args.data, batch_size=args.batch_size,
-                              chunks_per_task=args.chunks_per_task,
-                              shuffle_seed=args.seed if args.shuffle else None)
-    test_reader = eps.reader.cloud(test, batch_size=8192) if test is not None else None
+    reader, test_reader = data_readers(args)
+    schema = read_manifest(reader.dataset_url).schema
+    test = test_reader.dataset_url if test_reader is not None else None
+    # The loss follows the label kind the data declares: BCE with logits for a binary label.
+    trainer = eps.Trainer(make_model(schema, args), optimizer=make_optimizer(args),
+                          prefetch=not args.no_prefetch)
 
     def on_event(event: eps.events.Event) -> None:
         if isinstance(event, eps.events.EndPass):
@@ -210,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         eps.dist_train(trainer=trainer, reader=reader, num_passes=args.passes,
                        event_handler=on_event, test_reader=test_reader,
-                       export=export_schedule(args, workdir))
+                       export=export_schedule(args, workdir, reader.dataset_url))
         if trainer.request_save_model(block_seconds=600):
-            finish(trainer, args, schema, test, workdir, time.monotonic() - started)
+            finish(trainer, args, schema, reader.dataset_url, test, workdir,
+                   time.monotonic() - started)
     finally:
         trainer.close()
     return 0

@@ -37,6 +37,24 @@ def test_building_the_parser_imports_no_heavy_package() -> None:
     assert done.stdout.strip() == "[]", f"building the parser imported {done.stdout.strip()}"
 
 
+@pytest.mark.parametrize(("argv", "command", "module"), [
+    (["--exit-with-parent=1", "-v", "master"], "master", "elasticps.master.cli"),
+    (["--log-format", "json", "pserver"], "pserver", "elasticps.pserver.cli"),
+    (["-v", "trainer", "train.py", "--lr", "1"], "trainer", "elasticps.launch.cli"),
+])
+def test_a_role_process_imports_only_its_own_commands_module(argv: list[str], command: str,
+                                                             module: str) -> None:
+    """Every process of a job starts through this parser: the other commands' modules would
+    cost each a tenth of a second."""
+    script = ("import sys, elasticps.cli as c; args = c.build_parser(sys.argv[1:])"
+              ".parse_args(sys.argv[1:]); "
+              "print(args.command, sorted(m for m in c.COMMAND_MODULES if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [command, f"['{module}']"]
+
+
 def test_python_m_elasticps_runs_from_a_users_shell(tmp_path: Path) -> None:
     """The installed package, as a shell without PYTHONPATH starts it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

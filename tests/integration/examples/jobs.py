@@ -5,7 +5,6 @@ order), and the comparison of a job's export with it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,7 +12,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,24 +19,7 @@ import torch
 from safetensors.numpy import load_file
 
 from elasticps.data import Batch
-from tests.helpers import REPO, run_cli
-
-
-def load_example(path: str) -> ModuleType:
-    """An example's module (``examples/tabular/models.py``) under a name of its own: the
-    examples' ``models.py`` files share a bare name, so ``import models`` would get whichever
-    a test imported first."""
-    name = "example_" + path.removesuffix(".py").replace("/", "_").removeprefix("examples_")
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
+from tests.helpers import REPO, load_example, run_cli
 
 LocalTables = load_example("examples/tabular/local_layers.py").LocalTables
 

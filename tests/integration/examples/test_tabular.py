@@ -155,3 +155,51 @@ def test_csv_to_a_scored_model_on_two_trainers_and_two_pservers(shop: Shop, pari
     assert result["rows"] == 3000
     assert result["auc"] == pytest.approx(summary["auc"], abs=1e-9)
     assert result["logloss"] == pytest.approx(summary["logloss"], abs=1e-9)
+
+
+def decoded_rows(url: str | Path) -> dict[str, np.ndarray]:
+    """Every row of a dataset as its model reads it, in manifest order, whatever the chunking:
+    labels, dense values, each categorical column's ids, each bag's values and lengths."""
+    columns: dict[str, list[np.ndarray]] = {}
+    for batch in open_dataset(str(url)).iter_batches(1 << 20):  # a batch per chunk
+        parts = {"label": batch.label, "dense": batch.dense,
+                 **{f"ids/{k}": v for k, v in batch.ids.items()},
+                 **{f"bag/{k}": v.values for k, v in batch.bags.items()},
+                 **{f"bag_lengths/{k}": np.diff(v.offsets) for k, v in batch.bags.items()}}
+        for name, values in parts.items():
+            columns.setdefault(name, []).append(values)
+    return {name: np.concatenate(parts) for name, parts in columns.items()}
+
+
+def test_a_dataframe_trains_as_its_converted_csv_and_as_local_pytorch(shop: Shop,
+                                                                      tmp_path: Path) -> None:
+    """--csv: each trainer reads the CSVs with pandas and trains them through
+    elasticps.reader.from_pandas, with no conversion step. The job writes the tables once; they
+    hold what `elasticps data convert` makes of the files, and one trainer with SGD ends with
+    the parameters of a one-process PyTorch run over those batches."""
+    workdir, initial = tmp_path / "job", tmp_path / "initial.safetensors"
+    job = run_job(SCRIPT, workdir, ["--csv", str(shop.root / "train.csv"), "--test-csv",
+                                    str(shop.root / "test.csv"), "--schema",
+                                    str(shop.root / "schema.yaml"), *TRAIN_ARGS, "--no-prefetch",
+                                    "--dump-initial", str(initial)], trainers=1, pservers=1)
+    written = {path.name.split("-")[0]: path for path in (workdir / "datasets").iterdir()}
+    assert sorted(written) == ["table", "test"]
+    for name, converted in (("table", shop.data), ("test", shop.test)):
+        ours, theirs = decoded_rows(written[name]), decoded_rows(converted)
+        assert sorted(ours) == sorted(theirs)
+        for column in theirs:
+            np.testing.assert_array_equal(ours[column], theirs[column], err_msg=column)
+
+    schema = open_dataset(str(written["table"])).schema
+    reference = Reference(initial, lambda tables: models.TabularModel(
+        schema, tables.embedding, tables.bag, kind="deepfm", hidden=HIDDEN))
+    dataset = open_dataset(str(written["table"]))
+    reference.train(lambda: dataset.iter_batches(BATCH), PASSES, LR,
+                    torch.nn.BCEWithLogitsLoss())
+    differences = reference.differences(workdir / "model")
+    print("largest |elasticps - torch| per tensor:", json.dumps(differences, indent=1))
+    outputs, labels = reference.outputs(open_dataset(str(written["test"])).iter_batches(1000))
+    summary = job.summary
+    assert summary["auc"] == pytest.approx(auc(labels, 1 / (1 + np.exp(-outputs))), abs=1e-4)
+    assert summary["samples"] == PASSES * 6000
+    assert summary["test_rows"] == 3000

@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from elasticps.store import open_store
-from elasticps.store.keys import PServerSlot, pserver_slot, read_master_address
+from elasticps.store.keys import (
+    MASTER_CANDIDATE_PREFIX,
+    PServerSlot,
+    pserver_slot,
+    read_master_address,
+)
 from tests.helpers import REPO, kill_quietly, pid_alive, run_cli, wait_for
 
 BLOCK = REPO / "tests/integration/launch/scripts/block.py"
@@ -74,6 +79,10 @@ def test_logs_stop_and_list_of_a_running_local_job(tmp_path: Path) -> None:
         # The second master process started (logging to master-1.log) leads: if the first
         # won, it is frozen until its lease runs out and the other takes over (a kill would
         # let its restart campaign too), then let go: it finds itself deposed and restarts.
+        # The standby starts once the job trains or a lease TTL in (launch/standby.py): this
+        # trainer never trains, so the test waits for both masters to be in the election.
+        wait_for(lambda: len(store.get_prefix(MASTER_CANDIDATE_PREFIX)) == 2, 60,
+                 what="the standby in the election")
         leader = wait_for(lambda: read_master_address(store), 30, what="a leader")
         if leader.node not in (workdir / "logs/master-1.log").read_text():
             os.kill(leader.pid, signal.SIGSTOP)

@@ -1,5 +1,5 @@
 """The telemetry's store records: the timeline, the saved status page, metrics endpoints, and
-the progress fields the page reads."""
+the progress fields the page reads; the record of a table written as a dataset."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from elasticps.store import open_store
 from elasticps.store.keys import (
     JobEvent,
     MetricsEndpoint,
+    TableDataset,
     TrainerProgress,
     decode_history,
     encode_history,
     read_events,
     record_event,
+    table_keys,
     trim_events,
 )
 
@@ -74,3 +76,12 @@ def test_trainer_progress_carries_rate_time_and_pass_metrics() -> None:
     assert TrainerProgress.decode(exporting.encode(), "k").stage == "exporting"
     with pytest.raises(StoreValueError, match="stage"):
         TrainerProgress.decode(TrainerProgress(stage="x" * 61).encode(), "k")
+
+
+def test_a_table_dataset_record_round_trips_and_a_malformed_one_names_its_key() -> None:
+    lock, done = table_keys("train")
+    assert (lock, done) == ("job/tables/train/lock", "job/tables/train/done")
+    record = TableDataset("/w/datasets/train-0123456789abcdef", "ab" * 32, "trainer-0-h-1")
+    assert TableDataset.decode(record.encode(), done) == record
+    with pytest.raises(StoreValueError, match=r"job/tables/train/done.*'url'"):
+        TableDataset.decode(b'{"fingerprint": "x", "by": "t"}', done)

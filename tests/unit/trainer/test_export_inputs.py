@@ -4,12 +4,9 @@ class values; the manifest keeps the schema's column order; the scorers read it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import warnings
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -19,7 +16,7 @@ from elasticps.data.manifest import read_manifest
 from elasticps.data.model_inputs import model_inputs
 from elasticps.trainer.export import export_model
 from elasticps.trainer.export_chain import ExportChainError, class_value, read_inputs
-from tests.helpers import REPO
+from tests.helpers import load_example
 
 
 @pytest.fixture
@@ -77,19 +74,8 @@ def test_an_export_without_inputs_is_refused_by_name() -> None:
     assert class_value({"label": {"values": None}}, 3) == 3
 
 
-def load(path: str) -> ModuleType:
-    name = "example_" + path.removesuffix(".py").replace("/", "_")
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_tabular_scorer_has_no_overflow_for_large_logits() -> None:
-    score = load("examples/tabular/score.py")
+    score = load_example("examples/tabular/score.py")
     logits = np.array([-1000.0, -40.0, 0.0, 40.0, 1000.0], dtype=np.float32)
     labels = np.array([0, 0, 1, 1, 1], dtype=np.float32)
     with warnings.catch_warnings():
@@ -103,7 +89,7 @@ def test_the_tabular_scorer_has_no_overflow_for_large_logits() -> None:
 
 
 def test_the_tabular_scorer_reports_each_binary_label_and_their_mean() -> None:
-    score = load("examples/tabular/score.py")
+    score = load_example("examples/tabular/score.py")
     logits = np.array([[2.0, -1.0], [-2.0, 1.0], [1.0, 3.0], [-1.0, -3.0]])
     labels = np.array([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float32)
     result = score.metrics("binary", logits, labels, ["click", "buy"])

@@ -37,3 +37,30 @@ def test_the_pass_end_evaluation_is_not_training_time(monkeypatch: pytest.Monkey
     assert worker.stats.metrics_by_pass["0"]["test_eval_s"] == 30.0
     clock.now += 5.0  # the next pass trains 5 s more
     assert worker.finish().train_s == 15.0
+
+
+def test_the_first_batch_is_published_at_once_then_every_interval(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job is seen training from its first batch (the launcher starts its standby masters
+    then), not a publishing interval later."""
+    import numpy as np
+    import torch
+
+    from elasticps.trainer.task_batches import TaskBatch
+
+    clock = Clock()
+    monkeypatch.setattr(step_worker, "time", SimpleNamespace(monotonic=clock))
+    result = SimpleNamespace(output=torch.zeros(4), label=torch.tensor([0.0, 1.0, 0.0, 1.0]),
+                             loss=0.7)
+    runner = SimpleNamespace(objective=Objective("binary"), timers={},
+                             run=lambda batch, ref, following: result)
+    published: list[int] = []
+    worker = StepWorker(runner, trainer_name="t", publish_every=2.0,  # type: ignore[arg-type]
+                        on_progress=lambda stats: published.append(stats.batches))
+    worker.begin_pass(0)
+    for seq in range(3):
+        worker.train(TaskBatch(0, 0, 0, seq, np.zeros(4), 4 * (seq + 1)), None)
+        clock.now += 0.5
+    clock.now += 1.0  # 2 s after the first batch
+    worker.train(TaskBatch(0, 0, 0, 3, np.zeros(4), 16), None)
+    assert published == [1, 4]
