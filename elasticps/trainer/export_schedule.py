@@ -7,8 +7,13 @@
     elasticps.dist_train(trainer=trainer, reader=reader, num_passes=2, export=schedule)
 
 While it trains, a trainer exports a new version of the model into the model directory
-(:mod:`elasticps.trainer.model_dir`) every ``every_batches`` of its batches or every
-``every_s`` seconds, whichever comes first: a delta of the version before, and a full export
+(:mod:`elasticps.trainer.model_dir`) whenever one of the schedule's counts is reached since the
+last version: ``every_passes`` passes (the job's: a pass ends for every trainer together),
+``every_tasks`` tasks this trainer finished, ``every_batches`` batches it trained, or
+``every_s`` seconds. Each count is a *unit* (:data:`UNITS`) that the trainer's worker counts as
+it goes (``ScheduledExports.count``), so a new kind of progress (a stream's partitions, say) is
+one more unit, counted where it happens. A version is a delta of the version before, and a full
+export
 once ``full_every`` deltas have followed the last full one; the newest ``keep`` chains (a full
 export and its deltas) stay on disk. One trainer exports at a time: the one the master grants
 the model's save (``RequestSaveModel``, held ``hold_s`` seconds and renewed at each export).
@@ -29,6 +34,10 @@ from typing import Any
 from elasticps.errors import ConfigError
 from elasticps.trainer.model_dir import VersionRecord
 
+# What a trainer counts towards a version: the passes ended, the tasks it finished, the batches
+# it trained. A unit here needs a field ``every_<unit>`` on ExportSchedule.
+UNITS = ("passes", "tasks", "batches")
+
 
 @dataclass(frozen=True)
 class ExportSchedule:
@@ -42,6 +51,8 @@ class ExportSchedule:
     directory: str | os.PathLike[str]
     every_batches: int | None = None
     every_s: float | None = None
+    every_tasks: int | None = None
+    every_passes: int | None = None
     full_every: int = 10
     keep: int = 2
     hold_s: float = 120.0
@@ -49,13 +60,15 @@ class ExportSchedule:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.every_batches is None and self.every_s is None:
-            raise ConfigError("ExportSchedule needs every_batches=, every_s= or both")
-        if self.every_batches is not None and (
-                isinstance(self.every_batches, bool) or not isinstance(self.every_batches, int)
-                or self.every_batches < 1):
-            raise ConfigError(f"ExportSchedule every_batches={self.every_batches!r} must be a "
-                              "whole number >= 1")
+        if self.every_s is None and all(self.every(unit) is None for unit in UNITS):
+            raise ConfigError("ExportSchedule needs at least one of every_s=, "
+                              + ", ".join(f"every_{unit}=" for unit in UNITS))
+        for unit in UNITS:
+            count = self.every(unit)
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                      or count < 1):
+                raise ConfigError(f"ExportSchedule every_{unit}={count!r} must be a whole "
+                                  "number >= 1")
         _positive("every_s", self.every_s)
         _positive("hold_s", self.hold_s)
         for name in ("full_every", "keep"):
@@ -76,6 +89,13 @@ class ExportSchedule:
     def path(self) -> Path:
         return Path(self.directory)
 
+    def every(self, unit: str) -> int | None:
+        """How many ``unit`` (one of :data:`UNITS`) make a version due; None: not counted."""
+        if unit not in UNITS:
+            raise ValueError(f"unit {unit!r} is not one of {UNITS}")
+        value: int | None = getattr(self, f"every_{unit}")
+        return value
+
 
 def _positive(name: str, value: float | None) -> None:
     if value is None:
@@ -85,13 +105,16 @@ def _positive(name: str, value: float | None) -> None:
         raise ConfigError(f"ExportSchedule {name}={value!r} must be a number of seconds > 0")
 
 
-def due(schedule: ExportSchedule, batches: int, seconds: float) -> bool:
-    """Whether a version is due ``batches`` batches and ``seconds`` seconds after the last
-    export (or the last time this trainer was refused the grant, or training began)."""
-    if batches < 1:
+def due(schedule: ExportSchedule, counts: Mapping[str, int], seconds: float) -> bool:
+    """Whether a version is due ``counts`` (unit -> how many since) and ``seconds`` seconds
+    after the last export (or the last time this trainer was refused the grant, or training
+    began)."""
+    if counts.get("batches", 0) < 1:
         return False  # nothing new trained
-    if schedule.every_batches is not None and batches >= schedule.every_batches:
-        return True
+    for unit in UNITS:
+        every = schedule.every(unit)
+        if every is not None and counts.get(unit, 0) >= every:
+            return True
     return schedule.every_s is not None and seconds >= schedule.every_s
 
 

@@ -1,7 +1,9 @@
 """Carrying out an :class:`~elasticps.trainer.export_schedule.ExportSchedule` while training.
 
-:class:`ScheduledExports` wraps the trainer's task worker. After each batch it asks
-:func:`~elasticps.trainer.export_schedule.due`; when a version is due it
+:class:`ScheduledExports` wraps the trainer's task worker and counts the schedule's units as
+they happen (a batch trained, a task finished, a pass ended; :meth:`ScheduledExports.count` for
+any other). After each it asks :func:`~elasticps.trainer.export_schedule.due`; when a version is
+due it
 
 1. flushes: every push of the batches trained so far is applied on the pservers, which is the
    training position's commit (``committed_at``, wall-clock);
@@ -24,6 +26,7 @@ those batches, and whatever the other trainers had applied by then.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -32,7 +35,7 @@ from typing import Any
 from elasticps.errors import ConfigError
 from elasticps.proto import master_pb2
 from elasticps.trainer.export_chain import ExportChainError
-from elasticps.trainer.export_schedule import ExportSchedule, due, version_kind
+from elasticps.trainer.export_schedule import UNITS, ExportSchedule, due, version_kind
 from elasticps.trainer.model_dir import (
     Draft,
     VersionRecord,
@@ -67,7 +70,7 @@ class ScheduledExports(TaskWorker):
         self.published: list[VersionRecord] = []
         self.failures = 0
         self._batches = 0  # batches trained in all
-        self._pending = 0  # batches since the last export (or refused grant)
+        self._pending: collections.Counter[str] = collections.Counter()  # since the last export
         self._since = clock()
         self._last: TaskBatch | None = None
 
@@ -79,10 +82,8 @@ class ScheduledExports(TaskWorker):
     def train(self, item: TaskBatch, next_batch: Any | None) -> None:
         self.inner.train(item, next_batch)
         self._batches += 1
-        self._pending += 1
         self._last = item
-        if due(self.schedule, self._pending, self.clock() - self._since):
-            self.export_now()
+        self.count("batches")
 
     def flush(self) -> None:
         self.inner.flush()
@@ -92,16 +93,29 @@ class ScheduledExports(TaskWorker):
 
     def end_task(self, task: master_pb2.Task, how: TaskEnd) -> None:
         self.inner.end_task(task, how)
+        if how is TaskEnd.FINISHED:
+            self.count("tasks")
 
     def end_pass(self, pass_id: int) -> None:
         self.inner.end_pass(pass_id)
+        self.count("passes")
 
     # -- exporting ------------------------------------------------------------------------------
+
+    def count(self, unit: str, n: int = 1) -> VersionRecord | None:
+        """``n`` more ``unit`` done (a batch, a task, a pass: the hooks above count those);
+        exports a version when that makes one due. The version, or None."""
+        if unit not in UNITS:
+            raise ValueError(f"unit {unit!r} is not one of {UNITS}")
+        self._pending[unit] += n
+        if due(self.schedule, self._pending, self.clock() - self._since):
+            return self.export_now()
+        return None
 
     def finish(self) -> VersionRecord | None:
         """Training ended: with ``final``, one more version if anything was trained since the
         last one."""
-        if self.schedule.final and self._pending:
+        if self.schedule.final and self._pending["batches"]:
             return self.export_now()
         return None
 
@@ -109,7 +123,8 @@ class ScheduledExports(TaskWorker):
         """Flush, take the grant, publish a version; None when refused or it failed."""
         self.inner.flush()
         committed_at = self.wall()
-        self._pending, self._since = 0, self.clock()
+        self._pending.clear()
+        self._since = self.clock()
         if not self.grant(self.schedule.hold_s):
             log.debug("Trainer %s: another trainer exports the model.", self.trainer_name)
             return None

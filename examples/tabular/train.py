@@ -44,6 +44,7 @@ import torch
 import elasticps as eps
 from elasticps.data import open_dataset, read_manifest
 from elasticps.data.schema import Schema
+from elasticps.trainer.export_flags import add_export_flags, schedule_from_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import KINDS, TabularModel
@@ -85,18 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(slower; one trainer then computes what local PyTorch computes)")
     p.add_argument("--dump-initial", help="(tests, one trainer) write the initial parameters "
                    "to this safetensors file before training")
-    p.add_argument("--export-dir", default=None,
-                   help="export versions of the model into this model directory while "
-                   "training (relative: to the workdir), for `elasticps serve`")
-    p.add_argument("--export-every-batches", type=int, default=None,
-                   help="with --export-dir: a version every N batches of the exporting trainer")
-    p.add_argument("--export-every-s", type=float, default=None,
-                   help="with --export-dir: a version every S seconds (default 30 when no "
-                   "--export-every-batches)")
-    p.add_argument("--export-full-every", type=int, default=10,
-                   help="with --export-dir: a full export after this many deltas")
-    p.add_argument("--export-keep", type=int, default=2,
-                   help="with --export-dir: full chains (a full export and its deltas) kept")
+    add_export_flags(p)  # --export-dir DIR and its schedule, for `elasticps serve DIR`
     p.add_argument("--trainers", type=int, default=2, help="when started outside a job")
     p.add_argument("--pservers", type=int, default=2, help="when started outside a job")
     p.add_argument("--workdir", default=None, help="when started outside a job")
@@ -167,19 +157,6 @@ def model_meta(args: argparse.Namespace, data: str) -> dict[str, Any]:
             "dataset": data, "passes": args.passes, "seed": args.seed}
 
 
-def export_schedule(args: argparse.Namespace, workdir: Path,
-                    data: str) -> eps.ExportSchedule | None:
-    """--export-dir's schedule: versions for `elasticps serve` while training."""
-    if args.export_dir is None:
-        return None
-    every_s = args.export_every_s
-    if every_s is None and args.export_every_batches is None:
-        every_s = 30.0
-    return eps.ExportSchedule(workdir / args.export_dir, every_batches=args.export_every_batches,
-                              every_s=every_s, full_every=args.export_full_every,
-                              keep=args.export_keep, meta=model_meta(args, data))
-
-
 def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, data: str,
            test: str | None, workdir: Path, train_s: float) -> None:
     """Export, score the test data with the export (plain PyTorch), publish the job's result."""
@@ -243,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         eps.dist_train(trainer=trainer, reader=reader, num_passes=args.passes,
                        event_handler=on_event, test_reader=test_reader,
-                       export=export_schedule(args, workdir, reader.dataset_url))
+                       export=schedule_from_flags(
+                           args, meta=model_meta(args, reader.dataset_url), root=workdir))
         if trainer.request_save_model(block_seconds=600):
             finish(trainer, args, schema, reader.dataset_url, test, workdir,
                    time.monotonic() - started)

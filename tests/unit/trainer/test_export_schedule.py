@@ -4,6 +4,7 @@ directory with a controlled clock and grant."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -14,17 +15,22 @@ import pytest
 from elasticps.errors import ConfigError
 from elasticps.trainer.export import export_model
 from elasticps.trainer.export_chain import load_state
+from elasticps.trainer.export_flags import add_export_flags, schedule_from_flags
 from elasticps.trainer.export_schedule import ExportSchedule, due, version_kind
 from elasticps.trainer.model_dir import Draft, VersionRecord, read_latest, version_path
 from elasticps.trainer.scheduled_export import ScheduledExports
 from elasticps.trainer.task_batches import TaskBatch
 from elasticps.trainer.task_loop import TaskWorker
+from tests.task_workers import Collect, task_loop
+from tests.unit.trainer.queue_master import QueueMaster, row_batches
 
 LAYERS = {"emb": {"table": "t", "dim": 2, "kind": "embedding", "columns": "c"}}
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({}, "needs every_batches=, every_s= or both"),
+    ({}, "needs at least one of every_s=, every_passes=, every_tasks=, every_batches="),
+    ({"every_tasks": 0}, "every_tasks=0 must be a whole number >= 1"),
+    ({"every_passes": -1}, "every_passes=-1"),
     ({"every_batches": 0}, "every_batches=0 must be a whole number >= 1"),
     ({"every_batches": 2.5}, "every_batches=2.5"),
     ({"every_s": -1.0}, "every_s=-1.0 must be a number of seconds > 0"),
@@ -42,12 +48,22 @@ def test_a_bad_schedule_is_refused_naming_the_field(kwargs: dict[str, Any],
 
 def test_a_version_is_due_after_enough_batches_or_enough_time() -> None:
     both = ExportSchedule("m", every_batches=10, every_s=30.0)
-    assert not due(both, 9, 29.9)
-    assert due(both, 10, 0.0)
-    assert due(both, 1, 30.0)
-    assert not due(both, 0, 1e9)  # nothing trained since the last version: nothing to export
-    assert not due(ExportSchedule("m", every_batches=10), 9, 1e9)
-    assert not due(ExportSchedule("m", every_s=5.0), 10**9, 4.9)
+    assert not due(both, {"batches": 9}, 29.9)
+    assert due(both, {"batches": 10}, 0.0)
+    assert due(both, {"batches": 1}, 30.0)
+    # Nothing trained since the last version: nothing to export.
+    assert not due(both, {"batches": 0, "passes": 3}, 1e9)
+    assert not due(ExportSchedule("m", every_batches=10), {"batches": 9}, 1e9)
+    assert not due(ExportSchedule("m", every_s=5.0), {"batches": 10**9}, 4.9)
+
+
+def test_a_version_is_due_after_enough_tasks_or_passes() -> None:
+    schedule = ExportSchedule("m", every_tasks=3, every_passes=1)
+    assert not due(schedule, {"batches": 50, "tasks": 2}, 1e9)
+    assert due(schedule, {"batches": 50, "tasks": 3}, 0.0)
+    assert due(schedule, {"batches": 1, "passes": 1}, 0.0)
+    with pytest.raises(ValueError, match="'partitions' is not one of"):
+        schedule.every("partitions")
 
 
 def test_a_full_version_first_and_after_full_every_deltas() -> None:
@@ -100,6 +116,13 @@ class Job:
         export_model(directory, {"w": np.full(self.dense_shape, float(self.trained), np.float32)},
                      {"t": (ids, np.full((4, 2), float(self.trained), np.float32))}, LAYERS,
                      draft.meta, parent=draft.parent)
+
+    @staticmethod
+    def write_step(directory: Path, draft: Draft) -> None:
+        """A version of a model that does not change (the loop tests count versions)."""
+        export_model(directory, {"w": np.zeros((2, 2), np.float32)},
+                     {"t": (np.arange(4), np.zeros((4, 2), np.float32))}, LAYERS, draft.meta,
+                     parent=draft.parent)
 
     def batches(self, n: int, *, seconds: float = 0.0) -> None:
         for _ in range(n):
@@ -192,3 +215,50 @@ def test_a_directory_holding_another_model_gets_a_full_version(tmp_path: Path) -
     assert (latest.version, latest.kind) == (2, "full")
     manifest = json.loads((tmp_path / latest.path / "manifest.json").read_text())
     assert manifest["dense"] == {"w": [3, 3]}
+
+
+def loop_versions(tmp_path: Path, **schedule: Any) -> list[tuple[int, int, str]]:
+    """Run a real task loop on the real task queue (3 tasks of 2 batches, 2 passes) under a
+    schedule; each version as (pass, task, kind) of its position."""
+    master = QueueMaster([8, 8, 8], num_passes=2)
+    worker = Collect(keep=False)
+    exports = ScheduledExports(worker, ExportSchedule(tmp_path, **schedule), Job.write_step,
+                               lambda hold_s: True, trainer_name="t0")
+    task_loop(master.client("t0"), row_batches, 4, exports, trainer_name="t0").run()
+    exports.finish()
+    return [(r.position["pass"], r.position["task"], r.kind) for r in exports.published]
+
+
+def test_the_loop_counts_finished_tasks_and_ended_passes(tmp_path: Path) -> None:
+    assert loop_versions(tmp_path / "tasks", every_tasks=2) == [
+        (0, 1, "full"), (1, 0, "delta"), (1, 2, "delta")]
+    assert loop_versions(tmp_path / "passes", every_passes=1) == [
+        (0, 2, "full"), (1, 2, "delta")]
+
+
+def test_a_unit_the_schedule_does_not_know_is_refused(tmp_path: Path) -> None:
+    exports = ScheduledExports(Inner([]), ExportSchedule(tmp_path, every_s=1.0), Job.write_step,
+                               lambda hold_s: True, trainer_name="t0")
+    with pytest.raises(ValueError, match="'partition' is not one of"):
+        exports.count("partition")
+
+
+def flags(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_export_flags(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_flags_make_the_schedule_with_defaults_and_name_a_bad_flag(tmp_path: Path) -> None:
+    assert schedule_from_flags(flags(), root=tmp_path) is None
+    default = schedule_from_flags(flags("--export-dir", "models"), root=tmp_path,
+                                  meta={"model": "dnn"})
+    assert default == ExportSchedule(tmp_path / "models", every_s=30.0, full_every=10, keep=2,
+                                     meta={"model": "dnn"})
+    counted = schedule_from_flags(flags("--export-dir", "/abs", "--export-every-passes", "1",
+                                        "--export-full-every", "3", "--export-keep", "4"))
+    assert counted == ExportSchedule(Path("/abs"), every_passes=1, full_every=3, keep=4)
+    with pytest.raises(ConfigError, match=r"--export-every-tasks=0 must be a whole number"):
+        schedule_from_flags(flags("--export-dir", "m", "--export-every-tasks", "0"))
+    with pytest.raises(ConfigError, match=r"--export-keep=0"):
+        schedule_from_flags(flags("--export-dir", "m", "--export-keep", "0"))

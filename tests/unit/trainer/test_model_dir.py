@@ -86,6 +86,7 @@ def test_a_delta_without_a_published_version_is_a_full_one(tmp_path: Path) -> No
     assert publish_step(tmp_path, 1, "delta").kind == "full"
 
 
+@pytest.mark.slow  # threads racing for two seconds
 def test_a_reader_racing_a_writer_only_ever_loads_complete_versions(tmp_path: Path) -> None:
     """One thread publishes VERSIONS versions (a full one every 4) while four threads read the
     pointer and load what it names, over and over: every load succeeds and holds exactly the
