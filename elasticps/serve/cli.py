@@ -11,12 +11,13 @@ from types import FrameType
 from typing import Any
 
 from elasticps.errors import ConfigError
+from elasticps.private_files import check_owned, check_parents
 
 log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Answer scoring requests over HTTP with the newest version of MODEL_DIR, a model directory a
-training job writes with elasticps.ExportSchedule (a LATEST pointer and numbered versions).
+training job writes while it trains (--export-dir; a LATEST pointer and numbered versions).
 The server polls LATEST, loads each new version off the request path (only the deltas after
 the one it holds) and swaps it in without failing a request; every answer names the version
 it used.
@@ -47,7 +48,9 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", metavar="MODEL_DIR", type=Path,
-                        help="the model directory (ExportSchedule's directory)")
+                        help="the model directory (a training script's --export-dir); it "
+                             "may not exist yet: /healthz answers 503 until a first version "
+                             "is there")
     parser.add_argument("--model", required=True, metavar="FILE.py:FUNCTION",
                         help="the function that builds the module from an export (also "
                              "MODULE:FUNCTION)")
@@ -73,8 +76,11 @@ def run_serve(args: argparse.Namespace) -> int:
                               f"{getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port} is not a port (0 to 65535)")
-    if not args.model_dir.is_dir():
+    if args.model_dir.exists() and not args.model_dir.is_dir():
         raise ConfigError(f"MODEL_DIR {args.model_dir} is not a directory")
+    # What it serves is what its writer put there: nobody else may be able to change it.
+    check_owned(args.model_dir, "MODEL_DIR")
+    check_parents(args.model_dir, "MODEL_DIR")
     import torch
 
     from elasticps.serve.builder import load_builder
