@@ -34,8 +34,9 @@ def rows_batch(rows: Sequence[Any], schema: Schema) -> Batch:
     features = [column.name for column in schema.columns]
     ignored = {label.name for label in schema.labels} | (
         set() if schema.weight is None else {schema.weight})
+    known = set(features) | ignored
     for index, row in enumerate(rows):
-        _check_keys(index, row, features, ignored)
+        _check_keys(index, row, features, known)
     columns = {}
     for name in features:
         try:
@@ -52,11 +53,11 @@ def rows_batch(rows: Sequence[Any], schema: Schema) -> Batch:
         raise InvalidArgumentError(str(exc)) from exc
 
 
-def _check_keys(index: int, row: Any, features: Sequence[str], ignored: set[str]) -> None:
+def _check_keys(index: int, row: Any, features: Sequence[str], known: set[str]) -> None:
     if not isinstance(row, Mapping):
         raise InvalidArgumentError(f"row {index} is a {type(row).__name__}, not an object of "
                                    "column: value")
-    unknown = [key for key in row if key not in ignored and key not in set(features)]
+    unknown = [key for key in row if key not in known]
     if unknown:
         raise InvalidArgumentError(
             f"row {index}: column {shown(unknown[0])} is not one the model reads; its columns "
