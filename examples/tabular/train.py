@@ -27,6 +27,10 @@ which ``elasticps run`` writes to WORKDIR/summary.json (``auc`` for a binary lab
 for float, ``accuracy`` for class, measured on ``--test-data``). Run directly (``python
 examples/tabular/train.py --data ...``), it starts the same job with the local launcher
 (``--trainers``, ``--pservers``, ``--workdir``).
+
+With ``--export-dir DIR`` the job also exports versions of the model into DIR while it trains
+(``--export-every-s|passes|tasks|batches``, ``--help`` lists them), for ``elasticps serve DIR
+--model examples/tabular/score.py:model_from_export`` (docs/serving.md).
 """
 
 from __future__ import annotations
