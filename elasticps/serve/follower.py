@@ -8,7 +8,8 @@ builds the module, and the result replaces :attr:`ModelFollower.current` in one 
 A request reads ``current`` once and scores with that version to the end, so a swap neither
 drops nor fails a request, and every answer names the version it used. A version that cannot
 be loaded (corrupt, its chain retired while it was being read, the model code failing) is
-logged and counted; the version held keeps answering and the next poll tries again.
+logged and counted once; the version held keeps answering, a newer version is tried as soon as
+it lands and the same one again after :data:`RETRY_FAILED_S`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from elasticps.trainer.model_dir import VersionRecord, read_latest
 
 log = logging.getLogger(__name__)
 
+# A version that failed to load is tried again this long after (an I/O error may pass); a
+# newer version is tried at once.
+RETRY_FAILED_S = 30.0
+
 
 class ModelFollower:
     """Holds the newest loadable version of the model directory ``root``."""
@@ -43,6 +48,7 @@ class ModelFollower:
         self.wall = wall
         self.current: LoadedVersion | None = None
         self.failed: dict[int, str] = {}  # version -> why it could not be loaded (latest only)
+        self._failed_at = 0.0
         self._state: State | None = None
         self._first = threading.Lock()
         self._stop = threading.Event()
@@ -59,13 +65,14 @@ class ModelFollower:
         held = self.current
         if record is None or (held is not None and record.version <= held.version):
             return False
-        if record.version in self.failed:
-            return False  # the same broken version: wait for a newer one
+        if record.version in self.failed and self.clock() - self._failed_at < RETRY_FAILED_S:
+            return False  # the same broken version: wait for a newer one, or try it later
         try:
             self.current = self._load(record)
         except Exception as exc:  # the model's code is the user's: any error it raises
             self._failed(record.version, f"{type(exc).__name__}: {exc}")
             return False
+        self.failed = {}
         log.info("Serving version %d of %s (%s, position %s), loaded in %.3fs.",
                  record.version, self.root, record.kind, record.position,
                  self.current.load_s)
@@ -87,6 +94,9 @@ class ModelFollower:
         return loaded
 
     def _failed(self, version: int, why: str) -> None:
+        self._failed_at = self.clock()
+        if self.failed.get(version) == why:
+            return  # told already: one warning per failure, not one per poll
         self.failed = {version: why}
         if self.metrics is not None:
             self.metrics.load_failures.inc()
