@@ -73,6 +73,7 @@ class ScheduledExports(TaskWorker):
         self._pending: collections.Counter[str] = collections.Counter()  # since the last export
         self._since = clock()
         self._last: TaskBatch | None = None
+        self._deferred = False  # a version became due at a task's end: write it at the next batch
 
     # -- the worker's hooks, passed on ----------------------------------------------------------
 
@@ -80,6 +81,9 @@ class ScheduledExports(TaskWorker):
         self.inner.begin_pass(pass_id)
 
     def train(self, item: TaskBatch, next_batch: Any | None) -> None:
+        if self._deferred:  # due when the last task ended: export now, under this task's lease
+            self._deferred = False
+            self.export_now()
         self.inner.train(item, next_batch)
         self._batches += 1
         self._last = item
@@ -94,28 +98,39 @@ class ScheduledExports(TaskWorker):
     def end_task(self, task: master_pb2.Task, how: TaskEnd) -> None:
         self.inner.end_task(task, how)
         if how is TaskEnd.FINISHED:
-            self.count("tasks")
+            # The finish may have brought the next task, whose lease runs until its first
+            # batch starts the heartbeat: a long export here could lose it. So a version due
+            # now is written before that batch (or at the pass's end, if none comes).
+            self.count("tasks", defer=True)
 
     def end_pass(self, pass_id: int) -> None:
         self.inner.end_pass(pass_id)
+        if self._deferred:
+            self._deferred = False
+            self.export_now()
         self.count("passes")
 
     # -- exporting ------------------------------------------------------------------------------
 
-    def count(self, unit: str, n: int = 1) -> VersionRecord | None:
+    def count(self, unit: str, n: int = 1, *, defer: bool = False) -> VersionRecord | None:
         """``n`` more ``unit`` done (a batch, a task, a pass: the hooks above count those);
-        exports a version when that makes one due. The version, or None."""
+        exports a version when that makes one due, or (``defer``) before the next batch is
+        trained or at the pass's end. The version written now, or None."""
         if unit not in UNITS:
             raise ValueError(f"unit {unit!r} is not one of {UNITS}")
         self._pending[unit] += n
-        if due(self.schedule, self._pending, self.clock() - self._since):
-            return self.export_now()
-        return None
+        if not due(self.schedule, self._pending, self.clock() - self._since):
+            return None
+        if defer:
+            self._deferred = True
+            return None
+        return self.export_now()
 
     def finish(self) -> VersionRecord | None:
         """Training ended: with ``final``, one more version if anything was trained since the
         last one."""
-        if self.schedule.final and self._pending["batches"]:
+        deferred, self._deferred = self._deferred, False
+        if deferred or (self.schedule.final and self._pending["batches"]):
             return self.export_now()
         return None
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from elasticps.errors import ConfigError
+from elasticps.proto import master_pb2
 from elasticps.trainer.export import export_model
 from elasticps.trainer.export_chain import load_state
 from elasticps.trainer.export_flags import add_export_flags, schedule_from_flags
@@ -20,7 +21,7 @@ from elasticps.trainer.export_schedule import ExportSchedule, due, version_kind
 from elasticps.trainer.model_dir import Draft, VersionRecord, read_latest, version_path
 from elasticps.trainer.scheduled_export import ScheduledExports
 from elasticps.trainer.task_batches import TaskBatch
-from elasticps.trainer.task_loop import TaskWorker
+from elasticps.trainer.task_loop import TaskEnd, TaskWorker
 from tests.task_workers import Collect, task_loop
 from tests.unit.trainer.queue_master import QueueMaster, row_batches
 
@@ -262,3 +263,21 @@ def test_the_flags_make_the_schedule_with_defaults_and_name_a_bad_flag(tmp_path:
         schedule_from_flags(flags("--export-dir", "m", "--export-every-tasks", "0"))
     with pytest.raises(ConfigError, match=r"--export-keep=0"):
         schedule_from_flags(flags("--export-dir", "m", "--export-keep", "0"))
+
+
+def test_a_version_due_at_a_tasks_end_is_written_before_the_next_batch(tmp_path: Path) -> None:
+    """The finish may bring the next task, whose lease only the heartbeat of its first batch
+    renews: the export waits for that batch (or the pass's end), not in between."""
+    job = Job(tmp_path, every_tasks=1)
+    job.batches(2)
+    job.exports.end_task(master_pb2.Task(task_id=0), TaskEnd.FINISHED)
+    assert job.calls == ["train 0", "train 1"]  # not yet
+    job.batches(1)
+    assert job.calls[2:] == ["flush", "grant 120", "write 1 full", "train 2"]
+    latest = read_latest(tmp_path)
+    assert latest is not None
+    assert latest.position["batches"] == 2  # the finished task's batches, not the next one's
+    job.exports.end_task(master_pb2.Task(task_id=1), TaskEnd.LOST)  # not counted
+    job.exports.end_task(master_pb2.Task(task_id=2), TaskEnd.FINISHED)
+    job.exports.end_pass(0)  # no batch follows: the pass's end writes it
+    assert job.calls[-2:] == ["grant 120", "write 2 delta"]
