@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
 import threading
@@ -106,6 +107,10 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"elasticps serve: {args.model_dir} on {server.url}", flush=True)
     log.info("Serving %s on %s (POST /score, GET /healthz, /version, /metrics).",
              args.model_dir, server.url)
+    if not _loopback(args.host):
+        log.warning("elasticps serve listens on %s, beyond this machine, and checks no "
+                    "credentials: anyone who reaches the port can score; put it behind what "
+                    "authenticates your clients.", args.host)
     try:
         stop.wait()
     finally:
@@ -115,3 +120,12 @@ def run_serve(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     log.info("Stopped serving %s.", args.model_dir)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve beyond the machine
