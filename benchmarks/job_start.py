@@ -13,19 +13,18 @@ step). For each run, from the moment ``elasticps run`` is started:
 * the stages, read from the role logs' timestamps: the leading master serves, the pservers
   serve, the trainers joined (their script's imports, the model, the connection), the tables
   initialised, the dataset set, the first trained batch (a trainer's ``trained its first
-  batch`` line, also watched for live every 10 ms), every pass done, and the job's end (the
-  launcher's exit);
+  batch`` line), every pass done, and the job's end (the launcher's exit);
 * the CPU seconds each process had used when the first batch was trained (``/proc``): on two
   cores the start costs at least half their sum, whatever the order.
 
-The reference: a plain PyTorch script (``--plain-torch``, run here in a fresh interpreter)
+The reference: a plain PyTorch script (``plain_torch_start.py``, run in a fresh interpreter)
 that reads the same ``train.csv`` with pandas, encodes its columns (category codes, the genres
 as bags, the numbers standardised) and trains an embedding + MLP model of the same shape,
 printing when its first batch is trained.
 
 The machine is shared, so every figure depends on what else runs: compare stages with each
 other within a run, and runs with each other only in the same minutes (the load average is
-recorded with each run).
+recorded with each run). ``job_records.py`` runs the job and reads its logs.
 """
 
 from __future__ import annotations
@@ -33,9 +32,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,22 +40,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from job_records import STAGES, plain_torch_run, run_job
+
 REPO = Path(__file__).resolve().parent.parent
-TICKS = os.sysconf("SC_CLK_TCK")
-FIRST_BATCH = "trained its first batch"
-# (stage, role log prefix, the line's text, first or last occurrence over those logs)
-STAGES: tuple[tuple[str, str, str, str], ...] = (
-    ("master serves", "master", "serves gRPC on", "first"),
-    ("pservers serve", "pserver", "is serving at", "last"),
-    ("table written", "trainer", "wrote table 'table'", "first"),
-    ("first trainer joined", "trainer", "joined job", "first"),
-    ("tables initialised", "trainer", "initialised the pserver tables", "first"),
-    ("dataset set", "master", "set dataset", "first"),
-    ("first batch", "trainer", FIRST_BATCH, "first"),
-    ("every trainer trained", "trainer", FIRST_BATCH, "last"),
-    ("all passes done", "trainer", "all passes are done", "last"),
-)
-LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def one_run(data_args: list[str], workdir: Path) -> dict[str, Any]:
+    return run_job([sys.executable, "-m", "elasticps", "run", "--trainers", "2", "--pservers",
+                    "2", "--workdir", str(workdir), str(REPO / "examples/tabular/train.py"),
+                    *data_args], workdir)
 
 
 def prepare(root: Path, rows: int) -> tuple[Path, Path, Path, float]:
@@ -81,150 +70,6 @@ def prepare(root: Path, rows: int) -> tuple[Path, Path, Path, float]:
                         str(root / "schema.yaml"), "--like", str(root / "data"), "--out",
                         str(root / "test-data")], check=True, capture_output=True)
     return root / "train.csv", root / "data", root / "test-data", time.monotonic() - started
-
-
-def cpu_seconds(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def role_of(pid: int) -> str:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return "?"
-    for role in ("master", "pserver", "trainer"):
-        if role in argv:
-            return role
-    return "other"
-
-
-def first_batch_seen(logs: Path) -> bool:
-    return any(FIRST_BATCH in path.read_text(errors="replace")
-               for path in logs.glob("trainer-*.log"))
-
-
-def log_times(logs: Path, prefix: str, text: str) -> list[float]:
-    """Wall-clock times of the lines holding ``text`` in the logs of one role."""
-    times = []
-    for path in sorted(logs.glob(f"{prefix}*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            match = LOG_TIME.match(line)
-            if match and text in line:
-                stamp = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
-                times.append(stamp.timestamp())
-    return times
-
-
-def one_run(data_args: list[str], workdir: Path) -> dict[str, Any]:
-    shutil.rmtree(workdir, ignore_errors=True)
-    argv = [sys.executable, "-m", "elasticps", "run", "--trainers", "2", "--pservers", "2",
-            "--workdir", str(workdir), str(REPO / "examples/tabular/train.py"), *data_args]
-    load = os.getloadavg()[0]
-    started = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    first_batch = None
-    cpu: dict[str, float] = {}
-    while proc.poll() is None:
-        if first_batch is None and (workdir / "logs").is_dir() and \
-                first_batch_seen(workdir / "logs"):
-            first_batch = time.time() - started
-            for pid in children(proc.pid):
-                seconds = cpu_seconds(pid)
-                if seconds is not None:
-                    name = role_of(pid)
-                    cpu[name] = round(cpu.get(name, 0.0) + seconds, 2)
-            cpu["launcher"] = cpu_seconds(proc.pid) or 0.0
-        time.sleep(0.01)
-    end = time.time() - started
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode != 0:
-        raise RuntimeError(f"elasticps run failed ({proc.returncode}):\n{stderr[-3000:]}")
-    stages: dict[str, float | None] = {}
-    for stage, prefix, text, which in STAGES:
-        times = log_times(workdir / "logs", prefix, text)
-        stages[stage] = round((min(times) if which == "first" else max(times)) - started, 3) \
-            if times else None
-    stages["job end"] = round(end, 3)
-    return {"load_avg_1m": round(load, 2), "first_batch_s": round(first_batch or -1.0, 3),
-            "end_s": round(end, 3), "stages": stages, "cpu_at_first_batch_s": cpu,
-            "cpu_sum_s": round(sum(cpu.values()), 2)}
-
-
-def plain_torch_run(csv: Path) -> dict[str, Any]:
-    """The one-process script in a fresh interpreter; its time to its first trained batch."""
-    started = time.time()
-    done = subprocess.run([sys.executable, __file__, "--plain-torch", str(csv)], check=True,
-                          capture_output=True, text=True)
-    marks = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"first_batch_s": round(marks["first_batch"] - started, 3),
-            "data_ready_s": round(marks["data_ready"] - started, 3),
-            "torch_imported_s": round(marks["torch_imported"] - started, 3),
-            "end_s": round(time.time() - started, 3)}
-
-
-def plain_torch(csv: str, batch_size: int = 512) -> None:
-    """What a PyTorch user writes for this CSV, up to its first trained batch."""
-    marks = {}
-    import numpy as np
-    import pandas as pd
-    import torch
-
-    marks["torch_imported"] = time.time()
-    frame = pd.read_csv(csv)
-    label = torch.tensor(frame.pop("clicked").to_numpy(np.float32))
-    dense = frame[["age", "income"]].astype("float64")
-    dense = ((dense - dense.mean()) / dense.std()).fillna(0.0)
-    dense_t = torch.tensor(dense.to_numpy(np.float32))
-    ids = {name: torch.tensor(frame[name].astype("category").cat.codes.to_numpy(np.int64) + 1)
-           for name in ("country", "device", "user_id")}
-    genres = frame["genres"].fillna("").str.split("|")
-    vocab = {g: i + 1 for i, g in enumerate(sorted({g for gs in genres for g in gs if g}))}
-    flat = [vocab[g] for gs in genres for g in gs if g]
-    lengths = torch.tensor([sum(1 for g in gs if g) for gs in genres])
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-    values = torch.tensor(flat, dtype=torch.int64)
-    marks["data_ready"] = time.time()
-
-    dim = 8
-    tables = torch.nn.ModuleDict({n: torch.nn.Embedding(int(t.max()) + 1, dim)
-                                  for n, t in ids.items()})
-    bag = torch.nn.EmbeddingBag(len(vocab) + 1, dim, mode="mean")
-    mlp = torch.nn.Sequential(torch.nn.Linear(4 * dim + 2, 256), torch.nn.ReLU(),
-                              torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
-    params = [*tables.parameters(), *bag.parameters(), *mlp.parameters()]
-    optimizer = torch.optim.Adagrad(params, lr=0.05)
-    rows = len(label)
-    for start in range(0, rows, batch_size):
-        end = min(rows, start + batch_size)
-        lo, hi = int(offsets[start]), int(offsets[end])
-        bags = bag(values[lo:hi], offsets[start:end] - lo)
-        parts = [tables[n](t[start:end]) for n, t in ids.items()]
-        logit = mlp(torch.cat([dense_t[start:end], bags, *parts], 1)).squeeze(1)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, label[start:end])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        marks["first_batch"] = time.time()
-        break  # the start is what is compared
-    print(json.dumps(marks), flush=True)
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -272,11 +117,7 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write every figure to this file")
     parser.add_argument("--variants", default="dataset,dataframe",
                         help="which jobs to run: dataset (--data), dataframe (--csv), or both")
-    parser.add_argument("--plain-torch", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.plain_torch:
-        plain_torch(args.plain_torch)
-        return 0
     with tempfile.TemporaryDirectory(prefix="job-start-") as tmp:
         root = Path(args.data) if args.data else Path(tmp) / "shop"
         root.mkdir(parents=True, exist_ok=True)

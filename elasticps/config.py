@@ -169,6 +169,7 @@ def _parse_sparse_policies(text: str) -> str:
 
 MAX_GEO_STEPS = 100_000
 MODES = ("async", "sync", "geo")  # how trainers' updates reach the pservers (docs/architecture.md)
+DENSE_GRAD_DTYPES = ("float32", "bfloat16")  # how a push's dense part travels
 
 # PADDLE_MAX_CONCURRENT_RPCS when unset. An async or geo pserver's calls wait in gRPC's queue for
 # its 16 workers with their requests unread, so admitting more of them costs no request memory
@@ -195,6 +196,13 @@ def _parse_mode(text: str) -> str:
     if mode not in MODES:
         raise ValueError(f"is not one of {', '.join(MODES)}")
     return mode
+
+
+def _parse_dense_grad_dtype(text: str) -> str:
+    dtype = text.strip().lower() or "float32"
+    if dtype not in DENSE_GRAD_DTYPES:
+        raise ValueError(f"is not one of {', '.join(DENSE_GRAD_DTYPES)}")
+    return dtype
 
 
 def _parse_log_format(text: str) -> str:
@@ -315,6 +323,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "once) or geo (trainers train a local copy and push parameter deltas)."),
     EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, MAX_GEO_STEPS),
            "geo mode: local steps a trainer takes between two pushes of its deltas."),
+    EnvVar("PADDLE_DENSE_GRAD_DTYPE", "dense_grad_dtype", _parse_dense_grad_dtype,
+           "How a trainer sends its dense gradients (and geo deltas): float32, or bfloat16 "
+           "(half the bytes; each value rounded to the nearest bfloat16, the same rounding in "
+           "the trainer's own replica of the update)."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
 )
@@ -369,6 +381,7 @@ class Config:
     data_schemes: tuple[str, ...] = ("file",)
     mode: str = "async"
     geo_steps: int = 10
+    dense_grad_dtype: str = "float32"
 
     def call_limit(self, role: str) -> int:
         """Calls a ``role`` server of this process runs or queues at once."""

@@ -105,17 +105,25 @@ def check_parents(path: Path, what: str) -> None:
                 f"`chmod go-w {parent}` (or `chmod +t`), or choose another path")
 
 
-def make_private_dir(path: Path, *, narrow: bool = True) -> Path:
+def make_private_dir(path: Path, *, narrow: bool = True, what: str = "the directory") -> Path:
     """``path`` as a directory of its owner's alone (0700): missing directories on the way are
     created 0700, and (``narrow``) ``path`` itself is narrowed to 0700 when it belongs to this
-    user."""
+    user, and refused (naming ``what``) when another user owns it: that user could delete,
+    swap or plant what elasticps keeps there. Root's directories pass (a volume's mount point
+    on a cluster belongs to root)."""
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for directory in reversed(missing):
         # One made by another process meanwhile is taken as it is, like any existing one.
         with contextlib.suppress(FileExistsError):
             directory.mkdir(mode=DIR_MODE)
-    if narrow and path.stat().st_uid == os.geteuid():
-        path.chmod(DIR_MODE)
+    if narrow:
+        info = path.stat()
+        if not _trusted_owner(info.st_uid):
+            raise ConfigError(
+                f"{what} {_describe(path, info)} belongs to another user, who could delete or "
+                "replace what elasticps keeps there; use a directory of your own")
+        if info.st_uid == os.geteuid():
+            path.chmod(DIR_MODE)
     return path
 
 

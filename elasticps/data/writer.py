@@ -147,7 +147,7 @@ class DatasetWriter:
         """The dataset's directory; on a local disk its owner's alone (0700), before any file
         goes in."""
         if self._local:
-            make_private_dir(Path(self.root))
+            make_private_dir(Path(self.root), what="the dataset directory")
         else:
             self.fs.makedirs(self.root, exist_ok=True)
 

@@ -23,6 +23,13 @@ examples:
   elasticps run --store etcd://127.0.0.1:2379 --workdir /tmp/ctr examples/ctr/train.py
   elasticps run --autoscale --max-trainers 4 --workdir /tmp/ctr examples/ctr/train.py
   elasticps run --trainers 2 --mode sync --workdir /tmp/ctr examples/ctr/train.py
+  elasticps run --trainer-threads 2 --workdir /tmp/ctr examples/ctr/train.py
+
+Threads: each trainer gets OMP_NUM_THREADS = (cores - one per pserver) // trainers (every core
+shared by the trainers in a mode whose pservers hold only sparse rows), each pserver and master
+1; an OMP_NUM_THREADS in the environment is what every role gets (as with torchrun);
+--trainer-threads and --pserver-threads override either. The split is printed at start and
+kept in summary.json ("threads").
 
 With --autoscale the launcher adds a trainer while there is more work than trainers, the
 machine has an idle core for it (--autoscale-cpu) and the last step up raised samples/s by
@@ -75,6 +82,14 @@ def register(subparsers: Any) -> None:
     run.add_argument("--geo-steps", type=int, default=None, metavar="K",
                      help="geo mode: local steps between two pushes of a trainer's deltas "
                      "(default 10)")
+    run.add_argument("--trainer-threads", type=int, default=None, metavar="N",
+                     help="intra-op threads of each trainer (its OMP_NUM_THREADS, which torch "
+                     "reads). Default: OMP_NUM_THREADS if the environment sets it, else the "
+                     "cores left after one per pserver, shared by the trainers (every core in a "
+                     "mode whose pservers hold only sparse rows); printed at start")
+    run.add_argument("--pserver-threads", type=int, default=None, metavar="M",
+                     help="OMP_NUM_THREADS of each pserver (default: OMP_NUM_THREADS if the "
+                     "environment sets it, else 1: a pserver's numpy work runs on one core)")
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="the roles' log lines: text (default) or json lines "
                           "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
@@ -123,7 +138,8 @@ def run_command(args: argparse.Namespace) -> int:
         pservers=args.pservers, store=args.store, workdir=args.workdir, job_name=args.job_name,
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
         log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args),
-        mode=args.mode, geo_steps=_geo_steps(args))
+        mode=args.mode, geo_steps=_geo_steps(args), trainer_threads=args.trainer_threads,
+        pserver_threads=args.pserver_threads)
     return run_job(opts)
 
 

@@ -44,6 +44,7 @@ from elasticps.launch.process_records import RecordsWriter, log_name
 from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.standby import STANDBY_BOUND_S, DeferredStandbys
 from elasticps.launch.supervisor import JobState, Supervisor
+from elasticps.launch.threads import ThreadPlan, plan_threads
 from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
 from elasticps.private_files import make_private_dir, replace_private
 from elasticps.rpc.job_ca import write_job_identities
@@ -80,6 +81,9 @@ class LaunchOptions:
     autoscale: AutoscaleConfig | None = None
     mode: str | None = None  # PADDLE_TRAINING_MODE of every role (None: the env's, or async)
     geo_steps: int | None = None  # PADDLE_GEO_STEPS (geo mode; None: the default)
+    # Intra-op threads of each trainer / pserver process (None: launch/threads.py decides).
+    trainer_threads: int | None = None
+    pserver_threads: int | None = None
 
 
 def default_job_name(script: str) -> str:
@@ -132,20 +136,29 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
 
     # Like torchrun: one machine shared by several processes must not run every process's
     # OpenMP pool at full width (spin-waiting threads on busy cores slow torch down 5-10x).
-    threads = str(max(1, (os.cpu_count() or 1) // (opts.trainers + opts.pservers)))
-    trainer_env = {"OMP_NUM_THREADS": threads} if "OMP_NUM_THREADS" not in base_env else {}
+    threads = thread_plan(opts, config.mode, base_env)
     logs = workdir / "logs"
     cli = (opts.python, "-m", "elasticps", "-v")  # INFO logs into the role log files
     # Every master process campaigns; the first to win leads, the others are hot standbys.
-    specs = [RoleSpec("master", i, (*cli, "master"), role_env("master"),
+    specs = [RoleSpec("master", i, (*cli, "master"),
+                      {**role_env("master"), **threads.env("master")},
                       logs / log_name("master", i), restart=True)
              for i in range(1 + opts.standby_masters)]
     for i in range(opts.pservers):
-        specs.append(RoleSpec("pserver", i, (*cli, "pserver"), role_env("pserver"),
+        specs.append(RoleSpec("pserver", i, (*cli, "pserver"),
+                              {**role_env("pserver"), **threads.env("pserver")},
                               logs / log_name("pserver", i), restart=True))
     for i in range(opts.trainers):
-        specs.append(trainer_spec(opts, workdir, {**role_env("trainer"), **trainer_env}, i))
+        specs.append(trainer_spec(opts, workdir,
+                                  {**role_env("trainer"), **threads.env("trainer")}, i))
     return specs
+
+
+def thread_plan(opts: LaunchOptions, mode: str, base_env: dict[str, str]) -> ThreadPlan:
+    """How this job's processes split the machine's cores (launch/threads.py)."""
+    return plan_threads(os.cpu_count() or 1, opts.trainers, opts.pservers, mode,
+                        trainer_threads=opts.trainer_threads,
+                        pserver_threads=opts.pserver_threads, env=base_env)
 
 
 def tls_dir(workdir: Path, role: str) -> Path:
@@ -184,6 +197,7 @@ class Launch:
         for key in [k for k in base_env if k in ("PADDLE_ROLE", "PADDLE_TRAINER_ID")]:
             del base_env[key]
         self.specs = build_specs(opts, self.workdir, self.store_url, self.job_name, base_env)
+        self.threads = thread_plan(opts, self.specs[0].env["PADDLE_TRAINING_MODE"], base_env)
         self.trainer_env = {k: v for k, v in self.specs[-1].env.items()
                             if k not in ("PADDLE_TRAINER_ID",)}
         self.watch = LauncherWatch(self.store_url, self.job_name, out=self.out, err=self.err)
@@ -218,6 +232,7 @@ class Launch:
         write_token(self.workdir, self.token)
         print(f"elasticps run: job {self.job_name}, store {self.store_url}, "
               f"logs in {self.workdir / 'logs'}", file=self.err, flush=True)
+        print(self.threads.line(self.job_name), file=self.err, flush=True)
         if self.opts.insecure:
             from elasticps.rpc.credentials import INSECURE_WARNING  # grpc: only for the warning
 
@@ -319,6 +334,7 @@ class Launch:
 
         summary: dict[str, Any] = {"job_name": self.job_name, "wall_s": round(wall_s, 3),
                                    "trainers": self.opts.trainers, "pservers": self.opts.pservers,
+                                   "threads": self.threads.summary(),
                                    "restarts": {p.spec.name: p.restarts
                                                 for p in self.supervisor.procs.values()
                                                 if p.restarts}}

@@ -39,6 +39,7 @@ import grpc
 import numpy as np
 from google.protobuf import json_format
 
+from elasticps.config import DENSE_GRAD_DTYPES
 from elasticps.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -62,6 +63,7 @@ from elasticps.rpc import (
     make_channel,
 )
 from elasticps.rpc.call_metrics import ClientCallMetrics
+from elasticps.rpc.codec import encode_dense
 from elasticps.rpc.server import SHARDS_METADATA_KEY
 from elasticps.store import Compare, Put, Store
 from elasticps.store.api import Event, KeyValue
@@ -121,6 +123,7 @@ class PServerClient:
         name: str | None = None,
         init_lock_ttl: int = 10,
         call_metrics: ClientCallMetrics | None = None,
+        dense_grad_dtype: str = "float32",
     ) -> None:
         if num_shards < 1:
             raise InvalidArgumentError(f"num_shards={num_shards} must be >= 1")
@@ -130,6 +133,10 @@ class PServerClient:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.init_lock_ttl = init_lock_ttl
         self.call_metrics = call_metrics  # every call counted by shard, method and code
+        if dense_grad_dtype not in DENSE_GRAD_DTYPES:
+            raise InvalidArgumentError(f"dense_grad_dtype={dense_grad_dtype!r} is not one of "
+                                       f"{', '.join(DENSE_GRAD_DTYPES)}")
+        self.dense_grad_dtype = dense_grad_dtype  # how a push's dense part travels
         layout = read_pserver_layout(store)  # a resharded job's count outranks the start's
         self.num_shards = layout.shards if layout is not None else num_shards
         self._shards = [_Shard() for _ in range(self.num_shards)]
@@ -630,8 +637,8 @@ class PServerClient:
         for name, grad in dense.items():
             flat = np.ascontiguousarray(grad, dtype=np.float32).reshape(-1)
             for i, part in enumerate(dense_parts(flat, shards)):
-                requests[i].dense.append(
-                    pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
+                tensor = encode_dense(part, self.dense_grad_dtype)
+                requests[i].dense.append(pserver_pb2.NamedTensor(name=name, tensor=tensor))
         for name, (ids, rows) in sparse.items():
             ids = np.asarray(ids, dtype=np.int64)
             rows = np.asarray(rows, dtype=np.float32)

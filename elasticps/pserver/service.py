@@ -18,6 +18,7 @@ from elasticps.pserver.dense_tag import DenseTag
 from elasticps.pserver.shard import BatchKey, ShardState
 from elasticps.pserver.sparse_table import SparseCounters
 from elasticps.rpc import decode_sparse, decode_tensor, encode_tensor, rpc_handler
+from elasticps.rpc.codec import decode_float32
 from elasticps.rpc.fields import check_name
 from elasticps.rpc.server import SHARDS_METADATA_KEY
 
@@ -36,6 +37,15 @@ def _named(values: Iterable[pserver_pb2.NamedTensor], what: str) -> dict[str, np
     values = list(values)
     _unique_names((v.name for v in values), what)
     return {v.name: decode_tensor(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
+
+
+def _pushed_dense(values: Iterable[pserver_pb2.NamedTensor], what: str
+                  ) -> dict[str, np.ndarray]:
+    """A push's dense values as float32: FLOAT32, or BFLOAT16 from a trainer that compresses
+    its dense gradients (PADDLE_DENSE_GRAD_DTYPE), widened exactly."""
+    values = list(values)
+    _unique_names((v.name for v in values), what)
+    return {v.name: decode_float32(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
 
 
 def _counts(entries: Iterable[pserver_pb2.SparseGrad]
@@ -166,7 +176,7 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq,
                          request.batch.step)
         what = "delta" if request.delta else "gradient"
-        dense = _named(request.dense, f"dense {what}")
+        dense = _pushed_dense(request.dense, f"dense {what}")
         _unique_names((s.table for s in request.sparse), f"sparse {what}")
         sparse = {s.table: decode_sparse(s.grad, name=f"sparse {what}[{s.table!r}]")
                   for s in request.sparse}

@@ -62,6 +62,52 @@ def encode_tensor(array: np.ndarray) -> common_pb2.Tensor:
     return common_pb2.Tensor(dtype=wire, shape=array.shape, data=array.tobytes(order="C"))
 
 
+def bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """The bfloat16 nearest each float32 value (ties to even, as torch rounds), as its 16-bit
+    pattern: the top half of the float32 after rounding. NaN stays a (quiet) NaN; a finite value
+    past bfloat16's range becomes an infinity, which the trainer's finite check then drops."""
+    floats = np.ascontiguousarray(values, dtype=np.float32)
+    bits = floats.view(np.uint32)
+    # Adding 0x7FFF plus the kept part's lowest bit rounds half to even; uint32 wraps only
+    # for NaN patterns, which are set below.
+    out = ((bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))) >> 16).astype(np.uint16)
+    nan = np.isnan(floats)
+    if nan.any():
+        out[nan] = ((bits[nan] >> 16) | np.uint32(0x0040)).astype(np.uint16)
+    return out
+
+
+def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 bit patterns (exact: bfloat16 is float32's top half)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def round_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (still float32): what a bfloat16 push
+    delivers, so a trainer's own replica can apply the very values the pservers apply."""
+    return bfloat16_to_float32(bfloat16_bits(values)).reshape(np.shape(values))
+
+
+def encode_bfloat16(array: np.ndarray) -> common_pb2.Tensor:
+    """Encode float32 ``array`` as bfloat16 (half the bytes; each value rounded to nearest)."""
+    array = np.asarray(array, dtype=np.float32)
+    return common_pb2.Tensor(dtype=common_pb2.BFLOAT16, shape=array.shape,
+                             data=bfloat16_bits(array).tobytes(order="C"))
+
+
+def encode_dense(array: np.ndarray, dtype: str) -> common_pb2.Tensor:
+    """Float32 values as ``dtype`` says they travel: "float32" as they are, "bfloat16" rounded
+    to half the bytes."""
+    return encode_bfloat16(array) if dtype == "bfloat16" else encode_tensor(array)
+
+
+def decode_float32(tensor: common_pb2.Tensor, *, name: str = "tensor") -> np.ndarray:
+    """A FLOAT32 tensor as it is, a BFLOAT16 one widened to float32; any other dtype refused."""
+    if tensor.dtype == common_pb2.BFLOAT16:
+        return bfloat16_to_float32(decode_tensor(tensor, name=name))
+    return decode_tensor(tensor, dtype=np.float32, name=name)
+
+
 def _check_shape(
     name: str, actual: tuple[int, ...], expected: Sequence[int | None] | None
 ) -> None:

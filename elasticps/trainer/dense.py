@@ -15,6 +15,7 @@ import torch
 
 from elasticps.errors import ConfigError, InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
+from elasticps.rpc.codec import round_to_bfloat16
 from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.optim import OptimizerSpec
 
@@ -27,6 +28,10 @@ class DenseSync:
             raise ConfigError(f"dense_sync_every={sync_every!r} must be >= 1")
         self.sync_every = sync_every
         self.placement: Placement = CPU  # where the module computes (the trainer sets it)
+        # How the gradients travel (PADDLE_DENSE_GRAD_DTYPE; the trainer sets it): with
+        # bfloat16, grads() rounds them here, so that the trainer's own replica of the update
+        # applies the very values the pservers receive.
+        self.grad_dtype = "float32"
         self.params: dict[str, torch.nn.Parameter] = {
             name: p for name, p in model.named_parameters() if p.requires_grad
         }
@@ -78,11 +83,14 @@ class DenseSync:
                     np.copyto(p.detach().numpy(), array.reshape(p.shape))
 
     def grads(self) -> dict[str, np.ndarray]:
-        """This batch's gradients; a parameter the batch did not reach pushes zeros."""
+        """This batch's gradients (rounded to bfloat16 when they travel so); a parameter the
+        batch did not reach pushes zeros."""
         out: dict[str, np.ndarray] = {}
         for name, p in self.params.items():
             out[name] = (self.placement.host(p.grad) if p.grad is not None
                          else np.zeros(p.shape, dtype=np.float32))
+        if self.grad_dtype == "bfloat16":
+            return {name: round_to_bfloat16(grad) for name, grad in out.items()}
         return out
 
     def zero_grad(self) -> None:

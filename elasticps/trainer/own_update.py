@@ -90,8 +90,10 @@ def corrected(pulled: Mapping[str, np.ndarray], ran_on: Mapping[str, np.ndarray]
         before, after = ran_on.get(name), after_own.get(name)
         if before is None or after is None:
             out[name] = values
-        elif np.array_equal(values.reshape(-1), before.reshape(-1)):
-            out[name] = after.reshape(values.shape)
+        elif values is before or np.array_equal(values.reshape(-1), before.reshape(-1)):
+            # The same array object: a pull the pservers answered "unchanged" hands back the
+            # very arrays the batch ran on (dense_chain.py), and comparing 1.7 MB costs ~1 ms.
+            out[name] = after if after.shape == values.shape else after.reshape(values.shape)
         else:
             out[name] = values + (after.reshape(values.shape) - before.reshape(values.shape))
     return out

@@ -174,10 +174,11 @@ class StepRunner:
                 self._next_batch = next_batch
         t_pulled = time.perf_counter()
         own, self._own = self._own, None
+        loaded = own[1] if own is not None else None
         if fetched.dense is not None:
-            self.dense.load(fetched.dense if own is None else corrected(fetched.dense, *own))
-        elif own is not None:
-            self.dense.load(own[1])
+            loaded = fetched.dense if own is None else corrected(fetched.dense, *own)
+        if loaded is not None:
+            self.dense.load(loaded)
         self.tables.install(fetched.sparse, batch, requires_grad=True)
         t1 = time.perf_counter()
         try:
@@ -194,7 +195,10 @@ class StepRunner:
         finally:
             self.tables.clear()
         if self.own_update is not None and finite(dense_grads, sparse_grads):
-            ran_on = self.dense.values()
+            # What the batch ran on: the arrays just loaded into the module (load copies their
+            # float32 bits as they are), kept as they are so that the next step's correction
+            # knows a skipped pull's arrays by identity; the module's own values otherwise.
+            ran_on = loaded if loaded is not None else self.dense.values()
             self._own = (ran_on, self.own_update.step(ran_on, dense_grads, ref.step))
         t2 = time.perf_counter()
         self.wait_pushed()

@@ -242,7 +242,9 @@ class Trainer:
         telemetry = self._telemetry(config, name)
         calls = ClientCallMetrics(telemetry.registry)
         credentials = credentials_from_config(config)
-        params = PServerClient(store, credentials, config.pserver_count, call_metrics=calls)
+        params = PServerClient(store, credentials, config.pserver_count, call_metrics=calls,
+                               dense_grad_dtype=config.dense_grad_dtype)
+        self.dense.grad_dtype = config.dense_grad_dtype
         self._closers.insert(0, params.close)
         master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl,
                               call_metrics=calls)

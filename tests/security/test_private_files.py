@@ -10,6 +10,7 @@ token file that the second user owns."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from elasticps.config import load_config
 from elasticps.data import write_dataset
 from elasticps.errors import ConfigError
+from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.rpc.tls import TlsIdentity, write_job_identities
 from elasticps.store.embedded_store import EmbeddedStore
 from tests.helpers import REPO
@@ -139,3 +141,25 @@ def test_a_token_given_in_the_environment_stays_out_of_the_scripts_environment(
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "in os.environ: False ; in a child: False ; the trainer has it: True\n"
+
+
+def test_a_checkpoint_or_dataset_directory_another_user_made_first_is_refused(
+        attacker: SecondUser, shared: Path) -> None:
+    """The other user pre-creates the shard's checkpoint directory or the dataset's directory,
+    open to all, so as to delete, swap or plant files in it later: elasticps refuses it, names
+    the owner, and writes nothing there."""
+    shard_dir = Path(ShardCheckpoints(str(shared / "ckpt"), 0, 1).dir)  # its own: accepted
+    shutil.rmtree(shard_dir)
+    planted = {shard_dir: lambda: ShardCheckpoints(str(shared / "ckpt"), 0, 1),
+               shared / "table": lambda: write_dataset(
+                   {"y": [0, 1], "x": [0.5, 1.5]}, str(shared / "table"),
+                   {"label": "y", "columns": {"x": {"kind": "dense"}}})}
+    for directory, write in planted.items():
+        directory.mkdir(mode=0o777)
+        directory.chmod(0o777)
+        os.chown(directory, attacker.uid, attacker.gid)
+        with pytest.raises(ConfigError, match=rf"'{directory}' \(owner {attacker.name} "
+                                              r"\(uid \d+\), mode 0777\) belongs to another"):
+            write()
+        assert list(directory.iterdir()) == []
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o777  # left as it was found

@@ -57,6 +57,7 @@ GOOD = [
     ("PADDLE_DATA_SCHEMES", "file, S3,gs", "data_schemes", ("file", "s3", "gs")),
     ("PADDLE_TRAINING_MODE", " Sync ", "mode", "sync"),
     ("PADDLE_GEO_STEPS", "25", "geo_steps", 25),
+    ("PADDLE_DENSE_GRAD_DTYPE", " BFloat16 ", "dense_grad_dtype", "bfloat16"),
 ]
 
 # (variable, malformed value)
@@ -98,6 +99,7 @@ BAD = [
     ("PADDLE_MAX_CONCURRENT_RPCS", "0"),
     ("PADDLE_DATA_SCHEMES", "file,http://x"),
     ("PADDLE_TRAINING_MODE", "bsp"),
+    ("PADDLE_DENSE_GRAD_DTYPE", "float16"),
     ("PADDLE_GEO_STEPS", "0"),
     ("PADDLE_GEO_STEPS", "100001"),
 ]

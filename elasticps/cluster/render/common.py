@@ -79,7 +79,7 @@ ROLE_ENV: dict[str, tuple[str, ...]] = {
                 "PADDLE_PSERVER_MEMORY_MB", "PADDLE_MAX_IDS_PER_REQUEST", "PADDLE_MAX_TABLES",
                 "PADDLE_CHECKPOINT_DELTAS", "PADDLE_MAX_CONCURRENT_RPCS", "PADDLE_TRAINING_MODE"),
     "trainer": (*COMMON_ENV, "PADDLE_TRAINER_ID", "PADDLE_DATA_SCHEMES", "PADDLE_TRAINING_MODE",
-                "PADDLE_GEO_STEPS"),
+                "PADDLE_GEO_STEPS", "PADDLE_DENSE_GRAD_DTYPE"),
 }
 # Never rendered: the local launcher's work directory (a cluster job's scripts take their
 # paths from `data:`/`checkpoint:`), and the token itself (pods read it from a file).
@@ -98,6 +98,7 @@ _DEFAULT_VALUES = {
     "PADDLE_MAX_MESSAGE_MB": "256",
     "PADDLE_PSERVER_MEMORY_MB": "0", "PADDLE_MAX_IDS_PER_REQUEST": "1048576",
     "PADDLE_MAX_TABLES": "1000", "PADDLE_CHECKPOINT_DELTAS": "0",
+    "PADDLE_DENSE_GRAD_DTYPE": "float32",
 }
 # The usual annotations a Prometheus scrape config keys on (kubernetes_sd pod role).
 SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),

@@ -55,7 +55,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from elasticps.errors import CheckpointError
+from elasticps.errors import CheckpointError, shown
 from elasticps.private_files import FILE_MODE, make_private_dir
 from elasticps.pserver.checkpoint import format as fmt
 from elasticps.pserver.checkpoint.delta import apply_delta, chain, to_keep
@@ -128,7 +128,7 @@ class ShardCheckpoints:
         self._local = is_local(self.fs)
         if self._local:  # the owner's alone: other users of the machine read no tensor
             make_private_dir(Path(root), narrow=False)
-            make_private_dir(Path(self.dir))
+            make_private_dir(Path(self.dir), what="the checkpoint directory")
         else:
             self.fs.makedirs(self.dir, exist_ok=True)
 
@@ -292,7 +292,7 @@ class ShardCheckpoints:
     def _path(self, name: str) -> str:
         """``name`` in the shard directory; a name that could lead anywhere else is refused."""
         if not name or "/" in name or "\\" in name or name in (".", ".."):
-            raise CheckpointError(f"{self.node}: {name!r:.80} is not a file name in {self.dir}")
+            raise CheckpointError(f"{self.node}: {shown(name)} is not a file name in {self.dir}")
         return f"{self.dir}/{name}"
 
     def remove_temp_files(self) -> int:

@@ -63,7 +63,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from google.protobuf import json_format
 
-from elasticps.errors import CheckpointError
+from elasticps.errors import CheckpointError, shown
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.applied import AppliedSet
 from elasticps.pserver.checkpoint.snapshot import (
@@ -200,16 +200,16 @@ def _check_header(header: object, size: int) -> tuple[dict[str, Any], dict[str, 
         raise ValueError("__metadata__.elasticps is not a JSON object")
     for name, entry in header.items():
         if not isinstance(entry, dict):
-            raise ValueError(f"tensor {name!r:.80} is described by a {type(entry).__name__}")
+            raise ValueError(f"tensor {shown(name)} is described by a {type(entry).__name__}")
         offsets, shape = entry.get("data_offsets"), entry.get("shape")
         if not (isinstance(offsets, list) and len(offsets) == 2
                 and all(type(o) is int for o in offsets)):
-            raise ValueError(f"tensor {name!r:.80} has data_offsets {offsets!r:.80}")
+            raise ValueError(f"tensor {shown(name)} has data_offsets {shown(offsets)}")
         if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
                 and all(type(d) is int and 0 <= d <= size for d in shape)):
-            raise ValueError(f"tensor {name!r:.80} has shape {shape!r:.80}")
+            raise ValueError(f"tensor {shown(name)} has shape {shown(shape)}")
         if entry.get("dtype") not in _FROM_CODE:
-            raise ValueError(f"tensor {name!r:.80} has dtype {entry.get('dtype')!r:.20}")
+            raise ValueError(f"tensor {shown(name)} has dtype {shown(entry.get('dtype'))}")
     return metadata, header
 
 
@@ -248,8 +248,8 @@ def parse(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def _check_format(metadata: dict[str, Any]) -> None:
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
         raise CheckpointError(
-            f"checkpoint format {metadata.get('format')!r:.60} version "
-            f"{metadata.get('version')!r:.20} is not {FORMAT!r} version {VERSION}"
+            f"checkpoint format {shown(metadata.get('format'))} version "
+            f"{shown(metadata.get('version'))} is not {FORMAT!r} version {VERSION}"
         )
 
 
@@ -317,7 +317,7 @@ def _check_metadata(metadata: dict[str, Any]) -> None:
     for name, kind in kinds.items():
         value = metadata.get(name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise CheckpointError(f"checkpoint metadata field {name!r} is {value!r:.60}")
+            raise CheckpointError(f"checkpoint metadata field {name!r} is {shown(value)}")
     if not all(isinstance(t, dict) for t in metadata["tables"]):
         raise CheckpointError("checkpoint metadata 'tables' is not a list of objects")
     for name in ("dense_steps", "counters"):
@@ -332,7 +332,7 @@ def _delta_parent(metadata: dict[str, Any]) -> str:
         return ""
     parent = delta.get("parent") if isinstance(delta, dict) else None
     if not isinstance(parent, str) or not parent.isdigit() or not 0 < len(parent) <= 20:
-        raise CheckpointError(f"checkpoint metadata 'delta' is {delta!r:.60}")
+        raise CheckpointError(f"checkpoint metadata 'delta' is {shown(delta)}")
     return parent
 
 
@@ -387,7 +387,7 @@ def _legacy(metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> list[Le
     counts = metadata.get("legacy_shards", [])
     if not isinstance(counts, list) or not all(type(n) is int and 1 <= n <= MAX_LEGACY_SHARDS
                                                for n in counts):
-        raise CheckpointError(f"checkpoint metadata 'legacy_shards' is {counts!r:.60}")
+        raise CheckpointError(f"checkpoint metadata 'legacy_shards' is {shown(counts)}")
     layouts = []
     for k, num_shards in enumerate(counts):
         sets = []
@@ -460,4 +460,4 @@ def to_snapshot(metadata: dict[str, Any], tensors: dict[str, np.ndarray],
         )
     except (KeyError, ValueError, TypeError, AttributeError, IndexError, OverflowError,
             json_format.ParseError) as exc:
-        raise CheckpointError(f"checkpoint content is inconsistent: {exc!r:.200}") from exc
+        raise CheckpointError(f"checkpoint content is inconsistent: {shown(exc)}") from exc

@@ -10,7 +10,8 @@ fail the job.
 Checked: every PromQL expression of the Grafana dashboard parses and returns a series (the
 throughput, the p99 per shard, the checkpoint age...); every series carries the job's name and
 no process name; ElasticPSNoProgress fires once the job stalled (and was not active since
-before training began); ElasticPSJobFailed fires once the master failed the job.
+before training began); ElasticPSPServerDown fires for the shard whose pserver is frozen past
+its lease; ElasticPSJobFailed fires once the master failed the job.
 
 The rules are the shipped ones with their durations shrunk (:func:`quick`): every minute of a
 ``for:`` or a range window becomes 0.4 s, windows at least 3 s (six scrapes at 0.5 s), so
@@ -34,6 +35,7 @@ import pytest
 
 from elasticps.data import open_dataset
 from elasticps.data.synth import synth_ctr
+from elasticps.launch.process_records import ProcessRecords
 from elasticps.store import open_store
 from elasticps.store.keys import MetricsEndpoint, read_metrics_endpoints
 from elasticps.telemetry.monitoring_files import read
@@ -162,6 +164,21 @@ def test_prometheus_fires_the_shipped_alerts_on_a_real_job_and_reads_the_dashboa
         [active] = [a for a in prometheus.api("alerts")["alerts"]
                     if a["labels"]["alertname"] == "ElasticPSNoProgress"]
         assert unix(active["activeAt"]) > go, "active since before training began"
+
+        # A pserver frozen (SIGSTOP) past its store lease: the master finds its slot empty
+        # and ElasticPSPServerDown fires for that shard; thawed, it reclaims the slot.
+        frozen = ProcessRecords.read(workdir).serving["pserver-1"]
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            down = wait_for(lambda: prometheus.alerts().get("ElasticPSPServerDown"), 30,
+                            what="ElasticPSPServerDown firing", interval=0.2)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        assert down == [{"alertname": "ElasticPSPServerDown", "job": JOB, "shard": "1",
+                         "severity": "critical"}]
+        wait_for(lambda: prometheus.query(
+            f'elasticps_master_pserver_up{{job="{JOB}", shard="1"}} == 1'), 30,
+            what="shard 1 held again", interval=0.2)
 
         for chunk in open_dataset(str(data)).chunks:  # every task of pass 1 is unreadable
             path = data / chunk.path

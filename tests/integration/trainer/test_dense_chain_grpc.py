@@ -46,8 +46,11 @@ def _data() -> list[Batch]:
 
 
 @pytest.fixture
-def two_jobs(tmp_path: Path, job_name: str, etcd_server) -> Iterator[list[PServerClient]]:
-    """Two jobs of two pserver processes each: one trains with the chain, one without."""
+def two_jobs(request: pytest.FixtureRequest, tmp_path: Path, job_name: str, etcd_server
+             ) -> Iterator[list[PServerClient]]:
+    """Two jobs of two pserver processes each: one trains with the chain, one without. Their
+    clients send dense gradients as the test's parameter says (float32 unless given)."""
+    dense_grad_dtype = getattr(request, "param", "float32")
     servers, clients, stores = [], [], []
     try:
         for job in (job_name, job_name + "-b"):
@@ -57,7 +60,8 @@ def two_jobs(tmp_path: Path, job_name: str, etcd_server) -> Iterator[list[PServe
             (tmp_path / job).mkdir()
             servers.append(group)
             group.wait_slots(store, {group.start().pid, group.start().pid})
-            clients.append(PServerClient(store, job_credentials(job), 2, deadline=30))
+            clients.append(PServerClient(store, job_credentials(job), 2, deadline=30,
+                                         dense_grad_dtype=dense_grad_dtype))
         yield clients
     finally:
         for client in clients:
@@ -68,9 +72,11 @@ def two_jobs(tmp_path: Path, job_name: str, etcd_server) -> Iterator[list[PServe
             store.close()
 
 
-def _train(client: PServerClient, chain: bool, data: list[Batch]) -> StepRunner:
+def _train(client: PServerClient, chain: bool, data: list[Batch],
+           grad_dtype: str = "float32") -> StepRunner:
     torch.manual_seed(0)
     trainer = Trainer(Model(), optimizer=Adam(lr=0.01))  # prefetch and own update: the defaults
+    trainer.dense.grad_dtype = grad_dtype  # as Trainer.connect sets it from the job's config
     trainer.attach(client, None, "trainer-0")
     runner = trainer.runner()
     assert runner.dense_chain is not None  # a real client: the chain is on by default
@@ -107,6 +113,23 @@ def test_skipped_pulls_train_bit_for_bit_what_pulling_trains(two_jobs: list[PSer
     with_chain.run(data[0], common_pb2.BatchRef(seq=BATCHES), None)
     assert not chain.live
     assert chain.skipped == BATCHES - 1
+    with_chain.close()
+
+
+@pytest.mark.parametrize("two_jobs", ["bfloat16"], indirect=True)
+def test_bfloat16_gradients_keep_the_skipped_pulls_exact(two_jobs: list[PServerClient]) -> None:
+    """With dense gradients sent as bfloat16 the trainer's own replica applies the rounded
+    values the pservers receive, so skipping pulls still trains bit for bit what pulling
+    trains (a replica that applied the unrounded gradients drifts from the pservers)."""
+    data = _data()
+    with_chain = _train(two_jobs[0], True, data, "bfloat16")
+    _train(two_jobs[1], False, data, "bfloat16").close()
+    chain = with_chain.dense_chain
+    assert chain is not None
+    assert chain.skipped == BATCHES - 1
+    ours, theirs = two_jobs[0].pull_dense(), two_jobs[1].pull_dense()
+    for name in ours:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
     with_chain.close()
 
 
