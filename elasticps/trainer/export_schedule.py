@@ -17,7 +17,8 @@ export
 once ``full_every`` deltas have followed the last full one; the newest ``keep`` chains (a full
 export and its deltas) stay on disk. One trainer exports at a time: the one the master grants
 the model's save (``RequestSaveModel``, held ``hold_s`` seconds and renewed at each export).
-With ``final``, the exporter writes one more version when training ends.
+With ``final``, one more version is written when training ends: the model as every trainer
+left it.
 
 This module decides (:func:`due`, :func:`version_kind`); :mod:`.scheduled_export` acts.
 """

@@ -129,10 +129,12 @@ class ScheduledExports(TaskWorker):
         return self.export_now()
 
     def finish(self) -> VersionRecord | None:
-        """Training ended: with ``final``, one more version if anything was trained since the
-        last one."""
+        """Training ended (every pass is over, every trainer's pushes applied): with ``final``
+        (or a version due), one more version, the model as training left it. Written even when
+        this trainer trained nothing since its last version: the others may have, after it.
+        Every trainer asks; the grant's holder writes it, the others are refused."""
         deferred, self._deferred = self._deferred, False
-        if deferred or (self.schedule.final and self._pending["batches"]):
+        if deferred or self.schedule.final:
             return self.export_now()
         return None
 

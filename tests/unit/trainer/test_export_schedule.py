@@ -181,14 +181,22 @@ def test_refused_the_grant_it_exports_nothing_and_asks_again_an_interval_later(
     assert job.calls[-2:] == ["grant 120", "write 1 full"]
 
 
-def test_training_ends_with_a_final_version_of_what_is_not_exported_yet(tmp_path: Path) -> None:
+def test_training_ends_with_a_final_version_of_the_model_as_training_left_it(
+        tmp_path: Path) -> None:
     job = Job(tmp_path, every_batches=3)
     job.batches(4)
     final = job.exports.finish()
     assert final is not None
     assert final.version == 2
     assert float(load_state(tmp_path / final.path).dense["w"][0, 0]) == 4.0
-    assert job.exports.finish() is None  # nothing trained since
+    # This trainer exported at its last batch; another trainer pushed two more after it.
+    job.batches(3)
+    assert read_latest(tmp_path).version == 3  # type: ignore[union-attr]
+    job.trained += 2
+    final = job.exports.finish()
+    assert final is not None
+    assert final.version == 4
+    assert float(load_state(tmp_path / final.path).dense["w"][0, 0]) == 9.0
     no_final = Job(tmp_path / "other", every_batches=3, final=False)
     no_final.batches(4)
     assert no_final.exports.finish() is None
@@ -231,10 +239,11 @@ def loop_versions(tmp_path: Path, **schedule: Any) -> list[tuple[int, int, str]]
 
 
 def test_the_loop_counts_finished_tasks_and_ended_passes(tmp_path: Path) -> None:
+    # The last of each: the final version (finish), written whatever this trainer exported.
     assert loop_versions(tmp_path / "tasks", every_tasks=2) == [
-        (0, 1, "full"), (1, 0, "delta"), (1, 2, "delta")]
+        (0, 1, "full"), (1, 0, "delta"), (1, 2, "delta"), (1, 2, "delta")]
     assert loop_versions(tmp_path / "passes", every_passes=1) == [
-        (0, 2, "full"), (1, 2, "delta")]
+        (0, 2, "full"), (1, 2, "delta"), (1, 2, "delta")]
 
 
 def test_a_unit_the_schedule_does_not_know_is_refused(tmp_path: Path) -> None:
