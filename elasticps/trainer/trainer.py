@@ -59,9 +59,11 @@ from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
 from elasticps.trainer.export_chain import load_state
+from elasticps.trainer.export_schedule import ExportSchedule
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.heads import Head, HeadsObjective
+from elasticps.trainer.model_dir import Draft
 from elasticps.trainer.objective import (
     LABEL_KINDS,
     LossFn,
@@ -74,6 +76,7 @@ from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.progress import ProgressRecord
 from elasticps.trainer.result import default_result
 from elasticps.trainer.row_policy import policy_from_settings
+from elasticps.trainer.scheduled_export import ScheduledExports
 from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
@@ -405,7 +408,7 @@ class Trainer:
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,
-              test_reader: Any = None) -> LoopStats:
+              test_reader: Any = None, export: ExportSchedule | None = None) -> LoopStats:
         """Train ``num_passes`` passes over the reader's dataset, as tasks from the master; a
         stream (``elasticps.reader.stream``) is trained once (``num_passes=1``), partition by
         partition as they land, until its end marker (waiting for its first partition first).
@@ -414,12 +417,15 @@ class Trainer:
         on) every ``EndPass`` also carries the ``test_*`` metrics of the parameters at the pass
         end (``test_auc``... by label kind); it costs one forward pass over the test set. At the
         end the last pass's metrics become the job's result unless there is one already
-        (result.py).
+        (result.py). With ``export`` (an :class:`ExportSchedule`) versions of the model are
+        exported into its directory while training (export_schedule.py).
         """
         if num_passes < 1:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")
         if self.master is None:
             raise ConfigError("the trainer is not connected to a master (call connect() first)")
+        if export is not None and not isinstance(export, ExportSchedule):
+            raise ConfigError(f"export={export!r} must be an elasticps.ExportSchedule")
         source = as_training_data(reader)
         schema_url = source.schema_url(self.stop, self.progress.set_stage)
         objective = self.objective(schema_url)
@@ -442,8 +448,14 @@ class Trainer:
                                 sync_rounds=self.params if self.mode == "sync" else None,
                                 on_scored=self._publish_scores if self.store else None)
             self._worker = worker
-            TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
-                     report_every=self.progress_every, stop=self.stop).run()
+            exports = None if export is None else ScheduledExports(
+                worker, export, self._version_writer(), self.master.request_save_model,
+                trainer_name=self.name)
+            TaskLoop(self.master, source.task_batches, exports or worker,
+                     trainer_name=self.name, report_every=self.progress_every,
+                     stop=self.stop).run()
+            if exports is not None and not self.stop.is_set():
+                exports.finish()
             self.stats = worker.finish()
         finally:
             runner.close()
@@ -558,20 +570,25 @@ class Trainer:
         what each sparse layer reads (see export.py). ``ids``: a mapping ``{table: ids}``, or
         data (reader, URL, batches) whose ids the layers read; default: the data :meth:`train`
         read. ``parent``: a previous export's directory; this export is then a delta of it
-        (changed rows, tombstones for rows gone, dense values)."""
+        (changed rows, tombstones for rows gone, dense values). Afterwards the module's dense
+        parameters hold the values exported."""
+        table_ids = self._export_ids(ids)
+        return self._export_values(directory, self.pull_dense(), table_ids, meta, parent)
+
+    def _export_ids(self, ids: Mapping[str, np.ndarray] | Any) -> Mapping[str, np.ndarray]:
         if ids is None:
-            if self._trained_on is None:
-                raise ConfigError("export() without ids needs a trained model (or pass ids)")
-            # Only ids are read: big batches, fewer slices.
-            ids = dataclasses.replace(self._trained_on, batch_size=max(
-                self._trained_on.batch_size, IDS_BATCH_SIZE), shuffle_seed=None)
+            ids = self._trained_ids()
         if not isinstance(ids, Mapping):
             ids = self.table_ids(ids)
         missing = sorted(set(self.tables) - set(ids))
         if missing:
             raise ConfigError(f"no ids to export for sparse table(s) {missing}: their layers "
                               "read no columns; pass ids={table: ids}")
-        dense = self.pull_dense()
+        return ids
+
+    def _export_values(self, directory: str | os.PathLike[str], dense: Mapping[str, np.ndarray],
+                       ids: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None,
+                       parent: str | os.PathLike[str] | None) -> Path:
         sparse = {table: self.held_rows(table, table_ids) for table, table_ids in ids.items()}
         layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
         schema = self._read_schema()
@@ -579,6 +596,30 @@ class Trainer:
                             schema=None if schema is None else schema.to_dict(),
                             inputs=None if schema is None else model_inputs(schema),
                             parent=parent)
+
+    def _trained_ids(self) -> Any:
+        """What export() reads ids from by default: the data train() read."""
+        if self._trained_on is None:
+            raise ConfigError("export() without ids needs a trained model (or pass ids)")
+        # Only ids are read: big batches, fewer slices.
+        return dataclasses.replace(self._trained_on, batch_size=max(
+            self._trained_on.batch_size, IDS_BATCH_SIZE), shuffle_seed=None)
+
+    def _version_writer(self) -> Callable[[Path, Draft], None]:
+        """Writes one scheduled version: the export of every id the training data holds
+        (read once, at the first version), a delta of the draft's parent if it has one."""
+        ids: dict[str, np.ndarray] = {}
+
+        def write(directory: Path, draft: Draft) -> None:
+            if not ids:
+                ids.update(self._export_ids(None))
+            # The pservers' values, not loaded into the module: an export during training
+            # must not change what the next step computes from (geo mode's local copy, say).
+            dense = self.dense.shaped(self._client().pull_dense(self.dense.names))
+            with self.progress.during("exporting"):
+                self._export_values(directory, dense, ids, draft.meta, draft.parent)
+
+        return write
 
     def _read_schema(self) -> Schema | None:
         """The schema the training data was read with (a Criteo-layout dataset's: the preset
