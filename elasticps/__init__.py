@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     from elasticps.api import dist_train, publish_result
     from elasticps.cluster.spec import Job
     from elasticps.jobs.api import JobHandle, JobResult, launch_job
+    from elasticps.trainer.export_schedule import ExportSchedule
     from elasticps.trainer.heads import Head
     from elasticps.trainer.trainer import Trainer
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "Trainer": ("elasticps.trainer.trainer", "Trainer"),
     "Head": ("elasticps.trainer.heads", "Head"),
+    "ExportSchedule": ("elasticps.trainer.export_schedule", "ExportSchedule"),
     "dist_train": ("elasticps.api", "dist_train"),
     "publish_result": ("elasticps.api", "publish_result"),
     "Job": ("elasticps.cluster.spec", "Job"),
@@ -50,6 +52,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["Config", "ElasticPSError", "Head", "Job", "JobHandle", "JobResult", "Trainer",
-           "__version__", "dist_train", "events", "init", "launch_job", "load_config", "metrics",
-           "nn", "optim", "publish_result", "reader"]
+__all__ = ["Config", "ElasticPSError", "ExportSchedule", "Head", "Job", "JobHandle", "JobResult",
+           "Trainer", "__version__", "dist_train", "events", "init", "launch_job", "load_config",
+           "metrics", "nn", "optim", "publish_result", "reader"]

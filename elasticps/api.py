@@ -32,6 +32,7 @@ from elasticps.store import open_store
 from elasticps.store.keys import publish_result as put_result
 from elasticps.store.keys import read_master_address
 from elasticps.trainer.events import Event
+from elasticps.trainer.export_schedule import ExportSchedule
 from elasticps.trainer.step_worker import LoopStats
 from elasticps.trainer.trainer import Trainer
 
@@ -81,6 +82,7 @@ def dist_train(
     config: Config | None = None,
     test_reader: Any = None,
     paddle_job: Job | None = None,
+    export: ExportSchedule | None = None,
 ) -> JobHandle:
     """Train (inside a job) or launch the job (outside one): a facade, see the module docstring.
 
@@ -89,7 +91,8 @@ def dist_train(
     local job's work directory (default ``./elasticps-job``). ``test_reader`` (inside a job): a
     held-out dataset evaluated at every pass end; its metrics (by label kind) arrive in
     ``EndPass.metrics`` as ``test_auc``, ``test_logloss``..., and the last pass's become the
-    job's result unless the script publishes its own."""
+    job's result unless the script publishes its own. ``export`` (inside a job): an
+    :class:`elasticps.ExportSchedule`, versions of the model exported while training."""
     if paddle_job is not None:
         if job is not None:
             raise ConfigError("give dist_train job= or paddle_job= (the same argument), not both")
@@ -100,7 +103,8 @@ def dist_train(
     if config.role == "trainer" and config.store is not None:
         if trainer.params is None:
             trainer.connect(config)
-        stats = trainer.train(reader, num_passes, event_handler, test_reader=test_reader)
+        stats = trainer.train(reader, num_passes, event_handler, test_reader=test_reader,
+                              export=export)
         return TrainerHandle(trainer, stats)
     if config.role is not None:
         raise ConfigError(f"dist_train runs in trainers only, not in PADDLE_ROLE={config.role}")

@@ -41,6 +41,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "elasticps.jobs_cli",       # status, logs, scale, ui, stop, list (local and cluster jobs)
     "elasticps.store.cli",      # store
     "elasticps.telemetry.cli",  # monitoring export
+    "elasticps.serve.cli",      # serve
     "elasticps.config_cli",     # env
 )
 
@@ -55,6 +56,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run a job", ("run", "stop", "scale", "chaos", "env")),
     ("inspect a job", ("list", "status", "logs", "ui", "store", "checkpoint")),
     ("data", ("data",)),
+    ("serve a model", ("serve",)),
     ("cluster", ("submit", "delete", "autoscale", "code", "monitoring")),
 )
 INTERNAL_COMMANDS: tuple[str, ...] = (*ROLE_COMMANDS, "reshard")

@@ -338,6 +338,18 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "forms another (a dead trainer is dropped sooner: when its lease expires)."),
     EnvVar("PADDLE_DATA_SCHEMES", "data_schemes", _parse_schemes,
            "URL schemes a dataset and its chunks may use (default: file; add e.g. s3,gs)."),
+    EnvVar("PADDLE_STREAM_POLL_S", "stream_poll_s", _parse_float(0.05, 3600),
+           "Master: most seconds between two listings of a stream's prefix (the interval "
+           "doubles from 0.2 s while nothing lands): a partition is appended within about "
+           "this long of its commit."),
+    EnvVar("PADDLE_STREAM_PERIOD_S", "stream_period_s", _parse_float(1, 366 * 86_400),
+           "Pservers: the partition time a stream's sparse tables count as one pass, for "
+           "ttl_passes and score_decay (default 86400: they decay once a day of data, as "
+           "day-over-day training does)."),
+    EnvVar("PADDLE_WARM_START", "warm_start", _parse_str,
+           "Trainers: a model export (or a model directory, whose LATEST names its newest "
+           "version) the job's tables start from when they are first initialised (elasticps "
+           "run --warm-start); pservers restored from checkpoints keep what they hold."),
 )
 
 ALIAS_PREFIX = "PADDLE_INIT_"
@@ -392,6 +404,9 @@ class Config:
     geo_steps: int = 10
     dense_grad_dtype: str = "float32"
     dense_timeout: float = 60.0
+    stream_poll_s: float = 2.0
+    stream_period_s: float = 86_400.0
+    warm_start: str | None = None
 
     def call_limit(self, role: str) -> int:
         """Calls a ``role`` server of this process runs or queues at once."""

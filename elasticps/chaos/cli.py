@@ -65,6 +65,10 @@ examples:
   elasticps chaos --kills 24 --seed 7 --oracle --json oracle.json
       24 kills and a 12 s etcd outage on the oracle's counting model (800,000 rows, 3 passes):
       every count must be 1; about 6.5 minutes on 2 cores
+  elasticps chaos --oracle --stream --oracle-rows 64000 --kills 3 \
+      --schedule stream-commit-master-kill --outage 0
+      8 partitions land 3 s apart while the leading master is killed as one commits, then 3
+      seeded kills; every row of every partition must be applied once per shard
   elasticps chaos --oracle --mode geo --schedule scale-down-kill-reshard --checkpoint-deltas 2 \
       --kills 20 --reshard 2,3 --json geo.json
       first hole 1's sequence (a pserver killed right after its checkpoint, inside a scale-down
@@ -141,12 +145,26 @@ def register(subparsers: Any) -> None:
     oracle.add_argument("--oracle-rows", type=int, default=800_000, metavar="N",
                         help="rows of the oracle's dataset (default 800000: long enough "
                         "for about 24 kills)")
-    oracle.add_argument("--oracle-passes", type=int, default=3, metavar="P",
-                        help="passes (default 3)")
+    oracle.add_argument("--oracle-passes", type=int, default=None, metavar="P",
+                        help="passes (default 3; 1 with --stream, its only choice)")
     oracle.add_argument("--oracle-batch-size", type=int, default=50, metavar="B",
                         help="rows per batch (default 50)")
     oracle.add_argument("--oracle-rows-per-chunk", type=int, default=4_000, metavar="R",
                         help="rows per chunk, i.e. per task (default 4000)")
+    oracle.add_argument("--stream", action="store_true",
+                        help="the oracle's data is a stream: its rows split into "
+                        "--stream-partitions partitions that land (hourly names, manifest "
+                        "last) one every --stream-interval seconds once training is under "
+                        "way, then its end marker; the job trains it in one pass while the "
+                        "faults hit, and every partition must be "
+                        "trained through within --stream-bound of its commit")
+    oracle.add_argument("--stream-partitions", type=int, default=8, metavar="P",
+                        help="partitions of the stream (default 8)")
+    oracle.add_argument("--stream-interval", type=float, default=3.0, metavar="S",
+                        help="seconds between two partitions landing (default 3)")
+    oracle.add_argument("--stream-bound", type=float, default=None, metavar="S",
+                        help="liveness of the stream: every partition trained through within S "
+                        "of its commit (default --progress-bound + 5)")
     limits = parser.add_argument_group("timeouts (seconds)")
     limits.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
                         help="from the start to the first finished task (default 600)")
@@ -187,9 +205,12 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         job_timeout=args.job_timeout, progress_bound=args.progress_bound,
         skip_baseline=args.skip_baseline or args.oracle,
         outage=outage, outage_after=args.outage_after, oracle=args.oracle,
-        oracle_rows=args.oracle_rows, oracle_passes=args.oracle_passes,
+        oracle_rows=args.oracle_rows,
+        oracle_passes=args.oracle_passes or (1 if args.stream else 3),
         oracle_batch_size=args.oracle_batch_size, oracle_rows_per_chunk=args.oracle_rows_per_chunk,
-        mode=args.mode, reshard=args.reshard, schedule=args.schedule)
+        mode=args.mode, reshard=args.reshard, schedule=args.schedule, stream=args.stream,
+        stream_partitions=args.stream_partitions, stream_interval=args.stream_interval,
+        stream_bound=args.stream_bound)
 
 
 def _counts(text: str) -> tuple[int, ...]:

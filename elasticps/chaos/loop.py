@@ -39,9 +39,11 @@ from elasticps.chaos.job_watch import progress_of, progressed
 from elasticps.chaos.options import ChaosOptions
 from elasticps.chaos.plan import (
     AwaitCheckpoint,
+    AwaitPartition,
     Directed,
     DirectedReshard,
     DirectedScale,
+    KillMaster,
     KillPServer,
     KillRole,
     KillTrainer,
@@ -102,6 +104,15 @@ class JobReader(Protocol):
     def checkpoints(self) -> set[str] | None: ...
 
 
+class Landings(Protocol):
+    """The stream's writer, as the loop waits on it (:class:`~elasticps.chaos.stream_writer.
+    StreamWriter`)."""
+
+    def landed(self) -> int: ...
+
+    def wait_for_landing(self, count: int, timeout: float) -> bool: ...
+
+
 class StoreSwitch(Protocol):
     """Takes the job's store down and brings it back
     (:class:`~elasticps.store.local_etcd.LocalEtcd`)."""
@@ -135,7 +146,8 @@ class ChaosLoop:
                  host: str | None = None, kill: Callable[[int], None] = sigkill,
                  store: StoreSwitch | None = None,
                  reshard_to: Callable[[int], None] | None = None,
-                 signal_to: Callable[[int, int], None] = send_signal) -> None:
+                 signal_to: Callable[[int, int], None] = send_signal,
+                 landings: Landings | None = None) -> None:
         self.opts = opts
         self.job = job
         self.watch = watch
@@ -146,6 +158,7 @@ class ChaosLoop:
         self._kill = kill
         self.store = store  # with opts.outage > 0: the store an outage takes down
         self.reshard_to = reshard_to  # writes launcher/desired_pservers
+        self.landings = landings  # with --stream: the writer landing its partitions
         self.reshards: list[ReshardRecord] = []
         self.outages: list[OutageRecord] = []
         self.kills: list[KillRecord] = []
@@ -164,12 +177,16 @@ class ChaosLoop:
         self._planned_reshards = 0  # of opts.reshard, done
         self.tail_stall: float | None = None  # seconds without progress after the last fault
 
-    def run(self, deadline: float) -> None:
+    def run(self, deadline: float, on_start: Callable[[], None] | None = None) -> None:
+        """Step until the faults are delivered; ``on_start`` is called once training is
+        under way (a stream's writer starts landing then)."""
         if self._wait(lambda: (progress_of(self.watch.status()) or 0) > 0,
                       deadline - time.monotonic()) is None:
             self.say("chaos: training never got under way (no task finished); no faults "
                      f"injected (see {self.job.output})")
             return
+        if on_start is not None:
+            on_start()
         while not self.finished():
             self.step()
         if self.kills or self.scales or self.reshards or self.outages or self.pauses:
@@ -400,20 +417,49 @@ class ChaosLoop:
                 return
             self._last_slot = int(found[0].name)
             self.kill_target(found[0], procs, step.then)
-        elif isinstance(step, KillTrainer):
-            procs = self.watch.processes()
-            trainers = targets_of(procs, "trainer", self.host, self.spent) if procs else []
-            if procs is None or not trainers:
-                self.say("chaos: schedule: no trainer to kill on this host; step skipped")
-                self.directed_done[-1] += " skipped"
-                return
-            self.kill_target(self.planner.pick(trainers), procs, step.then)
         elif isinstance(step, DirectedScale):
             self.scale(step.trainers, step.then)
         elif isinstance(step, DirectedReshard):
             self.reshard(step.pservers, kill_first=False, then=step.then)
         elif isinstance(step, PauseTrainer):
             self.pause_trainer(step.seconds)
+        elif isinstance(step, AwaitPartition):
+            self.await_partition()
+        elif isinstance(step, KillMaster):
+            self.kill_leader(step.then)
+        elif isinstance(step, KillTrainer):
+            self.kill_trainer(step.then)
+
+    def await_partition(self) -> None:
+        """A standby in the election, then the stream's next commit (waited for)."""
+        if self.landings is None:
+            self.say("chaos: schedule: no stream is written (--stream); step skipped")
+            self.directed_done[-1] += " skipped"
+            return
+        self._with_standby()
+        count = self.landings.landed()
+        if self.landings.wait_for_landing(count, self.opts.recovery_timeout):
+            self.say(f"chaos: schedule: partition {count} of the stream committed")
+        else:
+            self.say("chaos: schedule: no partition committed within --recovery-timeout")
+
+    def kill_leader(self, then: Then) -> None:
+        procs = self.watch.processes()
+        found = targets_of(procs, "master", self.host, self.spent) if procs else []
+        if procs is None or not found:
+            self.say("chaos: schedule: no leading master to kill on this host; step skipped")
+            self.directed_done[-1] += " skipped"
+            return
+        self.kill_target(found[0], procs, then)
+
+    def kill_trainer(self, then: Then) -> None:
+        procs = self.watch.processes()
+        found = targets_of(procs, "trainer", self.host, self.spent) if procs else []
+        if procs is None or not found:
+            self.say("chaos: schedule: no trainer to kill on this host; step skipped")
+            self.directed_done[-1] += " skipped"
+            return
+        self.kill_target(self.planner.pick(found), procs, then)
 
     def await_checkpoint(self) -> None:
         """Wait until a pserver publishes a checkpoint it had not when this began."""

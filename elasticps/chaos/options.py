@@ -16,6 +16,11 @@ from elasticps.store.keys import MAX_PSERVERS_IN_LAYOUT
 # import in about 5 s on 2 shared cores; twice that for margin).
 RESTART_ALLOWANCE_S = 10.0
 
+# A stream's liveness allows, beyond the progress bound, for the master's listing interval
+# (PADDLE_STREAM_POLL_S, 2 s) and for training the partition itself (a few seconds at most for
+# the oracle's small partitions on 2 busy cores).
+STREAM_ALLOWANCE_S = 5.0
+
 # How the autoscaler runs under chaos: decisions every few seconds (faults are seconds apart),
 # a step up that does not lower samples/s is kept, and the CPU is not looked at (the 2 cores of
 # a small test machine are always busy under chaos), so it both adds and removes trainers.
@@ -69,6 +74,27 @@ class ChaosOptions:
     reshard: tuple[int, ...] = ()
     # A directed schedule (plan.SCHEDULES) carried out first, its kills counted in ``kills``.
     schedule: str | None = None
+    # With the oracle: its data is a stream whose partitions land while the job runs
+    # (chaos/stream_writer.py): ``stream_partitions`` of oracle_rows / stream_partitions rows,
+    # one every ``stream_interval`` seconds once training is under way, then the end marker.
+    stream: bool = False
+    stream_partitions: int = 8
+    stream_interval: float = 3.0
+    # Liveness of a stream: every partition trained through within this many seconds of its
+    # commit (None: progress_bound_s + STREAM_ALLOWANCE_S).
+    stream_bound: float | None = None
+
+    @property
+    def stream_bound_s(self) -> float:
+        """``stream_bound``, else the progress bound plus :data:`STREAM_ALLOWANCE_S`."""
+        if self.stream_bound is not None:
+            return self.stream_bound
+        return self.progress_bound_s + STREAM_ALLOWANCE_S
+
+    @property
+    def stream_rows(self) -> int:
+        """Rows of each of the stream's partitions."""
+        return self.oracle_rows // self.stream_partitions
 
     @property
     def progress_bound_s(self) -> float:
@@ -85,6 +111,29 @@ class ChaosOptions:
     def outage_at(self) -> int:
         """Kills delivered before the store outage."""
         return self.kills // 2 if self.outage_after is None else self.outage_after
+
+    def _validate_stream(self) -> None:
+        from elasticps.chaos.plan import STREAM_SCHEDULES  # plan imports targets, not options
+
+        if self.schedule in STREAM_SCHEDULES and not self.stream:
+            raise ConfigError(f"--schedule {self.schedule} needs --stream")
+        if not self.stream:
+            return
+        if not self.oracle:
+            raise ConfigError("--stream lands the oracle's partitions: it needs --oracle")
+        if self.oracle_passes != 1:
+            raise ConfigError(f"--oracle-passes {self.oracle_passes}: a stream is trained "
+                              "once (one pass)")
+        if not 1 <= self.stream_partitions <= 24 * 28:
+            raise ConfigError(f"--stream-partitions {self.stream_partitions} must be in "
+                              f"[1, {24 * 28}]")
+        if self.stream_rows < 1:
+            raise ConfigError(f"--oracle-rows {self.oracle_rows} cannot fill "
+                              f"{self.stream_partitions} partitions")
+        for name, seconds in (("--stream-interval", self.stream_interval),
+                              ("--stream-bound", self.stream_bound_s)):
+            if not seconds > 0:
+                raise ConfigError(f"{name}={seconds} must be > 0 seconds")
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first option that cannot work."""
@@ -132,6 +181,7 @@ class ChaosOptions:
             if not 1 <= count <= MAX_PSERVERS_IN_LAYOUT:
                 raise ConfigError(f"--reshard {count}: a pserver count must be in [1, "
                                   f"{MAX_PSERVERS_IN_LAYOUT}]")
+        self._validate_stream()
         if not 0 <= self.gap[0] <= self.gap[1]:
             raise ConfigError(f"--gap {self.gap[0]} {self.gap[1]} must satisfy "
                               "0 <= MIN <= MAX")

@@ -10,6 +10,11 @@ shard's newest published checkpoint (its final one, written when the job stopped
 with what the data alone predicts. A row whose count is not exactly 1 is a mismatch: 0 means a
 batch was lost on that shard, 2 that it was applied twice.
 
+On a stream (``--stream``) the data are partitions that land while the job runs, each holding
+its rows' indices in the whole stream (partition ``k`` of ``r`` rows holds rows ``k*r`` to
+``(k+1)*r - 1``), trained in one pass: the rows and their batches are counted over every
+partition, in name order, read from the stream's prefix when the job is over.
+
 A resharded job (``pserver/layout``) is read from its final layout's shards: the rows of all of
 them are gathered and counted by the shard they were encoded for (``id % shards`` with the count
 the job started with, which the trainers keep using for the ids), the dense counter's elements
@@ -50,7 +55,8 @@ import numpy as np
 
 from elasticps.data.batch_plan import batches_in_chunk
 from elasticps.data.from_table import write_dataset
-from elasticps.data.manifest import read_manifest
+from elasticps.data.manifest import ChunkRef, read_manifest
+from elasticps.data.stream import FsspecPartitionSource
 from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.store.api import Store
 from elasticps.store.keys import HYBRID_CHECKPOINT_PREFIX, read_pserver_layout
@@ -63,12 +69,17 @@ EXAMPLES = 10  # mismatching rows named in the report
 ROUND_MODES = ("sync", "hybrid")  # the dense counter counts rounds, not batches
 
 
-def write_oracle_data(path: str, rows: int, rows_per_chunk: int) -> None:
-    """A dataset whose only feature is each row's own index (a passthrough id column)."""
-    write_dataset({"y": np.zeros(rows, np.float32), ROW_COLUMN: np.arange(rows, dtype=np.int64)},
+def write_oracle_data(path: str, rows: int, rows_per_chunk: int, *, first_row: int = 0,
+                      id_space: int | None = None) -> None:
+    """A dataset whose only feature is each row's own index (a passthrough id column): rows
+    ``first_row`` to ``first_row + rows - 1`` of ``id_space`` (a stream's partition holds a
+    slice of the whole stream's rows; every partition declares the same id space)."""
+    ids = np.arange(first_row, first_row + rows, dtype=np.int64)
+    write_dataset({"y": np.zeros(rows, np.float32), ROW_COLUMN: ids},
                   path, {"label": {"name": "y", "kind": "float"},
                          "columns": {ROW_COLUMN: {"kind": "categorical", "ids": "passthrough",
-                                                  "table": "rows", "id_space": rows}}},
+                                                  "table": "rows",
+                                                  "id_space": id_space or first_row + rows}}},
                   rows_per_chunk=rows_per_chunk, overwrite=True)
 
 
@@ -81,12 +92,21 @@ class OracleSpec:
     batch_size: int
     shards: int
     mode: str = "async"  # sync, hybrid: the counter counts rounds (see the module docstring)
+    stream: bool = False  # ``data`` is a stream's prefix (its partitions, in name order)
+
+    def chunks(self) -> list[ChunkRef]:
+        """Every chunk of the data, in the order its rows are numbered."""
+        if not self.stream:
+            return list(read_manifest(self.data).chunks)
+        source = FsspecPartitionSource(self.data)
+        return [chunk for partition in source.partitions(None)
+                for chunk in source.manifest(partition).chunks]
 
     def batch_starts(self) -> tuple[int, np.ndarray]:
-        """(rows, the first row of every batch in row order), from the manifest."""
+        """(rows, the first row of every batch in row order), from the manifests."""
         starts: list[int] = []
         offset = 0
-        for chunk in read_manifest(self.data).chunks:
+        for chunk in self.chunks():
             count = batches_in_chunk(chunk.num_rows, self.batch_size)
             starts.extend(offset + k * self.batch_size for k in range(count))
             offset += chunk.num_rows
@@ -247,7 +267,8 @@ def _first(pairs: np.ndarray, limit: int) -> Sequence[tuple[int, int]]:
     return [(int(p), int(r)) for p, r in pairs[:max(0, limit)]]
 
 
-def oracle_args(spec: OracleSpec) -> list[str]:
-    """The oracle script's arguments for ``spec``."""
-    return ["--data", spec.data, "--passes", str(spec.passes), "--batch-size",
-            str(spec.batch_size)]
+def oracle_args(spec: OracleSpec, stream_rows: int = 0) -> list[str]:
+    """The oracle script's arguments for ``spec`` (a stream's: its prefix and its rows)."""
+    data = (["--stream", spec.data, "--rows", str(stream_rows)] if spec.stream
+            else ["--data", spec.data])
+    return [*data, "--passes", str(spec.passes), "--batch-size", str(spec.batch_size)]

@@ -23,6 +23,9 @@ from the shards' checkpoints and checks every count is exactly 1. The dataset
 id column ``row``; which pass a batch belongs to comes from the trainer's ``BeginPass`` event
 (a task, and every prefetch, stays within one pass).
 
+On a stream (``--stream PREFIX --rows N``) it trains ``elasticps.reader.stream(PREFIX)``, one
+pass over partitions as they land, whose ``row`` columns number the stream's N rows.
+
     python -m elasticps run --pservers 2 elasticps/chaos/oracle_script.py --data D --passes 3
 """
 
@@ -40,6 +43,7 @@ from elasticps.trainer.dataset_reader import cloud
 from elasticps.trainer.events import BeginPass, Event
 from elasticps.trainer.optim import SGD, Adagrad, OptimizerSpec
 from elasticps.trainer.sparse import RowInit, SparseLayer, numpy_batch
+from elasticps.trainer.stream_reader import stream
 from elasticps.trainer.trainer import Trainer
 
 TABLE = "oracle"
@@ -107,19 +111,26 @@ def counting_loss(output: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="a dataset from write_oracle_data")
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--data", help="a dataset from write_oracle_data")
+    data.add_argument("--stream", help="a stream of write_oracle_data partitions")
+    parser.add_argument("--rows", type=int, default=0, help="with --stream: the stream's rows")
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
+    if args.stream and (args.rows < 1 or args.passes != 1):
+        parser.error("--stream needs --rows N (the stream's rows) and one pass")
     config = init()
-    rows = read_manifest(args.data).num_rows
+    rows = args.rows if args.stream else read_manifest(args.data).num_rows
     clock = PassClock()
     model = CountingModel(rows, args.passes, config.pserver_count, clock,
                           counting_optimizer(config.mode))
     trainer = Trainer(model, counting_loss, SGD(lr=1.0), label_kind="float")
     try:
         trainer.connect(config)
-        trainer.train(cloud(args.data, args.batch_size), args.passes, clock)
+        reader = (stream(args.stream, args.batch_size) if args.stream
+                  else cloud(args.data, args.batch_size))
+        trainer.train(reader, args.passes, clock)
     finally:
         trainer.close()  # a trainer scaled away hands its task back at once
 

@@ -115,13 +115,6 @@ class KillPServer:
 
 
 @dataclass(frozen=True)
-class KillTrainer:
-    """SIGKILL one trainer (the planner picks which)."""
-
-    then: Then = "progress"
-
-
-@dataclass(frozen=True)
 class DirectedScale:
     """Ask for ``trainers`` trainers."""
 
@@ -146,8 +139,28 @@ class PauseTrainer:
     then: Then = "progress"
 
 
-Directed = (AwaitCheckpoint | KillPServer | KillTrainer | DirectedScale | DirectedReshard
-            | PauseTrainer)
+@dataclass(frozen=True)
+class AwaitPartition:
+    """With ``--stream``: wait until a standby master is in the election, then until the
+    stream's writer commits its next partition (the steps after it follow at once)."""
+
+
+@dataclass(frozen=True)
+class KillMaster:
+    """SIGKILL the leading master."""
+
+    then: Then = "progress"
+
+
+@dataclass(frozen=True)
+class KillTrainer:
+    """SIGKILL one trainer (the planner's pick among this host's)."""
+
+    then: Then = "progress"
+
+
+Directed = (AwaitCheckpoint | KillPServer | DirectedScale | DirectedReshard | PauseTrainer
+            | AwaitPartition | KillMaster | KillTrainer)
 
 SCHEDULES = {
     "scale-down-kill-reshard": "right after a pserver publishes a checkpoint: scale the trainers "
@@ -161,7 +174,23 @@ SCHEDULES = {
                                  "then the sparse rows recover)",
     "slow-sync-member": "SIGSTOP a trainer for 2 x the lease TTL + 1 s (its lease expires, the "
                         "others must go on without it), then SIGCONT it",
+    "stream-commit-master-kill": "with --stream: SIGKILL the leading master right as the "
+                                 "stream's next partition commits (a standby waiting), so the "
+                                 "takeover meets a partition landed and not yet appended, or "
+                                 "appended by the transaction the kill cut short",
+    "stream-commit-pserver-kill": "with --stream: SIGKILL pserver 0 right as the stream's next "
+                                  "partition commits, so its first tasks meet a shard "
+                                  "restoring its checkpoint",
+    "stream-commit-trainer-kill": "with --stream: SIGKILL a trainer right as the stream's next "
+                                  "partition commits, so its tasks of the partition before "
+                                  "are taken back mid-way",
+    "stream-commit-kill-every-role": "with --stream: the three above in turn, each as a "
+                                     "partition commits (master, pserver 0, a trainer)",
 }
+# Schedules that need the stream's writer (--stream).
+STREAM_SCHEDULES = frozenset(name for name in SCHEDULES if name.startswith("stream-"))
+_STREAM_KILLS: dict[str, Directed] = {"master": KillMaster(), "pserver": KillPServer(0),
+                                      "trainer": KillTrainer()}
 
 
 def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Directed]:
@@ -177,9 +206,16 @@ def directed(name: str, trainers: int, pservers: int, lease_ttl: int) -> list[Di
         return [KillTrainer(), KillPServer(0)]
     if name == "slow-sync-member":
         return [PauseTrainer(2.0 * lease_ttl + 1.0)]
+    if name == "stream-commit-kill-every-role":
+        return [step for role in ("master", "pserver", "trainer")
+                for step in (AwaitPartition(), _STREAM_KILLS[role])]
+    if name.startswith("stream-commit-") and name.endswith("-kill"):
+        role = name.removeprefix("stream-commit-").removesuffix("-kill")
+        if role in _STREAM_KILLS:
+            return [AwaitPartition(), _STREAM_KILLS[role]]
     raise ValueError(f"no schedule {name!r}: one of {', '.join(SCHEDULES)}")
 
 
 def directed_kills(steps: Sequence[Directed]) -> int:
     """The SIGKILLs a schedule delivers (they count towards --kills)."""
-    return sum(isinstance(s, KillPServer | KillTrainer) for s in steps)
+    return sum(isinstance(s, KillPServer | KillMaster | KillTrainer) for s in steps)

@@ -22,7 +22,7 @@ BRIEF_KEYS = ("kills", "kills_total", "kills_planned", "scales_total", "autoscal
               "duplicates", "missing",
               "expected_batches", "oracle_rows_checked", "oracle_mismatches",
               "worst_progress_after_fault_s", "worst_fault", "progress_bound_s", "recovery",
-              "wall_s", "restarts")
+              "wall_s", "restarts", "stream_worst_trained_s")
 
 
 @dataclass
@@ -122,6 +122,9 @@ class ChaosRecord:
     directed: list[str] = field(default_factory=list)  # the schedule's steps as carried out
     # Seconds without progress, while the job ran, after the last fault (then it was stopped).
     tail_stall_s: float | None = None
+    # With --stream: its partitions, when each landed and how soon it was appended and trained
+    # through (chaos/stream_writer.py's StreamWriter.report).
+    stream: Mapping[str, Any] | None = None
 
 
 def recovery_stats(values: Sequence[float | None]) -> dict[str, float | int | None]:
@@ -242,6 +245,9 @@ def build_report(opts: ChaosOptions, chaos: ChaosRecord | None,
         "oracle_rows_checked": oracle.get("rows_checked") if oracle else None,
         "oracle_mismatches": oracle.get("mismatches") if oracle else None,
         "oracle_result": oracle,
+        "stream": chaos.stream if chaos is not None else None,
+        "stream_worst_trained_s": (chaos.stream or {}).get("worst_trained_s")
+        if chaos is not None else None,
         "recovery": {role: {"serving": recovery_stats([k.serving_s for k in kills
                                                        if k.role == role]),
                             "throughput": recovery_stats([k.throughput_s for k in kills
@@ -317,6 +323,12 @@ def problems(report: Mapping[str, Any]) -> list[str]:
             found.append(f"the oracle found {report['oracle_mismatches']} of "
                          f"{report['oracle_rows_checked']} rows applied other than exactly once "
                          f"(examples and per-shard counts under 'oracle_result')")
+    stream = report.get("stream")
+    if stream is not None and not stream["ok"]:
+        found.append(f"the stream did not stay live: {stream['landed']} of "
+                     f"{stream['partitions']} partitions landed, and {len(stream['over_bound'])} "
+                     f"were not trained through within {stream['bound_s']:g}s of their commit "
+                     f"({', '.join(stream['over_bound'][:5]) or 'none'}; under 'stream')")
     done = [r for r in report["reshards"] if r["serving_s"] is not None]
     if len(done) < len(report["reshards_planned"]) + report["schedule_reshards"]:
         found.append(f"only {len(done)} of {len(report['reshards_planned'])} planned "

@@ -7,13 +7,16 @@ planned, the run under faults uses its own etcd (:mod:`elasticps.chaos.etcd`) th
 takes down. At the end it reads the exactly-once accounting from durable state
 (:mod:`elasticps.chaos.accounting`), with ``oracle`` counts every batch's applications in the
 parameters (:mod:`elasticps.chaos.oracle`), and builds the report (:mod:`elasticps.chaos.report`).
-With ``oracle`` the script is the oracle's own, on data it writes once for both runs.
+With ``oracle`` the script is the oracle's own, on data it writes once for both runs; with
+``stream`` too, the data is a stream whose partitions land while the job runs
+(:mod:`elasticps.chaos.stream_writer`), and the report times every partition.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import time
 from typing import Any
 
@@ -26,6 +29,7 @@ from elasticps.chaos.options import ORACLE_SCRIPT, ChaosOptions
 from elasticps.chaos.oracle import OracleSpec, check_oracle, oracle_args, write_oracle_data
 from elasticps.chaos.plan import SCHEDULES, KillRole, Planner, directed, directed_kills, preview
 from elasticps.chaos.report import ChaosRecord, JobRun, build_report
+from elasticps.chaos.stream_writer import LandingWatch, StreamWriter
 from elasticps.errors import ElasticPSError
 from elasticps.launch.scale import set_desired_trainers, write_desired_pservers
 from elasticps.store import Store, open_store
@@ -42,7 +46,10 @@ def run_fault_free(opts: ChaosOptions, say: Say) -> JobRun:
     return run
 
 
-def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
+def run_under_faults(opts: ChaosOptions, say: Say,
+                     writer: StreamWriter | None = None) -> ChaosRecord:
+    """The run under faults; ``writer`` (with ``opts.stream``) lands the stream's partitions
+    once training is under way (its first has landed)."""
     workdir = opts.workdir / "chaos"
     output = opts.workdir / "chaos.out"
     planned = [s.role if isinstance(s, KillRole) else f"scale to {s.trainers}"
@@ -74,8 +81,15 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
         planner = Planner(opts.seed, opts.trainers, scale=opts.scale, gap=opts.gap)
         loop = ChaosLoop(opts, job, ChaosWatch(store), planner,
                          lambda n: set_desired_trainers(*location, n), say, store=etcd,
-                         reshard_to=lambda m: write_desired_pservers(store, m, "chaos"))
-        loop.run(deadline)
+                         reshard_to=lambda m: write_desired_pservers(store, m, "chaos"),
+                         landings=writer)
+        if writer is not None:  # timed on its own store handle, beside the loop
+            stack.callback(writer.stop)
+            watch = ChaosWatch(stack.enter_context(open_store(*location)))
+            stack.enter_context(LandingWatch(writer, watch, lambda: job.running))
+            say(f"chaos: the stream's partitions land every {opts.stream_interval:g}s once "
+                f"training is under way ({opts.stream_partitions} of {opts.stream_rows} rows)")
+        loop.run(deadline, on_start=writer.start if writer is not None else None)
         stalled = loop.tail_stall is not None
         left = 0.0 if stalled else opts.job_timeout - (time.monotonic() - job.started)
         why = (f"no training progress for {loop.tail_stall:.0f}s after the last fault"
@@ -85,9 +99,18 @@ def run_under_faults(opts: ChaosOptions, say: Say) -> ChaosRecord:
             loop.kills, loop.scales, outages=loop.outages, reshards=loop.reshards,
             pauses=loop.pauses, directed=loop.directed_done, tail_stall_s=loop.tail_stall)
         _account(record, store, opts)
+        if writer is not None:
+            writer.stop()
+            record.stream = writer.report(opts.stream_bound_s)
         if opts.oracle:
             record.oracle = _oracle(record, store, opts)
     return record
+
+
+def stream_writer(opts: ChaosOptions) -> StreamWriter:
+    """The writer of the oracle's stream (its prefix under the run's workdir)."""
+    return StreamWriter(oracle_spec(opts).data, opts.stream_partitions, opts.stream_rows,
+                        opts.oracle_rows_per_chunk, opts.stream_interval)
 
 
 def _account(record: ChaosRecord, store: Store, opts: ChaosOptions) -> None:
@@ -99,13 +122,29 @@ def _account(record: ChaosRecord, store: Store, opts: ChaosOptions) -> None:
 
 
 def oracle_spec(opts: ChaosOptions) -> OracleSpec:
+    if opts.stream:
+        return OracleSpec(str(opts.workdir / "oracle-stream"), 1, opts.oracle_batch_size,
+                          opts.pservers, opts.mode, stream=True)
     return OracleSpec(str(opts.workdir / "oracle-data"), opts.oracle_passes,
                       opts.oracle_batch_size, opts.pservers, opts.mode)
 
 
-def with_oracle(opts: ChaosOptions, say: Say) -> ChaosOptions:
-    """``opts`` running the oracle's script on its data, written here once for both runs."""
+def with_oracle(opts: ChaosOptions, say: Say,
+                writer: StreamWriter | None = None) -> ChaosOptions:
+    """``opts`` running the oracle's script on its data, written here once for both runs (a
+    stream's first partition only, by ``writer``: the rest land while the job runs under
+    faults)."""
     spec = oracle_spec(opts)
+    if opts.stream:
+        say(f"chaos: the oracle's stream under {spec.data}: {opts.stream_partitions} "
+            f"partitions of {opts.stream_rows} rows in chunks of {opts.oracle_rows_per_chunk}, "
+            f"one pass of batches of {opts.oracle_batch_size} on {opts.pservers} pservers")
+        shutil.rmtree(spec.data, ignore_errors=True)  # a rerun in the same workdir starts over
+        assert writer is not None
+        writer.land_first()
+        rows = opts.stream_partitions * opts.stream_rows
+        return dataclasses.replace(opts, script=ORACLE_SCRIPT,
+                                   script_args=tuple(oracle_args(spec, rows)))
     say(f"chaos: the oracle writes {opts.oracle_rows} rows in chunks of "
         f"{opts.oracle_rows_per_chunk} to {spec.data}; {opts.oracle_passes} passes of batches of "
         f"{opts.oracle_batch_size} on {opts.pservers} pservers")
@@ -128,11 +167,12 @@ def _print(line: str) -> None:
 def run_chaos(opts: ChaosOptions, say: Say = _print) -> dict[str, Any]:
     """Both runs and the report (see :func:`elasticps.chaos.report.build_report`)."""
     opts.workdir.mkdir(parents=True, exist_ok=True)
+    writer = stream_writer(opts) if opts.stream else None
     if opts.oracle:
-        opts = with_oracle(opts, say)
+        opts = with_oracle(opts, say, writer)
     opts.validate()
     baseline = None if opts.skip_baseline else run_fault_free(opts, say)
     if baseline is not None and not baseline.succeeded:
         return build_report(opts, None, baseline)
-    chaos = run_under_faults(opts, say)
+    chaos = run_under_faults(opts, say, writer)
     return build_report(opts, chaos, baseline)

@@ -12,6 +12,7 @@ loop turns it into a failed task, counted by the master.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,20 @@ from elasticps.errors import DataError
 def decode_table(table: pa.Table, schema: Schema, where: str) -> Batch:
     """The rows of ``table`` (the chunk, already sliced or permuted) as one batch; ``where``
     names the file (and chunk) in errors."""
+    weight = None
+    if schema.weight is not None:
+        values, missing = numeric_column(table, schema.weight, where)
+        if missing.any():
+            raise DataError(f"{where}: column {schema.weight!r} (the weight) has a missing value")
+        weight = values.astype(np.float32)
+    features = decode_features(table, schema, where)
+    return dataclasses.replace(features, label=_labels(table, schema, where), weight=weight)
+
+
+def decode_features(table: pa.Table, schema: Schema, where: str) -> Batch:
+    """The feature columns of ``table`` as a batch, for rows that carry no label (rows to
+    score): hashed and normalised exactly as :func:`decode_table` does; the label is zeros of
+    the schema's label width, the weight None."""
     n = table.num_rows
     dense_columns = schema.dense_columns
     dense = np.empty((n, len(dense_columns)), dtype=np.float32)
@@ -50,15 +65,10 @@ def decode_table(table: pa.Table, schema: Schema, where: str) -> Batch:
             bags[spec.name] = _bag(array, spec, id_space, where)
     vectors = {spec.name: _vectors(_array(table, spec.name), spec, where)
                for spec in schema.vector_columns}
-    weight = None
-    if schema.weight is not None:
-        values, missing = numeric_column(table, schema.weight, where)
-        if missing.any():
-            raise DataError(f"{where}: column {schema.weight!r} (the weight) has a missing value")
-        weight = values.astype(np.float32)
-    return Batch(label=_labels(table, schema, where), dense=dense,
-                 dense_names=tuple(c.name for c in dense_columns), ids=ids, bags=bags,
-                 weight=weight, vectors=vectors)
+    width = schema.label_width
+    label = np.zeros((n,) if width == 1 else (n, width), dtype=np.float32)
+    return Batch(label=label, dense=dense, dense_names=tuple(c.name for c in dense_columns),
+                 ids=ids, bags=bags, vectors=vectors)
 
 
 def _array(table: pa.Table, name: str) -> pa.Array:

@@ -30,6 +30,11 @@ Examples:
       plain text -> N-gram rows for a word model, with vocab.txt
   elasticps data inspect /data/ctr
       rows, chunks, label rate, missing rates, best AUC
+  elasticps data convert csv hour.csv --schema schema.yaml \
+      --out /data/clicks/dt=2026-12-01/hour=13
+      one partition of a stream (its manifest, written last, commits it)
+  elasticps data stream-end /data/clicks
+      the stream is over: a job training it ends once all of it is trained
 """
 
 
@@ -145,6 +150,14 @@ def register(subparsers: Any) -> None:
     inspect.add_argument("dataset", metavar="DIR", help="dataset directory or fsspec URL")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.set_defaults(func=run_inspect)
+
+    stream_end = actions.add_parser(
+        "stream-end", help="mark a stream as ended (writes PREFIX/_END)",
+        description="Write the end marker PREFIX/_END of the stream under PREFIX (any fsspec "
+        "URL): a job training the stream appends the partitions committed by then and ends "
+        "once they are trained. Writing it again keeps the first marker. See docs/data.md.")
+    stream_end.add_argument("prefix", metavar="PREFIX", help="the stream's prefix")
+    stream_end.set_defaults(func=run_stream_end)
 
     upload = actions.add_parser(
         "upload", help="copy a dataset directory to storage a cluster job reads (resumable)",
@@ -276,6 +289,13 @@ def run_synth_ctr(args: argparse.Namespace) -> int:
         t = report.test_manifest
         print(f"wrote {t.num_rows:,} test rows to {args.out.rstrip('/')}/test; "
               f"best AUC {t.best_auc:.4f}")
+    return 0
+
+
+def run_stream_end(args: argparse.Namespace) -> int:
+    from elasticps.data.stream import write_end_marker
+
+    print(f"wrote the end marker {write_end_marker(args.prefix)}")
     return 0
 
 

@@ -45,16 +45,41 @@ def check_block(columns: Mapping[str, pa.Array], schema: Schema, *,
     decided (:func:`decide_dtypes`)."""
     names = schema.source_columns()
     columns = {name: _plain(columns[name]) for name in names}
-    n = len(columns[names[0]]) if names else 0
     checked: dict[str, _Checked] = {}
     for spec in schema.labels:
         checked[spec.name] = _label(columns[spec.name], spec, schema.missing)
     if schema.weight is not None:
         checked[schema.weight] = _weight(columns[schema.weight], schema.missing)
+    checked.update(_features(columns, schema))
+    return _assemble(checked, names, arrow_schema(schema), max_reasons)
+
+
+def check_features(columns: Mapping[str, pa.Array], schema: Schema, *,
+                   max_reasons: int = 20) -> CheckedBlock:
+    """:func:`check_block` for rows to score, which carry no label and no weight: ``columns``
+    holds every feature column of ``schema``, the table holds those columns alone (as
+    :func:`~elasticps.data.chunk_decode.decode_features` reads them), by the same rules."""
+    names = tuple(column.name for column in schema.columns)
+    checked = _features({name: _plain(columns[name]) for name in names}, schema)
+    stored = arrow_schema(schema)
+    return _assemble(checked, names, pa.schema([stored.field(name) for name in names]),
+                     max_reasons)
+
+
+def _features(columns: Mapping[str, pa.Array], schema: Schema) -> dict[str, _Checked]:
+    checked = {}
     for column in schema.columns:
         id_space = schema.tables[column.table].id_space if column.is_categorical else 0
         checked[column.name] = _feature(columns[column.name], column,
                                         schema.missing_tokens(column), id_space)
+    return checked
+
+
+def _assemble(checked: Mapping[str, _Checked], names: Sequence[str], stored: pa.Schema,
+              max_reasons: int) -> CheckedBlock:
+    """The good rows of ``checked`` as a table of ``stored``, and the bad rows' reasons (each
+    row's first bad column in ``names`` order)."""
+    n = len(checked[names[0]].bad) if names else 0
     bad = np.zeros(n, dtype=bool)
     for item in checked.values():
         bad |= item.bad
@@ -63,8 +88,7 @@ def check_block(columns: Mapping[str, pa.Array], schema: Schema, *,
     for row in bad_rows[:max_reasons]:
         name = next(name for name in names if checked[name].bad[row])
         reasons.append((int(row), name, checked[name].describe(int(row))))
-    table = pa.Table.from_arrays([checked[name].array for name in names],
-                                 schema=arrow_schema(schema))
+    table = pa.Table.from_arrays([checked[name].array for name in names], schema=stored)
     if bad_rows.size:
         table = table.filter(pa.array(~bad))
     return CheckedBlock(table, bad_rows, reasons)

@@ -112,7 +112,7 @@ class JsonLinesSource:
             kept.append(int(number))
             for name in columns:
                 values[name].append(row.get(name))
-        arrays = {name: _column(name, column) for name, column in values.items()}
+        arrays = {name: json_column(name, column) for name, column in values.items()}
         return SourceBlock(arrays, np.array(kept, dtype=np.int64), blank=int(blank.sum()))
 
 
@@ -133,7 +133,7 @@ def _blank_lines(data: bytes) -> np.ndarray:
     return counts == 0
 
 
-def _column(name: str, values: list[Any]) -> pa.Array:
+def json_column(name: str, values: list[Any]) -> pa.Array:
     """Python values of one key as an Arrow array; mixed types become text."""
     try:
         return pa.array(values)

@@ -84,6 +84,10 @@ def register(subparsers: Any) -> None:
     run.add_argument("--geo-steps", type=int, default=None, metavar="K",
                      help="geo mode: local steps between two pushes of a trainer's deltas "
                      "(default 10)")
+    run.add_argument("--warm-start", metavar="MODEL_DIR", default=None,
+                     help="start the job's tables from an export (or a model directory's "
+                     "newest version) instead of their initializers; a job resuming from its "
+                     "checkpoints keeps them (PADDLE_WARM_START)")
     run.add_argument("--trainer-threads", type=int, default=None, metavar="N",
                      help="intra-op threads of each trainer (its OMP_NUM_THREADS, which torch "
                      "reads). Default: OMP_NUM_THREADS if the environment sets it, else the "
@@ -141,7 +145,7 @@ def run_command(args: argparse.Namespace) -> int:
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
         log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args),
         mode=args.mode, geo_steps=_geo_steps(args), trainer_threads=args.trainer_threads,
-        pserver_threads=args.pserver_threads)
+        pserver_threads=args.pserver_threads, warm_start=args.warm_start)
     return run_job(opts)
 
 

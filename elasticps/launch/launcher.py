@@ -84,6 +84,8 @@ class LaunchOptions:
     # Intra-op threads of each trainer / pserver process (None: launch/threads.py decides).
     trainer_threads: int | None = None
     pserver_threads: int | None = None
+    # PADDLE_WARM_START: an export (or model directory) the tables start from when first made.
+    warm_start: str | None = None
 
 
 def default_job_name(script: str) -> str:
@@ -105,6 +107,9 @@ def _validate(opts: LaunchOptions) -> None:
         raise ConfigError(f"--standby-masters={opts.standby_masters} must be >= 0")
     if not Path(opts.script).is_file():
         raise ConfigError(f"script {opts.script!r} does not exist or is not a file")
+    if opts.warm_start is not None and not Path(opts.warm_start).is_dir():
+        raise ConfigError(f"--warm-start {opts.warm_start!r} is not a directory (an export or "
+                          "a model directory)")
     if opts.store is not None and not opts.store.startswith(("etcd://", "file://")):
         raise ConfigError(f"--store={opts.store!r} must start with etcd:// or file://")
 
@@ -124,6 +129,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         **({"log_format": opts.log_format} if opts.log_format else {}),
         insecure=opts.insecure, **({"mode": opts.mode} if opts.mode else {}),
         **({"geo_steps": opts.geo_steps} if opts.geo_steps is not None else {}),
+        **({"warm_start": str(Path(opts.warm_start).resolve())} if opts.warm_start else {}),
     )
     env = {**base_env, **config.to_env(), "PADDLE_JOB_TOKEN_FILE": str(workdir / TOKEN_FILE)}
     env.pop("PADDLE_TLS_DIR", None)  # each role gets its own identity below
@@ -329,6 +335,7 @@ class Launch:
                   f"--workdir {self.workdir}", file=self.err, flush=True)
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
+        from elasticps.master.progressive import stream_scores  # numpy: only at the job's end
         from elasticps.store import open_store
         from elasticps.store.keys import read_progress, read_result
 
@@ -342,9 +349,14 @@ class Launch:
             with open_store(self.store_url, self.job_name) as store:
                 result = read_result(store) or {}
                 progress = read_progress(store)
+                scores = stream_scores(store)
         except Exception as exc:  # the job succeeded; a missing summary detail is not fatal
             log.warning("Job %s: could not read results from the store: %s", self.job_name, exc)
-            result, progress = {}, {}
+            result, progress, scores = {}, {}, None
+        if scores is not None:  # a stream: its partitions and their progressive validation
+            summary["partitions"] = [s.partition for s in scores]
+            summary["progressive_auc"] = [s.auc for s in scores]
+            summary["progressive_rows"] = [s.rows for s in scores]
         samples = sum(p.samples for p in progress.values())
         train_s = max((p.train_s for p in progress.values()), default=0.0)
         summary["samples"] = samples

@@ -25,6 +25,29 @@ from elasticps.master.status_page import StatusServer
 # -- status -----------------------------------------------------------------------------------
 
 
+def stream_lines(doc: dict[str, Any]) -> list[str]:
+    """A stream's progress (partitions, the newest trained through and its lag, those
+    waiting), what the job is doing when it is not training (waiting for data), and the
+    newest partition's progressive AUC."""
+    lines = []
+    stream = doc.get("stream")
+    if isinstance(stream, dict):
+        lag = stream.get("lag_s")
+        lines.append(f"  stream {stream.get('partitions', 0)} partition(s), trained through "
+                     f"{stream.get('trained_through') or '-'}"
+                     + (f" (lag {format_eta(lag)})" if isinstance(lag, int | float) else "")
+                     + f", {stream.get('waiting', 0)} waiting"
+                     + (", ended" if stream.get("ended") else ""))
+    scores = [s for s in doc.get("progressive") or [] if isinstance(s, dict)
+              and s.get("final") and isinstance(s.get("auc"), int | float)]
+    if scores:
+        lines.append(f"  progressive AUC {float(scores[-1]['auc']):.4f} "
+                     f"({scores[-1].get('partition')})")
+    if doc.get("activity") and doc.get("live"):
+        lines.append(f"  now: {doc['activity']}")
+    return lines
+
+
 def summary(job: LocalJob, doc: dict[str, Any] | None) -> str:
     """The local job's state, its roles and its progress, as ``elasticps status`` prints it."""
     if doc is None:
@@ -66,6 +89,7 @@ def summary(job: LocalJob, doc: dict[str, Any] | None) -> str:
             + (f" | {float(doc['samples_per_s']):,.0f} samples/s"
                if doc.get("samples_per_s") is not None and doc.get("live") else "")
             + (f" | loss {float(doc['loss']):.4f}" if doc.get("loss") is not None else ""))
+    lines += stream_lines(doc)
     if doc.get("job_failed_reason"):
         lines.append(f"  failed: {doc['job_failed_reason']}")
     failure = doc.get("failure")

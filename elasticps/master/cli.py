@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         num_passes=args.num_passes, batch_plan=plan,
         num_pservers=0 if args.no_reconcile or config.num_pservers is None
         else config.num_pservers, metrics_port=config.metrics_port,
-        max_concurrent_rpcs=config.call_limit("master"),
+        max_concurrent_rpcs=config.call_limit("master"), stream_poll_s=config.stream_poll_s,
         logs_dir=os.path.join(config.workdir, "logs") if config.workdir else None)
     set_node(options.node)
     store = open_store(config.store, config.job_name)

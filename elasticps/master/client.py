@@ -113,12 +113,16 @@ class MasterClient:
     # -------------------------------------------------------------------------------- calls
 
     def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
-                    plan: BatchPlan) -> master_pb2.SetDatasetResponse:
+                    plan: BatchPlan, stream_from: str | None = None
+                    ) -> master_pb2.SetDatasetResponse:
         """Set (or join) the job's dataset with this trainer's batch plan; a plan that differs
-        from the job's is refused (FailedPreconditionError naming the difference)."""
+        from the job's is refused (FailedPreconditionError naming the difference).
+        ``stream_from`` (a string, "" for the first partition on): ``url`` is a stream's
+        prefix, trained once, from that partition on."""
         request = master_pb2.SetDatasetRequest(
             dataset_url=url, chunks_per_task=chunks_per_task, num_passes=num_passes,
-            batch_size=plan.batch_size, features=plan.features)
+            batch_size=plan.batch_size, features=plan.features,
+            stream=stream_from is not None, stream_from=stream_from or "")
         if plan.shuffle_seed is not None:
             request.shuffle_seed = plan.shuffle_seed
         return self._call(lambda s: s.SetDataset, request, "SetDataset")

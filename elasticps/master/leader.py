@@ -55,10 +55,11 @@ from elasticps.errors import (
 from elasticps.lifecycle import Lifecycle
 from elasticps.master.options import MasterOptions, with_reconcile
 from elasticps.master.reconcile_loop import Reconciler, Shards
-from elasticps.master.service import ChunkLister, MasterState
+from elasticps.master.service import ChunkLister, MasterState, SourceFactory
 from elasticps.master.snapshot import QueueSnapshot
 from elasticps.master.status_access import published_status
 from elasticps.master.status_loop import StatusLoop
+from elasticps.master.stream_loop import StreamFollower
 from elasticps.store.api import Event, EventType, KeyValue, Lease, Op, Put, Store
 from elasticps.store.election import Election
 from elasticps.store.follow import PrefixFollower
@@ -132,10 +133,12 @@ class Leader(Lifecycle[LeaderState]):
     def __init__(self, store: Store, options: MasterOptions, chunk_lister: ChunkLister,
                  components: Components, *, poll_s: float = 0.2,
                  campaign_s: float = 1.0,
-                 observe_write: Callable[[float], None] | None = None) -> None:
+                 observe_write: Callable[[float], None] | None = None,
+                 source_for: SourceFactory | None = None) -> None:
         self.store = store
         self.options = with_reconcile(options)
         self.chunk_lister = chunk_lister
+        self.source_for = source_for  # a stream's partition source (None: no streams)
         self.components = components
         self.poll_s = poll_s
         self.campaign_s = campaign_s
@@ -201,7 +204,7 @@ class Leader(Lifecycle[LeaderState]):
     def _load(self) -> LeaderState:
         opts = self.options
         state = MasterState(opts.job, opts.node, QueueSnapshot(self.store, self._commit),
-                            opts.policy, self.chunk_lister)
+                            opts.policy, self.chunk_lister, source_for=self.source_for)
         self.master_state = state
         revision = self.store.revision()
         self._load_queue(state)
@@ -212,6 +215,8 @@ class Leader(Lifecycle[LeaderState]):
             "lease-timer", functools.partial(self._expire_task_leases, state)))
         if opts.num_pservers > 0:
             stack.enter_context(self._reconciling(state))
+        follower = StreamFollower(state, self._halt, poll_s=opts.stream_poll_s)
+        stack.enter_context(self._background("stream-follower", follower.run))
         self.status_loop = StatusLoop(self.store, state, num_pservers=opts.num_pservers,
                                       commit=self._commit, halt=self._halt,
                                       interval=opts.status_interval)

@@ -37,6 +37,7 @@ class MasterOptions:
     max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS  # more are refused; clients retry
     metrics_port: int = 0  # Prometheus /metrics of this process (0 = any free port)
     status_interval: float = 1.0  # seconds between the status page's samples
+    stream_poll_s: float = 2.0  # a stream's listing: at most this long between two polls
     logs_dir: str | None = None  # a local job's role logs, shown on the page (status_logs.py)
     node: str = field(default_factory=lambda: f"master-{socket.gethostname()}-{os.getpid()}")
 

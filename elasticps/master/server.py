@@ -20,7 +20,13 @@ from prometheus_client import Histogram
 
 from elasticps.master.leader import Components, Leader
 from elasticps.master.options import MasterOptions
-from elasticps.master.service import ChunkLister, MasterState, data_chunk_lister
+from elasticps.master.service import (
+    ChunkLister,
+    MasterState,
+    SourceFactory,
+    data_chunk_lister,
+    fsspec_source,
+)
 from elasticps.master.status_access import status_access
 from elasticps.master.status_logs import LogFiles
 from elasticps.master.status_page import StatusServer
@@ -94,9 +100,12 @@ class MasterServer(Leader):
     """
 
     def __init__(self, store: Store, options: MasterOptions,
-                 chunk_lister: ChunkLister | None = None) -> None:
+                 chunk_lister: ChunkLister | None = None,
+                 source_for: SourceFactory | None = None) -> None:
         if chunk_lister is None:  # the real data layer, limited to the job's URL schemes
             chunk_lister = functools.partial(data_chunk_lister, schemes=options.data_schemes)
+        if source_for is None:  # streams under any fsspec URL of those schemes
+            source_for = functools.partial(fsspec_source, schemes=options.data_schemes)
         self.telemetry = RoleTelemetry(options.job, "master", options.node)
         self.metrics = MasterMetrics(self.telemetry.registry, self._document)
         registry = self.telemetry.registry
@@ -109,7 +118,7 @@ class MasterServer(Leader):
                                      name=options.node,
                                      call_metrics=ClientCallMetrics(registry)))
         super().__init__(store, options, chunk_lister, components,
-                         observe_write=self.metrics.store_write.observe)
+                         observe_write=self.metrics.store_write.observe, source_for=source_for)
 
     def _document(self) -> dict[str, Any] | None:
         loop = self.status_loop

@@ -20,13 +20,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.locations import check_scheme
 from elasticps.data.manifest import ChunkRef, read_manifest
+from elasticps.data.stream import (
+    MAX_PARTITION_NAME,
+    FsspecPartitionSource,
+    PartitionSource,
+)
 from elasticps.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -34,8 +39,12 @@ from elasticps.errors import (
     StoreUnavailableError,
 )
 from elasticps.master.group_commit import GroupCommit
+from elasticps.master.progressive import PartitionTasks
 from elasticps.master.reconcile_policy import Reconciliation
-from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot
+from elasticps.master.snapshot import DatasetRecord, LoadedState, QueueSnapshot, StreamSpec
+from elasticps.master.stream_catalog import StreamCatalog
+from elasticps.master.stream_follow import AppendedPartition, FollowDecision
+from elasticps.master.stream_records import append_ops
 from elasticps.master.task_queue import (
     Delta,
     GetTaskResult,
@@ -56,6 +65,8 @@ log = logging.getLogger(__name__)
 
 # The master's one view of the data: a dataset URL -> its chunks (a manifest read, no data).
 ChunkLister = Callable[[str], Sequence[ChunkRef]]
+# ... and of a stream: its prefix -> the source its partitions are listed from.
+SourceFactory = Callable[[str], PartitionSource]
 THROUGHPUT_WINDOW_S = 30.0
 # The job's states in the status document (its "state"), in the order a job reaches them;
 # the metric elasticps_master_job_state{state} is one-hot over them.
@@ -73,6 +84,14 @@ def data_chunk_lister(url: str, schemes: Sequence[str] = ("file",)) -> Sequence[
     if len(url) > MAX_URL:
         raise InvalidArgumentError(f"a dataset URL of {len(url)} characters is too long")
     return read_manifest(check_scheme(url, schemes)).chunks
+
+
+def fsspec_source(url: str, schemes: Sequence[str] = ("file",)) -> PartitionSource:
+    """The partition source of the stream at ``url`` (a listing of its prefix); ``url`` must
+    use one of the job's allowed ``schemes``, as a dataset's must."""
+    if len(url) > MAX_URL:
+        raise InvalidArgumentError(f"a stream URL of {len(url)} characters is too long")
+    return FsspecPartitionSource(check_scheme(url, schemes))
 
 
 class QueueStep:
@@ -100,7 +119,8 @@ class QueueStep:
 
     def task_response(self, result: GetTaskResult) -> master_pb2.GetTaskResponse:
         """The GetTask answer for ``result``, built from the queue as this step left it."""
-        return get_task_response(result, self._state.dataset, self.queue.policy.task_lease)
+        return get_task_response(result, self._state.task_chunks(),
+                                 self.queue.policy.task_lease)
 
 
 class MasterState:
@@ -108,12 +128,14 @@ class MasterState:
 
     def __init__(self, job: str, node: str, snapshot: QueueSnapshot, policy: QueuePolicy,
                  chunk_lister: ChunkLister, *, clock: Callable[[], float] = time.monotonic,
-                 persist_retry_s: float = 5.0) -> None:
+                 persist_retry_s: float = 5.0,
+                 source_for: SourceFactory | None = None) -> None:
         self.job = job
         self.node = node
         self.snapshot = snapshot
         self.policy = policy
         self.chunk_lister = chunk_lister
+        self.source_for = source_for  # None: this master follows no stream
         self.clock = clock
         self.persist_retry = PERSIST_RETRY.within(persist_retry_s)
         self.commits = GroupCommit(self._write, snapshot.max_ops)
@@ -121,6 +143,10 @@ class MasterState:
         self.deposed = threading.Event()
         self.dataset: DatasetRecord | None = None
         self.queue: TaskQueue | None = None
+        self.catalog: StreamCatalog | None = None  # a stream's appended partitions
+        self.source: PartitionSource | None = None  # where they come from
+        # What the stream's follow loop last saw (not persisted: it looks again each poll).
+        self.follow: dict[str, Any] = {}
         self.live_trainers: set[str] = set()
         self.started = clock()
         self._finishes: collections.deque[tuple[float, int]] = collections.deque()
@@ -133,7 +159,21 @@ class MasterState:
     def install(self, loaded: LoadedState) -> None:
         with self.lock:
             self.dataset, self.queue = loaded.dataset, loaded.queue
+            self.catalog = loaded.catalog
+            if loaded.catalog is not None:
+                self.source = self._source(loaded.dataset.url)
             self.persist(loaded.delta)
+
+    def _source(self, url: str) -> PartitionSource:
+        if self.source_for is None:
+            raise FailedPreconditionError(f"master {self.node} of job {self.job} was started "
+                                          "without a partition source: it cannot follow a "
+                                          "stream")
+        return self.source_for(url)
+
+    def task_chunks(self) -> TaskChunks | None:
+        """Where a task's chunks are looked up: a stream's catalogue, else the dataset."""
+        return self.catalog if self.catalog is not None else self.dataset
 
     def stage(self, delta: Delta, with_meta: Sequence[Op] = ()) -> int:
         """Encode ``delta`` (and ``with_meta``, with the meta record) for the group commit;
@@ -210,14 +250,15 @@ class MasterState:
     # ---------------------------------------------------------------------------- operations
 
     def set_dataset(self, url: str, chunks_per_task: int, num_passes: int,
-                    plan: BatchPlan) -> TaskQueue:
-        """Set the job's dataset and pin its batch plan; a repeat with the same arguments is
-        answered with the queue, any difference is refused naming it."""
+                    plan: BatchPlan, stream: StreamSpec | None = None) -> TaskQueue:
+        """Set the job's dataset (or stream) and pin its batch plan; a repeat with the same
+        arguments is answered with the queue, any difference is refused naming it."""
         with self.lock:
             if self.deposed.is_set():
                 raise NotLeaderError(f"master {self.node} of job {self.job} is not the leader")
             if self.dataset is not None and self.queue is not None:
-                differs = self.dataset.differences(url, chunks_per_task, num_passes, plan)
+                differs = self.dataset.differences(url, chunks_per_task, num_passes, plan,
+                                                   stream)
                 if differs:
                     raise FailedPreconditionError(
                         f"job {self.job} trains with {'; '.join(differs)}: this trainer would "
@@ -227,8 +268,12 @@ class MasterState:
                 return self.queue
             if not url:
                 raise FailedPreconditionError("SetDataset needs a dataset_url")
-            chunks = tuple(self.chunk_lister(url))
-            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks, plan)
+            if stream is not None and num_passes != 1:
+                raise InvalidArgumentError(f"num_passes={num_passes}: a stream is trained "
+                                           "once, in order (one pass)")
+            source = self._source(url) if stream is not None else None
+            chunks = () if stream is not None else tuple(self.chunk_lister(url))
+            dataset = DatasetRecord(url, chunks_per_task, num_passes, chunks, plan, stream)
             queue = dataset.new_queue(self.policy)
             try:
                 self.snapshot.write_dataset(dataset, queue)
@@ -236,9 +281,55 @@ class MasterState:
                 self._depose("the dataset write was fenced off")
                 raise
             self.dataset, self.queue = dataset, queue
-            log.info("Master %s of job %s set dataset %s: %d chunks in %d tasks, %d passes.",
-                     self.node, self.job, url, len(chunks), queue.num_tasks, num_passes)
+            if stream is not None:
+                self.catalog, self.source = StreamCatalog(plan.batch_size, stream.start), source
+                log.info("Master %s of job %s follows the stream %s%s: partitions are "
+                         "appended as they land.", self.node, self.job, url,
+                         f" from {stream.start}" if stream.start else "")
+            else:
+                log.info("Master %s of job %s set dataset %s: %d chunks in %d tasks, %d "
+                         "passes.", self.node, self.job, url, len(chunks), queue.num_tasks,
+                         num_passes)
             return queue
+
+    def stream_to_follow(self) -> tuple[PartitionSource, StreamCatalog] | None:
+        """(source, catalogue) while the job follows an open stream, else None."""
+        with self.lock:
+            queue, catalog, source = self.queue, self.catalog, self.source
+            if (self.deposed.is_set() or queue is None or catalog is None or source is None
+                    or not queue.open or queue.failed_reason):
+                return None
+            return source, catalog
+
+    def append_partitions(self, decision: FollowDecision) -> None:
+        """Append the partitions a follow step took (and close the stream if it is complete),
+        persisting them with the new position and the queue's meta in one fenced transaction
+        before any of their tasks is handed out."""
+        with self.lock:
+            queue, catalog = self.check_serving(), self.catalog
+            if catalog is None or not queue.open:
+                return
+            if decision.position.partitions != catalog.position.partitions + len(
+                    decision.take):
+                raise InvalidArgumentError(
+                    f"a follow step from {catalog.position.partitions} partitions took "
+                    f"{len(decision.take)} but says {decision.position.partitions}")
+            first = catalog.position.partitions
+            for partition in decision.take:
+                ids, _ = queue.append([c.num_rows for c in partition.chunks])
+                catalog.add(partition, ids, decision.position)
+            delta = queue.close() if decision.complete else Delta()
+            if not decision.take and delta.empty:
+                return
+            self.persist(delta, append_ops(first, decision.take, decision.position)
+                         if decision.take else ())
+            _log_appended(self, decision.take, decision.complete)
+
+    def note_follow(self, **seen: Any) -> None:
+        """What the follow loop saw last (``refused``, ``error``, ``listed_at``...), for the
+        status page."""
+        with self.lock:
+            self.follow.update(seen)
 
     def trainer_seen(self, name: str) -> None:
         with self.lock:
@@ -292,13 +383,19 @@ class MasterState:
             doc = result.as_dict()
             # The accounting goes with the meta record: the pass ends (or its recovery starts)
             # in the same transaction that records why, and a sealed pass is published for
-            # pservers that restart with no checkpoint (they refuse its late pushes).
+            # pservers that restart with no checkpoint (they refuse its late pushes). An open
+            # stream's pass goes on after its reconciliations: it is not sealed.
             records = [self.snapshot.accounting_op(result.pass_id, doc)]
-            if result.complete:
+            ended = queue.finished or queue.pass_id > result.pass_id
+            if result.complete and ended:
                 records.append(Put(SEALED_PASSES, SealedPasses(result.pass_id + 1).encode()))
             self.persist(delta, records)
             self.accounting[result.pass_id] = doc
-            if result.complete:
+            if result.complete and not ended:
+                log.info("Master %s of job %s: every pserver shard holds all %d batches the "
+                         "stream has trained so far; it goes on.", self.node, self.job,
+                         sum(result.batches.values()))
+            elif result.complete:
                 log.info("Master %s of job %s: every pserver shard holds all %d batches of pass "
                          "%d; the pass is over.", self.node, self.job,
                          sum(result.batches.values()), result.pass_id)
@@ -321,6 +418,16 @@ class MasterState:
         recent = sum(r for t, r in self._finishes if t >= now - THROUGHPUT_WINDOW_S)
         window = min(THROUGHPUT_WINDOW_S, max(now - self.started, 1e-3))
         return recent / window
+
+    def stream_partitions(self) -> list[PartitionTasks]:
+        """A stream's appended partitions, each with its task count and whether it is trained
+        (progressive.py); empty for a fixed dataset."""
+        with self.lock:
+            if self.catalog is None or self.queue is None:
+                return []
+            trained = self.catalog.trained_through(self.queue)
+            return [PartitionTasks(e.partition.name, e.partition.time, e.num_tasks, i < trained)
+                    for i, e in enumerate(self.catalog.entries)]
 
     def status(self) -> dict[str, Any]:
         """The document served at ``/api/status`` and by the Status RPC."""
@@ -367,7 +474,21 @@ class MasterState:
                 "persist_ms_mean": round(1e3 * self.persist_seconds
                                          / max(self.persist_count, 1), 3),
             })
+            if self.catalog is not None:
+                doc["stream"] = {**self.catalog.status(queue, time.time()), **self.follow}
             return doc
+
+
+def stream_of(request: master_pb2.SetDatasetRequest) -> StreamSpec | None:
+    """The stream a SetDataset asks for, or None for a fixed dataset."""
+    if not request.stream:
+        if request.stream_from:
+            raise InvalidArgumentError("stream_from is for a stream (stream=true)")
+        return None
+    if len(request.stream_from) > MAX_PARTITION_NAME:
+        raise InvalidArgumentError(f"stream_from of {len(request.stream_from)} characters is "
+                                   f"longer than a partition name ({MAX_PARTITION_NAME})")
+    return StreamSpec(request.stream_from)
 
 
 def plan_of(request: master_pb2.SetDatasetRequest) -> BatchPlan:
@@ -380,19 +501,53 @@ def plan_of(request: master_pb2.SetDatasetRequest) -> BatchPlan:
     return BatchPlan(request.batch_size, seed, request.features)
 
 
-def task_message(view: TaskView, dataset: DatasetRecord,
+class TaskChunks(Protocol):
+    """Where a task message's chunks come from: a dataset's record or a stream's catalogue."""
+
+    def chunk_slice(self, first: int, count: int) -> Sequence[ChunkRef]: ...
+
+    def first_batch(self, chunk: int) -> int: ...
+
+    @property
+    def pass_batches(self) -> int: ...
+
+    def partition_at(self, chunk: int) -> AppendedPartition | None: ...
+
+    @property
+    def schema_partition(self) -> str: ...
+
+
+def task_message(view: TaskView, dataset: TaskChunks,
                  lease_seconds: float = 0.0) -> master_pb2.Task:
-    chunks = dataset.chunks[view.first_chunk:view.first_chunk + view.num_chunks]
-    return master_pb2.Task(
+    chunks = dataset.chunk_slice(view.first_chunk, view.num_chunks)
+    task = master_pb2.Task(
         task_id=view.task_id, pass_id=view.pass_id, epoch=view.epoch,
         chunks=[master_pb2.Chunk(path=c.path, row_group=c.row_group, num_rows=c.num_rows)
                 for c in chunks],
         records_done=view.records_done, only_batches=list(view.only_batches),
-        lease_seconds=lease_seconds, first_batch=dataset.first_batches[view.first_chunk],
-        pass_batches=dataset.first_batches[-1])
+        lease_seconds=lease_seconds, first_batch=dataset.first_batch(view.first_chunk),
+        pass_batches=dataset.pass_batches)
+    partition = dataset.partition_at(view.first_chunk)
+    if partition is not None:
+        task.partition = partition.name
+        task.event_time = partition.time or 0.0
+        task.schema_partition = dataset.schema_partition
+    return task
 
 
-def get_task_response(result: GetTaskResult, dataset: DatasetRecord | None,
+def _log_appended(state: MasterState, taken: Sequence[AppendedPartition],
+                  complete: bool) -> None:
+    for partition in taken:
+        log.info("Master %s of job %s appended partition %s of the stream: %d chunks, %d "
+                 "rows.", state.node, state.job, partition.name, len(partition.chunks),
+                 partition.rows)
+    if complete:
+        log.info("Master %s of job %s: the stream ended (its end marker is there) and every "
+                 "partition is appended; the pass ends once they are trained.", state.node,
+                 state.job)
+
+
+def get_task_response(result: GetTaskResult, dataset: TaskChunks | None,
                       lease_seconds: float) -> master_pb2.GetTaskResponse:
     """The GetTask answer for ``result`` (the task's chunks from ``dataset``)."""
     response = master_pb2.GetTaskResponse(
@@ -415,7 +570,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self, request: master_pb2.SetDatasetRequest, context: grpc.ServicerContext,
     ) -> master_pb2.SetDatasetResponse:
         queue = self.state.set_dataset(request.dataset_url, request.chunks_per_task,
-                                       request.num_passes, plan_of(request))
+                                       request.num_passes, plan_of(request),
+                                       stream_of(request))
         return master_pb2.SetDatasetResponse(num_tasks=queue.num_tasks,
                                              num_chunks=queue.num_chunks)
 

@@ -11,6 +11,8 @@ Layout (keys relative to the job prefix)::
     master/state/failed/<p:06d>-<id:08d>  the reason a task went FAILED in pass p
     master/state/accounting/<p:06d> the last reconciliation of pass p: per shard expected,
                                     held, missing, duplicate and unexpected batches
+    master/state/stream, .../partition/<k:08d>   a stream's position and appended partitions
+                                    (stream_records.py); the header then lists no chunks
 
 Every write goes through a ``commit(ops)`` callable that applies the ops in one store
 transaction conditioned on still holding the election lock (``Election.leader_txn``), so a
@@ -37,6 +39,9 @@ from typing import Any
 from elasticps.data.batch_plan import BatchPlan, first_batches
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError, StoreError
+from elasticps.master.stream_catalog import StreamCatalog
+from elasticps.master.stream_follow import AppendedPartition, StreamPosition
+from elasticps.master.stream_records import encode_position, load_stream
 from elasticps.master.task_queue import (
     Delta,
     FailureEntry,
@@ -54,6 +59,7 @@ from elasticps.store.keys import (
     MASTER_STATE_FAILED_PREFIX,
     MASTER_STATE_META,
     MASTER_STATE_PREFIX,
+    MASTER_STATE_STREAM,
     MASTER_TASKS_PER_RANGE,
     master_accounting_key,
     master_chunks_part_key,
@@ -68,20 +74,30 @@ Commit = Callable[[Sequence[Op]], None]
 
 
 @dataclass(frozen=True)
+class StreamSpec:
+    """A job trained on a stream (docs/data.md): partitions before ``start`` (a backfill's
+    ``--from``) are passed over."""
+
+    start: str = ""
+
+
+@dataclass(frozen=True)
 class DatasetRecord:
     url: str
     chunks_per_task: int
     num_passes: int
-    chunks: tuple[ChunkRef, ...]
+    chunks: tuple[ChunkRef, ...]  # a stream's are its partitions' (StreamCatalog)
     plan: BatchPlan
+    stream: StreamSpec | None = None  # a stream at ``url``: one pass over what lands
 
     def differences(self, url: str, chunks_per_task: int, num_passes: int,
-                    plan: BatchPlan) -> list[str]:
+                    plan: BatchPlan, stream: StreamSpec | None = None) -> list[str]:
         """What a SetDataset asking for these differs in from this job (empty: the same)."""
         found = [f"{name}={ours!r}, not {theirs!r}" for name, ours, theirs in (
             ("dataset_url", self.url, url), ("chunks_per_task", self.chunks_per_task,
                                              chunks_per_task),
-            ("num_passes", self.num_passes, num_passes)) if ours != theirs]
+            ("num_passes", self.num_passes, num_passes), ("stream", self.stream, stream))
+            if ours != theirs]
         return found + self.plan.differences(plan)
 
     @functools.cached_property
@@ -91,7 +107,27 @@ class DatasetRecord:
 
     def new_queue(self, policy: QueuePolicy | None) -> TaskQueue:
         return TaskQueue([c.num_rows for c in self.chunks], self.chunks_per_task,
-                         self.num_passes, policy, batch_size=self.plan.batch_size)
+                         self.num_passes, policy, batch_size=self.plan.batch_size,
+                         stream=self.stream is not None)
+
+    # -- the chunks of a task message (service.TaskChunks; a stream's: StreamCatalog) -------
+
+    def chunk_slice(self, first: int, count: int) -> Sequence[ChunkRef]:
+        return self.chunks[first:first + count]
+
+    def first_batch(self, chunk: int) -> int:
+        return self.first_batches[chunk]
+
+    @property
+    def pass_batches(self) -> int:
+        return self.first_batches[-1]
+
+    def partition_at(self, chunk: int) -> AppendedPartition | None:
+        return None
+
+    @property
+    def schema_partition(self) -> str:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -100,6 +136,7 @@ class LoadedState:
     queue: TaskQueue
     delta: Delta  # changes made while loading (tasks of vanished trainers released)
     load_seconds: float
+    catalog: StreamCatalog | None = None  # a stream's appended partitions
 
 
 def _dumps(value: Any) -> bytes:
@@ -130,7 +167,8 @@ def encode_meta(meta: MetaRecord) -> bytes:
                    "failed_reason": meta.failed_reason, "records_total": meta.records_total,
                    "tasks_finished_total": meta.tasks_finished_total,
                    "failures_total": meta.failures_total, "save": save,
-                   "reconciling": meta.reconciling, "recoveries_total": meta.recoveries_total})
+                   "reconciling": meta.reconciling, "recoveries_total": meta.recoveries_total,
+                   "open": meta.open})
 
 
 def decode_meta(raw: bytes) -> MetaRecord:
@@ -141,7 +179,8 @@ def decode_meta(raw: bytes) -> MetaRecord:
                       int(doc["failures_total"]),
                       None if save is None else SaveGrant(str(save["holder"]),
                                                           float(save["seconds"])),
-                      bool(doc.get("reconciling", False)), int(doc.get("recoveries_total", 0)))
+                      bool(doc.get("reconciling", False)), int(doc.get("recoveries_total", 0)),
+                      bool(doc.get("open", False)))
 
 
 def _chunk_parts(chunks: Sequence[ChunkRef], part_bytes: int) -> Iterator[bytes]:
@@ -203,8 +242,11 @@ class QueueSnapshot:
                   "plan": dataset.plan.to_dict(), "num_chunks": len(dataset.chunks),
                   "parts": parts,
                   "sha256": digest.hexdigest()}
-        self.write([Put(MASTER_STATE_META, encode_meta(queue.meta_record())),
-                      Put(MASTER_STATE_DATASET, _dumps(header))])
+        last: list[Op] = [Put(MASTER_STATE_META, encode_meta(queue.meta_record()))]
+        if dataset.stream is not None:
+            header["stream"] = {"from": dataset.stream.start}
+            last.append(Put(MASTER_STATE_STREAM, encode_position(StreamPosition())))
+        self.write([*last, Put(MASTER_STATE_DATASET, _dumps(header))])
 
     @staticmethod
     def accounting_op(pass_id: int, doc: dict[str, Any]) -> Op:
@@ -260,9 +302,11 @@ class QueueSnapshot:
             chunks.extend(_decode_part(part.value))
         if digest.hexdigest() != header["sha256"] or len(chunks) != header["num_chunks"]:
             raise DataError("the master's stored chunk list does not match its checksum")
+        stream = header.get("stream")
         return DatasetRecord(str(header["url"]), int(header["chunks_per_task"]),
                              int(header["num_passes"]), tuple(chunks),
-                             BatchPlan.from_dict(header["plan"]))
+                             BatchPlan.from_dict(header["plan"]),
+                             None if stream is None else StreamSpec(str(stream["from"])))
 
     def load(self, policy: QueuePolicy | None, live_trainers: set[str],
              now: float) -> LoadedState | None:
@@ -274,8 +318,12 @@ class QueueSnapshot:
         meta_kv = self.store.get(MASTER_STATE_META)
         if meta_kv is None:
             raise DataError(f"master state has a dataset but no {MASTER_STATE_META}")
+        catalog = fresh = None
+        if dataset.stream is not None:
+            catalog, fresh = self._load_stream(dataset, policy)
         records: dict[int, TaskRecord] = {}
-        num_tasks = -(-len(dataset.chunks) // dataset.chunks_per_task)
+        num_tasks = (fresh.num_tasks if fresh is not None
+                     else -(-len(dataset.chunks) // dataset.chunks_per_task))
         for first in range(0, num_tasks, MASTER_TASKS_PER_RANGE):
             for kv in self.store.get_prefix(master_task_range(first)):
                 records[int(kv.key.rsplit("/", 1)[1])] = decode_task(kv.value)
@@ -286,8 +334,21 @@ class QueueSnapshot:
         queue, delta = TaskQueue.restore(
             [c.num_rows for c in dataset.chunks], dataset.chunks_per_task, dataset.num_passes,
             policy, decode_meta(meta_kv.value), records, failures, live_trainers, now,
-            batch_size=dataset.plan.batch_size)
-        return LoadedState(dataset, queue, delta, time.perf_counter() - started)
+            batch_size=dataset.plan.batch_size, stream=fresh)
+        return LoadedState(dataset, queue, delta, time.perf_counter() - started, catalog)
+
+    def _load_stream(self, dataset: DatasetRecord, policy: QueuePolicy | None
+                     ) -> tuple[StreamCatalog, TaskQueue]:
+        """A stream's catalogue and a fresh queue with its partitions appended again."""
+        assert dataset.stream is not None
+        position, partitions = load_stream(self.store)
+        catalog = StreamCatalog(dataset.plan.batch_size, dataset.stream.start)
+        queue = dataset.new_queue(policy)
+        for partition in partitions:
+            ids, _ = queue.append([c.num_rows for c in partition.chunks])
+            catalog.add(partition, ids, position)
+        catalog.position = position
+        return catalog, queue
 
 
 def load_accounting(store: Store) -> dict[int, dict[str, Any]]:

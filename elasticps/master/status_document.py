@@ -74,8 +74,13 @@ def stages(progress: Mapping[str, TrainerProgress], live: Sequence[str]) -> dict
 
 
 def activity(status: Mapping[str, Any], said: Mapping[str, str]) -> str | None:
-    """The job's stage in words: the trainers' stages (``exporting (trainer-1)``), else
-    ``starting`` before a trainer named the dataset, else None (the state says it)."""
+    """The job's stage in words: a stream stopped at a partition it refuses, else the
+    trainers' stages (``exporting (trainer-1)``), else ``starting`` before a trainer named the
+    dataset, else a stream's wait for data, else None (the state says it)."""
+    stream = status.get("stream")
+    stream = stream if isinstance(stream, Mapping) and status.get("state") not in OVER else {}
+    if stream.get("refused"):
+        return f"the stream stops: {stream['refused']}"
     by_stage: dict[str, list[str]] = {}
     for slot, stage in said.items():
         by_stage.setdefault(stage, []).append(slot)
@@ -83,6 +88,8 @@ def activity(status: Mapping[str, Any], said: Mapping[str, str]) -> str | None:
         return "; ".join(f"{stage} ({', '.join(slots)})" for stage, slots in by_stage.items())
     if status.get("state") == "waiting_for_dataset":
         return "starting"
+    if stream.get("waiting_for_data") and not status.get("reconciling"):
+        return "waiting for the stream's next partition"
     return None
 
 
@@ -211,6 +218,7 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
         "series": series,
         "pass_metrics": pass_metrics(progress),
         "result": dict(sight.result) if sight and sight.result else None,
+        "progressive": [dict(p) for p in sight.progressive] if sight else [],
         "trainers": trainer_rows(status, progress, memory.incarnations, now),
         "pservers": pserver_rows(sight.pservers if sight else (), memory.incarnations,
                                  memory.pserver_metrics),
@@ -224,8 +232,9 @@ def document(status: Mapping[str, Any], memory: ViewMemory, sight: Sight | None,
 
 def carry_over(saved: Mapping[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     """Keep what a saved document knew that a fresh one cannot (before the first tick of a new
-    leader): its pass metrics, trainers and pservers rows, and the result."""
-    for key in ("pass_metrics", "trainers", "pservers", "result"):
+    leader): its pass metrics, trainers and pservers rows, the result and a stream's
+    progressive validation."""
+    for key in ("pass_metrics", "trainers", "pservers", "result", "progressive"):
         if not fresh.get(key) and saved.get(key):
             fresh[key] = saved[key]
     return fresh

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from elasticps.errors import ElasticPSError, StoreValueError
+from elasticps.master.progressive import ProgressiveBoard
 from elasticps.master.service import MasterState
 from elasticps.master.status_document import carry_over, document
 from elasticps.master.status_view import PServerSight, Sight, ViewMemory, step_view
@@ -79,6 +80,7 @@ class StatusLoop:
         self.save_every = save_every
         self.clock = clock
         self._saved: dict[str, Any] = {}
+        self.progressive = ProgressiveBoard(store)
         # replaced whole by each tick, so a reader never sees half of one
         self._view: tuple[ViewMemory, Sight | None, list[JobEvent]] = (ViewMemory(), None, [])
 
@@ -172,7 +174,8 @@ class StatusLoop:
                     for i in range(count)]
         return Sight(now=self.clock(), node=self.state.node, status=self.state.status(),
                      progress=read_progress(store), pservers=pservers, endpoints=endpoints,
-                     events=read_events(store, EVENTS_SHOWN), result=self._result())
+                     events=read_events(store, EVENTS_SHOWN), result=self._result(),
+                     progressive=self.progressive.look(self.state.stream_partitions()))
 
     def _result(self) -> dict[str, Any] | None:
         try:

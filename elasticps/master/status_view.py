@@ -65,6 +65,8 @@ class Sight:
     endpoints: Sequence[MetricsEndpoint] = ()
     events: Sequence[JobEvent] = ()
     result: Mapping[str, Any] | None = None  # job/result: the job's final metrics
+    # a stream's progressive validation per partition (master/progressive.py)
+    progressive: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,19 @@ reconciles again. An empty answer (every shard holds every batch) ends the pass.
 bounded: when more than ``max_stalled_recoveries`` reconciliations in a row find exactly the
 same batches missing, the job fails with a reason naming them instead of going round for ever.
 
+**A stream** (``stream=True``; docs/data.md) is one pass over a dataset that grows: the queue
+starts with no tasks and :meth:`TaskQueue.append` adds each partition's chunks as new TODO tasks
+(grouped within the partition, so a task never spans two). While the stream is *open* its pass
+cannot end: with nothing TODO or PENDING, GetTask answers RETRY_LATER ("waiting for the stream's
+next partition"), and, when tasks finished since the last reconciliation, the queue reconciles
+what is DONE so far (missing batches become recovery dispatches; an empty answer only records
+that all is held). :meth:`TaskQueue.close` (the end marker seen and every partition appended)
+lets the pass end as a fixed dataset's does: a last reconciliation, then ``finished``.
+
 Each transition returns a :class:`Delta` naming the task records and whether the meta record
 changed, so the service persists only what changed (see :mod:`elasticps.master.snapshot`).
-Pass starts change only the meta record: a task record from an earlier pass reads as TODO.
+Pass starts change only the meta record: a task record from an earlier pass reads as TODO, and
+so does a task appended to a stream that was never dispatched.
 """
 
 from __future__ import annotations
@@ -198,6 +208,7 @@ class MetaRecord:
     save: SaveGrant | None = None
     reconciling: bool = False
     recoveries_total: int = 0
+    open: bool = False  # a stream that may still grow: its pass cannot end
 
 
 @dataclass
@@ -235,36 +246,38 @@ def _check_trainer(trainer: str) -> None:
 
 class TaskQueue:
     """Tasks of one dataset over ``num_passes`` passes, read ``batch_size`` rows at a time (a
-    chunk of ``r`` rows is ``ceil(r / batch_size)`` batches). See the module docstring."""
+    chunk of ``r`` rows is ``ceil(r / batch_size)`` batches); with ``stream=True``, one pass
+    over chunks appended as they come. See the module docstring."""
 
     def __init__(self, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
-                 policy: QueuePolicy | None = None, *, batch_size: int) -> None:
+                 policy: QueuePolicy | None = None, *, batch_size: int,
+                 stream: bool = False) -> None:
         if batch_size < 1:
             raise InvalidArgumentError(f"batch_size={batch_size} must be >= 1")
         if chunks_per_task < 1:
             raise InvalidArgumentError(f"chunks_per_task={chunks_per_task} must be >= 1")
         if num_passes < 1:
             raise InvalidArgumentError(f"num_passes={num_passes} must be >= 1")
-        if not chunk_rows:
+        if stream and num_passes != 1:
+            raise InvalidArgumentError(f"num_passes={num_passes}: a stream is trained once, in "
+                                       "order (one pass)")
+        if not chunk_rows and not stream:
             raise InvalidArgumentError("the dataset has no chunks; there is nothing to train on")
-        for index, count in enumerate(chunk_rows):
-            if count < 0:
-                raise InvalidArgumentError(f"chunk {index} has a negative row count {count}")
         self.policy = policy or QueuePolicy()
         self.chunks_per_task = chunks_per_task
         self.num_passes = num_passes
-        self.num_chunks = len(chunk_rows)
+        self.num_chunks = 0
         self.batch_size = batch_size
         self._tasks: list[_Task] = []
-        for task_id, first in enumerate(range(0, len(chunk_rows), chunks_per_task)):
-            group = chunk_rows[first:first + chunks_per_task]
-            self._tasks.append(_Task(task_id, first, len(group), int(sum(group)),
-                                     batches_in_chunks(group, batch_size)))
-        self._records_per_pass = sum(t.num_records for t in self._tasks)
-        self._todo: OrderedDict[int, None] = OrderedDict((t.task_id, None) for t in self._tasks)
+        self._records_per_pass = 0
+        self._todo: OrderedDict[int, None] = OrderedDict()
         self._pending: dict[int, _Task] = {}
         self._counts = _Counts({s: 0 for s in TaskState})
-        self._counts.by_state[TaskState.TODO] = len(self._tasks)
+        self._add_tasks(chunk_rows)
+        self.open = stream  # a stream that may still grow (append); its pass cannot end
+        # A stream: some task finished since the last reconciliation (in memory: a new leader
+        # reconciles once when the queue next runs dry).
+        self._unreconciled = stream
         self.pass_id = 0
         self.finished = False
         self.failed_reason = ""
@@ -280,6 +293,26 @@ class TaskQueue:
         self._stalled = 0
         self._save: SaveGrant | None = None
         self._save_until = 0.0
+
+    def _add_tasks(self, chunk_rows: Sequence[int]) -> list[int]:
+        """New TODO tasks over ``chunk_rows`` (chunks numbered from :attr:`num_chunks` on),
+        ``chunks_per_task`` at a time; their ids."""
+        for index, count in enumerate(chunk_rows):
+            if count < 0:
+                raise InvalidArgumentError(
+                    f"chunk {self.num_chunks + index} has a negative row count {count}")
+        added = []
+        for first in range(0, len(chunk_rows), self.chunks_per_task):
+            group = chunk_rows[first:first + self.chunks_per_task]
+            task = _Task(len(self._tasks), self.num_chunks + first, len(group), int(sum(group)),
+                         batches_in_chunks(group, self.batch_size))
+            self._tasks.append(task)
+            self._todo[task.task_id] = None
+            self._records_per_pass += task.num_records
+            added.append(task.task_id)
+        self.num_chunks += len(chunk_rows)
+        self._counts.by_state[TaskState.TODO] += len(added)
+        return added
 
     # ----------------------------------------------------------------------------- queries
 
@@ -381,9 +414,11 @@ class TaskQueue:
                                  reason=f"pass {self.pass_id} is being reconciled with the "
                                         "pservers"), NO_CHANGE
         if not self._todo:
+            held_by_others = (f"{len(self._pending)} task(s) of pass {self.pass_id} are still "
+                              "held by other trainers")
             return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
-                                 reason=f"{len(self._pending)} task(s) of pass {self.pass_id} "
-                                        "are still held by other trainers"), NO_CHANGE
+                                 reason=held_by_others if self._pending or not self.open
+                                 else "waiting for the stream's next partition"), NO_CHANGE
         task_id, _ = self._todo.popitem(last=False)
         task = self._tasks[task_id]
         self._set_state(task, TaskState.PENDING)
@@ -435,6 +470,7 @@ class TaskQueue:
             return Reply(True, f"task {task_id} was already finished"), NO_CHANGE
         self._leave(task)
         self._set_state(task, TaskState.DONE)
+        self._unreconciled = True
         task.records_done = task.num_records
         if not task.only_batches:
             self.records_total += task.num_records  # progress; `records` may be a resume
@@ -519,6 +555,27 @@ class TaskQueue:
         self._save_until = now + block_seconds
         return Reply(True), Delta(meta=True)
 
+    def append(self, chunk_rows: Sequence[int]) -> tuple[list[int], Delta]:
+        """A stream's next partition: its chunks (row counts) become TODO tasks of the pass,
+        after every task there is. The ids of the new tasks; the delta is empty (a task never
+        dispatched has no record: it reads as TODO), so the caller persists what it appended
+        (the partition) in the transaction it writes with it."""
+        if not self.open:
+            raise InvalidArgumentError("the queue is not an open stream: nothing can be "
+                                       "appended to it")
+        if self.failed_reason:
+            raise InvalidArgumentError(f"the job failed ({self.failed_reason}); nothing more "
+                                       "is appended")
+        return self._add_tasks(chunk_rows), NO_CHANGE
+
+    def close(self) -> Delta:
+        """The stream ended and all of it is appended: its pass may now end (after the last
+        reconciliation) once every task is done. Closing a closed queue changes nothing."""
+        if not self.open:
+            return NO_CHANGE
+        self.open = False
+        return Delta(meta=True) | self._maybe_end_pass()
+
     def reconciled(self, pass_id: int, missing: Mapping[int, Iterable[int]],
                    now: float) -> Delta:
         """The pservers' answer to a reconciliation of ``pass_id``: the batch seqs some shard
@@ -527,9 +584,11 @@ class TaskQueue:
         reconciliation pending) changes nothing."""
         if not self.reconciling or pass_id != self.pass_id or self.failed_reason:
             return NO_CHANGE
-        if self._todo or self._pending:
+        if self._pending or (self._todo and not self.open):
             # Recovery work is still out (a reconciling flag read back with it, see restore):
             # the pass ends only after it is done and a later reconciliation finds nothing.
+            # (An open stream's TODO tasks are partitions appended meanwhile: the answer,
+            # about DONE tasks only, still holds.)
             self.reconciling = False
             return Delta(meta=True)
         checked: dict[int, tuple[int, ...]] = {}
@@ -548,6 +607,10 @@ class TaskQueue:
             checked[task_id] = wanted
         self.reconciling = False
         if not checked:
+            if self.open:  # every shard holds what is done so far; the stream goes on
+                self._unreconciled = False
+                self._last_missing, self._stalled = {}, 0
+                return Delta(meta=True)
             return Delta(meta=True) | self._end_pass()
         self._stalled = self._stalled + 1 if checked == self._last_missing else 1
         self._last_missing = checked
@@ -582,20 +645,25 @@ class TaskQueue:
     def meta_record(self) -> MetaRecord:
         return MetaRecord(self.pass_id, self.finished, self.failed_reason, self.records_total,
                           self.tasks_finished_total, self.failures_total, self._save,
-                          self.reconciling, self.recoveries_total)
+                          self.reconciling, self.recoveries_total, self.open)
 
     @classmethod
     def restore(cls, chunk_rows: Sequence[int], chunks_per_task: int, num_passes: int,
                 policy: QueuePolicy | None, meta: MetaRecord, records: dict[int, TaskRecord],
                 failure_log: Iterable[FailureEntry], live_trainers: set[str],
-                now: float, *, batch_size: int) -> tuple[TaskQueue, Delta]:
+                now: float, *, batch_size: int,
+                stream: TaskQueue | None = None) -> tuple[TaskQueue, Delta]:
         """Rebuild a queue from its persisted records.
 
-        A record of an earlier pass reads as TODO. Pending tasks get a fresh lease (the old
-        deadline was another process's clock); those whose owner is not in ``live_trainers``
-        go back to TODO as a failure, which the returned delta carries.
+        ``stream``: a fresh stream queue with its partitions appended again, in order (the
+        queue restored; ``chunk_rows`` is then ignored). A record of an earlier pass reads as
+        TODO. Pending tasks get a fresh lease (the old deadline was another process's clock);
+        those whose owner is not in ``live_trainers`` go back to TODO as a failure, which the
+        returned delta carries.
         """
-        queue = cls(chunk_rows, chunks_per_task, num_passes, policy, batch_size=batch_size)
+        queue = stream or cls(chunk_rows, chunks_per_task, num_passes, policy,
+                              batch_size=batch_size)
+        queue.open = queue.open and meta.open
         queue.pass_id = meta.pass_id
         queue.finished = meta.finished
         queue.failed_reason = meta.failed_reason
@@ -698,6 +766,11 @@ class TaskQueue:
     def _maybe_end_pass(self) -> Delta:
         if (self._todo or self._pending or self.failed_reason or self.finished
                 or self.reconciling):
+            return NO_CHANGE
+        if self.open:  # a stream waits for its next partition; what is done may be checked
+            if self.policy.reconcile and self._unreconciled:
+                self.reconciling = True
+                return Delta(meta=True)
             return NO_CHANGE
         if self.policy.reconcile:
             self.reconciling = True  # the service asks the pservers; see reconciled()

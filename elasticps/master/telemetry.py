@@ -12,7 +12,15 @@ Read at scrape time from the leader's status document (nothing to update on the 
 by the status page's view and carried from leader to leader), and per pserver slot and
 trainer index what the page's rows show: ``elasticps_master_pserver_up{shard}`` (the slot is
 held), ``elasticps_master_pserver_restarts_total{shard}`` and
-``elasticps_master_trainer_restarts_total{trainer}``. Observed as they happen:
+``elasticps_master_trainer_restarts_total{trainer}``. A job training a stream adds its lag:
+``elasticps_master_stream_lag_seconds`` (the age, by the wall clock, of the newest partition
+trained through: every partition up to it is trained; absent while none is, or partitions have
+no time), ``elasticps_master_stream_partitions_waiting`` (appended, not trained through yet),
+``elasticps_master_stream_partitions_total`` (appended), ``elasticps_master_stream_idle``
+(1 while the trainers wait for the next partition) and ``elasticps_master_stream_refused``
+(1 while the stream stops at a partition it refuses), and its progressive validation:
+``elasticps_master_stream_progressive_auc`` (the AUC of the newest trained partition as the
+model scored it before training on it; master/progressive.py). Observed as they happen:
 ``elasticps_master_dispatch_seconds`` (a GetTask or FinishAndGetTask answered, persistence
 included) and
 ``elasticps_master_store_write_seconds`` (every fenced write of the queue's state).
@@ -65,6 +73,8 @@ class MasterMetrics:
                 states.add_metric([name], 1.0 if name == state else 0.0)
             yield states
         yield from _queue(doc)
+        yield from _stream(doc.get("stream"))
+        yield from _progressive(doc.get("progressive"))
         yield _gauge("live_trainers", "Trainers the master sees alive",
                      float(len(doc.get("live_trainers") or [])))
         for name, help_text, key in (
@@ -110,6 +120,33 @@ def _queue(doc: dict[str, Any]) -> Iterable[Metric]:
         value = doc.get(key)
         if isinstance(value, bool | int | float):
             yield _gauge(name, help_text, float(value))
+
+
+def _stream(stream: Any) -> Iterable[Metric]:
+    """A stream's lag and what waits (the status document's ``stream``)."""
+    if not isinstance(stream, dict):
+        return
+    lag = stream.get("lag_s")
+    if isinstance(lag, int | float) and not isinstance(lag, bool):
+        yield _gauge("stream_lag_seconds", "Age of the newest partition of the stream trained "
+                     "through (every partition up to it is trained)", float(lag))
+    yield _gauge("stream_partitions_waiting", "Partitions of the stream appended but not "
+                 "trained through yet", float(stream.get("waiting") or 0))
+    yield _counter("stream_partitions", "Partitions of the stream appended to the queue",
+                   float(stream.get("partitions") or 0))
+    yield _gauge("stream_idle", "1 while the trainers wait for the stream's next partition",
+                 1.0 if stream.get("waiting_for_data") else 0.0)
+    yield _gauge("stream_refused", "1 while the stream stops at a partition it refuses (the "
+                 "status page says why)", 1.0 if stream.get("refused") else 0.0)
+
+
+def _progressive(scores: Any) -> Iterable[Metric]:
+    """The newest final partition's progressive AUC (the status document's ``progressive``)."""
+    final = [s for s in scores or [] if isinstance(s, dict) and s.get("final")
+             and isinstance(s.get("auc"), int | float)]
+    if final:
+        yield _gauge("stream_progressive_auc", "AUC of the stream's newest trained partition, "
+                     "scored by the model before it trained on it", float(final[-1]["auc"]))
 
 
 def _rows(doc: dict[str, Any]) -> Iterable[Metric]:

@@ -140,6 +140,7 @@ class BatchRef(_message.Message):
     SEQ_FIELD_NUMBER: _builtins.int
     TRAINER_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
     pass_id: _builtins.int
     """0-based pass number"""
     task_id: _builtins.int
@@ -154,6 +155,11 @@ class BatchRef(_message.Message):
     shard and in the trainer, however often and in whatever order it is applied. Not part of
     the batch's identity (pass_id, task_id, seq).
     """
+    event_time: _builtins.float
+    """A stream's batch: its partition's time (unix seconds; 0 = none). The shards' sparse tables
+    run their expiry and show/click decay on the newest such time they saw, not on their
+    clock or pass (docs/pserver.md). Not part of the batch's identity either.
+    """
     def __init__(
         self,
         *,
@@ -162,10 +168,11 @@ class BatchRef(_message.Message):
         seq: _builtins.int = ...,
         trainer: _builtins.str = ...,
         step: _builtins.int = ...,
+        event_time: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pass_id", b"pass_id", "seq", b"seq", "step", b"step", "task_id", b"task_id", "trainer", b"trainer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "pass_id", b"pass_id", "seq", b"seq", "step", b"step", "task_id", b"task_id", "trainer", b"trainer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -61,6 +61,9 @@ class Task(_message.Message):
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     FIRST_BATCH_FIELD_NUMBER: _builtins.int
     PASS_BATCHES_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SCHEMA_PARTITION_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     pass_id: _builtins.int
     epoch: _builtins.int
@@ -74,7 +77,16 @@ class Task(_message.Message):
     batches of the tasks before this one (in task order)
     """
     pass_batches: _builtins.int
-    """batches of every task: one pass over the dataset"""
+    """batches of every task: one pass over the dataset (0 for a"""
+    partition: _builtins.str
+    """stream, whose one pass grows: step = first_batch + seq)
+    A stream's task: the partition its chunks belong to (their paths start with its name),
+    the partition's time (unix seconds from its name's dt=/hour= keys; 0 = none), which the
+    pushes carry so the sparse tables expire and decay rows on partition time, and the
+    partition whose schema every partition is read with (the stream's first).
+    """
+    event_time: _builtins.float
+    schema_partition: _builtins.str
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Chunk]: ...
     @_builtins.property
@@ -93,10 +105,13 @@ class Task(_message.Message):
         lease_seconds: _builtins.float = ...,
         first_batch: _builtins.int = ...,
         pass_batches: _builtins.int = ...,
+        partition: _builtins.str = ...,
+        event_time: _builtins.float = ...,
+        schema_partition: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "first_batch", b"first_batch", "lease_seconds", b"lease_seconds", "only_batches", b"only_batches", "pass_batches", b"pass_batches", "pass_id", b"pass_id", "records_done", b"records_done", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "epoch", b"epoch", "event_time", b"event_time", "first_batch", b"first_batch", "lease_seconds", b"lease_seconds", "only_batches", b"only_batches", "partition", b"partition", "pass_batches", b"pass_batches", "pass_id", b"pass_id", "records_done", b"records_done", "schema_partition", b"schema_partition", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -117,6 +132,8 @@ class SetDatasetRequest(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     SHUFFLE_SEED_FIELD_NUMBER: _builtins.int
     FEATURES_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    STREAM_FROM_FIELD_NUMBER: _builtins.int
     dataset_url: _builtins.str
     chunks_per_task: _builtins.int
     num_passes: _builtins.int
@@ -126,6 +143,11 @@ class SetDatasetRequest(_message.Message):
     """the reader's shuffle seed; absent: rows in file order"""
     features: _builtins.str
     """the reader's feature config, canonical JSON ("" = none)"""
+    stream: _builtins.bool
+    """dataset_url is a stream's prefix: partitions are appended as they land, one pass
+    (num_passes 1); stream_from passes over partitions whose names sort before it.
+    """
+    stream_from: _builtins.str
     def __init__(
         self,
         *,
@@ -135,10 +157,12 @@ class SetDatasetRequest(_message.Message):
         batch_size: _builtins.int = ...,
         shuffle_seed: _builtins.int | None = ...,
         features: _builtins.str = ...,
+        stream: _builtins.bool = ...,
+        stream_from: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed", "shuffle_seed", b"shuffle_seed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed", "batch_size", b"batch_size", "chunks_per_task", b"chunks_per_task", "dataset_url", b"dataset_url", "features", b"features", "num_passes", b"num_passes", "shuffle_seed", b"shuffle_seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed", "batch_size", b"batch_size", "chunks_per_task", b"chunks_per_task", "dataset_url", b"dataset_url", "features", b"features", "num_passes", b"num_passes", "shuffle_seed", b"shuffle_seed", "stream", b"stream", "stream_from", b"stream_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__shuffle_seed: _TypeAlias = _typing.Literal["shuffle_seed"]  # noqa: Y015
     _WhichOneofArgType__shuffle_seed: _TypeAlias = _typing.Literal["_shuffle_seed", b"_shuffle_seed"]  # noqa: Y015

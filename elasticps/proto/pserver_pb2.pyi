@@ -536,6 +536,51 @@ class InitDenseResponse(_message.Message):
 Global___InitDenseResponse: _TypeAlias = InitDenseResponse  # noqa: Y015
 
 @_typing.final
+class InitSparseRequest(_message.Message):
+    """Rows of one table for this shard (ids route here: id % N); each id once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    @_builtins.property
+    def rows(self) -> _common_pb2.SparseRows: ...
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        rows: _common_pb2.SparseRows | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows", b"rows", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitSparseRequest: _TypeAlias = InitSparseRequest  # noqa: Y015
+
+@_typing.final
+class InitSparseResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INITIALIZED_FIELD_NUMBER: _builtins.int
+    initialized: _builtins.bool
+    """true: the shard was initialised already; the rows were ignored"""
+    def __init__(
+        self,
+        *,
+        initialized: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["initialized", b"initialized"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitSparseResponse: _TypeAlias = InitSparseResponse  # noqa: Y015
+
+@_typing.final
 class DenseTag(_message.Message):
     """One state of a shard's dense tables: a random number drawn when the shard's state is created
     (per process) and a counter bumped by every change of a dense table's values or optimizer

@@ -44,6 +44,11 @@ class ParameterServerStub:
                 request_serializer=elasticps_dot_proto_dot_pserver__pb2.InitDenseRequest.SerializeToString,
                 response_deserializer=elasticps_dot_proto_dot_pserver__pb2.InitDenseResponse.FromString,
                 _registered_method=True)
+        self.InitSparse = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/InitSparse',
+                request_serializer=elasticps_dot_proto_dot_pserver__pb2.InitSparseRequest.SerializeToString,
+                response_deserializer=elasticps_dot_proto_dot_pserver__pb2.InitSparseResponse.FromString,
+                _registered_method=True)
         self.PullDense = channel.unary_unary(
                 '/elasticps.v1.ParameterServer/PullDense',
                 request_serializer=elasticps_dot_proto_dot_pserver__pb2.PullDenseRequest.SerializeToString,
@@ -103,6 +108,14 @@ class ParameterServerServicer:
 
     def InitDense(self, request, context):
         """Set initial dense values (the one initialising trainer) and mark the shard initialised.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InitSparse(self, request, context):
+        """Set starting rows of a sparse table (the one initialising trainer, warm-starting from an
+        export), before its InitDense; a shard already initialised ignores them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,6 +198,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.InitDense,
                     request_deserializer=elasticps_dot_proto_dot_pserver__pb2.InitDenseRequest.FromString,
                     response_serializer=elasticps_dot_proto_dot_pserver__pb2.InitDenseResponse.SerializeToString,
+            ),
+            'InitSparse': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitSparse,
+                    request_deserializer=elasticps_dot_proto_dot_pserver__pb2.InitSparseRequest.FromString,
+                    response_serializer=elasticps_dot_proto_dot_pserver__pb2.InitSparseResponse.SerializeToString,
             ),
             'PullDense': grpc.unary_unary_rpc_method_handler(
                     servicer.PullDense,
@@ -286,6 +304,33 @@ class ParameterServer:
             '/elasticps.v1.ParameterServer/InitDense',
             elasticps_dot_proto_dot_pserver__pb2.InitDenseRequest.SerializeToString,
             elasticps_dot_proto_dot_pserver__pb2.InitDenseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitSparse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/InitSparse',
+            elasticps_dot_proto_dot_pserver__pb2.InitSparseRequest.SerializeToString,
+            elasticps_dot_proto_dot_pserver__pb2.InitSparseResponse.FromString,
             options,
             channel_credentials,
             insecure,

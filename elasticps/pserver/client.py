@@ -20,7 +20,9 @@ applied parts of it before the resharding know which, :mod:`elasticps.pserver.re
 
 Initialisation: exactly one trainer initialises (store lock ``pserver/init/lock``, then
 ``pserver/init/done``); the others wait until every shard reports initialised. A shard restored
-from a checkpoint is already initialised and is left alone.
+from a checkpoint is already initialised and is left alone. A warm start's sparse rows
+(``initialize(rows=...)``, from an export) go to each shard before its dense values, which end
+its initialisation.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -83,6 +85,8 @@ from elasticps.store.keys import (
 )
 
 log = logging.getLogger(__name__)
+
+INIT_ROWS_PER_REQUEST = 1 << 16  # a warm start's rows per InitSparse call (bounded messages)
 
 # A shard that is down (UNAVAILABLE), restarted empty (FAILED_PRECONDITION until a trainer
 # initialises it again) or full (RESOURCE_EXHAUSTED: more callers at once than its call limit)
@@ -144,6 +148,8 @@ class PServerClient:
         self._specs: dict[str, pserver_pb2.TableSpec] = {}
         self._init: tuple[Mapping[str, np.ndarray], Callable[[], Mapping[str, np.ndarray]] | None]
         self._init = ({}, None)
+        # A warm start's sparse rows (per table: ids, rows), sent before the dense values.
+        self._init_rows: Mapping[str, tuple[np.ndarray, np.ndarray]] = {}
         self._initialized_once = False
         # Room for several caller threads fanning out at once.
         # Threads start on demand: room for callers fanning out to a grown layout too.
@@ -383,10 +389,15 @@ class PServerClient:
         self,
         dense_values: Mapping[str, np.ndarray],
         init_fn: Callable[[], Mapping[str, np.ndarray]] | None = None,
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
         """Run the one-trainer-initialises protocol. ``init_fn``, if given, computes the dense
-        values (only the trainer that wins the lock calls it); otherwise ``dense_values``."""
+        values (only the trainer that wins the lock calls it); otherwise ``dense_values``.
+        ``rows`` (a warm start): per sparse table the ids and rows it starts with, sent to the
+        shards before the dense values (a shard is initialised by its InitDense). Shards
+        restored from a checkpoint keep what they hold."""
         self._init = (dense_values, init_fn)
+        self._init_rows = dict(rows or {})
         self._routed(self._run_init_protocol)
         self._initialized_once = True
 
@@ -470,6 +481,9 @@ class PServerClient:
                 parts[i].append(pserver_pb2.NamedTensor(name=name, tensor=encode_tensor(part)))
         requests = [pserver_pb2.InitDenseRequest(values=p) for p in parts]
         todo = [i for i in range(shards) if not states[i]]
+        for i in todo:  # a warm start's rows first: InitDense ends a shard's initialisation
+            for request in self._init_sparse_requests(i, shards):
+                self._call(i, "InitSparse", request, shards)
         if sequential:
             for i in todo:
                 self._call(i, "InitDense", requests[i], shards)
@@ -477,6 +491,19 @@ class PServerClient:
         for f in [self._pool.submit(self._call, i, "InitDense", requests[i], shards)
                   for i in todo]:
             f.result()
+
+    def _init_sparse_requests(self, shard: int, shards: int
+                              ) -> Iterator[pserver_pb2.InitSparseRequest]:
+        """Shard ``shard``'s part of the warm start's rows, in requests of at most
+        :data:`INIT_ROWS_PER_REQUEST` rows."""
+        for table, (ids, rows) in self._init_rows.items():
+            ids = np.asarray(ids, dtype=np.int64)
+            rows = np.ascontiguousarray(rows, dtype=np.float32)
+            mine = np.flatnonzero(route_ids(ids, shards) == shard)
+            for start in range(0, mine.size, INIT_ROWS_PER_REQUEST):
+                part = mine[start:start + INIT_ROWS_PER_REQUEST]
+                yield pserver_pb2.InitSparseRequest(
+                    table=table, rows=encode_sparse(ids[part], rows[part]))
 
     # -- dense ------------------------------------------------------------------------------
 

@@ -36,7 +36,8 @@ class AsyncGradients(PushMode):
         masked = shard.mask_applied_before([batch], sparse, counts)
         assert masked is not None  # one batch is applied whole or not at all, per old shard
         shard.apply_step(batch_seed(*batch.ref), dense, masked.sparse, batch.pass_id,
-                         counts=masked.counts, keep=masked.keep, batch_step=batch.step)
+                         counts=masked.counts, keep=masked.keep, batch_step=batch.step,
+                         event_time=batch.event_time)
         shard.record(batch, skipped=False)
         return PushResult(applied=True, skipped=False, dense_before=before,
                           dense_after=shard.dense_tag())

@@ -46,7 +46,8 @@ class GeoDeltas(PushMode):
         ok = finite(dense, sparse)
         if ok:
             shard.apply_step(batch_seed(*batches[0].ref), dense, masked.sparse,
-                             max(b.pass_id for b in batches), delta=True, keep=masked.keep)
+                             max(b.pass_id for b in batches), delta=True, keep=masked.keep,
+                             event_time=max(b.event_time for b in batches))
         for batch in batches:
             shard.record(batch, skipped=not ok)
         return PushResult(applied=True, skipped=not ok)

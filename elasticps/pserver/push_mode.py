@@ -28,6 +28,7 @@ import numpy as np
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import pserver_pb2
 from elasticps.pserver.dense_tag import DenseTag
+from elasticps.pserver.policy_clock import check_event_time
 
 if TYPE_CHECKING:
     from elasticps.pserver.shard import ShardState
@@ -45,6 +46,7 @@ class BatchKey:
     task_id: int
     seq: int
     step: int = 0
+    event_time: float = 0.0  # a stream's batch: its partition's time (policy_clock.py)
 
     def check(self) -> None:
         if min(self.pass_id, self.task_id, self.seq, self.step) < 0:
@@ -53,6 +55,7 @@ class BatchKey:
                 f"{self.step}) has a negative field; every push needs a BatchRef with pass_id, "
                 "task_id, seq, step >= 0"
             )
+        check_event_time(self.event_time)
 
     @property
     def ref(self) -> tuple[int, int, int]:

@@ -77,7 +77,8 @@ class SyncRoundPush(PushMode):
         dense = {n: np.where(masked.keep[n], np.float32(0), g) if n in masked.keep else g
                  for n, g in dense.items()}
         contribution = Contribution(trainer, batch.ref, dense, masked.sparse, dropped,
-                                    masked.counts, step=batch.step)
+                                    masked.counts, step=batch.step,
+                                    event_time=batch.event_time)
         mine = self.rounds.offer(contribution)
         self._close_if_ready()
         give_up = time.monotonic() + wait_s
@@ -123,7 +124,8 @@ class SyncRoundPush(PushMode):
                 # One step for the round, its learning rate at its smallest batch number.
                 self.shard.apply_step(batch_seed(*kept[0].batch), dense, sparse,
                                       max(c.batch[0] for c in kept), counts=summed_counts(kept),
-                                      batch_step=min(c.step for c in kept))
+                                      batch_step=min(c.step for c in kept),
+                                      event_time=max(c.event_time for c in kept))
             except Exception as exc:  # e.g. RESOURCE_EXHAUSTED: nothing changed, all hear it
                 error = exc
         for c in closed:

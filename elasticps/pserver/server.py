@@ -263,7 +263,8 @@ class PServerProcess(Lifecycle[PServerState]):
         limits = ShardLimits(memory_bytes=self.config.pserver_memory_mb << 20,
                              max_ids_per_request=self.config.max_ids_per_request,
                              max_tables=self.config.max_tables)
-        state = ShardState(self.slot, self.num_shards, limits, mode=self.config.mode)
+        state = ShardState(self.slot, self.num_shards, limits, mode=self.config.mode,
+                           stream_period_s=self.config.stream_period_s)
         self.shard = state
         if state.push_mode.has_rounds:  # sync: the barrier forgets trainers that die
             self._stack.enter_context(RoundMembers(self.store, state, self.node).following())

@@ -141,6 +141,15 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         return pserver_pb2.InitDenseResponse(initialized=self.state.init_dense(values))
 
     @rpc_handler
+    def InitSparse(  # noqa: N802
+        self, request: pserver_pb2.InitSparseRequest, context: grpc.ServicerContext
+    ) -> pserver_pb2.InitSparseResponse:
+        check_layout(self.state, context)
+        ids, rows = decode_sparse(request.rows, name=f"starting rows[{request.table!r}]")
+        return pserver_pb2.InitSparseResponse(
+            initialized=self.state.init_sparse(request.table, ids, rows))
+
+    @rpc_handler
     def PullDense(  # noqa: N802
         self, request: pserver_pb2.PullDenseRequest, context: grpc.ServicerContext
     ) -> pserver_pb2.PullDenseResponse:
@@ -174,14 +183,15 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
                 "a push must carry its BatchRef (pass_id, task_id, seq): exactly-once needs it"
             )
         batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq,
-                         request.batch.step)
+                         request.batch.step, request.batch.event_time)
         what = "delta" if request.delta else "gradient"
         dense = _pushed_dense(request.dense, f"dense {what}")
         _unique_names((s.table for s in request.sparse), f"sparse {what}")
         sparse = {s.table: decode_sparse(s.grad, name=f"sparse {what}[{s.table!r}]")
                   for s in request.sparse}
         if request.delta:
-            covered = [batch] + [BatchKey(b.pass_id, b.task_id, b.seq) for b in request.covers]
+            covered = [batch] + [BatchKey(b.pass_id, b.task_id, b.seq, 0, b.event_time)
+                                 for b in request.covers]
             result = self.state.push_delta(covered, dense, sparse)
             return pserver_pb2.PushResponse(applied=result.applied, skipped=result.skipped)
         if request.covers:

@@ -41,6 +41,7 @@ from elasticps.pserver.checkpoint.snapshot import DenseState, ShardSnapshot, Spa
 from elasticps.pserver.dense_table import DenseShard, normalize_spec
 from elasticps.pserver.dense_tag import DenseTag, new_incarnation
 from elasticps.pserver.limits import ShardLimits, declared_bytes
+from elasticps.pserver.policy_clock import DEFAULT_PERIOD_S, PolicyClock
 from elasticps.pserver.push_async import AsyncGradients
 from elasticps.pserver.push_geo import GeoDeltas
 from elasticps.pserver.push_hybrid import HybridSparse
@@ -113,7 +114,8 @@ class ShardState:
     """Tables, optimizer state and applied batches of shard ``shard`` of ``num_shards``."""
 
     def __init__(self, shard: int, num_shards: int, limits: ShardLimits | None = None,
-                 clock: Callable[[], float] = time.monotonic, mode: str = "async") -> None:
+                 clock: Callable[[], float] = time.monotonic, mode: str = "async",
+                 stream_period_s: float = DEFAULT_PERIOD_S) -> None:
         if not 0 <= shard < num_shards:
             raise InvalidArgumentError(f"shard {shard} is not in [0, {num_shards})")
         self.shard, self.num_shards = shard, num_shards
@@ -121,7 +123,10 @@ class ShardState:
         self.clock = clock  # TTL eviction's time; a test steps it
         # Unix time: checkpoints keep push times in it (a test steps it with the clock).
         self.wall_clock: Callable[[], float] = time.time
-        self.current_pass = 0  # the newest pass pushed: TTL in passes counts from it
+        # The sparse policies' time and pass: the clocks above, or a stream's partition time.
+        self.policy_clock = PolicyClock(lambda: self.clock(), lambda: self.wall_clock(),
+                                        stream_period_s)
+        self.current_pass = 0  # the newest (policy) pass pushed: TTL in passes counts from it
         self._last_sweep = clock()
         self.lock = threading.Lock()
         if mode not in PUSH_MODES:
@@ -234,6 +239,24 @@ class ShardState:
             self.version += 1
             self.dense_version += 1
             return True
+
+    def init_sparse(self, name: str, ids: np.ndarray, rows: np.ndarray) -> bool:
+        """Start rows of sparse table ``name`` at ``rows`` (a warm start, before the shard is
+        initialised); True, changing nothing, on a shard initialised already."""
+        with self.lock:
+            if self.initialized:
+                return True
+            table = self._sparse(name)
+            table.check_ids(ids, "starting")
+            table.check_rows(rows, ids.shape[0], "starting")
+            if np.unique(ids).size != ids.size:
+                raise InvalidArgumentError(f"starting rows of table {name!r} name an id twice")
+            if not np.isfinite(rows).all():
+                raise InvalidArgumentError(f"starting rows of table {name!r} hold NaN or Inf")
+            policy_pass, now = self.policy_clock.at(self.current_pass)
+            table.seed(ids, rows, policy_pass, now)
+            self.version += 1
+            return False
 
     def pull_dense(self, names: Iterable[str] = ()) -> dict[str, np.ndarray]:
         values = self.pull_dense_tagged(names).values
@@ -387,12 +410,14 @@ class ShardState:
                sparse: Mapping[str, tuple[np.ndarray, np.ndarray]], pass_id: int,
                delta: bool = False,
                counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
-               keep: Mapping[str, np.ndarray] | None = None, batch_step: int = 0) -> None:
+               keep: Mapping[str, np.ndarray] | None = None, batch_step: int = 0,
+               event_time: float = 0.0) -> None:
         """One optimizer step of validated, finite gradients (or, geo, the deltas added),
         all or nothing. ``counts``: shows and clicks per id of SCORE tables. ``keep``: per
         dense table, positions left as they are (applied by an earlier layout).
         ``batch_step``: the batch's number in the job's data order (``BatchRef.step``), at
-        which the learning-rate schedules are read."""
+        which the learning-rate schedules are read. ``event_time``: a stream's partition
+        time, which the sparse policies then count in (policy_clock.py)."""
         dense_tables = {name: self._dense(name) for name in dense}
         # Saved before computing: an optimizer may update its arrays in place.
         kept = {n: self._dense(n).values_at(mask) for n, mask in (keep or {}).items()
@@ -405,8 +430,9 @@ class ShardState:
         victims = self._make_room(plans)
         for name, rows in victims.items():
             self._sparse(name).remove_rows(rows)
-        if pass_id > self.current_pass:
-            self._end_passes(pass_id, plans)
+        policy_pass, now = self.policy_clock.at(pass_id, event_time)
+        if policy_pass > self.current_pass:
+            self._end_passes(policy_pass, plans)
         dense_updates = [(t, t.compute_delta(dense[n]) if delta
                           else t.compute(dense[n], batch_step))
                          for n, t in dense_tables.items()]
@@ -419,10 +445,9 @@ class ShardState:
                 dense_table.put_back(kept[dense_table.name])
         if dense_updates:
             self.dense_version += 1
-        now = self.clock()
         for sparse_table, plan, sparse_update in sparse_updates:
-            sparse_table.commit(sparse_update, plan, pass_id, now)
-        self._sweep(pass_id, now)
+            sparse_table.commit(sparse_update, plan, policy_pass, now)
+        self._sweep(policy_pass, now)
 
     def record(self, batch: BatchKey, *, skipped: bool) -> None:
         self.applied.add(batch.pass_id, batch.task_id, batch.seq)
@@ -570,7 +595,7 @@ class ShardState:
                         table.values.copy(), {k: v.copy() for k, v in table.slots.items()},
                         table.step)
                     continue
-                sparse[name] = table.copy_rows(as_delta, self.clock(), self.wall_clock())
+                sparse[name] = table.copy_rows(as_delta, *self.policy_clock.frame())
                 evicted, _ = table.take_tombstones()
                 if as_delta:
                     tombstones[name] = evicted
@@ -584,7 +609,7 @@ class ShardState:
                           "windows_refused_partly_applied":
                               self.windows_refused_partly_applied,
                           "skipped_nonfinite": self.skipped_nonfinite,
-                          **table_counters(sparse_tables)},
+                          **table_counters(sparse_tables), **self.policy_clock.counters()},
                 delta=as_delta, tombstones=tombstones,
             )
             return snap, self.version
@@ -600,7 +625,9 @@ class ShardState:
             )
         tables: dict[str, Table] = {}
         passes = [p for p, _, _, _ in snap.applied.tasks()]
-        current_pass = max(passes) if passes else 0
+        self.policy_clock.restore(snap.counters)
+        current_pass = (self.policy_clock.epoch if self.policy_clock.streaming
+                        else max(passes) if passes else 0)
         for spec in snap.specs:
             table = make_table(normalize_spec(spec), self.shard, self.num_shards,
                                self.limits.memory_bytes)
@@ -609,8 +636,7 @@ class ShardState:
                 table.values, table.slots, table.step = state.values, state.slots, state.step
             else:
                 # The snapshot's arrays become the table's storage (no second copy).
-                table.load(snap.sparse[spec.name], current_pass, self.clock(),
-                           self.wall_clock())
+                table.load(snap.sparse[spec.name], current_pass, *self.policy_clock.frame())
                 table.admitted, table.evicted, table.dropped = (
                     snap.counters.get(f"sparse.{spec.name}.{what}", 0) for what in COUNTED)
             tables[spec.name] = table

@@ -305,6 +305,27 @@ class SparseTable:
         self.admitted += plan.new_rows
         self.dropped += plan.dropped
 
+    def seed(self, ids: np.ndarray, rows: np.ndarray, pass_id: int, now: float) -> None:
+        """Start rows at given values (a warm start from an export): each id becomes a row
+        holding its values, with fresh optimizer state, as pushed once now and shown once.
+        The caller checked the ids (this shard's, each once) and the rows."""
+        if self.policy.max_rows and self.size + ids.size > self.policy.max_rows:
+            raise InvalidArgumentError(
+                f"table {self.name!r}: {ids.size} starting rows do not fit max_rows="
+                f"{self.policy.max_rows} next to the {self.size} it holds")
+        new = int(np.count_nonzero(self.lookup(ids) < 0))
+        at = self._ensure_rows(ids)
+        self.values[at] = rows
+        self.changed[at] = True
+        if self.tracks:
+            self.touched_pass[at] = min(pass_id, np.iinfo(np.int32).max)
+            self.touched_at[at] = now
+            self.hits[at] = 1
+        if self.scores:
+            self.shows[at], self.clicks[at] = 1.0, 0.0
+            self.score_pass[at] = pass_id
+        self.admitted += new
+
     def _ensure_rows(self, unique_ids: np.ndarray) -> np.ndarray:
         keys = unique_ids // self.num_shards
         rows = self.index.lookup(keys)

@@ -53,6 +53,7 @@ class Contribution:
     error: Exception | None = None  # the round could not be applied (nothing changed)
     done: bool = False
     step: int = 0  # the batch's number in the job's data order (learning-rate schedules)
+    event_time: float = 0.0  # a stream's batch: its partition's time (policy_clock.py)
 
     def __post_init__(self) -> None:
         self.waiters.add(self.trainer)

@@ -12,7 +12,9 @@ mistaken for a real one::
     master/candidate/<node>          ProcessInfo {pid, host}: a master process in the election
                                      (leader or standby), under its own lease
     master/state/...                 the task queue's own records, written and read only by the
-                                     master (layout and format: elasticps/master/snapshot.py)
+                                     master (layout and format: elasticps/master/snapshot.py;
+                                     a stream's stream and partition/<k> records:
+                                     elasticps/master/stream_records.py)
     pserver/slot/<i>                 PServerSlot {address, pid, host}, under the pserver's lease
     pserver/init/lock                InitMarker {by, what, time}: the trainer initialising the
                                      tables, under its lease
@@ -52,6 +54,10 @@ mistaken for a real one::
                                      own (put), else the first finished trainer's metrics (only
                                      if absent: compare-and-set on a missing key)
     job/once/<name>/lock|done        run_once (store/once.py): owner name | the step's result
+    job/scores/<partition>//<task>   TaskScores {partition, time, trainer, buckets, positives,
+                                     negatives}: a finished stream task's rows as scored before
+                                     they were trained on (trainer/progressive.py), summed per
+                                     partition by master/progressive.py; <task> is 8 digits
     job/tables/<name>/lock           InitMarker: the trainer writing a table trained from memory
                                      as a dataset (trainer/table_reader.py), under its lease
     job/tables/<name>/done           TableDataset {url, fingerprint, by}: where it was written
@@ -87,6 +93,8 @@ MASTER_STATE_META = f"{MASTER_STATE_PREFIX}meta"
 MASTER_STATE_TASK_PREFIX = f"{MASTER_STATE_PREFIX}task/"
 MASTER_STATE_FAILED_PREFIX = f"{MASTER_STATE_PREFIX}failed/"
 MASTER_STATE_ACCOUNTING_PREFIX = f"{MASTER_STATE_PREFIX}accounting/"
+MASTER_STATE_STREAM = f"{MASTER_STATE_PREFIX}stream"
+MASTER_STATE_PARTITION_PREFIX = f"{MASTER_STATE_PREFIX}partition/"
 PSERVER_SLOT_PREFIX = "pserver/slot/"
 PSERVER_INIT_PREFIX = "pserver/init/"
 PSERVER_INIT_LOCK = "pserver/init/lock"
@@ -107,6 +115,7 @@ DESIRED_TRAINERS = "launcher/desired_trainers"
 DESIRED_PSERVERS = "launcher/desired_pservers"
 EVENTS_PREFIX = "job/events/"
 JOB_HISTORY = "job/history"
+JOB_SCORES_PREFIX = "job/scores/"
 METRICS_PREFIX = "metrics/"
 
 
@@ -132,6 +141,18 @@ def master_task_range(task_id: int) -> str:
     :data:`MASTER_TASK_RANGE_DIGITS` digits (a range of :data:`MASTER_TASKS_PER_RANGE`)."""
     first = task_id // MASTER_TASKS_PER_RANGE
     return f"{MASTER_STATE_TASK_PREFIX}{first:0{MASTER_TASK_RANGE_DIGITS}d}"
+
+
+def master_partition_key(index: int) -> str:
+    """A stream's ``index``-th appended partition (numbered like the tasks)."""
+    return f"{MASTER_STATE_PARTITION_PREFIX}{index:0{MASTER_TASK_ID_DIGITS}d}"
+
+
+def master_partition_range(index: int) -> str:
+    """The prefix of the partition keys sharing ``index``'s first digits (a range of
+    :data:`MASTER_TASKS_PER_RANGE`, as :func:`master_task_range`)."""
+    first = index // MASTER_TASKS_PER_RANGE
+    return f"{MASTER_STATE_PARTITION_PREFIX}{first:0{MASTER_TASK_RANGE_DIGITS}d}"
 
 
 def master_failed_key(pass_id: int, task_id: int) -> str:
@@ -623,6 +644,30 @@ def publish_result_if_absent(store: Store, doc: Mapping[str, Any]) -> bool:
     """
     written, _ = store.compare_and_set(JOB_RESULT, _encode(doc), 0)
     return written
+
+
+def task_scores_prefix(partition: str) -> str:
+    """The keys of one partition's task scores (a partition's name never holds ``//``)."""
+    return f"{JOB_SCORES_PREFIX}{partition}//"
+
+
+def publish_task_scores(store: Store, partition: str, task_id: int,
+                        doc: Mapping[str, Any]) -> None:
+    """Write a finished stream task's scores (a later run of the same task replaces them)."""
+    store.put(f"{task_scores_prefix(partition)}{task_id:0{MASTER_TASK_ID_DIGITS}d}", _encode(doc))
+
+
+def read_task_scores(store: Store, partition: str) -> dict[int, dict[str, Any]]:
+    """One partition's task scores by task id (a value that does not parse raises
+    StoreValueError naming its key)."""
+    prefix = task_scores_prefix(partition)
+    out: dict[int, dict[str, Any]] = {}
+    for kv in store.get_prefix(prefix):
+        tail = kv.key.rsplit("/", 1)[-1]
+        if not tail.isdigit():
+            raise StoreValueError(f"store key {kv.key!r}: not a task's scores")
+        out[int(tail)] = _object(kv.value, kv.key)
+    return out
 
 
 def read_result(store: Store) -> dict[str, Any] | None:

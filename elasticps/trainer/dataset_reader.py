@@ -5,6 +5,11 @@
 a trainer reads the chunks of the tasks it is given, in the batch numbering of
 :func:`elasticps.trainer.task_batches.task_batches` (so a recomputed batch has the same ``seq``).
 
+``elasticps.reader.stream(prefix)`` (:mod:`elasticps.trainer.stream_reader`) names a stream
+instead: the same task loop over partitions the master appends as they land. Both kinds
+(:data:`TrainingData`) say how a job joins them (``join``: SetDataset) and where their schema is
+read (``schema_url``).
+
 Evaluation and export read a dataset whole and in order instead (:func:`read_whole`), from a
 reader, a URL, or any iterable of batches; the dataset's declared schema (its manifest's
 ``schema``) says the label kind.
@@ -24,6 +29,8 @@ from elasticps.data.manifest import read_manifest
 from elasticps.data.schema import Schema
 from elasticps.errors import ConfigError
 from elasticps.proto import master_pb2
+from elasticps.trainer.api import TaskSource
+from elasticps.trainer.stream_reader import StreamReader
 from elasticps.trainer.task_batches import TaskBatch, data_chunk_batches, task_batches
 
 EVAL_BATCH_SIZE = 4096  # a URL evaluated or exported without a reader: no gradients, big batches
@@ -52,11 +59,23 @@ class DatasetReader:
         """The batch identity this reader numbers batches by (the master pins the job's)."""
         return BatchPlan(self.batch_size, self.shuffle_seed, features_key(self.features))
 
+    def join(self, master: TaskSource, num_passes: int) -> None:
+        """SetDataset: the job trains this dataset ``num_passes`` times."""
+        master.set_dataset(self.dataset_url, self.chunks_per_task, num_passes, self.plan)
+
+    def schema_url(self, stop: Any = None, report: Any = None) -> str:
+        """Where the dataset's schema is read: the dataset itself."""
+        return self.dataset_url
+
     def task_batches(self, task: master_pb2.Task) -> Iterator[TaskBatch]:
         """The batches of ``task`` from its resume point on (a ``BatchSource``)."""
         chunks = data_chunk_batches(self.dataset_url, self.batch_size, features=self.features,
                                     shuffle_seed=self.shuffle_seed)
         return task_batches(task, self.batch_size, chunks)
+
+
+# What a trainer trains on: a dataset or a stream, each read through the master's tasks.
+TrainingData = DatasetReader | StreamReader
 
 
 def cloud(dataset_url: str, batch_size: int = 512, *, chunks_per_task: int = 1,
@@ -90,6 +109,8 @@ def check_test_classes(train_url: str, test_url: str) -> None:
 def read_whole(data: Any) -> tuple[Iterable[Batch], str | None]:
     """``(batches, dataset URL or None)`` of a reader (a table's too), a URL, or an iterable of
     batches (numpy ``Batch`` or ``TensorBatch``), read whole and in order."""
+    if isinstance(data, StreamReader):
+        return data.whole(), data.schema_url()
     if isinstance(data, JobTable):
         data = data.in_job()
     if isinstance(data, DatasetReader | str):
@@ -122,3 +143,15 @@ def as_dataset_reader(reader: Any) -> DatasetReader:
     raise ConfigError(f"reader={reader!r} is not a dataset reader; use "
                       "elasticps.reader.cloud(dataset_url, batch_size=...) or "
                       "elasticps.reader.from_pandas(frame, schema)")
+
+
+def as_training_data(reader: Any) -> TrainingData:
+    """What ``train`` reads: a dataset reader, URL or table, or a stream reader."""
+    if isinstance(reader, StreamReader):
+        return reader
+    if isinstance(reader, DatasetReader | str | JobTable):
+        return as_dataset_reader(reader)
+    raise ConfigError(f"reader={reader!r} is neither a dataset nor a stream reader; use "
+                      "elasticps.reader.cloud(dataset_url, batch_size=...), "
+                      "elasticps.reader.from_pandas(frame, schema) or "
+                      "elasticps.reader.stream(prefix, batch_size=...)")

@@ -56,15 +56,26 @@ class DenseSync:
         """Current local values (the initialising trainer sends these)."""
         return {name: self.placement.host(p).copy() for name, p in self.params.items()}
 
+    def shaped(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Pulled values in their parameters' shapes, checked, the module left as it is."""
+        return {name: self._checked(values, name, p).reshape(p.shape)
+                for name, p in self.params.items()}
+
+    @staticmethod
+    def _checked(values: Mapping[str, np.ndarray], name: str,
+                 p: torch.nn.Parameter) -> np.ndarray:
+        if name not in values:
+            raise InvalidArgumentError(f"pull returned no values for dense table {name!r}")
+        array = np.asarray(values[name], dtype=np.float32)
+        if array.size != p.numel():
+            raise InvalidArgumentError(
+                f"dense table {name!r} holds {array.size} values, parameter needs {p.numel()}")
+        return array
+
     def load(self, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite the module's parameters with pulled values."""
         for name, p in self.params.items():
-            if name not in values:
-                raise InvalidArgumentError(f"pull returned no values for dense table {name!r}")
-            array = np.asarray(values[name], dtype=np.float32)
-            if array.size != p.numel():
-                raise InvalidArgumentError(
-                    f"dense table {name!r} holds {array.size} values, parameter needs {p.numel()}")
+            array = self._checked(values, name, p)
             with torch.no_grad():
                 if self.placement.copies:
                     p.copy_(self.placement.tensor(array.reshape(p.shape)))

@@ -188,6 +188,30 @@ def chain(directory: str | os.PathLike[str]) -> list[Link]:
     return links[::-1]
 
 
+def advance(state: State | None, directory: str | os.PathLike[str]) -> State:
+    """The model ``directory`` describes, reusing ``state`` when it lies on the chain: only
+    the links after it are read and applied (a server holding version n reads n+1..m, never n
+    again); otherwise the whole chain from its base, as :func:`load_state`."""
+    links = [read_link(directory)]
+    if state is not None and links[0].sha256 == state.sha256:
+        return state
+    seen = {links[0].directory.resolve()}
+    while links[-1].parent is not None:
+        if state is not None and links[-1].parent.get("manifest_sha256") == state.sha256:
+            break  # its parent is the state held
+        parent = links[-1].directory / str(links[-1].parent.get("path", ""))
+        if parent.resolve() in seen or len(links) > MAX_CHAIN:
+            raise ExportChainError(f"{links[-1].directory}: the parent links loop")
+        seen.add(parent.resolve())
+        links.append(read_link(parent))
+    else:
+        state = None  # not on this chain: from its base
+    for link in reversed(links):
+        state = apply_link(state, link)
+    assert state is not None  # a chain holds at least its base
+    return state
+
+
 def load_state(directory: str | os.PathLike[str]) -> State:
     """The model ``directory`` describes (base + deltas applied), as numpy arrays."""
     state: State | None = None

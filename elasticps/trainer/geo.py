@@ -102,8 +102,9 @@ class GeoParams:
     def declare_tables(self, specs: list[pserver_pb2.TableSpec]) -> None:
         self.client.declare_tables(specs)
 
-    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None) -> None:
-        self.client.initialize(dense_values, init_fn)
+    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None,
+                   rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+        self.client.initialize(dense_values, init_fn, rows=rows)
 
     def join_round(self, trainer: str) -> None:
         pass  # no barrier in geo mode

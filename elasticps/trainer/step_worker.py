@@ -4,7 +4,9 @@
 It emits ``BeginPass``, ``EndIteration`` per batch and ``EndPass`` with the pass's metrics (and
 the test set's, with ``evaluate``), keeps :class:`LoopStats`, and hands them to ``on_progress``
 after the first batch, every ``publish_every`` seconds and at the end. ``flush`` is the
-runner's ``wait_pushed``, so the loop reports progress only for applied pushes.
+runner's ``wait_pushed``, so the loop reports progress only for applied pushes. With
+``on_scored``, a stream task's batches are scored before they are trained on (progressive
+validation, progressive.py) and a finished task's scores handed on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from elasticps.proto import common_pb2, master_pb2
 from elasticps.trainer.api import ParameterClient
 from elasticps.trainer.events import BeginPass, EndIteration, EndPass, Event
+from elasticps.trainer.progressive import OnScored, ProgressiveScores
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.task_batches import TaskBatch, batch_length
 from elasticps.trainer.task_loop import TaskEnd, TaskWorker
@@ -53,6 +56,7 @@ class StepWorker(TaskWorker):
         evaluate: Callable[[], dict[str, float]] | None = None,
         publish_every: float = 2.0,
         sync_rounds: ParameterClient | None = None,
+        on_scored: OnScored | None = None,
     ) -> None:
         self.runner = runner
         self.trainer_name = trainer_name
@@ -70,6 +74,8 @@ class StepWorker(TaskWorker):
         self._started = self._last_publish = time.monotonic()
         self._published_samples = 0
         self._evaluating_s = 0.0  # pass-end test evaluations: not training time
+        binary = runner.objective.kind == "binary"
+        self.scores = ProgressiveScores(on_scored) if on_scored and binary else None
 
     def begin_pass(self, pass_id: int) -> None:
         self.stats.pass_id = pass_id
@@ -81,10 +87,13 @@ class StepWorker(TaskWorker):
             self.sync_rounds.join_round(self.trainer_name)
             self._in_round = True
         ref = common_pb2.BatchRef(pass_id=item.pass_id, task_id=item.task_id, seq=item.seq,
-                                  trainer=self.trainer_name, step=item.step)
+                                  trainer=self.trainer_name, step=item.step,
+                                  event_time=item.event_time)
         result = self.runner.run(item.batch, ref, next_batch)
         size = batch_length(item.batch)
         self._metrics.add(result.output, result.label, result.loss)
+        if self.scores is not None and item.partition:
+            self.scores.add(item.task_id, result.output, result.label)
         self._count(size, result.loss)
         first = self.stats.batches == 1
         if first:  # how long a job takes to start shows in the role logs
@@ -108,6 +117,8 @@ class StepWorker(TaskWorker):
     def end_task(self, task: master_pb2.Task, how: TaskEnd) -> None:
         if how is TaskEnd.FINISHED:
             self.stats.tasks += 1
+        if self.scores is not None:
+            self.scores.end(task, how is TaskEnd.FINISHED)
         if self.sync_rounds is not None and self._in_round:
             self._in_round = False
             self.sync_rounds.leave_round(self.trainer_name)

@@ -40,6 +40,8 @@ class TaskBatch:
     batch: Any
     records_done: int  # records of the task done once this batch is trained
     step: int = 0  # its number in the job's data order (BatchRef.step: lr schedules read it)
+    event_time: float = 0.0  # a stream's batch: its partition's time (BatchRef.event_time)
+    partition: str = ""  # a stream's batch: its partition's name (progressive validation)
 
 
 # task -> its batches from its resume point on (what the task loop reads)
@@ -57,7 +59,8 @@ def task_batches(task: master_pb2.Task, batch_size: int,
 
     def tagged(seq: int, done: int, batch: Any) -> TaskBatch:
         step = task.pass_id * task.pass_batches + task.first_batch + seq
-        return TaskBatch(task.pass_id, task.task_id, task.epoch, seq, batch, done, step)
+        return TaskBatch(task.pass_id, task.task_id, task.epoch, seq, batch, done, step,
+                         task.event_time, task.partition)
 
     for chunk in task.chunks:
         rows, batches = chunk.num_rows, batches_in_chunk(chunk.num_rows, batch_size)

@@ -39,13 +39,16 @@ from elasticps.data.dataset import reading_schema
 from elasticps.data.manifest import read_manifest
 from elasticps.data.model_inputs import model_inputs
 from elasticps.data.schema import MIXED, Schema
-from elasticps.errors import ConfigError
-from elasticps.proto import pserver_pb2
+from elasticps.data.score_histogram import ScoreHistogram
+from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.proto import master_pb2, pserver_pb2
+from elasticps.store.keys import publish_task_scores
 from elasticps.telemetry.logfmt import process_node
 from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
-    DatasetReader,
+    TrainingData,
     as_dataset_reader,
+    as_training_data,
     check_test_classes,
     dataset_schema,
     read_whole,
@@ -55,10 +58,13 @@ from elasticps.trainer.dense_chain import DenseChain
 from elasticps.trainer.device import Placement, select_device
 from elasticps.trainer.events import Event
 from elasticps.trainer.export import export_model
+from elasticps.trainer.export_chain import load_state
+from elasticps.trainer.export_schedule import ExportSchedule
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.heads import Head, HeadsObjective
 from elasticps.trainer.hybrid.params import hybrid_params
+from elasticps.trainer.model_dir import Draft
 from elasticps.trainer.objective import (
     LABEL_KINDS,
     LossFn,
@@ -71,11 +77,13 @@ from elasticps.trainer.own_update import OwnDenseUpdate
 from elasticps.trainer.progress import ProgressRecord
 from elasticps.trainer.result import default_result
 from elasticps.trainer.row_policy import policy_from_settings
+from elasticps.trainer.scheduled_export import ScheduledExports
 from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.step_worker import LoopStats, StepWorker
 from elasticps.trainer.task_loop import TaskLoop
+from elasticps.trainer.warm_start import export_of
 
 if TYPE_CHECKING:
     from elasticps.store.api import Store
@@ -168,10 +176,12 @@ class Trainer:
         self.store: Any = None
         self.stats: LoopStats | None = None
         self.stop = threading.Event()
-        self._trained_on: DatasetReader | None = None  # the last dataset train() read
+        self._trained_on: TrainingData | None = None  # the last dataset (or stream) trained
         # resolved by train() from the dataset
         self._objective: TrainingObjective | None = None
         self._worker: StepWorker | None = None  # the training in progress (for the metrics)
+        # A warm start's sparse rows (warm_start), sent by whoever initialises the tables.
+        self._warm_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.progress = ProgressRecord(None, "")  # job/progress/<name>, once connected
 
     @property
@@ -205,7 +215,7 @@ class Trainer:
         # job spec's tables: may have replaced a layer's policy).
         scored = pserver_pb2.SparsePolicy.SCORE
         self.tables.counted = {s.name for s in specs if s.policy.evict == scored}
-        params.initialize(self.dense.values())
+        params.initialize(self.dense.values(), rows=self._warm_rows)
         self.dense.load(params.pull_dense(self.dense.names))
         self.tables.bind(params)
 
@@ -225,6 +235,48 @@ class Trainer:
     def placement(self) -> Placement:
         return self.tables.placement
 
+    def _publish_scores(self, task: master_pb2.Task, scores: ScoreHistogram) -> None:
+        """A finished stream task's progressive-validation scores, for the master to sum per
+        partition; a store that cannot take them costs the figure, not the training."""
+        doc = {"partition": task.partition, "time": task.event_time or None,
+               "trainer": self.name, **scores.to_json()}
+        try:
+            publish_task_scores(self.store, task.partition, task.task_id, doc)
+        except ElasticPSError as exc:
+            log.warning("Trainer %s could not record the scores of task %d (partition %s): "
+                        "%s", self.name, task.task_id, task.partition, exc)
+
+    def warm_start(self, model_dir: str | os.PathLike[str]) -> None:
+        """Start the job's tables from an export (``model_dir``: a full export, the newest
+        delta of a chain, or a model directory whose ``LATEST`` names its newest version)
+        instead of their initializers; call it before :meth:`connect` (which does it itself
+        when ``PADDLE_WARM_START`` names one: ``elasticps run --warm-start``). The
+        model's dense parameters take the export's values; each sparse table starts with the
+        export's rows (fresh optimizer state, each row as pushed once). It applies when the
+        tables are first initialised: a job whose pservers restored checkpoints goes on from
+        them. Every dense table of the model must be in the export, with its shape; a sparse
+        table the export does not hold starts empty."""
+        if self.params is not None:
+            raise ConfigError("warm_start() comes before connect(): the tables are initialised "
+                              "when the trainer joins the job")
+        state = load_state(export_of(model_dir))
+        values = self.dense.values()
+        missing = sorted(set(values) - set(state.dense))
+        unknown = sorted(set(state.sparse) - set(self.tables))
+        if missing or unknown:
+            raise ConfigError(f"the export {model_dir} does not fit this model: dense table(s) "
+                              f"{missing} missing from it, sparse table(s) {unknown} not in the "
+                              f"model (its sparse tables: {sorted(self.tables)})")
+        for name, value in values.items():
+            if state.dense[name].shape != value.shape:
+                raise ConfigError(f"the export {model_dir} holds {name!r} of shape "
+                                  f"{list(state.dense[name].shape)}, the model "
+                                  f"{list(value.shape)}")
+        self.dense.load({name: state.dense[name] for name in values})
+        self._warm_rows = dict(state.sparse)
+        log.info("Trainer starts from the export %s: %d dense tables, %d sparse rows.",
+                 model_dir, len(values), sum(ids.size for ids, _ in state.sparse.values()))
+
     def connect(self, config: Config | None = None) -> None:
         """Join the job described by ``config`` (default: the PADDLE_* environment)."""
         from elasticps.master.client import MasterClient
@@ -237,6 +289,8 @@ class Trainer:
         if config.store is None:
             raise ConfigError("PADDLE_STORE is not set: this process is not part of a job")
         self.config = config
+        if config.warm_start and not self._warm_rows:
+            self.warm_start(config.warm_start)
         name = process_node("trainer", config.trainer_id)
         store = open_store(config.store, config.job_name)
         self.store = store
@@ -365,42 +419,54 @@ class Trainer:
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,
-              test_reader: Any = None) -> LoopStats:
-        """Train ``num_passes`` passes over the reader's dataset, as tasks from the master.
+              test_reader: Any = None, export: ExportSchedule | None = None) -> LoopStats:
+        """Train ``num_passes`` passes over the reader's dataset, as tasks from the master; a
+        stream (``elasticps.reader.stream``) is trained once (``num_passes=1``), partition by
+        partition as they land, until its end marker (waiting for its first partition first).
 
         With ``test_reader`` (a dataset reader or URL, read whole and in order, never trained
         on) every ``EndPass`` also carries the ``test_*`` metrics of the parameters at the pass
         end (``test_auc``... by label kind); it costs one forward pass over the test set. At the
         end the last pass's metrics become the job's result unless there is one already
-        (result.py).
+        (result.py). With ``export`` (an :class:`ExportSchedule`) versions of the model are
+        exported into its directory while training (export_schedule.py).
         """
         if num_passes < 1:
             raise ConfigError(f"num_passes={num_passes!r} must be >= 1")
         if self.master is None:
             raise ConfigError("the trainer is not connected to a master (call connect() first)")
-        source = as_dataset_reader(reader)
-        objective = self.objective(source.dataset_url)
+        if export is not None and not isinstance(export, ExportSchedule):
+            raise ConfigError(f"export={export!r} must be an elasticps.ExportSchedule")
+        source = as_training_data(reader)
+        schema_url = source.schema_url(self.stop, self.progress.set_stage)
+        objective = self.objective(schema_url)
         self._objective, self._trained_on = objective, source
         evaluate = None
         if test_reader is not None:
             test = as_dataset_reader(test_reader)
-            check_test_classes(source.dataset_url, test.dataset_url)
+            check_test_classes(schema_url, test.dataset_url)
 
             def evaluate() -> dict[str, float]:
                 with self.progress.during("evaluating the test set"):
                     return self.evaluate(test)
-        self.master.set_dataset(source.dataset_url, source.chunks_per_task, num_passes,
-                                source.plan)
+        source.join(self.master, num_passes)
         self.progress.stage = None  # training
 
         runner = self.runner(objective)
         try:
             worker = StepWorker(runner, trainer_name=self.name, event_handler=event_handler,
                                 on_progress=self.progress.publish, evaluate=evaluate,
-                                sync_rounds=self.params if self.mode in ROUND_MODES else None)
+                                sync_rounds=self.params if self.mode in ROUND_MODES else None,
+                                on_scored=self._publish_scores if self.store else None)
             self._worker = worker
-            TaskLoop(self.master, source.task_batches, worker, trainer_name=self.name,
-                     report_every=self.progress_every, stop=self.stop).run()
+            exports = None if export is None else ScheduledExports(
+                worker, export, self._version_writer(), self.master.request_save_model,
+                trainer_name=self.name)
+            TaskLoop(self.master, source.task_batches, exports or worker,
+                     trainer_name=self.name, report_every=self.progress_every,
+                     stop=self.stop).run()
+            if exports is not None and not self.stop.is_set():
+                exports.finish()
             self.stats = worker.finish()
         finally:
             runner.close()
@@ -515,20 +581,25 @@ class Trainer:
         what each sparse layer reads (see export.py). ``ids``: a mapping ``{table: ids}``, or
         data (reader, URL, batches) whose ids the layers read; default: the data :meth:`train`
         read. ``parent``: a previous export's directory; this export is then a delta of it
-        (changed rows, tombstones for rows gone, dense values)."""
+        (changed rows, tombstones for rows gone, dense values). Afterwards the module's dense
+        parameters hold the values exported."""
+        table_ids = self._export_ids(ids)
+        return self._export_values(directory, self.pull_dense(), table_ids, meta, parent)
+
+    def _export_ids(self, ids: Mapping[str, np.ndarray] | Any) -> Mapping[str, np.ndarray]:
         if ids is None:
-            if self._trained_on is None:
-                raise ConfigError("export() without ids needs a trained model (or pass ids)")
-            # Only ids are read: big batches, fewer slices.
-            ids = dataclasses.replace(self._trained_on, batch_size=max(
-                self._trained_on.batch_size, IDS_BATCH_SIZE), shuffle_seed=None)
+            ids = self._trained_ids()
         if not isinstance(ids, Mapping):
             ids = self.table_ids(ids)
         missing = sorted(set(self.tables) - set(ids))
         if missing:
             raise ConfigError(f"no ids to export for sparse table(s) {missing}: their layers "
                               "read no columns; pass ids={table: ids}")
-        dense = self.pull_dense()
+        return ids
+
+    def _export_values(self, directory: str | os.PathLike[str], dense: Mapping[str, np.ndarray],
+                       ids: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None,
+                       parent: str | os.PathLike[str] | None) -> Path:
         sparse = {table: self.held_rows(table, table_ids) for table, table_ids in ids.items()}
         layers = {path: layer.export_record() for path, layer in self.tables.paths.items()}
         schema = self._read_schema()
@@ -537,12 +608,36 @@ class Trainer:
                             inputs=None if schema is None else model_inputs(schema),
                             parent=parent)
 
+    def _trained_ids(self) -> Any:
+        """What export() reads ids from by default: the data train() read."""
+        if self._trained_on is None:
+            raise ConfigError("export() without ids needs a trained model (or pass ids)")
+        # Only ids are read: big batches, fewer slices.
+        return dataclasses.replace(self._trained_on, batch_size=max(
+            self._trained_on.batch_size, IDS_BATCH_SIZE), shuffle_seed=None)
+
+    def _version_writer(self) -> Callable[[Path, Draft], None]:
+        """Writes one scheduled version: the export of every id the training data holds
+        (read once, at the first version), a delta of the draft's parent if it has one."""
+        ids: dict[str, np.ndarray] = {}
+
+        def write(directory: Path, draft: Draft) -> None:
+            if not ids:
+                ids.update(self._export_ids(None))
+            # The pservers' values, not loaded into the module: an export during training
+            # must not change what the next step computes from (geo mode's local copy, say).
+            dense = self.dense.shaped(self._client().pull_dense(self.dense.names))
+            with self.progress.during("exporting"):
+                self._export_values(directory, dense, ids, draft.meta, draft.parent)
+
+        return write
+
     def _read_schema(self) -> Schema | None:
         """The schema the training data was read with (a Criteo-layout dataset's: the preset
         with the reader's id space and dense norm), None without one."""
         if self._trained_on is None:
             return None
-        manifest = read_manifest(self._trained_on.dataset_url)
+        manifest = read_manifest(self._trained_on.schema_url())
         if not isinstance(getattr(manifest, "schema", None), Schema):
             return None
         return reading_schema(manifest, self._trained_on.features)

@@ -55,14 +55,20 @@ def load_model(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     directory = Path(directory)
     try:  # a full export, or the newest delta of a chain (base + deltas applied)
         tensors, manifest = load_export(directory)
-    except ExportChainError as exc:
-        raise SystemExit(str(exc)) from exc
-    if manifest.get("schema") is None:
-        raise SystemExit(f"{directory}: the export records no dataset schema to build from")
-    try:
-        read_inputs(manifest)
-    except ExportChainError as exc:
+        return model_from_export(tensors, manifest), manifest
+    except (ExportChainError, ValueError) as exc:
         raise SystemExit(f"{directory}: {exc}") from exc
+
+
+def model_from_export(tensors: Mapping[str, torch.Tensor],
+                      manifest: Mapping[str, Any]) -> nn.Module:
+    """The model an export describes (eval mode), from its tensors (base + deltas applied)
+    and its manifest; ValueError when the export does not describe one. ``elasticps serve
+    MODEL_DIR --model examples/tabular/score.py:model_from_export`` builds each version with
+    it."""
+    if manifest.get("schema") is None:
+        raise ValueError("the export records no dataset schema to build from")
+    read_inputs(dict(manifest))
     meta = manifest["meta"]
     model = TabularModel(Schema.from_dict(manifest["schema"]), lambda *a: Placeholder(),
                          lambda *a: Placeholder(), kind=meta["model"],
@@ -72,15 +78,15 @@ def load_model(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
         model.set_submodule(path, tables.layer(record))
     left = [path for path, module in model.named_modules() if isinstance(module, Placeholder)]
     if left:
-        raise SystemExit(f"the export records no sparse layer at {left}")
+        raise ValueError(f"the export records no sparse layer at {left}")
     dense = {name: tensors[name] for name in manifest["dense"]}
     missing, unexpected = model.load_state_dict(dense, strict=False)
     # The lookups' own buffers (ids, rows) came from the sparse tables above.
     missing = [m for m in missing if not any(m.startswith(p + ".") for p in manifest["layers"])]
     if missing or unexpected:
-        raise SystemExit(f"the export does not fit the model: missing {missing}, "
+        raise ValueError(f"the export does not fit the model: missing {missing}, "
                          f"extra {unexpected}")
-    return model.eval(), manifest
+    return model.eval()
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:

@@ -27,6 +27,10 @@ which ``elasticps run`` writes to WORKDIR/summary.json (``auc`` for a binary lab
 for float, ``accuracy`` for class, measured on ``--test-data``). Run directly (``python
 examples/tabular/train.py --data ...``), it starts the same job with the local launcher
 (``--trainers``, ``--pservers``, ``--workdir``).
+
+With ``--export-dir DIR`` the job also exports versions of the model into DIR while it trains
+(``--export-every-s|passes|tasks|batches``, ``--help`` lists them), for ``elasticps serve DIR
+--model examples/tabular/score.py:model_from_export`` (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import torch
 import elasticps as eps
 from elasticps.data import open_dataset, read_manifest
 from elasticps.data.schema import Schema
+from elasticps.trainer.export_flags import add_export_flags, schedule_from_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import KINDS, TabularModel
@@ -85,6 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(slower; one trainer then computes what local PyTorch computes)")
     p.add_argument("--dump-initial", help="(tests, one trainer) write the initial parameters "
                    "to this safetensors file before training")
+    add_export_flags(p)  # --export-dir DIR and its schedule, for `elasticps serve DIR`
     p.add_argument("--trainers", type=int, default=2, help="when started outside a job")
     p.add_argument("--pservers", type=int, default=2, help="when started outside a job")
     p.add_argument("--workdir", default=None, help="when started outside a job")
@@ -149,6 +155,12 @@ def dump_initial(trainer: eps.Trainer, reader: Any, path: str) -> None:
     save_file(tensors, path)
 
 
+def model_meta(args: argparse.Namespace, data: str) -> dict[str, Any]:
+    """What an export records for ``score.py`` to rebuild the model."""
+    return {"model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
+            "dataset": data, "passes": args.passes, "seed": args.seed}
+
+
 def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, data: str,
            test: str | None, workdir: Path, train_s: float) -> None:
     """Export, score the test data with the export (plain PyTorch), publish the job's result."""
@@ -156,9 +168,7 @@ def finish(trainer: eps.Trainer, args: argparse.Namespace, schema: Schema, data:
 
     model_dir = workdir / "model"
     trainer.report_stage("exporting")
-    trainer.export(model_dir, meta={
-        "model": args.model, "hidden": [int(h) for h in args.hidden.split(",")],
-        "dataset": data, "passes": args.passes, "seed": args.seed})
+    trainer.export(model_dir, meta=model_meta(args, data))
     result: dict[str, Any] = {"model": args.model, "model_dir": str(model_dir),
                               "passes": args.passes, "label_kind": schema.label_kind,
                               "train_rows": read_manifest(data).num_rows,
@@ -213,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             dump_initial(trainer, reader, args.dump_initial)
         started = time.monotonic()
         eps.dist_train(trainer=trainer, reader=reader, num_passes=args.passes,
-                       event_handler=on_event, test_reader=test_reader)
+                       event_handler=on_event, test_reader=test_reader,
+                       export=schedule_from_flags(
+                           args, meta=model_meta(args, reader.dataset_url), root=workdir))
         if trainer.request_save_model(block_seconds=600):
             finish(trainer, args, schema, reader.dataset_url, test, workdir,
                    time.monotonic() - started)

@@ -77,8 +77,8 @@ def test_help_lists_a_persons_commands_in_groups_and_hides_the_role_entry_points
         elif current is not None and line.startswith("  ") and not line.startswith("   "):
             current.append(line.split()[0])
     groups = {title: names for title, names in sections.items()
-              if title in ("run a job", "inspect a job", "data", "cluster")}
-    assert list(groups) == ["run a job", "inspect a job", "data", "cluster"]
+              if title in ("run a job", "inspect a job", "data", "serve a model", "cluster")}
+    assert list(groups) == ["run a job", "inspect a job", "data", "serve a model", "cluster"]
     assert groups == {title: list(names) for title, names in cli.COMMAND_GROUPS}
     assert {"stop", "list", "logs", "run", "ui"} <= {n for ns in groups.values() for n in ns}
     listed = shown.stdout.split("\nStart here:")[0]

@@ -60,6 +60,9 @@ GOOD = [
     ("PADDLE_TRAINING_MODE", "hybrid", "mode", "hybrid"),
     ("PADDLE_DENSE_TIMEOUT", "30", "dense_timeout", 30.0),
     ("PADDLE_DENSE_GRAD_DTYPE", " BFloat16 ", "dense_grad_dtype", "bfloat16"),
+    ("PADDLE_STREAM_POLL_S", "0.5", "stream_poll_s", 0.5),
+    ("PADDLE_STREAM_PERIOD_S", "3600", "stream_period_s", 3600.0),
+    ("PADDLE_WARM_START", "/models/ctr", "warm_start", "/models/ctr"),
 ]
 
 # (variable, malformed value)
@@ -105,6 +108,8 @@ BAD = [
     ("PADDLE_DENSE_GRAD_DTYPE", "float16"),
     ("PADDLE_GEO_STEPS", "0"),
     ("PADDLE_GEO_STEPS", "100001"),
+    ("PADDLE_STREAM_POLL_S", "0.01"),
+    ("PADDLE_STREAM_PERIOD_S", "0.5"),
 ]
 
 

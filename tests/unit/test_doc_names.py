@@ -19,8 +19,9 @@ import pytest
 from tests.helpers import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-# A dotted name, not part of a longer dotted or hyphenated word, and not a label prefix ("/").
-DOTTED = re.compile(r"(?<![\w.\-<>])(elasticps|eps)((?:\.[A-Za-z_]\w*)+)(?![\w/])")
+# A dotted name, not part of a longer dotted or hyphenated word (``elasticps.model-dir/1``, a
+# format name), and not a label prefix ("/").
+DOTTED = re.compile(r"(?<![\w.\-<>])(elasticps|eps)((?:\.[A-Za-z_]\w*)+)(?![\w/\-])")
 FROM_IMPORT = re.compile(r"from (elasticps[\w.]*) import (\([^)]*\)|[^\n]+)")
 
 

@@ -95,6 +95,12 @@ OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
     "master": ("PADDLE_DATA", "PADDLE_TLS_DIR"), "pserver": ("PADDLE_TLS_DIR",),
     "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR", "PADDLE_SPARSE_POLICIES", *DENSE_CHECKPOINT_ENV),
 }
+# Rendered only when the spec's `env:` sets them (a stream's polling and partition-time pass,
+# a warm start): the role that reads each.
+SPEC_ENV_ONLY: dict[str, tuple[str, ...]] = {
+    "master": ("PADDLE_STREAM_POLL_S",), "pserver": ("PADDLE_STREAM_PERIOD_S",),
+    "trainer": ("PADDLE_WARM_START",),
+}
 # Defaults written explicitly so a pod's environment documents itself.
 _DEFAULT_VALUES = {
     "PADDLE_PORTS_NUM": "1", "PADDLE_PORTS_NUM_FOR_SPARSE": "0", "PADDLE_LEASE_TTL": "10",

@@ -34,10 +34,13 @@ from elasticps.pserver.checkpoint.snapshot import (
     ShardSnapshot,
     SparseState,
 )
+from elasticps.pserver.policy_clock import EVENT_TIME_COUNTER
 from elasticps.pserver.reshard.lineage import LegacyLayout, intersection
 from elasticps.pserver.routing import dense_bounds, route_ids
 
-_PER_BATCH_COUNTERS = ("pushes", "duplicates", "skipped_nonfinite")
+# Each new shard takes the old shards' largest of these: batch counts (each batch reaches every
+# shard) and a stream's newest partition time (policy_clock.py), which every shard goes on from.
+_PER_BATCH_COUNTERS = ("pushes", "duplicates", "skipped_nonfinite", EVENT_TIME_COUNTER)
 _SKETCH_MAX = np.iinfo(np.uint16).max
 
 

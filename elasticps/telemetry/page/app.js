@@ -186,6 +186,23 @@ function drawCharts(doc) {
          yFormat: (v) => Number(v).toPrecision(3), empty: "no pass has ended yet" });
 }
 
+// A stream's progressive validation: each partition's AUC over its partition time (its index
+// where partitions have no time); a partition still training is drawn apart, as it moves.
+function drawProgressive(doc) {
+  const scores = (doc.progressive || []).filter((p) => typeof p.auc === "number");
+  $("progressive-card").hidden = !(doc.progressive || []).length;
+  if ($("progressive-card").hidden) return;
+  const timed = scores.every((p) => typeof p.time === "number");
+  const x = (p, i) => (timed ? p.time : i + 1);
+  const at = scores.map((p, i) => [x(p, i), p.auc, p.final]);
+  const day = (t) => new Date(t * 1000).toISOString().slice(5, 16).replace("T", " ");
+  lineChart($("chart-progressive"), [
+    { name: "trained partitions", points: at.filter((p) => p[2]).map((p) => [p[0], p[1]]) },
+    { name: "training", color: COLORS[2], points: at.filter((p) => !p[2]).map((p) => [p[0], p[1]]) },
+  ], { markers: true, legend: true, xFormat: timed ? day : (v) => "partition " + v,
+       yFormat: (v) => Number(v).toPrecision(3), empty: "no partition was scored yet" });
+}
+
 // -- tables ---------------------------------------------------------------------------------
 
 function fillTable(id, rows, cells, rowClass) {
@@ -292,6 +309,7 @@ function drawSummary(doc) {
     ? `todo ${c.todo || 0} \u00b7 pending ${c.pending || 0} \u00b7 done ${c.done || 0} \u00b7 failed ${c.failed || 0}`
       + ` \u00b7 ${num(doc.samples_total)} samples trained \u00b7 ${num(doc.failures_total)} failed attempts`
       + (doc.reconciling ? " \u00b7 reconciling with the pservers" : "")
+      + streamLine(doc.stream)
     : "waiting for a trainer to name the dataset";
   drawFailure(doc);
   const footer = $("footer");
@@ -305,6 +323,19 @@ function drawSummary(doc) {
   const urls = doc.metrics_urls || {};
   const count = Object.values(urls).reduce((n, byName) => n + Object.keys(byName).length, 0);
   if (count) footer.appendChild(document.createTextNode(` \u00b7 ${count} role metrics endpoints (metrics_urls)`));
+}
+
+// A stream's progress: partitions appended, the newest trained through and its age (the lag),
+// those waiting, and whether it ended.
+function streamLine(stream) {
+  if (!stream) return "";
+  const lag = stream.lag_s === null || stream.lag_s === undefined ? ""
+    : ` (lag ${duration(stream.lag_s)})`;
+  return ` \u00b7 stream: ${stream.partitions} partitions`
+    + (stream.trained_through ? `, trained through ${stream.trained_through}${lag}` : "")
+    + `, ${stream.waiting} waiting`
+    + (stream.ended ? ", ended" : stream.end_marker ? ", end marker seen" : "")
+    + (stream.error ? ` \u00b7 ${stream.error}` : "");
 }
 
 // Why a job failed: the reason, and the failing process's last traceback (from its log).
@@ -385,6 +416,7 @@ function render(doc) {
   drawSummary(doc);
   drawResult(doc);
   drawCharts(doc);
+  drawProgressive(doc);
   drawTables(doc);
   drawLogs(doc);
   document.body.dataset.state = doc.state;

@@ -43,11 +43,13 @@ class HybridParams:
         self.client.declare_tables([s for s in specs if s.kind != pserver_pb2.TableSpec.DENSE])
         self.replica = DenseReplica(dense)
 
-    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None) -> None:
-        """The pservers' sparse tables as in every mode; this trainer's start values for the
-        group (used only if the job has no dense state yet); then join the group."""
+    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None,
+                   rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+        """The pservers' sparse tables as in every mode (``rows``: a warm start's); this
+        trainer's start values for the group (used only if the job has no dense state yet:
+        no live replica, no dense checkpoint); then join the group."""
         assert self.replica is not None, "declare_tables first"
-        self.client.initialize({}, None)
+        self.client.initialize({}, None, rows=rows)
         self.replica.set_initial(init_fn() if init_fn is not None else dense_values)
         self.group = self._make_group(self.replica)
         self.group.start()

@@ -67,6 +67,27 @@ def test_oracle_runs_its_own_script_with_a_store_outage_and_no_baseline() -> Non
         parse()
 
 
+def test_a_streams_options_one_pass_of_the_oracles_partitions() -> None:
+    opts = parse("--oracle", "--stream", "--stream-partitions", "10", "--oracle-rows", "40000",
+                 "--stream-interval", "2", "--schedule", "stream-commit-master-kill")
+    opts.validate()
+    assert (opts.stream, opts.oracle_passes, opts.stream_rows, opts.stream_interval) == (
+        True, 1, 4000, 2.0)
+    assert opts.stream_bound_s == opts.progress_bound_s + 5.0
+    assert parse("--oracle").oracle_passes == 3  # a dataset's default
+    for argv, message in (
+            (("--oracle", "--stream", "--oracle-passes", "2"), "a stream is trained once"),
+            (("--oracle", "--stream", "--stream-partitions", "0"), "--stream-partitions 0"),
+            (("--oracle", "--stream", "--oracle-rows", "7"), "cannot fill 8 partitions"),
+            (("--oracle", "--stream", "--stream-interval", "0"), "--stream-interval=0.0"),
+            (("--oracle", "--schedule", "stream-commit-master-kill"), "needs --stream")):
+        with pytest.raises(ConfigError, match=message):
+            parse(*argv).validate()
+    script = Path(__file__)
+    with pytest.raises(ConfigError, match="it needs --oracle"):
+        parse("--stream", str(script)).validate()
+
+
 def test_the_jobs_mode_and_checkpoint_deltas_reach_elasticps_run(tmp_path: Path) -> None:
     from elasticps.chaos.job import job_env, launch_command
 

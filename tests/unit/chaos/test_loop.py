@@ -340,3 +340,70 @@ def test_the_kill_trainer_then_pserver_schedule_kills_one_of_this_hosts_trainers
     assert job.killed[1] == 10  # slot 0's pserver
     assert all(k.throughput_s is not None for k in loop.kills)
     assert loop.finished()
+
+
+class Commits:
+    """The stream's writer as the loop sees it: each wait ends with the next commit."""
+
+    def __init__(self, job: SimJob) -> None:
+        self.job = job
+        self.count = 3
+        self.waits: list[tuple[int, list[int]]] = []  # (count waited past, pids killed by then)
+
+    def landed(self) -> int:
+        return self.count
+
+    def wait_for_landing(self, count: int, timeout: float) -> bool:
+        self.waits.append((count, list(self.job.killed)))
+        self.count += 1
+        return True
+
+
+def test_the_stream_commit_master_kill_schedule_kills_the_leader_as_a_partition_commits(
+        ) -> None:
+    job = SimJob()
+    commits = Commits(job)
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=1, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="stream-commit-master-kill",
+                        oracle=True, stream=True)
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     said.append, host=HERE, kill=job.kill, landings=commits)
+    loop.step()
+    assert commits.waits == [(3, [])]  # it waited for the next commit, killing nothing first
+    loop.step()
+    assert job.killed == [1]  # the leader, at once
+    assert job.leaders_killed_with_a_standby == [True]
+    assert [(k.role, k.serving_s is not None) for k in loop.kills] == [("master", True)]
+    assert "partition 3 of the stream committed" in said[0]
+    assert loop.finished()  # its kill counted towards --kills 1
+
+
+def test_the_every_role_stream_schedule_kills_each_role_as_a_partition_commits() -> None:
+    job = SimJob()
+    commits = Commits(job)
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=3, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="stream-commit-kill-every-role",
+                        oracle=True, stream=True)
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     said.append, host=HERE, kill=job.kill, landings=commits)
+    for _ in range(6):
+        loop.step()
+    # each kill right after the commit it waited for, nothing killed before the first
+    assert [pids for _, pids in commits.waits] == [[], [1], [1, 10]]
+    assert [k.role for k in loop.kills] == ["master", "pserver", "trainer"]
+    assert job.killed[2] in (20, 21)  # a trainer of this host (t-22 runs elsewhere)
+    assert loop.finished()
+
+
+def test_the_stream_schedule_without_a_stream_is_skipped_and_said() -> None:
+    job = SimJob()
+    said: list[str] = []
+    opts = ChaosOptions(script=Path("train.py"), kills=1, seed=7, scale=False, gap=(0.0, 0.0),
+                        recovery_timeout=5.0, schedule="stream-commit-master-kill")
+    loop = ChaosLoop(opts, job, job, Planner(7, 2, scale=False, gap=opts.gap), job.scale_to,
+                     said.append, host=HERE, kill=job.kill)
+    loop.step()
+    assert loop.directed_done == ["AwaitPartition() skipped"]
+    assert "no stream is written" in said[0]

@@ -67,9 +67,12 @@ def test_preview_lists_the_steps_of_a_seed_until_its_kills() -> None:
 def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
     from elasticps.chaos.plan import (
         SCHEDULES,
+        STREAM_SCHEDULES,
         AwaitCheckpoint,
+        AwaitPartition,
         DirectedReshard,
         DirectedScale,
+        KillMaster,
         KillPServer,
         KillTrainer,
         PauseTrainer,
@@ -90,7 +93,20 @@ def test_directed_schedules_are_fixed_steps_for_the_jobs_size() -> None:
     hybrid = directed("kill-trainer-then-pserver", 2, 2, 2)
     assert hybrid == [KillTrainer(), KillPServer(0)]
     assert directed_kills(hybrid) == 2
+    streamed = directed("stream-commit-master-kill", 2, 2, 2)
+    assert streamed == [AwaitPartition(), KillMaster()]
+    assert directed_kills(streamed) == 1
+    assert directed("stream-commit-pserver-kill", 2, 2, 2) == [AwaitPartition(),
+                                                                KillPServer(0)]
+    assert directed("stream-commit-trainer-kill", 2, 2, 2) == [AwaitPartition(), KillTrainer()]
+    every = directed("stream-commit-kill-every-role", 2, 2, 2)
+    assert every == [AwaitPartition(), KillMaster(), AwaitPartition(), KillPServer(0),
+                     AwaitPartition(), KillTrainer()]
+    assert directed_kills(every) == 3
     assert set(SCHEDULES) == {"scale-down-kill-reshard", "two-pserver-restores",
-                              "slow-sync-member", "kill-trainer-then-pserver"}
+                              "slow-sync-member", "stream-commit-master-kill",
+                              "stream-commit-pserver-kill", "stream-commit-trainer-kill",
+                              "stream-commit-kill-every-role", "kill-trainer-then-pserver"}
+    assert {name for name in SCHEDULES if name.startswith("stream-")} == STREAM_SCHEDULES
     with pytest.raises(ValueError, match="no schedule"):
         directed("nope", 2, 2, 2)

@@ -25,6 +25,7 @@ from elasticps.cluster.render.common import (
     NOT_RENDERED_ENV,
     OPTIONAL_ROLE_ENV,
     ROLE_ENV,
+    SPEC_ENV_ONLY,
 )
 from elasticps.cluster.spec import Job
 from elasticps.cluster.validate import (
@@ -111,6 +112,7 @@ def test_rendering_is_pure_and_holds_placeholders_unless_given_secrets() -> None
 def test_every_env_var_elasticps_reads_is_assigned_to_a_role() -> None:
     assigned = {n for names in ROLE_ENV.values() for n in names}
     assigned |= {n for names in OPTIONAL_ROLE_ENV.values() for n in names}
+    assigned |= {n for names in SPEC_ENV_ONLY.values() for n in names}
     assigned |= set(NOT_RENDERED_ENV)
     assert {var.name for var in ENV_VARS} <= assigned, (
         "a PADDLE_* variable was added to elasticps.config: decide which roles read it and "

@@ -8,10 +8,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from elasticps.data.score_histogram import ScoreHistogram
+from elasticps.master.progressive import PartitionTasks
 from elasticps.master.status_loop import EVENTS_SHOWN, StatusLoop
 from elasticps.master.telemetry import MasterMetrics
 from elasticps.pserver.telemetry import CheckpointClock, PServerMetrics
@@ -26,6 +29,7 @@ from elasticps.store.keys import (
     pserver_slot,
     publish_progress,
     publish_result,
+    publish_task_scores,
     read_events,
     read_history,
     record_event,
@@ -42,9 +46,13 @@ class FakeState:
                     "num_tasks": 4, "counts": {"todo": 2, "pending": 0, "done": 2, "failed": 0},
                     "live_trainers": ["trainer-0-h-1"], "failure_log": [], "accounting": [],
                     "pending": {}, **status}
+        self.partitions: list[PartitionTasks] = []  # a stream's, as MasterState has them
 
     def status(self) -> dict[str, Any]:
         return dict(self.doc)
+
+    def stream_partitions(self) -> list[PartitionTasks]:
+        return list(self.partitions)
 
 
 @pytest.fixture
@@ -155,3 +163,44 @@ def test_the_page_reads_a_pservers_latency_cpu_and_memory_and_the_jobs_result(
     assert row["cpu_percent"] is not None
     assert row["cpu_percent"] >= 0
     assert doc["result"] == {"auc": 0.78, "best_auc": 0.8}
+
+
+def _scores(labels: list[int], probs: list[float]) -> dict[str, Any]:
+    hist = ScoreHistogram()
+    hist.add(np.array(labels), np.array(probs))
+    return hist.to_json()
+
+
+def test_a_streams_partitions_show_their_progressive_auc_final_once_every_task_is_in(
+        store: Store) -> None:
+    state = FakeState("master-a")
+    state.partitions = [PartitionTasks("dt=2026-12-01/hour=13", 1.0, 2, True),
+                        PartitionTasks("dt=2026-12-01/hour=14", 2.0, 1, False),
+                        PartitionTasks("dt=2026-12-01/hour=15", 3.0, 1, False)]
+    first, second, third = (p.name for p in state.partitions)
+    publish_task_scores(store, first, 0, _scores([1, 0], [0.9, 0.2]))  # task 1 not in yet
+    publish_task_scores(store, second, 2, _scores([1, 0, 1], [0.1, 0.6, 0.9]))
+    publish_task_scores(store, third, 3, {"buckets": "not one"})  # never read: not started
+    loop = status_loop(store, state)
+    telemetry = RoleTelemetry("j", "master", "master-a")
+    MasterMetrics(telemetry.registry, loop.document)
+
+    def gauge() -> list[float]:
+        families = {f.name: f for f in text_string_to_metric_families(
+            generate_latest(telemetry.registry).decode())}
+        family = families.get("elasticps_master_stream_progressive_auc")
+        return [s.value for s in family.samples] if family else []
+
+    loop.tick()
+    shown = loop.document()["progressive"]
+    assert [(p["partition"], p["rows"], p["auc"], p["final"]) for p in shown] == [
+        (first, 2, 1.0, False), (second, 3, 0.5, False)]
+    assert gauge() == []  # nothing final yet
+    publish_task_scores(store, first, 1, _scores([0, 1], [0.7, 0.6]))
+    loop.tick()
+    shown = loop.document()["progressive"]
+    assert (shown[0]["rows"], shown[0]["auc"], shown[0]["final"]) == (4, 0.75, True)
+    assert gauge() == [0.75]
+    publish_task_scores(store, first, 1, _scores([0], [0.99]))  # final: never read again
+    loop.tick()
+    assert loop.document()["progressive"][0]["rows"] == 4

@@ -247,6 +247,18 @@ def test_the_trainers_stages_say_what_the_job_does_outside_training() -> None:
         "trainer-0": "writing data", "trainer-1": "waiting for data", "trainer-2": None}
 
 
+def test_a_stream_says_it_waits_for_data_or_where_it_stops() -> None:
+    idle = status(stream={"waiting_for_data": True, "refused": None})
+    assert activity(idle, {}) == "waiting for the stream's next partition"
+    assert activity({**idle, "reconciling": True}, {}) is None  # it checks the pservers first
+    assert activity(idle, {"trainer-0": "exporting"}) == "exporting (trainer-0)"
+    stopped = status(stream={"waiting_for_data": True,
+                             "refused": "partition h=2 has another schema"})
+    assert activity(stopped, {"trainer-0": "exporting"}) == (
+        "the stream stops: partition h=2 has another schema")
+    assert activity({**stopped, "state": "failed"}, {}) is None
+
+
 def test_the_final_metrics_and_each_trainers_series_reach_the_document() -> None:
     progress = {"trainer-0-h-1": TrainerProgress(samples_per_s=40.0, loss=0.5, time=10.0),
                 "trainer-1-h-2": TrainerProgress(samples_per_s=60.0, loss=0.7, time=10.0)}

@@ -69,7 +69,7 @@ def test_promtool_checks_the_rule_files(promtool: str) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 6 rules found" in done.stdout
-    assert "SUCCESS: 4 rules found" in done.stdout
+    assert "SUCCESS: 5 rules found" in done.stdout
 
 
 def test_promtool_unit_tests_every_alert_on_synthetic_series(promtool: str) -> None:
@@ -80,7 +80,7 @@ def test_promtool_unit_tests_every_alert_on_synthetic_series(promtool: str) -> N
               for case in test.get("alert_rule_test", [])}
     alerts = {rule["alert"] for rule in rules("alert-rules.yml")}
     assert alerts == {"ElasticPSJobFailed", "ElasticPSNoProgress", "ElasticPSCheckpointStale",
-                      "ElasticPSPServerDown"}
+                      "ElasticPSPServerDown", "ElasticPSProgressiveAUCDrop"}
     assert tested == alerts
     for rule in rules("alert-rules.yml"):
         assert rule["labels"]["severity"] in ("warning", "critical")
@@ -96,7 +96,8 @@ def served_metric_names() -> set[str]:
         "tasks_finished_total": 0, "failures_total": 0, "recoveries_total": 0,
         "failovers_total": 0, "reconciling": False, "live_trainers": ["trainer-0-h-1"],
         "pservers": [{"shard": 0, "up": True, "restarts": 0}],
-        "trainers": [{"name": "trainer-0", "restarts": 0}]}
+        "trainers": [{"name": "trainer-0", "restarts": 0}],
+        "progressive": [{"partition": "dt=2026-12-01", "auc": 0.7, "final": True}]}
     master = RoleTelemetry("j", "master", "m")
     MasterMetrics(master.registry, lambda: doc)
     ServerCallMetrics(master.registry).handled.labels("s", "m", "OK").inc()

@@ -42,8 +42,12 @@ class SgdTables:
             if spec.kind == pserver_pb2.TableSpec.SPARSE:
                 self.dims[spec.name] = spec.dim
 
-    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None) -> None:
+    def initialize(self, dense_values: dict[str, np.ndarray], init_fn: Any = None,
+                   rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.dense = {k: v.copy() for k, v in dense_values.items()}
+        for table, (ids, values) in (rows or {}).items():
+            for row_id, value in zip(ids, values, strict=True):
+                self.rows[(table, int(row_id))] = np.array(value, dtype=np.float32)
 
     def pull_dense(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         with self.lock:
