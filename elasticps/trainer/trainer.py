@@ -63,7 +63,7 @@ from elasticps.trainer.export_schedule import ExportSchedule
 from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.geo import GeoParams
 from elasticps.trainer.heads import Head, HeadsObjective
-from elasticps.trainer.hybrid.params import hybrid_params
+from elasticps.trainer.hybrid.params import HybridParams, hybrid_params
 from elasticps.trainer.model_dir import Draft
 from elasticps.trainer.objective import (
     LABEL_KINDS,
@@ -413,9 +413,11 @@ class Trainer:
                               on_flush=geo.flush)
         chain = (DenseChain(self.params, self.dense.names)
                  if own is not None and isinstance(self.params, TaggedDenseClient) else None)
+        # hybrid: its last sparse push may be in flight (trainer/hybrid/params.py)
+        on_flush = self.params.flush if isinstance(self.params, HybridParams) else None
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
                           prefetch=prefetch, feed=self.feed, tables=self.tables,
-                          own_update=own, dense_chain=chain)
+                          own_update=own, dense_chain=chain, on_flush=on_flush)
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,

@@ -4,7 +4,11 @@ replica, averaged by the dense group; sparse tables on the pservers, as in async
 It stands where the pservers' client stands for the other modes, so the step runner, the task
 loop, evaluation and export need nothing of their own for hybrid mode: a dense pull reads the
 replica (once the group has formed), a push sends the sparse rows to the pservers and hands the
-dense gradient to the group, returning once a round has applied it. One finite-gradient rule
+dense gradient to the group, returning once a round has applied it. The sparse push runs on a
+thread of its own meanwhile and may still be in flight when the next batch pulls its rows (one
+batch of staleness on sparse rows, as async mode's prefetch has); at most one is in flight, the
+next push waits for it, and :meth:`flush` (the task loop's, before a task is reported done, and
+before an export reads the pservers) waits for it and raises its error. One finite-gradient rule
 (``elasticps.gradients.finite``) decides for both halves: a batch with NaN or Inf anywhere is
 dropped by the pservers and skipped by the group, and recorded by both.
 """
@@ -12,6 +16,7 @@ dropped by the pservers and skipped by the group, and recorded by both.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -37,6 +42,8 @@ class HybridParams:
         self.replica: DenseReplica | None = None
         self.group: DenseGroup | None = None
         self.num_shards = int(getattr(client, "num_shards", 1))
+        self._pusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparse-push")
+        self._in_flight: Future[Any] | None = None  # the last batch's sparse push
 
     def declare_tables(self, specs: list[pserver_pb2.TableSpec]) -> None:
         dense = [s for s in specs if s.kind == pserver_pb2.TableSpec.DENSE]
@@ -69,6 +76,8 @@ class HybridParams:
         return rows
 
     def pull_held(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the pservers hold (an export's view): the last sparse push lands first."""
+        self.flush()
         held: tuple[np.ndarray, np.ndarray] = self.client.pull_held(table, ids)
         return held
 
@@ -82,13 +91,21 @@ class HybridParams:
         """Sparse rows to the pservers, then the dense gradient through the group; True if
         the group applied it (False: a duplicate of a batch applied before)."""
         ok = finite(dense_grads, sparse_grads)
+        self.flush()  # the previous batch's sparse push: one in flight at most, in order
         # A non-finite batch goes with its dense half, so the client drops it whole (and the
         # pservers record it) by the same rule as every mode.
-        self.client.push(batch, {} if ok else dense_grads, sparse_grads, counts)
+        self._in_flight = self._pusher.submit(
+            self.client.push, batch, {} if ok else dense_grads, sparse_grads, counts)
         assert self.replica is not None
         header = Header(Kind.BATCH if ok else Kind.SKIPPED, batch.pass_id, batch.task_id,
                         batch.seq, batch.step)
         return self._group().submit(header, self.replica.flatten(dense_grads) if ok else None)
+
+    def flush(self) -> None:
+        """Wait until the last sparse push is applied (raising its error, if it failed)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
 
     def join_round(self, trainer: str) -> None:
         self._group().set_busy(True)
@@ -97,9 +114,14 @@ class HybridParams:
         self._group().set_busy(False)
 
     def close(self) -> None:
-        """Leave the dense group (the pservers' client is the trainer's to close)."""
-        if self.group is not None:
-            self.group.leave()
+        """Land the last sparse push and leave the dense group (the pservers' client is the
+        trainer's to close)."""
+        try:
+            self.flush()
+        finally:
+            self._pusher.shutdown(wait=True)
+            if self.group is not None:
+                self.group.leave()
 
 
 def hybrid_params(client: Any, store: Store, config: Config, name: str,
