@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from elasticps.errors import CheckpointError
+from elasticps.errors import CheckpointError, StoreError
 from elasticps.pserver.checkpoint.files import ShardCheckpoints
 from elasticps.store.api import Compare, Store
 from elasticps.store.keys import HYBRID_CHECKPOINT_PREFIX, HYBRID_GROUP
@@ -56,7 +56,8 @@ class DenseCheckpoints:
 
     def save(self, replica: DenseReplica, revision: int) -> bool:
         """Write the replica's state as a checkpoint of generation ``revision``; False (logged)
-        if it was not published: the generation ended, or the write failed. Training goes on
+        if it was not published: the generation ended, the write failed or the store was
+        unreachable. Training goes on
         either way: the state lives on in the replicas."""
         key = replica.key
         if key is None:
@@ -64,7 +65,7 @@ class DenseCheckpoints:
         self._revision = revision
         try:
             self.files.save(replica.snapshot(), checkpoint_id(key))
-        except (CheckpointError, OSError) as exc:
+        except (CheckpointError, StoreError, OSError) as exc:
             log.warning("%s did not publish the dense checkpoint of step %d: %s", self.node,
                         key[1], exc)
             return False

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.errors import ConfigError, ElasticPSError, StoreUnavailableError
 from elasticps.store.api import Compare, Lease, Put, Store
 from elasticps.store.keys import (
     HYBRID_GROUP,
@@ -76,6 +76,7 @@ BUSY_WAIT_FACTOR = 3.0  # a busy member waits this many of its batch times for i
 FIRST_COMPUTE_S = 0.5  # the batch time assumed before the first is measured
 VIEW_EVERY_S = 0.25  # how often an active member reads the store (newcomers, vanished keys)
 WAIT_S = 0.1  # a member outside a generation looks at the store again after this
+STORE_RETRY_S = 1.0  # a member that could not reach the store tries again after this
 
 
 @dataclass
@@ -192,6 +193,15 @@ class DenseGroup:
             return self._leaving and self.membership.phase is not Phase.ACTIVE
 
     def _step(self) -> None:
+        try:
+            self._act()
+        except StoreUnavailableError as exc:  # outside a generation: wait for the store
+            log.warning("Trainer %s: the store is unavailable to the dense group (%s); "
+                        "retrying in %.0fs.", self.name, exc, STORE_RETRY_S)
+            with self.lock:
+                self.lock.wait_for(lambda: self._leaving, timeout=STORE_RETRY_S)
+
+    def _act(self) -> None:
         view = self._read_view(force=self.membership.phase is not Phase.ACTIVE)
         action = self.membership.decide(view, time.monotonic())
         if isinstance(action, Register):
@@ -212,9 +222,14 @@ class DenseGroup:
     def _read_view(self, force: bool) -> View:
         now = time.monotonic()
         if force or self._view is None or now - self._view_at >= VIEW_EVERY_S:
-            record, revision = read_group_record(self.store)
-            live = {hybrid_member_of(kv.key) for kv in self.store.get_prefix(
-                HYBRID_MEMBER_PREFIX)}
+            try:
+                record, revision = read_group_record(self.store)
+                live = {hybrid_member_of(kv.key) for kv in self.store.get_prefix(
+                    HYBRID_MEMBER_PREFIX)}
+            except StoreUnavailableError:
+                if self._view is None or self.membership.phase is not Phase.ACTIVE:
+                    raise
+                return self._view  # the rounds need no store: they go on meanwhile
             self._view = View(record, revision, frozenset(m for m in live if m))
             self._view_at = now
         return self._view
@@ -260,7 +275,7 @@ class DenseGroup:
                            TorchCollectives(record, rank, self.timeout, self.device,
                                             self._abandoned))
             self._synchronise(collectives, record)
-        except GroupBrokenError as exc:
+        except (GroupBrokenError, StoreUnavailableError) as exc:
             if collectives is not None:
                 collectives.close()
             self._end(str(exc))

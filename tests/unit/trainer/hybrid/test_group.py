@@ -4,11 +4,16 @@ writes the final dense checkpoint and drops the member key."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
+import elasticps.trainer.hybrid.group as group_module
+from elasticps.errors import StoreUnavailableError
 from elasticps.store.embedded_store import EmbeddedStore
 from elasticps.store.keys import HYBRID_GROUP, HYBRID_MEMBER_PREFIX
 from elasticps.trainer.hybrid.checkpoints import DenseCheckpoints
@@ -91,4 +96,49 @@ def test_a_group_resumes_the_newest_readable_checkpoint_but_never_goes_back_from
         held = own.values()["b"].tolist()
         group = _formed(tmp_path, store, own)
         assert (own.step, own.values()["b"].tolist()) == (5, held)
+        group.leave()
+
+
+class Outage:
+    """A real store that refuses every read and write while ``down``, as an unreachable etcd."""
+
+    def __init__(self, store: EmbeddedStore) -> None:
+        self.store = store
+        self.down = False
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.store, name)
+        if name not in ("get", "get_prefix", "put", "txn", "grant_lease"):
+            return call
+
+        def refused_while_down(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.refused += 1
+                raise StoreUnavailableError("the store is down (test)")
+            return call(*args, **kwargs)
+        return refused_while_down
+
+
+def test_rounds_go_on_through_a_store_outage_and_a_member_outside_waits_for_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(group_module, "STORE_RETRY_S", 0.05)
+    with EmbeddedStore(tmp_path / "job.db", "/job/") as real:
+        store = Outage(real)
+        store.down = True  # down from the start: the member waits for it, it does not fail
+        replica = _trained(0)
+        group = DenseGroup(store, replica, name="trainer-0", host="127.0.0.1",  # type: ignore[arg-type]
+                           lease_ttl=5, timeout=10, device=torch.device("cpu"))
+        group.start()
+        give_up_at = time.monotonic() + 10
+        while store.refused < 3:  # several refused attempts, none fatal
+            assert time.monotonic() < give_up_at
+            time.sleep(0.01)  # polling a counter another thread moves
+        store.down = False
+        group.wait_ready()
+        store.down = True  # the round needs no store
+        assert group.submit(Header(Kind.BATCH, 0, 1, 0, step=0),
+                            np.ones(replica.size, np.float32))
+        assert replica.step == 1
+        store.down = False
         group.leave()
