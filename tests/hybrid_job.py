@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +26,9 @@ class Record:
 
     trainer: int
     pid: int
-    steps: dict[int, str]
+    steps: dict[int, str]  # the replica's step after a batch -> its digest
     times: dict[int, float]
+    batches: int  # lines written: a step repeats when a batch's round had not landed yet
 
 
 def write_data(tmp_path: Path, rows: int = ROWS) -> Path:
@@ -67,7 +69,20 @@ def go(tmp_path: Path) -> None:
 
 
 def lines(tmp_path: Path, trainer: int) -> int:
-    return sum(len(r.steps) for r in records(tmp_path) if r.trainer == trainer)
+    """Batches trainer ``trainer`` recorded, over all its processes."""
+    return sum(r.batches for r in records(tmp_path) if r.trainer == trainer)
+
+
+@contextmanager
+def running(job: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """The job, stopped if the test ends before it did (a failed wait leaves trainer 0 held):
+    the launcher is killed, and its roles exit with it (they watch their parent)."""
+    try:
+        yield job
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate(timeout=60)
 
 
 def finish(job: subprocess.Popen[str]) -> None:
@@ -80,10 +95,11 @@ def records(tmp_path: Path) -> list[Record]:
     for path in sorted((tmp_path / "out").glob("trainer-*.txt")):
         _, trainer, pid = path.stem.split("-")
         steps, times = {}, {}
-        for line in path.read_text().splitlines():
+        written = path.read_text().splitlines()
+        for line in written:
             step, digest, at = line.split()
             steps[int(step)], times[int(step)] = digest, float(at)
-        found.append(Record(int(trainer), int(pid), steps, times))
+        found.append(Record(int(trainer), int(pid), steps, times, len(written)))
     return found
 
 

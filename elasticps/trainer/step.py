@@ -92,6 +92,7 @@ class StepRunner:
         own_update: OwnDenseUpdate | None = None,
         dense_chain: DenseChain | None = None,
         on_flush: Callable[[], None] | None = None,
+        dense_after_push: bool = False,
     ) -> None:
         self.model = model
         self.objective = objective
@@ -112,6 +113,9 @@ class StepRunner:
         # Skipping unchanged dense pulls rests on the own update's exact replica.
         self.dense_chain = dense_chain if self.own_update is not None else None
         self.on_flush = on_flush  # geo mode: push the window's deltas (trainer/geo.py)
+        # Hybrid mode: a prefetch brings the sparse rows only; the dense values are read when
+        # the step starts, once the last push (its dense round) has landed: never stale.
+        self.dense_after_push = dense_after_push
         # (dense values batch k ran on, the same after its update) until batch k+1 loads them
         self._own: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
         self._step = 0
@@ -127,9 +131,9 @@ class StepRunner:
     def _dense_due(self, step: int) -> bool:
         return step % self.dense.sync_every == 0
 
-    def _pull(self, batch: Batch, step: int) -> _Prefetched:
-        dense = self._pull_dense() if self._dense_due(step) else None
-        return _Prefetched(dense, self.tables.pull(self.client, batch))
+    def _pull(self, batch: Batch, step: int, dense: bool = True) -> _Prefetched:
+        values = self._pull_dense() if dense and self._dense_due(step) else None
+        return _Prefetched(values, self.tables.pull(self.client, batch))
 
     def _pull_dense(self) -> dict[str, np.ndarray]:
         if self.dense_chain is None or self.own_update is None:
@@ -169,8 +173,12 @@ class StepRunner:
                 self.wait_pushed()
                 self._own = None
             fetched = self._fetch_current(batch, step)
+            if self.dense_after_push and prefetched and self._dense_due(step):
+                self.wait_pushed()
+                fetched = _Prefetched(self._pull_dense(), fetched.sparse)
             if next_batch is not None:
-                self._next = self._comm.submit(self._pull, as_batch(next_batch), step + 1)
+                self._next = self._comm.submit(self._pull, as_batch(next_batch), step + 1,
+                                               not self.dense_after_push)
                 self._next_batch = next_batch
         t_pulled = time.perf_counter()
         own, self._own = self._own, None

@@ -397,17 +397,18 @@ class Trainer:
         if self.params is None:
             raise ConfigError("the trainer is not connected to a job (call connect() first)")
         # Sync mode pulls after its step's barrier closed: nothing to overlap, nothing stale;
-        # geo mode trains a local copy, pulled once a window; hybrid mode's dense values are
-        # the round's (the replica's), its sparse rows pulled when the batch needs them.
-        prefetch = self.prefetch and self.mode == "async"
+        # geo mode trains a local copy, pulled once a window; hybrid mode prefetches sparse
+        # rows only, its dense values are the replica's after the last round.
+        prefetch = self.prefetch and self.mode in ("async", "hybrid")
         if self.mode != "async" and self.dense.sync_every != 1:
             raise ConfigError(f"dense_sync_every={self.dense.sync_every} does not fit "
                               f"{self.mode} mode: every step must load the values it trains "
                               "(the combined step's in sync, the local copy's in geo; use 1)")
+        hybrid = isinstance(self.params, HybridParams)
         # The replica splits tables as the pservers do; only a clip norm sees the split.
         own = (OwnDenseUpdate(self.dense.table_specs(self.optimizer),
                               int(getattr(self.params, "num_shards", 1)))
-               if prefetch else None)
+               if prefetch and not hybrid else None)
         if self.mode == "geo":
             assert self.config is not None
             geo = GeoParams(self.params, self.config.geo_steps)
@@ -416,11 +417,13 @@ class Trainer:
                               on_flush=geo.flush)
         chain = (DenseChain(self.params, self.dense.names)
                  if own is not None and isinstance(self.params, TaggedDenseClient) else None)
-        # hybrid: its last sparse push may be in flight (trainer/hybrid/params.py)
+        # hybrid: its last sparse push may be in flight (trainer/hybrid/params.py), and the
+        # dense values are the replica's once the last round landed (no own update needed)
         on_flush = self.params.flush if isinstance(self.params, HybridParams) else None
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
                           prefetch=prefetch, feed=self.feed, tables=self.tables,
-                          own_update=own, dense_chain=chain, on_flush=on_flush)
+                          own_update=own, dense_chain=chain, on_flush=on_flush,
+                          dense_after_push=hybrid)
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,

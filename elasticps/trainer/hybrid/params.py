@@ -5,12 +5,13 @@ It stands where the pservers' client stands for the other modes, so the step run
 loop, evaluation and export need nothing of their own for hybrid mode: a dense pull reads the
 replica (once the group has formed), a push sends the sparse rows to the pservers and hands the
 dense gradient to the group, returning once a round has applied it. The sparse push runs on a
-thread of its own meanwhile and may still be in flight when the next batch pulls its rows (one
-batch of staleness on sparse rows, as async mode's prefetch has); at most one is in flight, the
-next push waits for it, and :meth:`flush` (the task loop's, before a task is reported done, and
-before an export reads the pservers) waits for it and raises its error. One finite-gradient rule
-(``elasticps.gradients.finite``) decides for both halves: a batch with NaN or Inf anywhere is
-dropped by the pservers and skipped by the group, and recorded by both.
+thread of its own meanwhile, overlapping the round; at most one is in flight, and the next pull,
+the next push and :meth:`flush` (the task loop's, before a task is reported done) wait for it
+and raise its error. The step runner prefetches the next batch's sparse rows while a batch
+computes (one batch of sparse staleness, as in async mode) and reads the dense values when the
+step starts, after the last round landed (``StepRunner(dense_after_push=True)``). One
+finite-gradient rule (``elasticps.gradients.finite``) decides for both halves: a batch with NaN
+or Inf anywhere is dropped by the pservers and skipped by the group, and recorded by both.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class HybridParams:
         return values if names is None else {name: values[name] for name in names}
 
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """The rows as the pservers hold them once the last sparse push landed (a prefetch
+        for batch k+1 runs while batch k computes: its rows then miss batch k's update only,
+        as in async mode)."""
+        self.flush()
         rows: np.ndarray = self.client.pull_sparse(table, ids)
         return rows
 
