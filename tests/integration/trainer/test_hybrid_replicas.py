@@ -34,7 +34,9 @@ def test_two_trainers_hold_identical_dense_replicas_after_every_step(tmp_path: P
         go(tmp_path)
         finish(job)
     first, second = records(tmp_path)
-    assert min(second.steps) >= 5  # it started from the live state, not from its own
+    # it started from the live state (trainer 0's 5 batches; the 5th round may still have been
+    # on its way), not from its own start values at step 0
+    assert min(second.steps) >= 4
     common, different = differing(first, second)
     assert common >= 20, (sorted(first.steps), sorted(second.steps))
     assert different == [], different
