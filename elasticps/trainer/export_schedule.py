@@ -10,9 +10,11 @@ While it trains, a trainer exports a new version of the model into the model dir
 (:mod:`elasticps.trainer.model_dir`) whenever one of the schedule's counts is reached since the
 last version: ``every_passes`` passes (the job's: a pass ends for every trainer together),
 ``every_tasks`` tasks this trainer finished, ``every_batches`` batches it trained, or
-``every_s`` seconds. Each count is a *unit* (:data:`UNITS`) that the trainer's worker counts as
-it goes (``ScheduledExports.count``), so a new kind of progress (a stream's partitions, say) is
-one more unit, counted where it happens. A version is a delta of the version before, and a full
+``every_partitions`` partitions of a stream this trainer moved past (it trained a batch of a
+later partition: its own tasks of the earlier one are finished), or ``every_s`` seconds. Each
+count is a *unit* (:data:`UNITS`) that the trainer's worker counts as it goes
+(``ScheduledExports.count``), so a new kind of progress is one more unit, counted where it
+happens. A version is a delta of the version before, and a full
 export
 once ``full_every`` deltas have followed the last full one; the newest ``keep`` chains (a full
 export and its deltas) stay on disk. One trainer exports at a time: the one the master grants
@@ -36,8 +38,9 @@ from elasticps.errors import ConfigError
 from elasticps.trainer.model_dir import VersionRecord
 
 # What a trainer counts towards a version: the passes ended, the tasks it finished, the batches
-# it trained. A unit here needs a field ``every_<unit>`` on ExportSchedule.
-UNITS = ("passes", "tasks", "batches")
+# it trained, the stream partitions it moved past. A unit here needs a field ``every_<unit>`` on
+# ExportSchedule.
+UNITS = ("passes", "tasks", "batches", "partitions")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class ExportSchedule:
     every_s: float | None = None
     every_tasks: int | None = None
     every_passes: int | None = None
+    every_partitions: int | None = None
     full_every: int = 10
     keep: int = 2
     hold_s: float = 120.0

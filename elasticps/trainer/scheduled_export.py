@@ -23,7 +23,13 @@ training goes on.
 
 The position a version records: the exporter's last batch (``pass``, ``task``, ``seq``, its
 ``step`` in the job's data order) and its count of batches; the export holds every update of
-those batches, and whatever the other trainers had applied by then.
+those batches, and whatever the other trainers had applied by then. On a stream, ``notes``
+(:class:`~elasticps.trainer.stream_exports.StreamVersions`) add the partitions the job had
+trained through (``stream``) and record each version's freshness once it is published.
+
+A stream's ``partitions`` unit counts a partition when this trainer trains its first batch of a
+later one (its own tasks of the earlier one are finished, another trainer's may not be: the
+version then says how far the whole job had got).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from elasticps.errors import ConfigError
 from elasticps.proto import master_pb2
@@ -55,14 +61,28 @@ VersionWriter = Callable[[Any, Draft], None]
 Grant = Callable[[float], bool]
 
 
+class VersionNotes(Protocol):
+    """What a kind of training data adds to each version (a stream's: stream_exports.py)."""
+
+    def position(self, latest: VersionRecord | None) -> dict[str, Any]:
+        """Entries for the position of the version written after ``latest``."""
+        ...
+
+    def published(self, record: VersionRecord) -> None:
+        """``record`` is published."""
+        ...
+
+
 class ScheduledExports(TaskWorker):
     """``inner``, plus the versions ``schedule`` asks for, written by ``write``."""
 
     def __init__(self, inner: TaskWorker, schedule: ExportSchedule, write: VersionWriter,
                  grant: Grant, *, trainer_name: str,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 notes: VersionNotes | None = None) -> None:
         self.inner = inner
+        self.notes = notes
         self.schedule = schedule
         self.write = write
         self.grant = grant
@@ -76,6 +96,7 @@ class ScheduledExports(TaskWorker):
         self._since = clock()
         self._last: TaskBatch | None = None
         self._deferred = False  # a version became due at a task's end: write it at the next batch
+        self._partition = ""  # a stream's: the partition of the last batch trained
 
     # -- the worker's hooks, passed on ----------------------------------------------------------
 
@@ -86,6 +107,10 @@ class ScheduledExports(TaskWorker):
         if self._deferred:  # due when the last task ended: export now, under this task's lease
             self._deferred = False
             self.export_now()
+        if item.partition != self._partition:
+            if self._partition:  # moved past it: this trainer's tasks of it are finished
+                self.count("partitions")
+            self._partition = item.partition
         self.inner.train(item, next_batch)
         self._batches += 1
         self._last = item
@@ -155,10 +180,13 @@ class ScheduledExports(TaskWorker):
                         "at the next due point.", self.trainer_name, self.schedule.path, exc)
             return None
         self.published.append(record)
+        stream = record.position.get("stream")
         log.info("Trainer %s exported version %d (%s) of the model into %s at pass %s, task "
-                 "%s, batch %s.", self.trainer_name, record.version, record.kind,
+                 "%s, batch %s%s.", self.trainer_name, record.version, record.kind,
                  self.schedule.path, record.position.get("pass"), record.position.get("task"),
-                 record.position.get("seq"))
+                 record.position.get("seq"),
+                 f", trained through partition {stream.get('newest')}"
+                 if isinstance(stream, dict) else "")
         try:
             retire(self.schedule.path, self.schedule.keep)
         except OSError as exc:
@@ -176,17 +204,23 @@ class ScheduledExports(TaskWorker):
 
     def _publish(self, committed_at: float) -> VersionRecord:
         root = self.schedule.path
-        kind = version_kind(read_latest(root), self.schedule.full_every)
+        latest = read_latest(root)
+        kind = version_kind(latest, self.schedule.full_every)
         position = self.position()
+        if self.notes is not None:
+            position.update(self.notes.position(latest))
         meta = dict(self.schedule.meta)
         try:
-            return publish(root, kind, self.write, position=position,
-                           committed_at=committed_at, meta=meta)
+            record = publish(root, kind, self.write, position=position,
+                             committed_at=committed_at, meta=meta)
         except ConfigError as exc:
             if kind != "delta":
                 raise
             # The version LATEST names is another model's (other shapes or tables).
             log.warning("Trainer %s cannot write a delta into %s (%s); it writes a full "
                         "version instead.", self.trainer_name, root, exc)
-            return publish(root, "full", self.write, position=position,
-                           committed_at=committed_at, meta=meta)
+            record = publish(root, "full", self.write, position=position,
+                             committed_at=committed_at, meta=meta)
+        if self.notes is not None:
+            self.notes.published(record)
+        return record
