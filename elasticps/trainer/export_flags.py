@@ -49,8 +49,8 @@ def add_export_flags(parser: argparse.ArgumentParser) -> None:
     for unit in UNITS:
         whose = {"passes": "passes of the job", "tasks": "tasks this trainer finished",
                  "batches": "batches this trainer trained",
-                 "partitions": "partitions of a stream this trainer moved past (it trained "
-                               "a batch of a later one)"}[unit]
+                 "partitions": "partitions of a stream the job trained through (every "
+                               "task of them finished)"}[unit]
         group.add_argument(f"--export-every-{unit}", metavar="N", type=int, default=None,
                            help=f"a version every N {whose}")
     group.add_argument("--export-full-every", metavar="K", type=int, default=DEFAULT_FULL_EVERY,

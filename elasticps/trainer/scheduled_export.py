@@ -27,9 +27,10 @@ those batches, and whatever the other trainers had applied by then. On a stream,
 (:class:`~elasticps.trainer.stream_exports.StreamVersions`) add the partitions the job had
 trained through (``stream``) and record each version's freshness once it is published.
 
-A stream's ``partitions`` unit counts a partition when this trainer trains its first batch of a
-later one (its own tasks of the earlier one are finished, another trainer's may not be: the
-version then says how far the whole job had got).
+A stream's ``partitions`` unit counts the partitions whose tasks are all trained, as the
+leading master counts them (``notes.trained()``), asked after each task this trainer finishes
+and while it waits for data; a version due then is written before the next batch or, when no
+task comes (the stream waits for its next partition), at once.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class VersionNotes(Protocol):
         """``record`` is published."""
         ...
 
+    def trained(self) -> int | None:
+        """How many leading partitions the job has trained through now (None: unknown)."""
+        ...
+
 
 class ScheduledExports(TaskWorker):
     """``inner``, plus the versions ``schedule`` asks for, written by ``write``."""
@@ -96,7 +101,7 @@ class ScheduledExports(TaskWorker):
         self._since = clock()
         self._last: TaskBatch | None = None
         self._deferred = False  # a version became due at a task's end: write it at the next batch
-        self._partition = ""  # a stream's: the partition of the last batch trained
+        self._trained = 0  # a stream's partitions trained through, as last counted
 
     # -- the worker's hooks, passed on ----------------------------------------------------------
 
@@ -107,10 +112,6 @@ class ScheduledExports(TaskWorker):
         if self._deferred:  # due when the last task ended: export now, under this task's lease
             self._deferred = False
             self.export_now()
-        if item.partition != self._partition:
-            if self._partition:  # moved past it: this trainer's tasks of it are finished
-                self.count("partitions")
-            self._partition = item.partition
         self.inner.train(item, next_batch)
         self._batches += 1
         self._last = item
@@ -129,6 +130,24 @@ class ScheduledExports(TaskWorker):
             # batch starts the heartbeat: a long export here could lose it. So a version due
             # now is written before that batch (or at the pass's end, if none comes).
             self.count("tasks", defer=True)
+            self._count_partitions(defer=True)
+
+    def idle(self) -> None:
+        self.inner.idle()
+        # No task is held: a version due (deferred, or for partitions trained meanwhile by
+        # other trainers) is written now, not when the stream's next partition comes.
+        self._count_partitions(defer=True)
+        if self._deferred:
+            self._deferred = False
+            self.export_now()
+
+    def _count_partitions(self, *, defer: bool) -> None:
+        if self.notes is None or self.schedule.every("partitions") is None:
+            return
+        trained = self.notes.trained()
+        if trained is not None and trained > self._trained:
+            rise, self._trained = trained - self._trained, trained
+            self.count("partitions", rise, defer=defer)
 
     def end_pass(self, pass_id: int) -> None:
         self.inner.end_pass(pass_id)

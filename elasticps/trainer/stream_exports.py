@@ -101,6 +101,15 @@ class StreamVersions:
             committed = latest.position["stream"].get("newest_committed_at")  # as it was
         return {"stream": StreamMark(count, newest, committed).as_dict()}
 
+    def trained(self) -> int | None:
+        """How many leading partitions the master says are trained through now (None while
+        it cannot say)."""
+        try:
+            return trained_through(self.status())[0]
+        except Exception as exc:  # a master failing over: the next finished task asks again
+            log.debug("Cannot ask the master how far the stream is trained: %s", exc)
+            return None
+
     def published(self, record: VersionRecord) -> None:
         """Record the partitions ``record`` was the first to train through."""
         covered, self._covered = self._covered, {}

@@ -13,8 +13,8 @@ follows. At the end the one trainer the master lets save exports the model to
 ``WORKDIR/model``, from which another job may start warm (``elasticps run --warm-start``).
 
 With ``--export-dir DIR`` the job also writes versions of the model into DIR while it follows
-the stream (by default one each partition a trainer moves past; the ``--export-every-*`` flags
-say otherwise), each recording the partitions it trained through, for
+the stream (by default one each partition trained through; the ``--export-every-*`` flags say
+otherwise), each recording the partitions it trained through, for
 ``elasticps serve DIR --model examples/online/score.py:build``; ``summary.json`` then holds
 ``freshness_s``, from each partition's commit to the first version trained through it.
 """
