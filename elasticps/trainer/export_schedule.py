@@ -38,8 +38,8 @@ from elasticps.errors import ConfigError
 from elasticps.trainer.model_dir import VersionRecord
 
 # What a trainer counts towards a version: the passes ended, the tasks it finished, the batches
-# it trained, the stream partitions the job trained through. A unit here needs a field ``every_<unit>`` on
-# ExportSchedule.
+# it trained, the stream partitions the job trained through. A unit here needs a field
+# ``every_<unit>`` on ExportSchedule.
 UNITS = ("passes", "tasks", "batches", "partitions")
 
 

@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +128,8 @@ def test_serve_follows_a_job_that_follows_a_stream(tmp_path: Path) -> None:
         wait_for(lambda: get(port, "/healthz")[1].get("partition") == NAMES[-1],
                  what="the server to serve a version trained through the last partition")
         status, version = get(port, "/version")
-        assert status == 200 and version["position"]["stream"]["newest"] == NAMES[-1]
+        assert status == 200
+        assert version["position"]["stream"]["newest"] == NAMES[-1]
 
         client = subprocess.run(
             [sys.executable, str(EXAMPLE / "client.py"), "--url", f"http://127.0.0.1:{port}",
@@ -137,7 +137,8 @@ def test_serve_follows_a_job_that_follows_a_stream(tmp_path: Path) -> None:
             env=ENV, capture_output=True, text=True, timeout=120, check=False)
         assert client.returncode == 0, client.stdout + client.stderr[-2000:]
         seen = json.loads(client.stdout.strip().splitlines()[-1])
-        assert seen["complete"] and seen["newest_served"] == NAMES[-1]
+        assert seen["complete"]
+        assert seen["newest_served"] == NAMES[-1]
         assert 0 < seen["freshness_served_s"]["median"] <= seen["freshness_served_s"]["max"]
     finally:
         stop.set()

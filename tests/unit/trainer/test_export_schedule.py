@@ -337,7 +337,8 @@ def test_a_version_each_partition_trained_through_also_while_waiting_for_data(
     assert job.calls[-3:] == ["flush", "grant 120", "write 2 delta"]
     job.exports.idle()
     assert job.calls[-1] == "write 2 delta"  # nothing new
-    assert notes.asked == [None, 1] and notes.versions == [1, 2]
+    assert notes.asked == [None, 1]
+    assert notes.versions == [1, 2]
     latest = read_latest(tmp_path)
     assert latest is not None
     assert latest.position["stream"]["partitions"] == 2
