@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Any
 
 HERE = Path(__file__).resolve().parent
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pservers", type=int, default=2)
     p.add_argument("--port", type=int, default=0, help="elasticps serve's (0: any free one)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this long")
+    p.add_argument("--train-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for train.py (repeat it)")
     return p.parse_args(argv)
 
 
@@ -64,7 +67,12 @@ def serve_url(server: subprocess.Popen[str]) -> str:
     return found.group(1)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+# Called once the server is up, with its URL and the workdir, while the rest runs (a
+# benchmark's load); what it returns is called when the job and the client are done.
+During = Callable[[str, Path], Callable[[], None]]
+
+
+def run(args: argparse.Namespace, during: During | None = None) -> dict[str, Any]:
     workdir = Path(args.workdir)
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -86,13 +94,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         procs["job"] = start([elasticps, "run", "--trainers", str(args.trainers), "--pservers",
                               str(args.pservers), "--workdir", str(job_dir),
                               str(HERE / "train.py"), "--stream", str(stream),
-                              "--export-dir", "models"], workdir / "job.log")
+                              "--export-dir", "models", *args.train_arg], workdir / "job.log")
         procs["client"] = start([python, str(HERE / "client.py"), "--url", url, "--stream",
                                  str(stream), "--timeout", str(args.timeout), "--json",
                                  str(workdir / "client.json")], workdir / "client.log")
+        done = during(url, workdir) if during is not None else None
         deadline = time.monotonic() + args.timeout
         codes = {name: procs[name].wait(timeout=max(1.0, deadline - time.monotonic()))
                  for name in ("stream", "job", "client")}
+        if done is not None:
+            done()
     finally:
         for proc in procs.values():
             if proc.poll() is None:
