@@ -16,8 +16,9 @@ due it
 The export runs in the training thread between two batches (the pulls it makes must not
 interleave with a step that loads values into the model), so training pauses for it; the
 task's lease is renewed meanwhile by the loop's heartbeat. A version due at a task's end waits
-for the next batch (or the pass's end): the finish may have brought the next task, and nothing
-renews its lease before its first batch. A version that cannot be written
+for the next batch, the pass's end or the next wait for a task (``idle``: no task is held
+then): the finish may have brought the next task, and nothing renews its lease before its
+first batch. A version that cannot be written
 (the disk, a corrupt previous version) is logged and tried again at the next due point;
 training goes on.
 
