@@ -54,7 +54,8 @@ def example() -> Any:
     """``examples/online/run.py`` as a module (examples are scripts, not a package)."""
     path = REPO / "examples/online/run.py"
     spec = importlib.util.spec_from_file_location("online_run", path)
-    assert spec is not None and spec.loader is not None
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

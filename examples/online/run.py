@@ -29,8 +29,8 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 HERE = Path(__file__).resolve().parent
