@@ -298,6 +298,9 @@ class Trainer:
         params = PServerClient(store, credentials, config.pserver_count, call_metrics=calls,
                                dense_grad_dtype=config.dense_grad_dtype)
         self.dense.grad_dtype = config.dense_grad_dtype
+        if config.dense_grad_dtype != "float32":
+            log.info("Trainer %s sends its dense gradients as %s (PADDLE_DENSE_GRAD_DTYPE).",
+                     name, config.dense_grad_dtype)
         self._closers.insert(0, params.close)
         master = MasterClient(store, credentials, name, lease_ttl=config.lease_ttl,
                               call_metrics=calls)
