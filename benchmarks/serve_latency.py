@@ -175,10 +175,13 @@ def random_rows(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
 class Clients:
     """``count`` threads scoring without pause; each answer's latency, version and status."""
 
-    def __init__(self, port: int, count: int, rows: int) -> None:
+    def __init__(self, port: int, count: int, rows: int,
+                 bodies: list[bytes] | None = None) -> None:
         self.port = port
-        self.bodies = [json.dumps({"rows": random_rows(np.random.default_rng(i), rows)}).encode()
-                       for i in range(64)]
+        # Another model's requests (benchmarks/online.py) come ready; by default this one's.
+        self.bodies = bodies or [
+            json.dumps({"rows": random_rows(np.random.default_rng(i), rows)}).encode()
+            for i in range(64)]
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.records: list[tuple[float, float, int, int]] = []  # (end, latency, status, version)

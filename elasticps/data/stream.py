@@ -29,6 +29,7 @@ same three methods. Pure functions here decide nothing about the job: the master
 from __future__ import annotations
 
 import calendar
+import datetime
 import json
 import re
 import time
@@ -144,6 +145,17 @@ class FsspecPartitionSource:
 
     def manifest(self, partition: Partition) -> Manifest:
         return read_manifest(f"{self.url}/{partition.name}")
+
+    def committed_at(self, partition: Partition) -> float | None:
+        """When ``partition`` was committed: its manifest's modification time (unix seconds),
+        None where the storage does not say."""
+        try:
+            modified = self._fs.modified(f"{self._root}/{partition.name}/{MANIFEST_NAME}")
+        except (NotImplementedError, OSError, ValueError):
+            return None
+        if modified.tzinfo is None:  # fsspec's local files answer naive UTC
+            modified = modified.replace(tzinfo=datetime.UTC)
+        return modified.timestamp()
 
 
 def _committed(root: str, paths: Sequence[str]) -> list[str]:

@@ -337,7 +337,8 @@ class Launch:
     def _summary(self, wall_s: float) -> dict[str, Any]:
         from elasticps.master.progressive import stream_scores  # numpy: only at the job's end
         from elasticps.store import open_store
-        from elasticps.store.keys import read_progress, read_result
+        from elasticps.store.keys import read_freshness, read_progress, read_result
+        from elasticps.trainer.stream_exports import freshness_summary
 
         summary: dict[str, Any] = {"job_name": self.job_name, "wall_s": round(wall_s, 3),
                                    "trainers": self.opts.trainers, "pservers": self.opts.pservers,
@@ -350,13 +351,16 @@ class Launch:
                 result = read_result(store) or {}
                 progress = read_progress(store)
                 scores = stream_scores(store)
+                freshness = read_freshness(store)
         except Exception as exc:  # the job succeeded; a missing summary detail is not fatal
             log.warning("Job %s: could not read results from the store: %s", self.job_name, exc)
-            result, progress, scores = {}, {}, None
+            result, progress, scores, freshness = {}, {}, None, []
         if scores is not None:  # a stream: its partitions and their progressive validation
             summary["partitions"] = [s.partition for s in scores]
             summary["progressive_auc"] = [s.auc for s in scores]
             summary["progressive_rows"] = [s.rows for s in scores]
+            # commit of each partition -> publication of the first version trained through it
+            summary["freshness_s"] = freshness_summary(freshness)
         samples = sum(p.samples for p in progress.values())
         train_s = max((p.train_s for p in progress.values()), default=0.0)
         summary["samples"] = samples

@@ -73,8 +73,11 @@ class ModelFollower:
             self._failed(record.version, f"{type(exc).__name__}: {exc}")
             return False
         self.failed = {}
-        log.info("Serving version %d of %s (%s, position %s), loaded in %.3fs.",
-                 record.version, self.root, record.kind, record.position,
+        stream = record.position.get("stream")
+        log.info("Serving version %d of %s (%s, %s), loaded in %.3fs.", record.version,
+                 self.root, record.kind,
+                 f"trained through partition {stream.get('newest')}"
+                 if isinstance(stream, dict) else f"position {record.position}",
                  self.current.load_s)
         return True
 

@@ -4,8 +4,11 @@
 ``POST /score``      ``{"rows": [{column: value, ...}, ...]}`` -> ``{"version": v, "scores":
                      [...]}`` (a class label adds ``"classes"``); 400 naming the bad field, row
                      or column; 413 over the size limits; 503 before a version is loaded
-``GET /healthz``     200 ``{"status": "ok", "version": v}`` once a version is loaded, else 503
-``GET /version``     the loaded version: number, kind, base, training position, and its
+``GET /healthz``     200 ``{"status": "ok", "version": v}`` once a version is loaded (a
+                     stream's model adds ``"partition"``: the newest partition it trained
+                     through), else 503
+``GET /version``     the loaded version: number, kind, base, training position (a stream's
+                     model: ``stream``, the partitions it trained through), and its
                      timestamps (``committed_at``, ``published_at``, ``loaded_at``,
                      ``first_answer_at``; Unix seconds) with ``freshness_s`` (commit to first
                      answer) and ``age_s`` (commit to now)
@@ -80,6 +83,13 @@ def score_request(body: bytes, loaded: LoadedVersion | None, max_rows: int) -> d
     return answer
 
 
+def newest_partition(loaded: LoadedVersion) -> str | None:
+    """The newest stream partition ``loaded`` trained through; None for a dataset's model."""
+    stream = loaded.record.position.get("stream")
+    newest = stream.get("newest") if isinstance(stream, dict) else None
+    return newest if isinstance(newest, str) else None
+
+
 def version_document(loaded: LoadedVersion, now: float) -> dict[str, Any]:
     """``GET /version``: the loaded version and its timestamps."""
     record = loaded.record
@@ -141,7 +151,11 @@ def _handler(follower: ModelFollower, metrics: ServeMetrics, max_body: int, max_
                 if loaded is None:
                     self._json(503, {"status": "loading", "error": "no version loaded yet"})
                 else:
-                    self._json(200, {"status": "ok", "version": loaded.version})
+                    doc: dict[str, Any] = {"status": "ok", "version": loaded.version}
+                    stream = newest_partition(loaded)
+                    if stream is not None:
+                        doc["partition"] = stream
+                    self._json(200, doc)
             elif path == "/version":
                 if loaded is None:
                     self._json(503, {"error": "no version loaded yet"})

@@ -58,6 +58,11 @@ mistaken for a real one::
                                      negatives}: a finished stream task's rows as scored before
                                      they were trained on (trainer/progressive.py), summed per
                                      partition by master/progressive.py; <task> is 8 digits
+    job/freshness/<version>          ExportFreshness {version, published_at, partitions: {name:
+                                     commit time}}: the stream partitions a scheduled version
+                                     was the first to have trained through, and when each was
+                                     committed (trainer/stream_exports.py); <version> is 12
+                                     digits; the launcher sums them into summary.json
     job/tables/<name>/lock           InitMarker: the trainer writing a table trained from memory
                                      as a dataset (trainer/table_reader.py), under its lease
     job/tables/<name>/done           TableDataset {url, fingerprint, by}: where it was written
@@ -116,6 +121,7 @@ DESIRED_PSERVERS = "launcher/desired_pservers"
 EVENTS_PREFIX = "job/events/"
 JOB_HISTORY = "job/history"
 JOB_SCORES_PREFIX = "job/scores/"
+FRESHNESS_PREFIX = "job/freshness/"
 METRICS_PREFIX = "metrics/"
 
 
@@ -668,6 +674,18 @@ def read_task_scores(store: Store, partition: str) -> dict[int, dict[str, Any]]:
             raise StoreValueError(f"store key {kv.key!r}: not a task's scores")
         out[int(tail)] = _object(kv.value, kv.key)
     return out
+
+
+def publish_freshness(store: Store, version: int, doc: Mapping[str, Any]) -> None:
+    """Write what version ``version`` of the job's model directory first trained through."""
+    store.put(f"{FRESHNESS_PREFIX}{version:012d}", _encode(doc))
+
+
+def read_freshness(store: Store) -> list[dict[str, Any]]:
+    """Every version's freshness record, oldest first (a value that does not parse raises
+    StoreValueError naming its key)."""
+    return [_object(kv.value, kv.key) for kv in sorted(store.get_prefix(FRESHNESS_PREFIX),
+                                                       key=lambda kv: kv.key)]
 
 
 def read_result(store: Store) -> dict[str, Any] | None:

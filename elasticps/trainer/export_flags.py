@@ -48,7 +48,9 @@ def add_export_flags(parser: argparse.ArgumentParser) -> None:
                             "other --export-every-* is given)")
     for unit in UNITS:
         whose = {"passes": "passes of the job", "tasks": "tasks this trainer finished",
-                 "batches": "batches this trainer trained"}[unit]
+                 "batches": "batches this trainer trained",
+                 "partitions": "partitions of a stream the job trained through (every "
+                               "task of them finished)"}[unit]
         group.add_argument(f"--export-every-{unit}", metavar="N", type=int, default=None,
                            help=f"a version every N {whose}")
     group.add_argument("--export-full-every", metavar="K", type=int, default=DEFAULT_FULL_EVERY,
@@ -59,15 +61,24 @@ def add_export_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def schedule_from_flags(args: argparse.Namespace, *, meta: Mapping[str, Any] | None = None,
-                        root: str | Path | None = None) -> ExportSchedule | None:
+                        root: str | Path | None = None,
+                        default: Mapping[str, int] | None = None) -> ExportSchedule | None:
     """The schedule the flags describe (None without ``--export-dir``); a relative directory
-    lies under ``root``. A bad value is a :class:`ConfigError` naming its flag."""
+    lies under ``root``. With no ``--export-every-*`` flag, ``default`` (``{unit: N}``, a
+    script's own: a stream's every partition, say) or every :data:`DEFAULT_EVERY_S` seconds.
+    A bad value is a :class:`ConfigError` naming its flag."""
     if args.export_dir is None:
         return None
     counts = {f"every_{unit}": getattr(args, f"export_every_{unit}") for unit in UNITS}
     every_s = args.export_every_s
     if every_s is None and all(count is None for count in counts.values()):
-        every_s = DEFAULT_EVERY_S
+        if default:
+            unknown = sorted(set(default) - set(UNITS))
+            if unknown:
+                raise ValueError(f"default units {unknown} are not among {UNITS}")
+            counts.update({f"every_{unit}": n for unit, n in default.items()})
+        else:
+            every_s = DEFAULT_EVERY_S
     directory = Path(args.export_dir)
     if root is not None and not directory.is_absolute():
         directory = Path(root) / directory

@@ -10,9 +10,11 @@ While it trains, a trainer exports a new version of the model into the model dir
 (:mod:`elasticps.trainer.model_dir`) whenever one of the schedule's counts is reached since the
 last version: ``every_passes`` passes (the job's: a pass ends for every trainer together),
 ``every_tasks`` tasks this trainer finished, ``every_batches`` batches it trained, or
-``every_s`` seconds. Each count is a *unit* (:data:`UNITS`) that the trainer's worker counts as
-it goes (``ScheduledExports.count``), so a new kind of progress (a stream's partitions, say) is
-one more unit, counted where it happens. A version is a delta of the version before, and a full
+``every_partitions`` partitions of a stream trained through (every task of them finished, by
+any trainer, as the master counts), or ``every_s`` seconds. Each
+count is a *unit* (:data:`UNITS`) that the trainer's worker counts as it goes
+(``ScheduledExports.count``), so a new kind of progress is one more unit, counted where it
+happens. A version is a delta of the version before, and a full
 export
 once ``full_every`` deltas have followed the last full one; the newest ``keep`` chains (a full
 export and its deltas) stay on disk. One trainer exports at a time: the one the master grants
@@ -36,8 +38,9 @@ from elasticps.errors import ConfigError
 from elasticps.trainer.model_dir import VersionRecord
 
 # What a trainer counts towards a version: the passes ended, the tasks it finished, the batches
-# it trained. A unit here needs a field ``every_<unit>`` on ExportSchedule.
-UNITS = ("passes", "tasks", "batches")
+# it trained, the stream partitions the job trained through. A unit here needs a field
+# ``every_<unit>`` on ExportSchedule.
+UNITS = ("passes", "tasks", "batches", "partitions")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class ExportSchedule:
     every_s: float | None = None
     every_tasks: int | None = None
     every_passes: int | None = None
+    every_partitions: int | None = None
     full_every: int = 10
     keep: int = 2
     hold_s: float = 120.0
@@ -109,7 +113,11 @@ def _positive(name: str, value: float | None) -> None:
 def due(schedule: ExportSchedule, counts: Mapping[str, int], seconds: float) -> bool:
     """Whether a version is due ``counts`` (unit -> how many since) and ``seconds`` seconds
     after the last export (or the last time this trainer was refused the grant, or training
-    began)."""
+    began). Partitions count whoever trained them (a new partition trained through is a
+    change); any other unit needs a batch this trainer trained since."""
+    partitions = schedule.every("partitions")
+    if partitions is not None and counts.get("partitions", 0) >= partitions:
+        return True
     if counts.get("batches", 0) < 1:
         return False  # nothing new trained
     for unit in UNITS:

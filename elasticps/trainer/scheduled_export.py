@@ -16,14 +16,22 @@ due it
 The export runs in the training thread between two batches (the pulls it makes must not
 interleave with a step that loads values into the model), so training pauses for it; the
 task's lease is renewed meanwhile by the loop's heartbeat. A version due at a task's end waits
-for the next batch (or the pass's end): the finish may have brought the next task, and nothing
-renews its lease before its first batch. A version that cannot be written
+for the next batch, the pass's end or the next wait for a task (``idle``: no task is held
+then): the finish may have brought the next task, and nothing renews its lease before its
+first batch. A version that cannot be written
 (the disk, a corrupt previous version) is logged and tried again at the next due point;
 training goes on.
 
 The position a version records: the exporter's last batch (``pass``, ``task``, ``seq``, its
 ``step`` in the job's data order) and its count of batches; the export holds every update of
-those batches, and whatever the other trainers had applied by then.
+those batches, and whatever the other trainers had applied by then. On a stream, ``notes``
+(:class:`~elasticps.trainer.stream_exports.StreamVersions`) add the partitions the job had
+trained through (``stream``) and record each version's freshness once it is published.
+
+A stream's ``partitions`` unit counts the partitions whose tasks are all trained, as the
+leading master counts them (``notes.trained()``), asked after each task this trainer finishes
+and while it waits for data; a version due then is written before the next batch or, when no
+task comes (the stream waits for its next partition), at once.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from elasticps.errors import ConfigError
 from elasticps.proto import master_pb2
@@ -55,14 +63,32 @@ VersionWriter = Callable[[Any, Draft], None]
 Grant = Callable[[float], bool]
 
 
+class VersionNotes(Protocol):
+    """What a kind of training data adds to each version (a stream's: stream_exports.py)."""
+
+    def position(self, latest: VersionRecord | None) -> dict[str, Any]:
+        """Entries for the position of the version written after ``latest``."""
+        ...
+
+    def published(self, record: VersionRecord) -> None:
+        """``record`` is published."""
+        ...
+
+    def trained(self) -> int | None:
+        """How many leading partitions the job has trained through now (None: unknown)."""
+        ...
+
+
 class ScheduledExports(TaskWorker):
     """``inner``, plus the versions ``schedule`` asks for, written by ``write``."""
 
     def __init__(self, inner: TaskWorker, schedule: ExportSchedule, write: VersionWriter,
                  grant: Grant, *, trainer_name: str,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 notes: VersionNotes | None = None) -> None:
         self.inner = inner
+        self.notes = notes
         self.schedule = schedule
         self.write = write
         self.grant = grant
@@ -76,6 +102,7 @@ class ScheduledExports(TaskWorker):
         self._since = clock()
         self._last: TaskBatch | None = None
         self._deferred = False  # a version became due at a task's end: write it at the next batch
+        self._trained = 0  # a stream's partitions trained through, as last counted
 
     # -- the worker's hooks, passed on ----------------------------------------------------------
 
@@ -104,6 +131,24 @@ class ScheduledExports(TaskWorker):
             # batch starts the heartbeat: a long export here could lose it. So a version due
             # now is written before that batch (or at the pass's end, if none comes).
             self.count("tasks", defer=True)
+            self._count_partitions(defer=True)
+
+    def idle(self) -> None:
+        self.inner.idle()
+        # No task is held: a version due (deferred, or for partitions trained meanwhile by
+        # other trainers) is written now, not when the stream's next partition comes.
+        self._count_partitions(defer=True)
+        if self._deferred:
+            self._deferred = False
+            self.export_now()
+
+    def _count_partitions(self, *, defer: bool) -> None:
+        if self.notes is None or self.schedule.every("partitions") is None:
+            return
+        trained = self.notes.trained()
+        if trained is not None and trained > self._trained:
+            rise, self._trained = trained - self._trained, trained
+            self.count("partitions", rise, defer=defer)
 
     def end_pass(self, pass_id: int) -> None:
         self.inner.end_pass(pass_id)
@@ -155,10 +200,13 @@ class ScheduledExports(TaskWorker):
                         "at the next due point.", self.trainer_name, self.schedule.path, exc)
             return None
         self.published.append(record)
+        stream = record.position.get("stream")
         log.info("Trainer %s exported version %d (%s) of the model into %s at pass %s, task "
-                 "%s, batch %s.", self.trainer_name, record.version, record.kind,
+                 "%s, batch %s%s.", self.trainer_name, record.version, record.kind,
                  self.schedule.path, record.position.get("pass"), record.position.get("task"),
-                 record.position.get("seq"))
+                 record.position.get("seq"),
+                 f", trained through partition {stream.get('newest')}"
+                 if isinstance(stream, dict) else "")
         try:
             retire(self.schedule.path, self.schedule.keep)
         except OSError as exc:
@@ -176,17 +224,23 @@ class ScheduledExports(TaskWorker):
 
     def _publish(self, committed_at: float) -> VersionRecord:
         root = self.schedule.path
-        kind = version_kind(read_latest(root), self.schedule.full_every)
+        latest = read_latest(root)
+        kind = version_kind(latest, self.schedule.full_every)
         position = self.position()
+        if self.notes is not None:
+            position.update(self.notes.position(latest))
         meta = dict(self.schedule.meta)
         try:
-            return publish(root, kind, self.write, position=position,
-                           committed_at=committed_at, meta=meta)
+            record = publish(root, kind, self.write, position=position,
+                             committed_at=committed_at, meta=meta)
         except ConfigError as exc:
             if kind != "delta":
                 raise
             # The version LATEST names is another model's (other shapes or tables).
             log.warning("Trainer %s cannot write a delta into %s (%s); it writes a full "
                         "version instead.", self.trainer_name, root, exc)
-            return publish(root, "full", self.write, position=position,
-                           committed_at=committed_at, meta=meta)
+            record = publish(root, "full", self.write, position=position,
+                             committed_at=committed_at, meta=meta)
+        if self.notes is not None:
+            self.notes.published(record)
+        return record

@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,13 +133,23 @@ class StreamReader:
     def whole(self, batch_size: int | None = None) -> Iterator[Batch]:
         """Every committed partition (at or after ``start``), in order, read whole with the
         stream's schema (evaluation and export; no waiting)."""
+        yield from self.read_partitions(self.committed(), batch_size)
+
+    def committed(self) -> list[Partition]:
+        """The stream's committed partitions at or after ``start``, in order (one listing)."""
         source = FsspecPartitionSource(self.dataset_url)
-        found = [p for p in source.partitions(None) if p.name >= self.start]
-        if not found:
+        return [p for p in source.partitions(None) if p.name >= self.start]
+
+    def read_partitions(self, partitions: Sequence[Partition],
+                        batch_size: int | None = None) -> Iterator[Batch]:
+        """``partitions`` (committed ones of this stream), read whole and in order with the
+        stream's schema (its first partition's at or after ``start``)."""
+        if not partitions:
             return
-        schema = reading_schema(_manifest(f"{self.dataset_url}/{found[0].name}"),
+        first = self.first_partition(threading.Event())  # committed already: no wait
+        schema = reading_schema(_manifest(f"{self.dataset_url}/{(first or partitions[0]).name}"),
                                 self.features)
-        for partition in found:
+        for partition in partitions:
             url = f"{self.dataset_url}/{partition.name}"
             for chunk in _manifest(url).chunks:
                 yield from data.iter_batches(url, chunk, batch_size or self.batch_size,

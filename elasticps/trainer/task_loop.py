@@ -94,6 +94,10 @@ class TaskWorker:
     def end_pass(self, pass_id: int) -> None:
         """The pass is over for this trainer."""
 
+    def idle(self) -> None:
+        """No task for now (a stream waits for data): called before each wait, holding no
+        task."""
+
 
 @dataclass
 class _Tally:
@@ -160,6 +164,7 @@ class TaskLoop:
             self._idle.reset()
             self._run_task(response.task)
         elif decision.action is Action.WAIT:
+            self.worker.idle()
             self._sleep(self._idle.next_delay() or 0.0)  # IDLE_POLL has no deadline
         elif decision.action is Action.NEXT_PASS:
             log.info("Trainer %s: pass %d is over; moving to pass %d.", self.trainer_name,

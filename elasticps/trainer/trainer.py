@@ -42,7 +42,7 @@ from elasticps.data.schema import MIXED, Schema
 from elasticps.data.score_histogram import ScoreHistogram
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.proto import master_pb2, pserver_pb2
-from elasticps.store.keys import publish_task_scores
+from elasticps.store.keys import publish_freshness, publish_task_scores
 from elasticps.telemetry.logfmt import process_node
 from elasticps.trainer.api import ParameterClient, TaggedDenseClient, TaskSource
 from elasticps.trainer.dataset_reader import (
@@ -82,6 +82,8 @@ from elasticps.trainer.sparse import SparseLayer
 from elasticps.trainer.sparse_rows import SparseTables
 from elasticps.trainer.step import StepRunner
 from elasticps.trainer.step_worker import LoopStats, StepWorker
+from elasticps.trainer.stream_exports import StreamVersions
+from elasticps.trainer.stream_reader import StreamReader
 from elasticps.trainer.task_loop import TaskLoop
 from elasticps.trainer.warm_start import export_of
 
@@ -469,7 +471,7 @@ class Trainer:
             self._worker = worker
             exports = None if export is None else ScheduledExports(
                 worker, export, self._version_writer(), self.master.request_save_model,
-                trainer_name=self.name)
+                trainer_name=self.name, notes=self._version_notes(source))
             TaskLoop(self.master, source.task_batches, exports or worker,
                      trainer_name=self.name, report_every=self.progress_every,
                      stop=self.stop).run()
@@ -624,13 +626,43 @@ class Trainer:
         return dataclasses.replace(self._trained_on, batch_size=max(
             self._trained_on.batch_size, IDS_BATCH_SIZE), shuffle_seed=None)
 
+    def _version_notes(self, source: Any) -> StreamVersions | None:
+        """A stream's versions record how far it is trained, and their freshness."""
+        status = getattr(self.master, "status", None)
+        if not isinstance(source, StreamReader) or status is None:
+            return None
+        store = self.store
+
+        def publish(version: int, doc: dict[str, Any]) -> None:
+            if store is not None:
+                publish_freshness(store, version, doc)
+
+        return StreamVersions(source.dataset_url, source.start, status, publish)
+
     def _version_writer(self) -> Callable[[Path, Draft], None]:
-        """Writes one scheduled version: the export of every id the training data holds
-        (read once, at the first version), a delta of the draft's parent if it has one."""
+        """Writes one scheduled version: the export of every id the training data holds, a
+        delta of the draft's parent if it has one. A dataset's ids are read once, at the first
+        version; a stream's are added at each version from the partitions committed since
+        (each partition read once)."""
         ids: dict[str, np.ndarray] = {}
+        read: set[str] = set()  # a stream's partitions whose ids are in ``ids``
+
+        def add_stream_ids(stream: StreamReader) -> None:
+            new = [p for p in stream.committed() if p.name not in read]
+            if not new:
+                return
+            found = self.tables.ids_in(stream.read_partitions(new, max(stream.batch_size,
+                                                                       IDS_BATCH_SIZE)))
+            for table, table_ids in found.items():
+                ids[table] = (np.union1d(ids[table], table_ids) if table in ids
+                              else table_ids)
+            read.update(p.name for p in new)
 
         def write(directory: Path, draft: Draft) -> None:
-            if not ids:
+            if isinstance(self._trained_on, StreamReader):
+                add_stream_ids(self._trained_on)
+                self._export_ids(ids)  # every table has ids: else the ConfigError naming them
+            elif not ids:
                 ids.update(self._export_ids(None))
             # The pservers' values, not loaded into the module: an export during training
             # must not change what the next step computes from (geo mode's local copy, say).

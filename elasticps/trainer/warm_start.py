@@ -1,19 +1,16 @@
 """Where a warm start reads its export: ``--warm-start`` names either an export directory
 (``manifest.json``: a full export or the newest delta of a chain) or a model directory that
-publishes numbered versions, whose ``LATEST`` pointer (JSON with the newest version's ``path``,
-relative to the directory) names the export to start from."""
+publishes numbered versions, whose ``LATEST`` pointer (read by
+:func:`~elasticps.trainer.model_dir.read_latest`) names the export to start from."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from elasticps.errors import ConfigError
 from elasticps.trainer.export_chain import MANIFEST
-
-LATEST = "LATEST"
-MAX_POINTER_BYTES = 1 << 20
+from elasticps.trainer.model_dir import LATEST, ModelDirError, read_latest
 
 
 def export_of(model_dir: str | os.PathLike[str]) -> Path:
@@ -22,17 +19,11 @@ def export_of(model_dir: str | os.PathLike[str]) -> Path:
     root = Path(model_dir)
     if (root / MANIFEST).is_file():
         return root
-    pointer = root / LATEST
-    if not pointer.is_file():
+    try:
+        record = read_latest(root)
+    except ModelDirError as exc:
+        raise ConfigError(f"--warm-start {model_dir}: {exc}") from exc
+    if record is None:
         raise ConfigError(f"--warm-start {model_dir}: neither an export (no {MANIFEST}) nor a "
                           f"model directory (no {LATEST})")
-    raw = pointer.read_bytes()[:MAX_POINTER_BYTES + 1]
-    try:
-        path = json.loads(raw)["path"] if len(raw) <= MAX_POINTER_BYTES else None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--warm-start {model_dir}: {pointer} is not a model directory's "
-                          f"pointer: {exc!r:.200}") from exc
-    if not isinstance(path, str) or not path or os.path.isabs(path) or ".." in Path(path).parts:
-        raise ConfigError(f"--warm-start {model_dir}: {pointer} names {path!r:.200}, not a "
-                          "version inside the directory")
-    return root / path
+    return root / record.path

@@ -11,6 +11,12 @@ status page charts that AUC per partition, and ``summary.json`` lists the ``part
 their ``progressive_auc``. ``--from NAME`` trains the partitions from NAME on (a backfill), then
 follows. At the end the one trainer the master lets save exports the model to
 ``WORKDIR/model``, from which another job may start warm (``elasticps run --warm-start``).
+
+With ``--export-dir DIR`` the job also writes versions of the model into DIR while it follows
+the stream (by default one each partition trained through; the ``--export-every-*`` flags say
+otherwise), each recording the partitions it trained through, for
+``elasticps serve DIR --model examples/online/score.py:build``; ``summary.json`` then holds
+``freshness_s``, from each partition's commit to the first version trained through it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 import torch
 
 import elasticps as eps
+from elasticps.trainer.export_flags import add_export_flags, schedule_from_flags
 
 log = logging.getLogger("online")
 USERS, ITEMS = 2000, 500  # the id spaces make_stream.py writes
@@ -43,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trainers", type=int, default=2, help="when started outside a job")
     p.add_argument("--pservers", type=int, default=2, help="when started outside a job")
     p.add_argument("--workdir", default=None, help="when started outside a job")
+    add_export_flags(p)
     return p.parse_args(argv)
 
 
@@ -79,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     trainer = eps.Trainer(ClickModel(args.dim, args.seed),
                           optimizer=eps.optim.Adagrad(lr=args.lr))
     reader = eps.reader.stream(args.stream, batch_size=args.batch_size, start=args.start)
-    eps.dist_train(trainer, reader, num_passes=1)
+    workdir = Path(config.workdir or os.getcwd())
+    schedule = schedule_from_flags(args, meta={"stream": args.stream, "dim": args.dim},
+                                   root=workdir, default={"partitions": 1})
+    eps.dist_train(trainer, reader, num_passes=1, export=schedule)
     if trainer.request_save_model():
-        model_dir = Path(config.workdir or os.getcwd()) / "model"
+        model_dir = workdir / "model"
         trainer.export(model_dir, {"user": np.arange(USERS), "item": np.arange(ITEMS)},
                        meta={"stream": args.stream})
         log.info("The model is exported to %s.", model_dir)

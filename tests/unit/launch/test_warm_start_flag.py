@@ -15,6 +15,7 @@ from elasticps.config import load_config
 from elasticps.errors import ConfigError
 from elasticps.launch.cli import run_command
 from elasticps.launch.launcher import LaunchOptions, build_specs
+from elasticps.trainer.model_dir import VersionRecord
 from elasticps.trainer.trainer import Trainer
 from elasticps.trainer.warm_start import export_of
 
@@ -47,9 +48,12 @@ def test_a_model_directory_resolves_to_the_version_its_pointer_names(tmp_path: P
     (tmp_path / "export").mkdir()
     (tmp_path / "export" / "manifest.json").write_text("{}")
     assert export_of(tmp_path / "export") == tmp_path / "export"
-    (tmp_path / "LATEST").write_text(json.dumps({"version": 7, "path": "versions/000007"}))
+    pointer = VersionRecord(7, "versions/000007", "delta", 5, 2).to_dict()
+    (tmp_path / "LATEST").write_text(json.dumps(pointer))
     assert export_of(tmp_path) == tmp_path / "versions" / "000007"
-    for bad in ({"path": "/etc"}, {"path": "../x"}, {"version": 7}, [1]):
+    # the model directory's own reader decides: a pointer it refuses, warm start refuses
+    for bad in ({**pointer, "path": "/etc"}, {**pointer, "path": "../x"},
+                {"version": 7, "path": "versions/000007"}, [1]):
         (tmp_path / "LATEST").write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match="--warm-start"):
             export_of(tmp_path)

@@ -27,6 +27,19 @@ def test_health_is_503_until_a_version_is_loaded_then_200_naming_it(served: Serv
     assert served.request("GET", "/healthz") == (200, {"status": "ok", "version": 1})
 
 
+def test_a_streams_version_is_reported_with_the_newest_partition_it_trained(
+        served: Served) -> None:
+    stream = {"partitions": 3, "newest": "dt=2026-12-01/hour=02",
+              "newest_committed_at": 1796100000.5}
+    publish_version(served.root, "full", stream=stream)
+    assert served.follower.step()
+    assert served.request("GET", "/healthz") == (
+        200, {"status": "ok", "version": 1, "partition": "dt=2026-12-01/hour=02"})
+    code, version = served.request("GET", "/version")
+    assert code == 200
+    assert version["position"]["stream"] == stream
+
+
 def test_scores_are_those_of_the_version_the_answer_names(served: Served) -> None:
     publish_version(served.root, "full")
     served.follower.step()

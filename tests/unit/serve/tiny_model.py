@@ -53,12 +53,17 @@ def writer(value: float):  # type: ignore[no-untyped-def]
     return write
 
 
-def publish_version(root: Path, kind: str = "delta") -> VersionRecord:
-    """The next version of ``root``: its model is the one of its own number."""
+def publish_version(root: Path, kind: str = "delta",
+                    stream: dict[str, Any] | None = None) -> VersionRecord:
+    """The next version of ``root``: its model is the one of its own number (``stream``: the
+    partitions it trained through, as a stream's version records them)."""
     from elasticps.trainer.model_dir import next_draft
 
     value = float(next_draft(root, "full", {}).version)
-    return publish(root, kind, writer(value), position={"value": value},
+    position: dict[str, Any] = {"value": value}
+    if stream is not None:
+        position["stream"] = stream
+    return publish(root, kind, writer(value), position=position,
                    committed_at=1000.0 + value)
 
 

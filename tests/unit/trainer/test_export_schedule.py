@@ -29,7 +29,9 @@ LAYERS = {"emb": {"table": "t", "dim": 2, "kind": "embedding", "columns": "c"}}
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({}, "needs at least one of every_s=, every_passes=, every_tasks=, every_batches="),
+    ({}, "needs at least one of every_s=, every_passes=, every_tasks=, every_batches=, "
+         "every_partitions="),
+    ({"every_partitions": 0}, "every_partitions=0 must be a whole number >= 1"),
     ({"every_tasks": 0}, "every_tasks=0 must be a whole number >= 1"),
     ({"every_passes": -1}, "every_passes=-1"),
     ({"every_batches": 0}, "every_batches=0 must be a whole number >= 1"),
@@ -63,8 +65,8 @@ def test_a_version_is_due_after_enough_tasks_or_passes() -> None:
     assert not due(schedule, {"batches": 50, "tasks": 2}, 1e9)
     assert due(schedule, {"batches": 50, "tasks": 3}, 0.0)
     assert due(schedule, {"batches": 1, "passes": 1}, 0.0)
-    with pytest.raises(ValueError, match="'partitions' is not one of"):
-        schedule.every("partitions")
+    with pytest.raises(ValueError, match="'hours' is not one of"):
+        schedule.every("hours")
 
 
 def test_a_full_version_first_and_after_full_every_deltas() -> None:
@@ -290,3 +292,65 @@ def test_a_version_due_at_a_tasks_end_is_written_before_the_next_batch(tmp_path:
     job.exports.end_task(master_pb2.Task(task_id=2), TaskEnd.FINISHED)
     job.exports.end_pass(0)  # no batch follows: the pass's end writes it
     assert job.calls[-2:] == ["grant 120", "write 2 delta"]
+
+
+class Notes:
+    """A stream's notes as the worker sees them: how far the master says the stream is trained
+    (set by the test), what each version adds, what was published."""
+
+    def __init__(self) -> None:
+        self.through = 0
+        self.asked: list[int | None] = []  # the version LATEST named when asked
+        self.versions: list[int] = []  # published
+
+    def trained(self) -> int | None:
+        return self.through
+
+    def position(self, latest: VersionRecord | None) -> dict[str, Any]:
+        self.asked.append(None if latest is None else latest.version)
+        return {"stream": {"partitions": self.through, "newest": f"p{self.through - 1}",
+                           "newest_committed_at": 1.0}}
+
+    def published(self, record: VersionRecord) -> None:
+        self.versions.append(record.version)
+
+
+def test_a_version_each_partition_trained_through_also_while_waiting_for_data(
+        tmp_path: Path) -> None:
+    job = Job(tmp_path, every_partitions=1)
+    notes = Notes()
+    job.exports.notes = notes
+    job.batches(2)
+    job.exports.end_task(master_pb2.Task(task_id=0), TaskEnd.FINISHED)
+    assert job.calls == ["train 0", "train 1"]  # the partition is not trained through yet
+    notes.through = 1  # another trainer finished the partition's last task
+    job.exports.end_task(master_pb2.Task(task_id=1), TaskEnd.FINISHED)
+    assert job.calls == ["train 0", "train 1"]  # due, written before the next batch
+    job.batches(1)
+    assert job.calls[2:] == ["flush", "grant 120", "write 1 full", "train 2"]
+    job.exports.idle()  # no task comes (the stream waits), nothing trained through since
+    assert job.calls[-1] == "train 2"
+    # Another trainer trains the next partition through while this one waits: exported now,
+    # though this trainer has trained nothing of it.
+    notes.through = 2
+    job.exports.idle()
+    assert job.calls[-3:] == ["flush", "grant 120", "write 2 delta"]
+    job.exports.idle()
+    assert job.calls[-1] == "write 2 delta"  # nothing new
+    assert notes.asked == [None, 1]
+    assert notes.versions == [1, 2]
+    latest = read_latest(tmp_path)
+    assert latest is not None
+    assert latest.position["stream"]["partitions"] == 2
+
+
+def test_a_scripts_default_unit_applies_when_no_flag_says_when(tmp_path: Path) -> None:
+    by_default = schedule_from_flags(flags("--export-dir", "m"), root=tmp_path,
+                                     default={"partitions": 1})
+    assert by_default == ExportSchedule(tmp_path / "m", every_partitions=1)
+    given = schedule_from_flags(flags("--export-dir", "m", "--export-every-s", "5"),
+                                root=tmp_path, default={"partitions": 1})
+    assert given == ExportSchedule(tmp_path / "m", every_s=5.0)
+    assert schedule_from_flags(flags("--export-dir", "m", "--export-every-partitions", "3"),
+                               root=tmp_path) == ExportSchedule(tmp_path / "m",
+                                                                every_partitions=3)
