@@ -4,12 +4,13 @@ decision (:func:`plan_threads`), carried out as each role's ``OMP_NUM_THREADS``.
 A trainer's intra-op threads (torch reads ``OMP_NUM_THREADS`` when it starts) do the model's
 compute; a pserver is one Python process whose work (the optimizer over numpy arrays, protobuf)
 runs on about one core whatever its thread count, and whose numpy needs no thread pool. So
-one core per pserver is kept for the pservers and the trainers share the rest, except in a
-mode where the pservers hold only sparse rows (``hybrid``: the trainers all-reduce the dense
-layers among themselves), where they keep none and the trainers share every core. ``geo``
-keeps its core although its pservers are seldom busy: a trainer with a second OpenMP thread
-on two cores measured 2x slower there (an OpenMP team that wants every core waits for any
-other thread that runs: the trainer's own RPCs, the store's watch, other processes).
+one core per pserver is kept for the pservers and the trainers share the rest, in every mode.
+``geo`` and ``hybrid`` keep their core although their pservers are less busy: a geo trainer
+with a second OpenMP thread on two cores measured 2x slower (an OpenMP team that wants every
+core waits for any other thread that runs: the trainer's own RPCs, the store's watch, other
+processes), and a hybrid trainer with two threads on two cores trained no faster than with
+one (26.5k against 26.7k samples/s, ``benchmarks/ctr_throughput.py``) for half again the CPU
+per sample (0.049 against 0.032 s per 1,000 samples).
 Every pserver and master gets one thread.
 
 As torchrun does, an ``OMP_NUM_THREADS`` the launcher's own environment sets is what every
@@ -29,7 +30,7 @@ THREADS_VAR = "OMP_NUM_THREADS"
 
 # Cores one pserver keeps out of the trainers' share, by training mode. A mode not listed
 # (one newer than this table) is treated as the busiest: a core per pserver.
-PSERVER_CORES: Mapping[str, int] = {"async": 1, "sync": 1, "geo": 1, "hybrid": 0}
+PSERVER_CORES: Mapping[str, int] = {"async": 1, "sync": 1, "geo": 1, "hybrid": 1}
 
 
 @dataclass(frozen=True)

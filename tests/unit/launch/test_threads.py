@@ -29,9 +29,10 @@ def test_the_trainers_share_what_the_pservers_leave() -> None:
     assert _counts(8, 1, 1, "a-mode-newer-than-the-table") == (7, 1)  # the busiest: a core
 
 
-def test_pservers_that_hold_only_sparse_rows_leave_every_core_to_the_trainers() -> None:
-    assert _counts(2, 1, 1, "hybrid") == (2, 1)
-    assert _counts(16, 2, 4, "hybrid") == (8, 1)
+def test_hybrid_pservers_keep_their_core_too() -> None:
+    # Measured: on two cores a second trainer thread bought nothing and cost CPU.
+    assert _counts(2, 1, 1, "hybrid") == (1, 1)
+    assert _counts(16, 2, 4, "hybrid") == (6, 1)
 
 
 def test_the_environment_sets_every_role_and_the_flags_beat_it() -> None:
