@@ -283,6 +283,9 @@ class DenseGroup:
         with self.lock:
             self.membership.formed()
             self._collectives = collectives
+            # What the generation itself shows, until the store is read again (at once, but a
+            # store that is down now must not keep the rounds from starting).
+            self._view, self._view_at = View(record, revision, frozenset(record.members)), 0.0
             self._ready = True
             self.lock.notify_all()
         log.info("Trainer %s is rank %d of dense group generation %d (%d members, step %d).",

@@ -4,6 +4,7 @@ writes the final dense checkpoint and drops the member key."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -134,11 +135,22 @@ def test_rounds_go_on_through_a_store_outage_and_a_member_outside_waits_for_the_
         while store.refused < 3:  # several refused attempts, none fatal
             assert time.monotonic() < give_up_at
             time.sleep(0.01)  # polling a counter another thread moves
+        formed = group.membership.formed
+
+        def formed_as_the_store_goes_down() -> None:
+            formed()
+            store.down = True  # before the member reads the store again: the round needs none
+        group.membership.formed = formed_as_the_store_goes_down  # type: ignore[method-assign]
         store.down = False
         group.wait_ready()
-        store.down = True  # the round needs no store
-        assert group.submit(Header(Kind.BATCH, 0, 1, 0, step=0),
-                            np.ones(replica.size, np.float32))
+        assert store.down
+        applied: list[bool] = []
+        submit = threading.Thread(target=lambda: applied.append(group.submit(
+            Header(Kind.BATCH, 0, 1, 0, step=0), np.ones(replica.size, np.float32))),
+            daemon=True)
+        submit.start()
+        submit.join(timeout=10)
+        assert applied == [True], "no round while the store was down"
         assert replica.step == 1
         store.down = False
         group.leave()
