@@ -105,6 +105,10 @@ def decode_float32(tensor: common_pb2.Tensor, *, name: str = "tensor") -> np.nda
     """A FLOAT32 tensor as it is, a BFLOAT16 one widened to float32; any other dtype refused."""
     if tensor.dtype == common_pb2.BFLOAT16:
         return bfloat16_to_float32(decode_tensor(tensor, name=name))
+    if tensor.dtype != common_pb2.FLOAT32:
+        shown = (common_pb2.DType.Name(tensor.dtype) if tensor.dtype in common_pb2.DType.values()
+                 else str(tensor.dtype))
+        raise InvalidArgumentError(f"{name} has dtype {shown}, expected FLOAT32 or BFLOAT16")
     return decode_tensor(tensor, dtype=np.float32, name=name)
 
 

@@ -134,7 +134,8 @@ def test_two_pservers_train_like_one_and_validate_at_the_edge(cluster) -> None:
              InvalidArgumentError, "belongs to shard 1"),
             (pserver_pb2.PushRequest(batch=batch, dense=[
                 dense("w", encode_tensor(np.ones(8, np.float64)))]),
-             InvalidArgumentError, "float64"),
+             InvalidArgumentError,
+             r"dense gradient\[.w.\] has dtype FLOAT64, expected FLOAT32 or BFLOAT16"),
             (pserver_pb2.PushRequest(batch=batch, dense=[
                 dense("nope", encode_tensor(np.ones(8, np.float32)))]),
              NotFoundError, "nope"),

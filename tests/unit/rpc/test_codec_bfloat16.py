@@ -63,7 +63,8 @@ def test_representable_values_come_back_exactly_and_shape_is_kept() -> None:
 def test_a_float32_tensor_decodes_as_it_is_and_other_dtypes_are_refused() -> None:
     values = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(decode_float32(encode_tensor(values)), values)
-    with pytest.raises(InvalidArgumentError, match=r"dense\['w'\] has dtype INT32"):
+    with pytest.raises(InvalidArgumentError,
+                       match=r"dense\['w'\] has dtype INT32, expected FLOAT32 or BFLOAT16"):
         decode_float32(encode_tensor(np.arange(4, dtype=np.int32)), name="dense['w']")
 
 
