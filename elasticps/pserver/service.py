@@ -33,19 +33,12 @@ def _unique_names(names: Iterable[str], what: str) -> None:
         seen.add(name)
 
 
-def _named(values: Iterable[pserver_pb2.NamedTensor], what: str) -> dict[str, np.ndarray]:
+def _named(values: Iterable[pserver_pb2.NamedTensor], what: str,
+           decode: Callable[..., np.ndarray] = decode_tensor) -> dict[str, np.ndarray]:
+    """Named tensors, each decoded by ``decode``; a name given twice is refused."""
     values = list(values)
     _unique_names((v.name for v in values), what)
-    return {v.name: decode_tensor(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
-
-
-def _pushed_dense(values: Iterable[pserver_pb2.NamedTensor], what: str
-                  ) -> dict[str, np.ndarray]:
-    """A push's dense values as float32: FLOAT32, or BFLOAT16 from a trainer that compresses
-    its dense gradients (PADDLE_DENSE_GRAD_DTYPE), widened exactly."""
-    values = list(values)
-    _unique_names((v.name for v in values), what)
-    return {v.name: decode_float32(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
+    return {v.name: decode(v.tensor, name=f"{what}[{v.name!r}]") for v in values}
 
 
 def _counts(entries: Iterable[pserver_pb2.SparseGrad]
@@ -185,7 +178,8 @@ class ParameterServerServicer(pserver_pb2_grpc.ParameterServerServicer):
         batch = BatchKey(request.batch.pass_id, request.batch.task_id, request.batch.seq,
                          request.batch.step, request.batch.event_time)
         what = "delta" if request.delta else "gradient"
-        dense = _pushed_dense(request.dense, f"dense {what}")
+        # FLOAT32, or BFLOAT16 from a trainer that sends its dense gradients so (widened exactly)
+        dense = _named(request.dense, f"dense {what}", decode_float32)
         _unique_names((s.table for s in request.sparse), f"sparse {what}")
         sparse = {s.table: decode_sparse(s.grad, name=f"sparse {what}[{s.table!r}]")
                   for s in request.sparse}

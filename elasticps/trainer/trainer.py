@@ -304,7 +304,7 @@ class Trainer:
                                  dense_grad_dtype=config.dense_grad_dtype)
         self.dense.grad_dtype = config.dense_grad_dtype
         if config.dense_grad_dtype != "float32":
-            log.info("Trainer %s sends its dense gradients as %s (PADDLE_DENSE_GRAD_DTYPE).",
+            log.info("Trainer %s rounds its dense gradients to %s (PADDLE_DENSE_GRAD_DTYPE).",
                      name, config.dense_grad_dtype)
         self._closers.insert(0, pservers.close)
         params: ParameterClient = pservers
