@@ -3,13 +3,15 @@ replica, averaged by the dense group; sparse tables on the pservers, as in async
 
 It stands where the pservers' client stands for the other modes, so the step runner, the task
 loop, evaluation and export need nothing of their own for hybrid mode: a dense pull reads the
-replica (once the group has formed), a push sends the sparse rows to the pservers and hands the
-dense gradient to the group, returning once a round has applied it. The sparse push runs on a
-thread of its own meanwhile, overlapping the round; at most one is in flight, and the next pull,
-the next push and :meth:`flush` (the task loop's, before a task is reported done) wait for it
-and raise its error. The step runner prefetches the next batch's sparse rows while a batch
-computes (one batch of sparse staleness, as in async mode) and reads the dense values when the
-step starts, after the last round landed (``StepRunner(dense_after_push=True)``). One
+replica (once the group has formed), a push hands the dense gradient to the group and, once a
+round has applied it, sends the sparse rows to the pservers on a thread of its own, where they
+overlap the next batch's compute (sent after the round, their encoding does not hold the GIL
+the round's member thread needs); at most one is in flight, and the next pull, the next push
+and :meth:`flush` (the task loop's, before a task is reported done) wait for it and raise its
+error. The step runner pushes on the training thread (the next step needs the round's values
+anyway), prefetches the next batch's sparse rows while a batch computes (one batch of sparse
+staleness, as in async mode) and reads the dense values when the step starts
+(``StepRunner(dense_after_push=True)``). One
 finite-gradient rule (``elasticps.gradients.finite``) decides for both halves: a batch with NaN
 or Inf anywhere is dropped by the pservers and skipped by the group, and recorded by both.
 """
@@ -93,18 +95,23 @@ class HybridParams:
     def push(self, batch: common_pb2.BatchRef, dense_grads: Mapping[str, np.ndarray],
              sparse_grads: Mapping[str, tuple[np.ndarray, np.ndarray]],
              counts: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> bool:
-        """Sparse rows to the pservers, then the dense gradient through the group; True if
-        the group applied it (False: a duplicate of a batch applied before)."""
+        """The dense gradient through the group, then the sparse rows to the pservers (sent in
+        the background); True if the group applied the dense part (False: a duplicate of a
+        batch applied before)."""
         ok = finite(dense_grads, sparse_grads)
         self.flush()  # the previous batch's sparse push: one in flight at most, in order
+        assert self.replica is not None
+        header = Header(Kind.BATCH if ok else Kind.SKIPPED, batch.pass_id, batch.task_id,
+                        batch.seq, batch.step)
+        applied = self._group().submit(header,
+                                       self.replica.flatten(dense_grads) if ok else None)
+        # The sparse half goes once the round has run, so that encoding it does not hold the
+        # GIL the round's member thread needs; it overlaps the next batch's compute instead.
         # A non-finite batch goes with its dense half, so the client drops it whole (and the
         # pservers record it) by the same rule as every mode.
         self._in_flight = self._pusher.submit(
             self.client.push, batch, {} if ok else dense_grads, sparse_grads, counts)
-        assert self.replica is not None
-        header = Header(Kind.BATCH if ok else Kind.SKIPPED, batch.pass_id, batch.task_id,
-                        batch.seq, batch.step)
-        return self._group().submit(header, self.replica.flatten(dense_grads) if ok else None)
+        return applied
 
     def flush(self) -> None:
         """Wait until the last sparse push is applied (raising its error, if it failed)."""
