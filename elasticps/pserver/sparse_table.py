@@ -28,6 +28,7 @@ from elasticps.pserver.dense_table import (
     DenseShard,
     TableSpec,
     initial_values,
+    strictly_increasing,
     sum_duplicates,
 )
 from elasticps.pserver.hashing import uniform01
@@ -222,14 +223,19 @@ class SparseTable:
         """Rows for ``ids`` in their order (duplicates allowed). An id with no row gets its
         initial value, computed and not stored: only pushes create rows, so pulling ids that
         are never trained costs no memory."""
+        if strictly_increasing(ids):  # a trainer's pull: its unique ids, sorted
+            return self._gather_unique(ids)
         unique, inverse = np.unique(ids, return_inverse=True)
+        return self._gather_unique(unique)[inverse]
+
+    def _gather_unique(self, unique: np.ndarray) -> np.ndarray:
         rows = self.lookup(unique)
         present = rows >= 0
         if present.all():
-            return self.values[rows[inverse]]
+            return self.values[rows]
         out = initial_values(self.spec.initializer, unique, self.dim)
         out[present] = self.values[rows[present]]
-        return out[inverse]
+        return out
 
     # -- a push: plan (pure), compute, commit -----------------------------------------------
 

@@ -269,3 +269,29 @@ def test_applied_set_is_compact_and_round_trips() -> None:
     assert applied.contains(0, 123, 4)
     assert applied.copy() == applied
     assert applied.copy().floor == 1
+
+
+def test_sorted_unique_ids_and_any_other_order_give_the_same_rows_and_updates() -> None:
+    """Trainers send their unique ids sorted, which the shard takes without a sort; any other
+    order, and repeated ids (summed), must come out the same."""
+    sorted_ids = np.array([3, 10, 11, 400, 999], dtype=np.int64)
+    grads = np.arange(20, dtype=np.float32).reshape(5, 4)
+    shuffled = np.array([2, 0, 4, 1, 3])
+    repeated = np.array([0, 0, 1, 2, 3, 4, 4])
+    fresh = _shard()
+    pulled = fresh.pull_sparse("emb", sorted_ids)
+    np.testing.assert_array_equal(fresh.pull_sparse("emb", sorted_ids[shuffled]),
+                                  pulled[shuffled])
+    np.testing.assert_array_equal(fresh.pull_sparse("emb", sorted_ids[repeated]),
+                                  pulled[repeated])
+    halves = np.ones(7, np.float32)[:, None] * grads[repeated] / np.float32(
+        np.bincount(repeated)[repeated])[:, None]  # each id's gradient split over its repeats
+    results = []
+    for ids, rows in ((sorted_ids, grads), (sorted_ids[shuffled], grads[shuffled]),
+                      (sorted_ids[repeated], halves)):
+        state = _shard()  # SGD: a repeat's gradient left unsummed would move its row less
+        state.push(BatchKey(0, 0, 0), {}, {"emb": (ids, rows)})
+        results.append(state.pull_sparse("emb", sorted_ids))
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], results[2], rtol=1e-6)
+    assert not np.array_equal(results[0], pulled)  # the push moved the rows
