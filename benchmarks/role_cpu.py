@@ -13,7 +13,7 @@ trainers' progress records from the job's store (samples trained so far, and whe
   the first and the last progress record published mid-training (the trainers publish about
   every 2 s; a run shorter than two records has no such window: None), each role's CPU
   interpolated at the records' times. That is the steady cost of a sample, without the job's
-  fixed costs.
+  fixed costs; :meth:`JobCpuWatch.samples_per_s_training` is the speed over the same window.
 """
 
 from __future__ import annotations
@@ -115,6 +115,16 @@ class JobCpuWatch:
             spent[role] = spent.get(role, 0.0) + used
         spent["job"] = sum(spent.values())
         return s1 - s0, spent
+
+    def samples_per_s_training(self, total_samples: int) -> float | None:
+        """Samples per second between the same two progress records as
+        :meth:`while_training`: the training loop's steady speed, without the job's fixed
+        costs (its start, the pass-end checkpoint the master waits for); None without two."""
+        inside = sorted((t, s) for t, s in self.progress.items() if 0 < s < total_samples)
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        (t0, s0), (t1, s1) = inside[0], inside[-1]
+        return (s1 - s0) / (t1 - t0)
 
     def _cpu_at(self, pid: int, when: float) -> float:
         """``pid``'s CPU seconds at ``when``, linear between the two readings around it."""
