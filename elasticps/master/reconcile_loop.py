@@ -68,10 +68,12 @@ class Reconciler:
         return moved
 
     def run(self) -> None:
+        wanted = self.state.reconcile_wanted
         while not self.stop.is_set():
             try:
+                wanted.clear()  # a pass end from here on wakes the wait below
                 if not self.step():
-                    self.stop.wait(self.poll_s)
+                    wanted.wait(self.poll_s)
             except ElasticPSError as exc:
                 if self.stop.is_set() or self.state.deposed.is_set():
                     return

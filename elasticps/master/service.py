@@ -153,6 +153,9 @@ class MasterState:
         self.persist_seconds = 0.0
         self.persist_count = 0
         self.accounting: dict[int, dict[str, Any]] = {}  # pass -> its last reconciliation
+        # Set once a trainer's call left a pass waiting for reconciliation: the reconciler
+        # starts at once instead of at its next poll.
+        self.reconcile_wanted = threading.Event()
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -220,6 +223,8 @@ class MasterState:
             step = QueueStep(self, self.check_serving(), check_name(trainer, "trainer"))
             yield step
         self.settle(self.commits.latest() if step.ticket is None else step.ticket)
+        if step.queue.reconciling:
+            self.reconcile_wanted.set()
         if step.finished_records is not None:
             self.note_finished(step.finished_records)
 
@@ -552,7 +557,7 @@ def get_task_response(result: GetTaskResult, dataset: TaskChunks | None,
     """The GetTask answer for ``result`` (the task's chunks from ``dataset``)."""
     response = master_pb2.GetTaskResponse(
         outcome=master_pb2.GetTaskResponse.Outcome.Value(result.outcome.name),
-        pass_id=result.pass_id, reason=result.reason)
+        pass_id=result.pass_id, reason=result.reason, retry_after_s=result.retry_after_s)
     if result.outcome is Outcome.TASK and result.task is not None:
         assert dataset is not None  # a queue exists only with its dataset
         response.task.CopyFrom(task_message(result.task, dataset, lease_seconds))

@@ -67,6 +67,9 @@ MAX_TRAINER_NAME = 253
 MAX_REASON = 1000
 MAX_SAVE_SECONDS = 24 * 3600.0
 FAILURE_LOG_LIMIT = 1000
+# How soon a trainer asks again while a pass end is being reconciled: the pservers' checkpoints
+# take a moment, and its own backoff (doubling to 1 s) would see the end late.
+RECONCILING_RETRY_S = 0.05
 
 
 class TaskState(enum.Enum):
@@ -160,6 +163,7 @@ class GetTaskResult:
     pass_id: int
     task: TaskView | None = None
     reason: str = ""
+    retry_after_s: float = 0.0  # RETRY_LATER: when to ask again (0: the trainer's backoff)
 
 
 @dataclass(frozen=True)
@@ -412,7 +416,8 @@ class TaskQueue:
         if self.reconciling:
             return GetTaskResult(Outcome.RETRY_LATER, self.pass_id,
                                  reason=f"pass {self.pass_id} is being reconciled with the "
-                                        "pservers"), NO_CHANGE
+                                        "pservers",
+                                 retry_after_s=RECONCILING_RETRY_S), NO_CHANGE
         if not self._todo:
             held_by_others = (f"{len(self._pending)} task(s) of pass {self.pass_id} are still "
                               "held by other trainers")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65lasticps/proto/master.proto\x12\x0c\x65lasticps.v1\":\n\x05\x43hunk\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\trow_group\x18\x02 \x01(\x05\x12\x10\n\x08num_rows\x18\x03 \x01(\x03\"\x8b\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x0f\n\x07pass_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12#\n\x06\x63hunks\x18\x04 \x03(\x0b\x32\x13.elasticps.v1.Chunk\x12\x14\n\x0crecords_done\x18\x05 \x01(\x03\x12\x14\n\x0conly_batches\x18\x06 \x03(\x03\x12\x15\n\rlease_seconds\x18\x07 \x01(\x01\x12\x13\n\x0b\x66irst_batch\x18\x08 \x01(\x03\x12\x14\n\x0cpass_batches\x18\t \x01(\x03\x12\x11\n\tpartition\x18\n \x01(\t\x12\x12\n\nevent_time\x18\x0b \x01(\x01\x12\x18\n\x10schema_partition\x18\x0c \x01(\t\"\xcc\x01\n\x11SetDatasetRequest\x12\x13\n\x0b\x64\x61taset_url\x18\x01 \x01(\t\x12\x17\n\x0f\x63hunks_per_task\x18\x02 \x01(\x05\x12\x12\n\nnum_passes\x18\x03 \x01(\x05\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x19\n\x0cshuffle_seed\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x08\x66\x65\x61tures\x18\x06 \x01(\t\x12\x0e\n\x06stream\x18\x07 \x01(\x08\x12\x13\n\x0bstream_from\x18\x08 \x01(\tB\x0f\n\r_shuffle_seed\";\n\x12SetDatasetResponse\x12\x11\n\tnum_tasks\x18\x01 \x01(\x03\x12\x12\n\nnum_chunks\x18\x02 \x01(\x03\"2\n\x0eGetTaskRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07pass_id\x18\x02 \x01(\x03\"\xf8\x01\n\x0fGetTaskResponse\x12\x36\n\x07outcome\x18\x01 \x01(\x0e\x32%.elasticps.v1.GetTaskResponse.Outcome\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.elasticps.v1.Task\x12\x0f\n\x07pass_id\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"j\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x08\n\x04TASK\x10\x01\x12\x0f\n\x0bRETRY_LATER\x10\x02\x12\r\n\tPASS_OVER\x10\x03\x12\x0c\n\x08\x41LL_DONE\x10\x04\x12\x0e\n\nJOB_FAILED\x10\x05\"^\n\x15ReportProgressRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x14\n\x0crecords_done\x18\x04 \x01(\x03\"=\n\x16ReportProgressResponse\x12\x13\n\x0bstill_owner\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"h\n\x13TaskFinishedRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0f\n\x07records\x18\x04 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x03\"8\n\x14TaskFinishedResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\x17\x46inishAndGetTaskRequest\x12\x33\n\x08\x66inished\x18\x01 \x01(\x0b\x32!.elasticps.v1.TaskFinishedRequest\x12\x0f\n\x07pass_id\x18\x02 \x01(\x03\"}\n\x18\x46inishAndGetTaskResponse\x12\x34\n\x08\x66inished\x18\x01 \x01(\x0b\x32\".elasticps.v1.TaskFinishedResponse\x12+\n\x04next\x18\x02 \x01(\x0b\x32\x1d.elasticps.v1.GetTaskResponse\"T\n\x11TaskFailedRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"6\n\x12TaskFailedResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"A\n\x17RequestSaveModelRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x15\n\rblock_seconds\x18\x02 \x01(\x01\";\n\x18RequestSaveModelResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t2\xb1\x05\n\x06Master\x12O\n\nSetDataset\x12\x1f.elasticps.v1.SetDatasetRequest\x1a .elasticps.v1.SetDatasetResponse\x12\x46\n\x07GetTask\x12\x1c.elasticps.v1.GetTaskRequest\x1a\x1d.elasticps.v1.GetTaskResponse\x12[\n\x0eReportProgress\x12#.elasticps.v1.ReportProgressRequest\x1a$.elasticps.v1.ReportProgressResponse\x12U\n\x0cTaskFinished\x12!.elasticps.v1.TaskFinishedRequest\x1a\".elasticps.v1.TaskFinishedResponse\x12\x61\n\x10\x46inishAndGetTask\x12%.elasticps.v1.FinishAndGetTaskRequest\x1a&.elasticps.v1.FinishAndGetTaskResponse\x12O\n\nTaskFailed\x12\x1f.elasticps.v1.TaskFailedRequest\x1a .elasticps.v1.TaskFailedResponse\x12\x61\n\x10RequestSaveModel\x12%.elasticps.v1.RequestSaveModelRequest\x1a&.elasticps.v1.RequestSaveModelResponse\x12\x43\n\x06Status\x12\x1b.elasticps.v1.StatusRequest\x1a\x1c.elasticps.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65lasticps/proto/master.proto\x12\x0c\x65lasticps.v1\":\n\x05\x43hunk\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\trow_group\x18\x02 \x01(\x05\x12\x10\n\x08num_rows\x18\x03 \x01(\x03\"\x8b\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\x03\x12\x0f\n\x07pass_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12#\n\x06\x63hunks\x18\x04 \x03(\x0b\x32\x13.elasticps.v1.Chunk\x12\x14\n\x0crecords_done\x18\x05 \x01(\x03\x12\x14\n\x0conly_batches\x18\x06 \x03(\x03\x12\x15\n\rlease_seconds\x18\x07 \x01(\x01\x12\x13\n\x0b\x66irst_batch\x18\x08 \x01(\x03\x12\x14\n\x0cpass_batches\x18\t \x01(\x03\x12\x11\n\tpartition\x18\n \x01(\t\x12\x12\n\nevent_time\x18\x0b \x01(\x01\x12\x18\n\x10schema_partition\x18\x0c \x01(\t\"\xcc\x01\n\x11SetDatasetRequest\x12\x13\n\x0b\x64\x61taset_url\x18\x01 \x01(\t\x12\x17\n\x0f\x63hunks_per_task\x18\x02 \x01(\x05\x12\x12\n\nnum_passes\x18\x03 \x01(\x05\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x19\n\x0cshuffle_seed\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x08\x66\x65\x61tures\x18\x06 \x01(\t\x12\x0e\n\x06stream\x18\x07 \x01(\x08\x12\x13\n\x0bstream_from\x18\x08 \x01(\tB\x0f\n\r_shuffle_seed\";\n\x12SetDatasetResponse\x12\x11\n\tnum_tasks\x18\x01 \x01(\x03\x12\x12\n\nnum_chunks\x18\x02 \x01(\x03\"2\n\x0eGetTaskRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07pass_id\x18\x02 \x01(\x03\"\x8f\x02\n\x0fGetTaskResponse\x12\x36\n\x07outcome\x18\x01 \x01(\x0e\x32%.elasticps.v1.GetTaskResponse.Outcome\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.elasticps.v1.Task\x12\x0f\n\x07pass_id\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x15\n\rretry_after_s\x18\x05 \x01(\x01\"j\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x08\n\x04TASK\x10\x01\x12\x0f\n\x0bRETRY_LATER\x10\x02\x12\r\n\tPASS_OVER\x10\x03\x12\x0c\n\x08\x41LL_DONE\x10\x04\x12\x0e\n\nJOB_FAILED\x10\x05\"^\n\x15ReportProgressRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x14\n\x0crecords_done\x18\x04 \x01(\x03\"=\n\x16ReportProgressResponse\x12\x13\n\x0bstill_owner\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"h\n\x13TaskFinishedRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0f\n\x07records\x18\x04 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x03\"8\n\x14TaskFinishedResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\x17\x46inishAndGetTaskRequest\x12\x33\n\x08\x66inished\x18\x01 \x01(\x0b\x32!.elasticps.v1.TaskFinishedRequest\x12\x0f\n\x07pass_id\x18\x02 \x01(\x03\"}\n\x18\x46inishAndGetTaskResponse\x12\x34\n\x08\x66inished\x18\x01 \x01(\x0b\x32\".elasticps.v1.TaskFinishedResponse\x12+\n\x04next\x18\x02 \x01(\x0b\x32\x1d.elasticps.v1.GetTaskResponse\"T\n\x11TaskFailedRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"6\n\x12TaskFailedResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"A\n\x17RequestSaveModelRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x15\n\rblock_seconds\x18\x02 \x01(\x01\";\n\x18RequestSaveModelResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t2\xb1\x05\n\x06Master\x12O\n\nSetDataset\x12\x1f.elasticps.v1.SetDatasetRequest\x1a .elasticps.v1.SetDatasetResponse\x12\x46\n\x07GetTask\x12\x1c.elasticps.v1.GetTaskRequest\x1a\x1d.elasticps.v1.GetTaskResponse\x12[\n\x0eReportProgress\x12#.elasticps.v1.ReportProgressRequest\x1a$.elasticps.v1.ReportProgressResponse\x12U\n\x0cTaskFinished\x12!.elasticps.v1.TaskFinishedRequest\x1a\".elasticps.v1.TaskFinishedResponse\x12\x61\n\x10\x46inishAndGetTask\x12%.elasticps.v1.FinishAndGetTaskRequest\x1a&.elasticps.v1.FinishAndGetTaskResponse\x12O\n\nTaskFailed\x12\x1f.elasticps.v1.TaskFailedRequest\x1a .elasticps.v1.TaskFailedResponse\x12\x61\n\x10RequestSaveModel\x12%.elasticps.v1.RequestSaveModelRequest\x1a&.elasticps.v1.RequestSaveModelResponse\x12\x43\n\x06Status\x12\x1b.elasticps.v1.StatusRequest\x1a\x1c.elasticps.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,33 +42,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETTASKREQUEST']._serialized_start=644
   _globals['_GETTASKREQUEST']._serialized_end=694
   _globals['_GETTASKRESPONSE']._serialized_start=697
-  _globals['_GETTASKRESPONSE']._serialized_end=945
-  _globals['_GETTASKRESPONSE_OUTCOME']._serialized_start=839
-  _globals['_GETTASKRESPONSE_OUTCOME']._serialized_end=945
-  _globals['_REPORTPROGRESSREQUEST']._serialized_start=947
-  _globals['_REPORTPROGRESSREQUEST']._serialized_end=1041
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=1043
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=1104
-  _globals['_TASKFINISHEDREQUEST']._serialized_start=1106
-  _globals['_TASKFINISHEDREQUEST']._serialized_end=1210
-  _globals['_TASKFINISHEDRESPONSE']._serialized_start=1212
-  _globals['_TASKFINISHEDRESPONSE']._serialized_end=1268
-  _globals['_FINISHANDGETTASKREQUEST']._serialized_start=1270
-  _globals['_FINISHANDGETTASKREQUEST']._serialized_end=1365
-  _globals['_FINISHANDGETTASKRESPONSE']._serialized_start=1367
-  _globals['_FINISHANDGETTASKRESPONSE']._serialized_end=1492
-  _globals['_TASKFAILEDREQUEST']._serialized_start=1494
-  _globals['_TASKFAILEDREQUEST']._serialized_end=1578
-  _globals['_TASKFAILEDRESPONSE']._serialized_start=1580
-  _globals['_TASKFAILEDRESPONSE']._serialized_end=1634
-  _globals['_REQUESTSAVEMODELREQUEST']._serialized_start=1636
-  _globals['_REQUESTSAVEMODELREQUEST']._serialized_end=1701
-  _globals['_REQUESTSAVEMODELRESPONSE']._serialized_start=1703
-  _globals['_REQUESTSAVEMODELRESPONSE']._serialized_end=1762
-  _globals['_STATUSREQUEST']._serialized_start=1764
-  _globals['_STATUSREQUEST']._serialized_end=1779
-  _globals['_STATUSRESPONSE']._serialized_start=1781
-  _globals['_STATUSRESPONSE']._serialized_end=1811
-  _globals['_MASTER']._serialized_start=1814
-  _globals['_MASTER']._serialized_end=2503
+  _globals['_GETTASKRESPONSE']._serialized_end=968
+  _globals['_GETTASKRESPONSE_OUTCOME']._serialized_start=862
+  _globals['_GETTASKRESPONSE_OUTCOME']._serialized_end=968
+  _globals['_REPORTPROGRESSREQUEST']._serialized_start=970
+  _globals['_REPORTPROGRESSREQUEST']._serialized_end=1064
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=1066
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=1127
+  _globals['_TASKFINISHEDREQUEST']._serialized_start=1129
+  _globals['_TASKFINISHEDREQUEST']._serialized_end=1233
+  _globals['_TASKFINISHEDRESPONSE']._serialized_start=1235
+  _globals['_TASKFINISHEDRESPONSE']._serialized_end=1291
+  _globals['_FINISHANDGETTASKREQUEST']._serialized_start=1293
+  _globals['_FINISHANDGETTASKREQUEST']._serialized_end=1388
+  _globals['_FINISHANDGETTASKRESPONSE']._serialized_start=1390
+  _globals['_FINISHANDGETTASKRESPONSE']._serialized_end=1515
+  _globals['_TASKFAILEDREQUEST']._serialized_start=1517
+  _globals['_TASKFAILEDREQUEST']._serialized_end=1601
+  _globals['_TASKFAILEDRESPONSE']._serialized_start=1603
+  _globals['_TASKFAILEDRESPONSE']._serialized_end=1657
+  _globals['_REQUESTSAVEMODELREQUEST']._serialized_start=1659
+  _globals['_REQUESTSAVEMODELREQUEST']._serialized_end=1724
+  _globals['_REQUESTSAVEMODELRESPONSE']._serialized_start=1726
+  _globals['_REQUESTSAVEMODELRESPONSE']._serialized_end=1785
+  _globals['_STATUSREQUEST']._serialized_start=1787
+  _globals['_STATUSREQUEST']._serialized_end=1802
+  _globals['_STATUSRESPONSE']._serialized_start=1804
+  _globals['_STATUSRESPONSE']._serialized_end=1834
+  _globals['_MASTER']._serialized_start=1837
+  _globals['_MASTER']._serialized_end=2526
 # @@protoc_insertion_point(module_scope)

@@ -256,9 +256,14 @@ class GetTaskResponse(_message.Message):
     TASK_FIELD_NUMBER: _builtins.int
     PASS_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_S_FIELD_NUMBER: _builtins.int
     outcome: Global___GetTaskResponse.Outcome.ValueType
     pass_id: _builtins.int
     reason: _builtins.str
+    retry_after_s: _builtins.float
+    """RETRY_LATER: ask again after this many seconds (0: the trainer's own backoff). The master
+    sets it while a pass end is moments away (the pservers' checkpoints being reconciled).
+    """
     @_builtins.property
     def task(self) -> Global___Task: ...
     def __init__(
@@ -268,10 +273,11 @@ class GetTaskResponse(_message.Message):
         task: Global___Task | None = ...,
         pass_id: _builtins.int = ...,
         reason: _builtins.str = ...,
+        retry_after_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "pass_id", b"pass_id", "reason", b"reason", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "pass_id", b"pass_id", "reason", b"reason", "retry_after_s", b"retry_after_s", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -165,7 +165,8 @@ class TaskLoop:
             self._run_task(response.task)
         elif decision.action is Action.WAIT:
             self.worker.idle()
-            self._sleep(self._idle.next_delay() or 0.0)  # IDLE_POLL has no deadline
+            # The master's hint when it gives one (a pass end moments away), else the backoff.
+            self._sleep(decision.retry_after_s or self._idle.next_delay() or 0.0)
         elif decision.action is Action.NEXT_PASS:
             log.info("Trainer %s: pass %d is over; moving to pass %d.", self.trainer_name,
                      self.pass_id, decision.pass_id)

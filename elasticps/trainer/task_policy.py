@@ -3,7 +3,8 @@
 ::
 
     TASK         -> TRAIN      train the task in the answer
-    RETRY_LATER  -> WAIT       others hold the rest of the pass: back off, ask again
+    RETRY_LATER  -> WAIT       others hold the rest of the pass: back off, ask again (after
+                               the master's ``retry_after_s`` when it gives one)
     PASS_OVER    -> NEXT_PASS  close this pass, work on the pass the master names
     ALL_DONE     -> FINISH     close this pass and stop: every pass is done
     JOB_FAILED   -> FAIL       the master failed the job; the reason says why
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from elasticps.proto import master_pb2
 
 Outcome = master_pb2.GetTaskResponse.Outcome
+MAX_RETRY_AFTER_S = 60.0  # the longest "ask again after" a trainer takes from the master
 
 
 class Action(enum.Enum):
@@ -35,6 +37,7 @@ class Decision:
     action: Action
     pass_id: int  # the pass to work on after acting
     reason: str = ""  # why (the master's words), for WAIT, FINISH and FAIL
+    retry_after_s: float = 0.0  # WAIT: the master's hint of when to ask again (0: none)
 
 
 def decide(response: master_pb2.GetTaskResponse, pass_id: int) -> Decision:
@@ -45,7 +48,10 @@ def decide(response: master_pb2.GetTaskResponse, pass_id: int) -> Decision:
             return Decision(Action.FAIL, pass_id, "the master answered TASK without a task")
         return Decision(Action.TRAIN, pass_id)
     if outcome == Outcome.RETRY_LATER:
-        return Decision(Action.WAIT, pass_id, response.reason)
+        hint = response.retry_after_s
+        # A hint outside (0, MAX_RETRY_AFTER_S] (NaN, negative, absurd) leaves the backoff.
+        return Decision(Action.WAIT, pass_id, response.reason,
+                        hint if 0.0 < hint <= MAX_RETRY_AFTER_S else 0.0)
     if outcome == Outcome.PASS_OVER:
         # Never back, never the same pass again: a stale answer still moves us forward.
         return Decision(Action.NEXT_PASS, max(response.pass_id, pass_id + 1), response.reason)

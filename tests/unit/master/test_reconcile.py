@@ -8,7 +8,14 @@ import pytest
 from elasticps.errors import InvalidArgumentError
 from elasticps.master.reconcile_policy import HeldSeqs, ShardReport, reconcile
 from elasticps.master.snapshot import decode_meta, decode_task, encode_meta, encode_task
-from elasticps.master.task_queue import Outcome, QueuePolicy, TaskQueue, TaskState, TaskView
+from elasticps.master.task_queue import (
+    RECONCILING_RETRY_S,
+    Outcome,
+    QueuePolicy,
+    TaskQueue,
+    TaskState,
+    TaskView,
+)
 
 LEASE = 10.0
 BATCH = 50  # a chunk of 100 rows is 2 batches, a task of 2 chunks 4
@@ -44,6 +51,7 @@ def test_a_pass_waits_for_reconciliation_then_ends_on_a_clean_answer() -> None:
     result, delta = queue.get_task("t2", 0, 2.0)
     assert result.outcome is Outcome.RETRY_LATER
     assert "reconciled" in result.reason
+    assert result.retry_after_s == RECONCILING_RETRY_S  # the end is moments away: ask soon
     assert delta.empty
     assert queue.expected_batches() == {0: 4, 1: 4, 2: 4}
     delta = queue.reconciled(0, {}, 3.0)

@@ -24,7 +24,7 @@ from elasticps.master.reconcile_loop import Reconciler
 from elasticps.master.service import MasterServicer, MasterState
 from elasticps.master.snapshot import QueueSnapshot, StreamSpec, load_accounting
 from elasticps.master.stream_loop import StreamFollower
-from elasticps.master.task_queue import QueuePolicy
+from elasticps.master.task_queue import RECONCILING_RETRY_S, QueuePolicy
 from elasticps.master.telemetry import MasterMetrics
 from elasticps.proto import master_pb2, pserver_pb2
 from elasticps.store import Store, open_store
@@ -36,6 +36,7 @@ from elasticps.store.keys import (
     master_partition_key,
 )
 from elasticps.telemetry.exporter import exposition
+from tests.helpers import wait_for
 from tests.unit.telemetry.test_telemetry import parsed
 
 PLAN = BatchPlan(10)
@@ -295,3 +296,33 @@ def test_what_is_done_is_reconciled_while_the_stream_waits_and_sealed_only_at_it
     assert sealed is not None
     assert SealedPasses.decode(sealed.value, SEALED_PASSES).below == 1
     assert master.status()["state"] == "succeeded"
+
+
+def test_a_trainers_finish_that_leaves_a_pass_to_reconcile_wakes_the_reconciler_at_once(
+        tmp_path: Path, store: Store) -> None:
+    """The reconciler polls only as a fallback: the finish that drains the pass wakes it, so
+    a pass end waits for the pservers' checkpoints, not for the poll (here a minute), and the
+    waiting trainer is told to ask again soon, not after its own backoff."""
+    prefix = tmp_path / "clicks"
+    master = Master(store, "m1", dataclasses.replace(POLICY, reconcile=True))
+    master.state.set_dataset(str(prefix), 1, 1, PLAN, StreamSpec())
+    shards = HoldsAll(master.state)
+    stop = threading.Event()
+    reconciler = Reconciler(master.state, shards, stop, poll_s=60.0)
+    thread = threading.Thread(target=reconciler.run, daemon=True)
+    thread.start()
+    try:
+        land(prefix, "dt=2026-12-01/hour=13", rows=10)
+        write_end_marker(str(prefix))
+        assert master.follower.step()
+        task = master.get("t1").task
+        answer = master.finish("t1", task)
+        assert answer.outcome is RETRY
+        assert answer.retry_after_s == RECONCILING_RETRY_S
+        wait_for(lambda: master.status()["state"] == "succeeded", 10,
+                 "the pass end reconciled without waiting for the reconciler's poll")
+        assert shards.asked == 1
+    finally:
+        stop.set()
+        master.state.reconcile_wanted.set()
+        thread.join(10)

@@ -75,6 +75,7 @@ def test_todo_to_pending_to_done_ends_the_only_pass_with_all_done() -> None:
     assert [t.epoch for t in tasks] == [1, 1, 1]
     result, delta = queue.get_task("t2", 0, 0.0)
     assert result.outcome is Outcome.RETRY_LATER
+    assert result.retry_after_s == 0.0  # others hold the rest for a while: the own backoff
     assert delta.empty
     for task in tasks[:-1]:
         delta = finish(queue, task)

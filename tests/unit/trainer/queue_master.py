@@ -68,7 +68,8 @@ class QueueClient:
 
     def _response(self, result: GetTaskResult) -> master_pb2.GetTaskResponse:
         response = master_pb2.GetTaskResponse(outcome=result.outcome.value,
-                                              pass_id=result.pass_id, reason=result.reason)
+                                              pass_id=result.pass_id, reason=result.reason,
+                                              retry_after_s=result.retry_after_s)
         if result.task is not None:
             response.task.CopyFrom(task_message(result.task, self.master.dataset))
         return response

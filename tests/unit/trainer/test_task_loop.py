@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from elasticps.errors import ConfigError, FailedPreconditionError
-from elasticps.master.task_queue import QueuePolicy, TaskState
+from elasticps.master.task_queue import RECONCILING_RETRY_S, QueuePolicy, TaskState
 from elasticps.proto import master_pb2
 from elasticps.trainer.task_batches import TaskBatch
 from elasticps.trainer.task_loop import LoopState, TaskEnd, TaskLoop
@@ -286,6 +286,21 @@ def test_a_recovery_dispatch_trains_only_the_missing_batches() -> None:
     assert loop.step() is LoopState.RUNNING  # the RETRY_LATER that came with the finish
     assert loop.last is not None
     assert loop.last.action is Action.WAIT
+    assert loop.step() is LoopState.DONE
+
+
+def test_while_a_pass_end_is_reconciled_the_trainer_asks_again_after_the_masters_hint() -> None:
+    """The pass end is moments away: the master's short hint, every time, not the backoff
+    that would double towards a second and see the end late."""
+    master = QueueMaster([4], policy=QueuePolicy(reconcile=True))
+    waits: list[float] = []
+    worker = Collect()
+    loop = make_loop(master.client("t0", worker.log), worker, waits=waits)
+    loop.step()  # trains the one task; the finish leaves the pass to reconcile
+    for _ in range(5):
+        assert loop.step() is LoopState.RUNNING
+    assert waits == [RECONCILING_RETRY_S] * 5
+    master.queue.reconciled(0, {}, master.now)
     assert loop.step() is LoopState.DONE
 
 

@@ -30,6 +30,17 @@ def test_retry_later_waits_in_the_same_pass() -> None:
     assert decision == Decision(Action.WAIT, 1, "2 task(s) are held")
 
 
+@pytest.mark.parametrize(("hint", "taken"), [
+    (0.05, 0.05), (60.0, 60.0), (0.0, 0.0),
+    (-1.0, 0.0), (61.0, 0.0), (float("nan"), 0.0), (float("inf"), 0.0)])
+def test_retry_later_takes_the_masters_hint_only_within_bounds(hint: float, taken: float) -> None:
+    """A hint outside (0, 60 s] (negative, NaN, infinite, absurd) leaves the trainer's own
+    backoff (0): a bad answer can neither spin a trainer nor park it for hours."""
+    decision = decide(answer(Outcome.RETRY_LATER, retry_after_s=hint), 0)
+    assert decision.action is Action.WAIT
+    assert decision.retry_after_s == taken
+
+
 @pytest.mark.parametrize(("asked", "current", "next_pass"), [(0, 1, 1), (0, 3, 3), (2, 1, 3)])
 def test_pass_over_moves_forward_to_the_masters_pass_and_never_back(
         asked: int, current: int, next_pass: int) -> None:
