@@ -113,9 +113,8 @@ class StepRunner:
         # Skipping unchanged dense pulls rests on the own update's exact replica.
         self.dense_chain = dense_chain if self.own_update is not None else None
         self.on_flush = on_flush  # geo mode: push the window's deltas (trainer/geo.py)
-        # Hybrid mode: a push runs on this thread and returns once its dense round landed; a
-        # prefetch brings the sparse rows only, and the dense values are read when the step
-        # starts: never stale.
+        # Hybrid mode: a prefetch brings the sparse rows only; the dense values are read when
+        # the step starts, once the last push (its dense round) has landed: never stale.
         self.dense_after_push = dense_after_push
         # (dense values batch k ran on, the same after its update) until batch k+1 loads them
         self._own: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
@@ -175,6 +174,7 @@ class StepRunner:
                 self._own = None
             fetched = self._fetch_current(batch, step)
             if self.dense_after_push and prefetched and self._dense_due(step):
+                self.wait_pushed()
                 fetched = _Prefetched(self._pull_dense(), fetched.sparse)
             if next_batch is not None:
                 self._next = self._comm.submit(self._pull, as_batch(next_batch), step + 1,
@@ -210,10 +210,7 @@ class StepRunner:
             self._own = (ran_on, self.own_update.step(ran_on, dense_grads, ref.step))
         t2 = time.perf_counter()
         self.wait_pushed()
-        if self._comm is None or self.dense_after_push:
-            # Hybrid: the next step waits for this push's dense round anyway, so it runs here,
-            # without a hop through the comm thread; the client sends the sparse half on a
-            # thread of its own.
+        if self._comm is None:
             self.client.push(ref, dense_grads, sparse_grads, counts)
         else:
             self._push = self._comm.submit(self._push_tracked, ref, dense_grads, sparse_grads,

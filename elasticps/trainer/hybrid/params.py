@@ -8,12 +8,13 @@ round has applied it, sends the sparse rows to the pservers on a thread of its o
 overlap the next batch's compute (sent after the round, their encoding does not hold the GIL
 the round's member thread needs); at most one is in flight, and the next pull, the next push
 and :meth:`flush` (the task loop's, before a task is reported done) wait for it and raise its
-error. The step runner pushes on the training thread (the next step needs the round's values
-anyway), prefetches the next batch's sparse rows while a batch computes (one batch of sparse
-staleness, as in async mode) and reads the dense values when the step starts
-(``StepRunner(dense_after_push=True)``). One
-finite-gradient rule (``elasticps.gradients.finite``) decides for both halves: a batch with NaN
-or Inf anywhere is dropped by the pservers and skipped by the group, and recorded by both.
+error. The step runner pushes and prefetches on its one communication thread, in the order the
+batches run, so the rows prefetched for batch k+1 while batch k computes lack exactly batch k's
+update (one batch of sparse staleness, as in async mode, the same in every run); it reads the
+dense values when the step starts, after the last round landed
+(``StepRunner(dense_after_push=True)``). One finite-gradient rule
+(``elasticps.gradients.finite``) decides for both halves: a batch with NaN or Inf anywhere is
+dropped by the pservers and skipped by the group, and recorded by both.
 """
 
 from __future__ import annotations
