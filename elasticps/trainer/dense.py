@@ -85,13 +85,15 @@ class DenseSync:
     def grads(self) -> dict[str, np.ndarray]:
         """This batch's gradients (rounded to bfloat16 when they travel so); a parameter the
         batch did not reach pushes zeros."""
-        out: dict[str, np.ndarray] = {}
-        for name, p in self.params.items():
-            out[name] = (self.placement.host(p.grad) if p.grad is not None
-                         else np.zeros(p.shape, dtype=np.float32))
-        if self.grad_dtype == "bfloat16":
-            return {name: round_to_bfloat16(grad) for name, grad in out.items()}
-        return out
+        return {name: (self.host_grad(p.grad) if p.grad is not None
+                       else np.zeros(p.shape, dtype=np.float32))
+                for name, p in self.params.items()}
+
+    def host_grad(self, grad: torch.Tensor) -> np.ndarray:
+        """One parameter's gradient as it travels: on the host, float32 values (rounded to
+        bfloat16 ones when they travel so)."""
+        host = self.placement.host(grad)
+        return round_to_bfloat16(host) if self.grad_dtype == "bfloat16" else host
 
     def zero_grad(self) -> None:
         for p in self.params.values():

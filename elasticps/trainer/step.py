@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from elasticps.trainer.metrics import to_host
 from elasticps.trainer.objective import TrainingObjective
 from elasticps.trainer.own_update import OwnDenseUpdate, corrected
 from elasticps.trainer.sparse_rows import PulledRows, SparseTables
+
+if TYPE_CHECKING:
+    from elasticps.trainer.hybrid.early_update import EarlyUpdate
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ class StepRunner:
         dense_chain: DenseChain | None = None,
         on_flush: Callable[[], None] | None = None,
         dense_after_push: bool = False,
+        early_update: EarlyUpdate | None = None,
     ) -> None:
         self.model = model
         self.objective = objective
@@ -116,6 +120,8 @@ class StepRunner:
         # Hybrid mode: a prefetch brings the sparse rows only; the dense values are read when
         # the step starts, once the last push (its dense round) has landed: never stale.
         self.dense_after_push = dense_after_push
+        # Hybrid mode, a lone trainer: its dense update computed as the backward pass goes.
+        self.early_update = early_update
         # (dense values batch k ran on, the same after its update) until batch k+1 loads them
         self._own: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
         self._step = 0
@@ -196,6 +202,8 @@ class StepRunner:
             scored = self.objective.score(call_model(self.model, self.feed, tensors), tensors)
             loss = scored.loss
             t_forward = time.perf_counter()
+            if self.early_update is not None:
+                self.early_update.begin(ref.step)
             loss.backward()
             t_backward = time.perf_counter()
             dense_grads = self.dense.grads()

@@ -422,10 +422,12 @@ class Trainer:
         # hybrid: its last sparse push may be in flight (trainer/hybrid/params.py), and the
         # dense values are the replica's once the last round landed (no own update needed)
         on_flush = self.params.flush if isinstance(self.params, HybridParams) else None
+        early = (self.params.early_update(self.dense)
+                 if isinstance(self.params, HybridParams) else None)
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
                           prefetch=prefetch, feed=self.feed, tables=self.tables,
                           own_update=own, dense_chain=chain, on_flush=on_flush,
-                          dense_after_push=hybrid)
+                          dense_after_push=hybrid, early_update=early)
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,

@@ -55,6 +55,7 @@ from elasticps.trainer.hybrid.collectives import (
     device_label,
     select_backend,
 )
+from elasticps.trainer.hybrid.early_update import EarlyUpdates, Update
 from elasticps.trainer.hybrid.membership import (
     Abandon,
     Gather,
@@ -83,6 +84,7 @@ STORE_RETRY_S = 1.0  # a member that could not reach the store tries again after
 class _Submission:
     header: Header
     grads: np.ndarray | None
+    early: EarlyUpdates | None = None  # its update, computed during backward (a lone member)
     applied: bool | None = None  # set by the round that took it: False for a duplicate
 
 
@@ -111,6 +113,7 @@ class DenseGroup:
         self._view: View | None = None
         self._saved_at = time.monotonic()
         self.rounds = 0  # rounds run (tests, logs)
+        self.early_rounds = 0  # rounds that committed an update computed during backward
         # Where a generation whose rank 0 this trainer is meets: served for the process's life.
         self._server = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False)
         self._host = host
@@ -133,10 +136,13 @@ class DenseGroup:
             self._busy = busy
             self.lock.notify_all()
 
-    def submit(self, header: Header, grads: np.ndarray | None) -> bool:
+    def submit(self, header: Header, grads: np.ndarray | None,
+               early: EarlyUpdates | None = None) -> bool:
         """Hand a batch's dense gradient (flat; None for a skipped batch) to the group and wait
-        for the round that takes it. True if it was applied, False if it was a duplicate."""
-        submission = _Submission(header, grads)
+        for the round that takes it. True if it was applied, False if it was a duplicate.
+        ``early``: its update as computed during the backward pass (early_update.py), which
+        the round commits instead of computing it when it applies to the round."""
+        submission = _Submission(header, grads, early)
         with self.lock:
             self._raise_error()
             if self._taken_at is not None:
@@ -150,6 +156,12 @@ class DenseGroup:
             assert submission.applied is not None
             self._taken_at = time.monotonic()
             return submission.applied
+
+    def solo(self) -> bool:
+        """Whether this member is alone in a formed generation now (a round's mean is then its
+        own gradient)."""
+        collectives = self._collectives
+        return collectives is not None and collectives.size == 1
 
     def values(self) -> dict[str, np.ndarray]:
         with self.lock:
@@ -383,14 +395,18 @@ class DenseGroup:
         headers = [Header.decode(row) for row in rows]
         with self.lock:
             plan = plan_round(headers, self.replica.applied)
+        early = self._early_updates(submission, plan, collectives)
         mean: np.ndarray | None = None
-        if plan.contributors:
+        if plan.contributors and early is None:
             mine = (submission.grads if submission is not None and submission.grads is not None
                     and collectives.rank in plan.contributors
                     else np.zeros(self.replica.size, np.float32))
             mean = collectives.all_reduce(mine.copy()) / np.float32(len(plan.contributors))
         with self.lock:
-            if mean is not None:
+            if early is not None:
+                self.replica.commit(early)
+                self.early_rounds += 1
+            elif mean is not None:
                 self.replica.apply(mean, plan.batch_step)
             self.replica.record(plan.recorded)
             self.rounds += 1
@@ -401,6 +417,29 @@ class DenseGroup:
         if plan.contributors and collectives.rank == 0:
             self._maybe_checkpoint()
         return plan
+
+    def _early_updates(self, submission: _Submission | None, plan: RoundPlan,
+                       collectives: Collectives) -> dict[str, Update] | None:
+        """The submission's early update if it is exactly what this round applies: this lone
+        member's batch alone, at its step's learning rate, on the state it was computed from
+        (only this thread changes the replica, so the version read here holds until the
+        commit); None otherwise (the round computes the update itself)."""
+        early = submission.early if submission is not None else None
+        if early is None:
+            return None
+        fits = (collectives.size == 1 and plan.contributors == (collectives.rank,)
+                and plan.batch_step == early.batch_step
+                and early.version == self.replica.version
+                and early.complete(self.replica.tables))
+        if not fits:
+            early.drop()
+            return None
+        try:
+            return early.results()
+        except Exception as exc:  # a failed early computation: the round computes it again
+            log.warning("Trainer %s: an early dense update failed (%s); the round computes "
+                        "it.", self.name, exc)
+            return None
 
     def _maybe_checkpoint(self) -> None:
         if self.checkpoints is None:

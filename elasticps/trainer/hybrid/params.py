@@ -30,7 +30,9 @@ from elasticps.config import Config
 from elasticps.gradients import finite
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.store.api import Store
+from elasticps.trainer.dense import DenseSync
 from elasticps.trainer.hybrid.checkpoints import DenseCheckpoints
+from elasticps.trainer.hybrid.early_update import EarlyUpdate
 from elasticps.trainer.hybrid.group import DenseGroup
 from elasticps.trainer.hybrid.replica import DenseReplica
 from elasticps.trainer.hybrid.rounds import Header, Kind
@@ -48,6 +50,7 @@ class HybridParams:
         self.num_shards = int(getattr(client, "num_shards", 1))
         self._pusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparse-push")
         self._in_flight: Future[Any] | None = None  # the last batch's sparse push
+        self.early: EarlyUpdate | None = None  # the dense update computed during backward
 
     def declare_tables(self, specs: list[pserver_pb2.TableSpec]) -> None:
         dense = [s for s in specs if s.kind == pserver_pb2.TableSpec.DENSE]
@@ -64,6 +67,17 @@ class HybridParams:
         self.replica.set_initial(init_fn() if init_fn is not None else dense_values)
         self.group = self._make_group(self.replica)
         self.group.start()
+
+    def early_update(self, dense: DenseSync) -> EarlyUpdate | None:
+        """The hooks that compute a lone member's dense update during the backward pass
+        (early_update.py), made once; None on a GPU (each gradient read as it lands would
+        stall the device)."""
+        if self.early is None and not dense.placement.copies:
+            group, replica = self._group(), self.replica
+            assert replica is not None
+            self.early = EarlyUpdate(replica, group.lock, dense.params, group.solo,
+                                     dense.host_grad)
+        return self.early
 
     def _group(self) -> DenseGroup:
         assert self.group is not None, "initialize first"
@@ -104,8 +118,10 @@ class HybridParams:
         assert self.replica is not None
         header = Header(Kind.BATCH if ok else Kind.SKIPPED, batch.pass_id, batch.task_id,
                         batch.seq, batch.step)
+        early = self.early.take() if self.early is not None else None
         applied = self._group().submit(header,
-                                       self.replica.flatten(dense_grads) if ok else None)
+                                       self.replica.flatten(dense_grads) if ok else None,
+                                       early if ok else None)
         # The sparse half goes once the round has run, so that encoding it does not hold the
         # GIL the round's member thread needs; it overlaps the next batch's compute instead.
         # A non-finite batch goes with its dense half, so the client drops it whole (and the
@@ -133,6 +149,8 @@ class HybridParams:
             self.flush()
         finally:
             self._pusher.shutdown(wait=True)
+            if self.early is not None:
+                self.early.close()
             if self.group is not None:
                 self.group.leave()
 

@@ -92,14 +92,18 @@ class DenseReplica:
 
     def apply(self, mean: np.ndarray, batch_step: int) -> None:
         """One optimizer step of every table with the round's mean gradient (flat)."""
-        updates = []
+        updates = {}
         at = 0
         for spec, size in zip(self.specs, self.sizes, strict=True):
-            table = self.tables[spec.name]
-            updates.append((table, table.compute(mean[at:at + size], batch_step)))
+            updates[spec.name] = self.tables[spec.name].compute(mean[at:at + size], batch_step)
             at += size
-        for table, update in updates:
-            table.commit(update)
+        self.commit(updates)
+
+    def commit(self, updates: Mapping[str, tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
+        """One optimizer step of every table: its update (``DenseShard.compute``'s), all of
+        them computed before any is committed."""
+        for name, table in self.tables.items():
+            table.commit(updates[name])
         self.step += 1
         self.version += 1
 
