@@ -646,10 +646,25 @@ def publish_result_if_absent(store: Store, doc: Mapping[str, Any]) -> bool:
     """Write the job's result document only if there is none yet; False if there was one.
 
     The trainers' automatic result uses this, so it never replaces a script's own
-    (:func:`publish_result` always writes) and only the first trainer to finish writes it.
+    (:func:`publish_result` always writes) and only the first trainer to finish writes it,
+    with one exception: an automatic result (``result_by``) whose trainer trained nothing in
+    the last pass (no ``train_samples``: another trainer took every task of it) gives way to
+    one whose trainer did, so that the job's training metrics do not depend on which trainer
+    finished first.
     """
-    written, _ = store.compare_and_set(JOB_RESULT, _encode(doc), 0)
+    encoded = _encode(doc)
+    written, current = store.compare_and_set(JOB_RESULT, encoded, 0)
+    while not written and current is not None and _trained(doc):
+        there = _object(current.value, JOB_RESULT)
+        if "result_by" not in there or _trained(there):
+            return False  # a script's own, or an automatic one with training metrics
+        written, current = store.compare_and_set(JOB_RESULT, encoded, current.mod_revision)
     return written
+
+
+def _trained(doc: Mapping[str, Any]) -> bool:
+    samples = doc.get("train_samples")
+    return isinstance(samples, (int, float)) and samples > 0
 
 
 def task_scores_prefix(partition: str) -> str:

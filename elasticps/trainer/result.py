@@ -2,9 +2,10 @@
 
 When ``Trainer.train`` ends, the trainer offers this document as the job's result with a
 compare-and-set on a missing key (:func:`elasticps.store.keys.publish_result_if_absent`): the
-first trainer to finish writes it, and a script's own ``elasticps.publish_result(doc)`` (written
-before or after) always wins. Any trainer will do: the last pass ends only when every task of the
-job is trained and applied, so every trainer evaluates the same final parameters.
+first trainer to finish writes it (unless it trained nothing in the last pass and another did:
+that one's replaces it), and a script's own ``elasticps.publish_result(doc)`` (written before or
+after) always wins. Any trainer will do for the test metrics: the last pass ends only when every
+task of the job is trained and applied, so every trainer evaluates the same final parameters.
 
 The document holds the test set's metrics under their plain names (``auc``, ``logloss`` for
 binary labels; ``rmse``, ``mae``; ``accuracy``, ``cross_entropy``, ``perplexity``...), each one's

@@ -40,11 +40,13 @@ TRAIN_ARGS = ["--passes", str(PASSES), "--batch-size", str(BATCH), "--test-batch
               str(SPARSE_LR), "--schedule", "cosine", "--warmup-steps", str(WARMUP),
               "--min-lr-factor", str(MIN_FACTOR)]
 # Two asynchronous trainers against the one-process run from the same initial values (see
-# test_tabular.py): in 4 runs of this job the test recall@10 was 0.2627-0.2700 against the
-# one-process run's 0.2740 (the planted tastes' own: 0.3027). The standard error of a recall
-# near 0.27 over these 1,500 rows is 0.011, so the tolerance is under three of them; a model
-# that ranks at random scores 10/250 = 0.04.
-RECALL_TOLERANCE = 0.03
+# test_tabular.py): in 10 runs of this job the test recall@10 was 0.2413-0.2813 against the
+# one-process run's 0.2740 (the planted tastes' own: 0.3027); the lower ones came with load
+# (three runs side by side: 0.2607-0.2660; 0.2413 in the test command's middle stage, three
+# whole-job tests on two cores), where the trainers' pulls miss more of each other's updates.
+# The standard error of a recall near 0.27 over these 1,500 rows is 0.011, so the tolerance
+# is under four of them; a model that ranks at random scores 10/250 = 0.04.
+RECALL_TOLERANCE = 0.04
 
 tt = load_example("examples/two_tower/model.py")
 

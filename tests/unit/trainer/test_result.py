@@ -67,6 +67,28 @@ def test_the_automatic_result_never_replaces_one_already_there(tmp_path: Path) -
         assert read_result(store) == {"auc": 0.5, "nested": {"x": [1, None]}}
 
 
+def test_an_automatic_result_without_training_metrics_gives_way_to_one_with_them(
+        tmp_path: Path) -> None:
+    """A trainer that trained nothing in the last pass (another took every task) may finish
+    first: its result gives way to a trainer's that trained, never to another untrained one,
+    and a script's own result is never replaced."""
+    untrained = default_result([{"samples": 0.0, "test_auc": 0.7}], passes=1,
+                               label_kind="binary", trainer="t0")
+    trained = default_result([{"samples": 800.0, "auc": 0.66, "test_auc": 0.7}], passes=1,
+                             label_kind="binary", trainer="t1")
+    config = Config(store=f"file://{tmp_path / 'store.db'}", job_name="job")
+    with open_store(config.store or "", config.job_name) as store:
+        assert publish_result_if_absent(store, untrained)
+        assert not publish_result_if_absent(store, dict(untrained, result_by="t2"))
+        assert publish_result_if_absent(store, trained)
+        assert read_result(store) == trained
+        assert not publish_result_if_absent(store, dict(trained, result_by="t3"))
+        assert read_result(store)["result_by"] == "t1"  # type: ignore[index]
+        publish_result({"auc": 0.5}, config=config)  # a script's own
+        assert not publish_result_if_absent(store, trained)
+        assert read_result(store) == {"auc": 0.5}
+
+
 def test_publish_result_refuses_what_it_cannot_store(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="runs inside a job"):
         publish_result({"auc": 0.5}, config=Config())
