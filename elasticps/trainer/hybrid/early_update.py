@@ -57,7 +57,7 @@ class EarlyUpdate:
     :meth:`begin` (before ``loss.backward()``) and :meth:`take` (the push).
 
     ``solo()`` says whether this member is alone in its generation now (else nothing is
-    computed: the mean is not known before the round); ``grad_of(name, grad)`` is the host
+    computed: the mean is not known before the round); ``grad_of(grad)`` is the host
     float32 gradient the push would carry (``DenseSync.host_grad``).
     """
 
