@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from job_records import plain_torch_run, run_job
+from run_facts import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 ELASTICPS = [sys.executable, "-m", "elasticps"]
@@ -178,13 +179,6 @@ def prepare(names: list[str], data_root: Path, quick: bool) -> dict[str, float]:
         (root / "made").write_text("")
         seconds[data] = round(time.monotonic() - started, 3)
     return seconds
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:

@@ -24,13 +24,10 @@ this machine's, loaded as a user's laptop would be.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -45,7 +42,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # serve_latency: this directory's
 
-from serve_latency import Clients, cpu_model, phase  # noqa: E402
+from run_facts import run_facts  # noqa: E402
+from serve_latency import Clients, phase  # noqa: E402
 
 from elasticps.data.stream import FsspecPartitionSource, Partition  # noqa: E402
 
@@ -178,11 +176,7 @@ def main() -> int:
     fast = run(run_args(root / "lag", args.fast_partitions, args.fast_every, args.rows),
                lag(lagging))
     result = {
-        "date": datetime.date.today().isoformat(),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "load_average": os.getloadavg(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                 capture_output=True, text=True).stdout.strip(),
-        "options": vars(args),
+        **run_facts(vars(args)),
         "defaults": defaults,
         "serving": {**serving, "freshness_published_s": with_load["freshness_published_s"],
                     "freshness_served_s": with_load["freshness_served_s"],

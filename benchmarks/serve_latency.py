@@ -26,12 +26,10 @@ the figures are a floor for this machine, not the server's alone.
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
 import json
 import multiprocessing
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -242,17 +240,11 @@ def metric(text: str, name: str) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main() -> int:
+    # Here, not at the top: `elasticps serve` loads this file for its model function (build),
+    # without this directory on its path.
+    from run_facts import run_facts
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
@@ -303,11 +295,7 @@ def main() -> int:
             server.wait(timeout=30)
             log.close()
     result = {
-        "date": datetime.date.today().isoformat(),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "load_average": os.getloadavg(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                 capture_output=True, text=True).stdout.strip(),
-        "options": vars(args),
+        **run_facts(vars(args)),
         "steady": phase(records, steady_start, steady_end, versions.published),
         "swapping": phase(records, swap_start, swap_end, published),
         "versions_published": len(published),

@@ -15,7 +15,9 @@ Bounds (``timeout`` is PADDLE_DENSE_TIMEOUT, ``ttl`` PADDLE_LEASE_TTL):
 - a new generation is proposed from the live member keys; a dead member's key vanishes within
   ``ttl``, and the gathering members abandon a generation that names it as soon as they see
   that, so a group re-forms within ``ttl`` + ``timeout`` of a death, at most;
-- a member that leaves says so in a round (no wait at all).
+- a member that leaves says so in a round (no wait at all);
+- a member outside a generation tries an unreachable store again every :data:`STORE_RETRY_S`
+  and fails after :data:`STORE_DEADLINE_S` of it (a formed generation's rounds need no store).
 
 Exactly-once: a gradient is applied in the round that takes it (the plan is the same on every
 member, :mod:`~elasticps.trainer.hybrid.rounds`); a round that broke is retried in the next
@@ -78,6 +80,9 @@ FIRST_COMPUTE_S = 0.5  # the batch time assumed before the first is measured
 VIEW_EVERY_S = 0.25  # how often an active member reads the store (newcomers, vanished keys)
 WAIT_S = 0.1  # a member outside a generation looks at the store again after this
 STORE_RETRY_S = 1.0  # a member that could not reach the store tries again after this
+# A member outside a generation that has not reached the store for this long fails (its
+# trainer sees the error), as a trainer that finds no master for as long does.
+STORE_DEADLINE_S = 300.0
 
 
 @dataclass
@@ -110,6 +115,7 @@ class DenseGroup:
         self._collectives: Collectives | None = None
         self._lease: Lease | None = None
         self._view_at = 0.0
+        self._store_down_since: float | None = None  # outside a generation, store unreachable
         self._view: View | None = None
         self._saved_at = time.monotonic()
         self.rounds = 0  # rounds run (tests, logs)
@@ -208,10 +214,18 @@ class DenseGroup:
         try:
             self._act()
         except StoreUnavailableError as exc:  # outside a generation: wait for the store
+            now = time.monotonic()
+            since = self._store_down_since = self._store_down_since or now
+            if now - since >= STORE_DEADLINE_S:
+                raise StoreUnavailableError(
+                    f"trainer {self.name}'s dense group could not reach the store for "
+                    f"{STORE_DEADLINE_S:g}s: {exc}") from exc
             log.warning("Trainer %s: the store is unavailable to the dense group (%s); "
                         "retrying in %.0fs.", self.name, exc, STORE_RETRY_S)
             with self.lock:
                 self.lock.wait_for(lambda: self._leaving, timeout=STORE_RETRY_S)
+        else:
+            self._store_down_since = None
 
     def _act(self) -> None:
         view = self._read_view(force=self.membership.phase is not Phase.ACTIVE)

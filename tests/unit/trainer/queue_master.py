@@ -1,6 +1,6 @@
 """A master with no sockets: the real pure ``TaskQueue`` behind the trainer's ``TaskSource``.
 
-The answers are built by the master service's own ``task_message``, so a trainer stepping
+The answers are built by the master service's own ``get_task_response``, so a trainer stepping
 against this sees what it would see over gRPC. Time is ``QueueMaster.now``, moved by the test.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from elasticps.data.batch_plan import BatchPlan
 from elasticps.data.manifest import ChunkRef
 from elasticps.errors import DataError
-from elasticps.master.service import task_message
+from elasticps.master.service import get_task_response
 from elasticps.master.snapshot import DatasetRecord
 from elasticps.master.task_queue import GetTaskResult, QueuePolicy
 from elasticps.proto import master_pb2
@@ -67,12 +67,7 @@ class QueueClient:
         return reply.accepted, response
 
     def _response(self, result: GetTaskResult) -> master_pb2.GetTaskResponse:
-        response = master_pb2.GetTaskResponse(outcome=result.outcome.value,
-                                              pass_id=result.pass_id, reason=result.reason,
-                                              retry_after_s=result.retry_after_s)
-        if result.task is not None:
-            response.task.CopyFrom(task_message(result.task, self.master.dataset))
-        return response
+        return get_task_response(result, self.master.dataset, 0.0)
 
     def report_progress(self, task: master_pb2.Task, records_done: int) -> bool:
         reply, _ = self.master.queue.report_progress(self.trainer, task.task_id, task.epoch,

@@ -13,8 +13,10 @@ import torch
 
 from elasticps.store.embedded_store import EmbeddedStore
 from elasticps.trainer.dense import DenseSync
+from elasticps.trainer.device import Placement
 from elasticps.trainer.hybrid.early_update import EarlyUpdate
 from elasticps.trainer.hybrid.group import DenseGroup
+from elasticps.trainer.hybrid.params import HybridParams
 from elasticps.trainer.hybrid.replica import DenseReplica
 from elasticps.trainer.hybrid.rounds import Header, Kind
 from elasticps.trainer.optim import Adam, Cosine
@@ -121,3 +123,11 @@ def test_a_member_that_is_not_alone_computes_nothing_early(tmp_path: Path) -> No
         hooks.begin(0)
         member.model(torch.ones(2, 5)).sum().backward()
         assert hooks.take() is None
+
+
+def test_a_trainer_whose_tensors_travel_to_a_device_computes_nothing_early() -> None:
+    """On a GPU (here the device path on the CPU: every tensor copied), reading each gradient
+    to the host as it lands would stall the device: hybrid mode makes no hooks there."""
+    dense = DenseSync(torch.nn.Linear(2, 1))
+    dense.placement = Placement(torch.device("cpu"), transfer=True)
+    assert HybridParams(client=None, make_group=None).early_update(dense) is None

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import elasticps.trainer.hybrid.group as group_module
-from elasticps.errors import StoreUnavailableError
+from elasticps.errors import ConfigError, StoreUnavailableError
 from elasticps.store.embedded_store import EmbeddedStore
 from elasticps.store.keys import HYBRID_GROUP, HYBRID_MEMBER_PREFIX
 from elasticps.trainer.hybrid.checkpoints import DenseCheckpoints
@@ -153,4 +153,23 @@ def test_rounds_go_on_through_a_store_outage_and_a_member_outside_waits_for_the_
         assert applied == [True], "no round while the store was down"
         assert replica.step == 1
         store.down = False
+        group.leave()
+
+
+def test_a_member_outside_a_generation_gives_up_on_a_store_that_stays_down(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its wait is bounded: after STORE_DEADLINE_S without the store the trainer's
+    wait_ready raises, naming the store, instead of waiting forever."""
+    monkeypatch.setattr(group_module, "STORE_RETRY_S", 0.05)
+    monkeypatch.setattr(group_module, "STORE_DEADLINE_S", 0.5)
+    with EmbeddedStore(tmp_path / "job.db", "/job/") as real:
+        store = Outage(real)
+        store.down = True
+        group = DenseGroup(store, _trained(0), name="trainer-0",  # type: ignore[arg-type]
+                           host="127.0.0.1", lease_ttl=5, timeout=10,
+                           device=torch.device("cpu"))
+        group.start()
+        with pytest.raises(ConfigError, match=r"could not reach the store for 0\.5s"):
+            group.wait_ready()
+        assert store.refused >= 3  # it did try again before giving up
         group.leave()
