@@ -35,6 +35,7 @@ from elasticps.pserver.hashing import uniform01
 from elasticps.pserver.index import DirectIndex, HashIndex, RowIndex
 from elasticps.pserver.optimizers import Optimizer, config_from_spec, make_optimizer
 from elasticps.pserver.routing import route_ids
+from elasticps.pserver.row_access import put_rows, take_rows
 
 MAX_TOMBSTONES = 1 << 20  # evicted ids kept for the next delta; beyond it the delta is a full one
 _TRACK_BYTES = 4 + 8 + 4  # touched_pass int32, touched_at float64, hits uint32
@@ -232,9 +233,9 @@ class SparseTable:
         rows = self.lookup(unique)
         present = rows >= 0
         if present.all():
-            return self.values[rows]
+            return take_rows(self.values, rows)
         out = initial_values(self.spec.initializer, unique, self.dim)
-        out[present] = self.values[rows[present]]
+        out[present] = take_rows(self.values, rows[present])
         return out
 
     # -- a push: plan (pure), compute, commit -----------------------------------------------
@@ -272,9 +273,11 @@ class SparseTable:
         train = plan.present | plan.admitted
         ids, grads = plan.unique[train], plan.summed[train]
         rows = self._ensure_rows(ids)
-        steps = self.steps[rows] + 1 if self.uses_step else np.ones(rows.shape[0], np.int32)
+        steps = (take_rows(self.steps, rows) + 1 if self.uses_step
+                 else np.ones(rows.shape[0], np.int32))
         param, slots = self.optimizer.step(
-            self.values[rows], grads, {n: a[rows] for n, a in self.slots.items()}, steps[:, None],
+            take_rows(self.values, rows), grads,
+            {n: take_rows(a, rows) for n, a in self.slots.items()}, steps[:, None],
             self.optimizer.lr_at(batch_step))
         return rows, param, slots, steps if self.uses_step else None
 
@@ -294,9 +297,9 @@ class SparseTable:
         plan: SparsePlan, pass_id: int, now: float,
     ) -> None:
         rows, param, slots, steps = update
-        self.values[rows] = param
+        put_rows(self.values, rows, param)
         for name, arr in slots.items():
-            self.slots[name][rows] = arr
+            put_rows(self.slots[name], rows, arr)
         if steps is not None:
             self.steps[rows] = steps
         self.changed[rows] = True
