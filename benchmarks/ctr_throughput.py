@@ -2,7 +2,7 @@
 real processes) against what a user would run instead, single-process PyTorch.
 
     python benchmarks/ctr_throughput.py [--mode async|sync|geo|hybrid] [--rows 200000]
-        [--quick] [--json FILE]
+        [--device cpu|cuda] [--quick] [--json FILE]
 
 Both sides read the same synthetic dataset (generated once into a temporary directory, or
 ``--data``) in the same batch order, train the classic CTR-DNN (26 slots x dim 10 into one
@@ -41,6 +41,11 @@ which goes first, and reports the TLS / plaintext ratio of the medians: the cost
 on the same machine, in the same minutes. ``--bf16-cost`` does the same with the dense
 gradients sent as bfloat16 (``PADDLE_DENSE_GRAD_DTYPE=bfloat16``): ``bf16_sps``, ``auc_bf16``
 and ``bf16_over_float32``.
+
+``--device cuda`` (a machine with a GPU and a CUDA build of torch) runs PyTorch with its model,
+embedding table included, on the GPU (single-GPU PyTorch) and the elasticps trainer with
+``PADDLE_USE_GPU=true``; ``taskset -c 0-7 python benchmarks/ctr_throughput.py ...`` runs both on
+8 cores: torch's default threads and the launcher's split follow the cores the process may use.
 
 A mode this checkout's elasticps does not know (an older checkout's, without ``hybrid``) stops
 the benchmark at once with a message saying so (exit status 2), before anything runs.
@@ -86,7 +91,8 @@ class ColumnsEmbedding(torch.nn.Embedding):
         self.columns = columns
 
     def forward(self, batch: TensorBatch) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(torch.from_numpy(batch.source.stack_ids(self.columns)))
+        ids = torch.from_numpy(batch.source.stack_ids(self.columns))
+        return super().forward(ids.to(self.weight.device))
 
 
 DEFAULT_THREADS = torch.get_num_threads()  # torch's own default: every core
@@ -110,7 +116,8 @@ def torch_run(data: str, args: argparse.Namespace, threads: int | None = None
         tables[table] = emb
         return emb
 
-    model = build("dnn", make_embedding, hidden=args.hidden)
+    device = torch.device(args.device)
+    model = build("dnn", make_embedding, hidden=args.hidden).to(device)
     sparse_ids = {id(p) for emb in tables.values() for p in emb.parameters()}
     dense_opt = torch.optim.Adam([p for p in model.parameters() if id(p) not in sparse_ids],
                                  lr=args.lr)
@@ -124,29 +131,39 @@ def torch_run(data: str, args: argparse.Namespace, threads: int | None = None
                                                               features=features)):
         dense_opt.zero_grad()
         sparse_opt.zero_grad()
-        loss_fn(model(batch.to_torch()), torch.from_numpy(batch.label)).backward()
+        loss_fn(model(batch.to_torch(device)), torch.from_numpy(batch.label).to(device)).backward()
         dense_opt.step()
         sparse_opt.step()
         trained += len(batch)
         if i == 0:  # the first step allocates Adam's state for the whole table: not steady state
+            _synchronize(device)
             start, cpu_loop = time.perf_counter(), time.process_time()
             continue
         samples += len(batch)
+    _synchronize(device)
     sps = samples / (time.perf_counter() - start)
     loop_cpu = time.process_time() - cpu_loop
-    auc_value = test_auc(model, data, features)
+    auc_value = held_out_auc(model, data, features, device)
     return {"sps": sps, "auc": auc_value,
             "cpu_s_per_1k": 1000 * (time.process_time() - cpu_start) / trained,
             "cpu_s_per_1k_training": 1000 * loop_cpu / samples}
 
 
-def test_auc(model: torch.nn.Module, data: str, features: FeatureConfig) -> float:
+def _synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queued work, so that the clock reads finished steps."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def held_out_auc(model: torch.nn.Module, data: str, features: FeatureConfig,
+                 device: torch.device) -> float:
     """AUC of ``model`` on the test split, as the CTR example scores its export."""
     dataset = open_dataset(data)
     labels, scores = [], []
     with torch.no_grad():
         for batch in dataset.split("test").iter_batches(8192, features=features):
-            scores.append(torch.sigmoid(model(batch.to_torch())).reshape(-1).numpy())
+            logits = model(batch.to_torch(device))
+            scores.append(torch.sigmoid(logits).reshape(-1).cpu().numpy())
             labels.append(batch.label.reshape(-1))
     return auc(np.concatenate(labels), np.concatenate(scores))
 
@@ -170,7 +187,8 @@ def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
         argv += ["--dense-sync-every", str(args.dense_sync_every)]
     children_before = _children_cpu()
     with tempfile.TemporaryFile("w+") as err:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_DENSE_GRAD_DTYPE": dense_grad_dtype}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_DENSE_GRAD_DTYPE": dense_grad_dtype,
+               "PADDLE_USE_GPU": "true" if args.device == "cuda" else "false"}
         proc = subprocess.Popen(argv, env=env,
                                 stdout=subprocess.DEVNULL, stderr=err, text=True)
         watch = JobCpuWatch(workdir, proc.pid).start()
@@ -230,6 +248,10 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads of the PyTorch run (default: torch's own default, "
                         "every core: what a user running PyTorch alone gets)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where both sides compute: cuda puts PyTorch's model, embedding "
+                             "table included, on the GPU and runs the elasticps trainer with "
+                             "PADDLE_USE_GPU=true (its rows stay on the pservers)")
     parser.add_argument("--data", help="an existing dataset with a test split (default: "
                         "generate one)")
     parser.add_argument("--dense-sync-every", type=int, default=None,
@@ -247,6 +269,10 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     check_mode(args.mode)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"ctr_throughput: --device cuda, but this torch ({torch.__version__}) sees no CUDA "
+              "device; nothing was run", file=sys.stderr)
+        return 2
     if args.quick:
         args.rows, args.test_rows, args.repeat = 20_000, 5_000, 1
     args.hidden = tuple(int(h) for h in args.hidden.split(","))
@@ -371,7 +397,8 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         "auc_elasticps": round(median("auc_elasticps"), 4),
         "auc_torch": round(median("auc_torch"), 4),
         "torch_threads": int(median("torch_threads")),
-        "mode": args.mode, "elasticps_threads": runs[-1]["elasticps_threads"],
+        "mode": args.mode, "device": args.device,
+        "elasticps_threads": runs[-1]["elasticps_threads"],
         "cpu_s_per_1k": median_by_key("cpu_s_per_1k"),
         "cpu_s_per_1k_training": median_by_key("cpu_s_per_1k_training"),
         "torch_cpu_s_per_1k": round(median("torch_cpu_s_per_1k"), 4),
@@ -383,7 +410,7 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
                                      for k in timers[0]},
         "rows": args.rows, "test_rows": args.test_rows, "batch_size": args.batch_size,
         "hidden": list(args.hidden), "repeat": args.repeat, "prefetch": not args.no_prefetch,
-        "dense_sync_every": args.dense_sync_every, "cpus": os.cpu_count(),
+        "dense_sync_every": args.dense_sync_every, "cpus": len(os.sched_getaffinity(0)),
         "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in run.items()
                   if k not in ("timers", "elasticps_threads")} for run in runs],
     }

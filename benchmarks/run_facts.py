@@ -24,9 +24,10 @@ def cpu_model() -> str:
 
 
 def run_facts(options: dict[str, Any]) -> dict[str, Any]:
-    """Date, CPU, cores, load average, this checkout's commit and the run's options."""
+    """Date, CPU, cores (the ones this process may run on: ``taskset`` narrows them), load
+    average, this checkout's commit and the run's options."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
     return {"date": datetime.date.today().isoformat(), "cpu": cpu_model(),
-            "cores": os.cpu_count(), "load_average": os.getloadavg(), "commit": commit,
-            "options": options}
+            "cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "commit": commit, "options": options}

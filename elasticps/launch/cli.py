@@ -15,6 +15,7 @@ from typing import Any
 from elasticps.autoscale_policy import AutoscaleConfig
 from elasticps.config import MODES, hold_env_token, load_config
 from elasticps.errors import ConfigError, ElasticPSError
+from elasticps.launch.threads import usable_cores
 from elasticps.telemetry.stream_capture import report_exception
 
 RUN_EPILOG = """\
@@ -163,7 +164,7 @@ def _autoscale(args: argparse.Namespace) -> AutoscaleConfig | None:
                 raise ConfigError(f"{flag}={value} needs --autoscale")
         return None
     most = args.max_trainers if args.max_trainers is not None else max(
-        args.min_trainers, args.trainers, os.cpu_count() or 1)
+        args.min_trainers, args.trainers, usable_cores())
     return AutoscaleConfig(args.min_trainers, most, cooldown_s=args.autoscale_cooldown,
                            cpu_per_trainer=args.autoscale_cpu,
                            min_gain=args.autoscale_min_gain)

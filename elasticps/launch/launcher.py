@@ -44,7 +44,7 @@ from elasticps.launch.process_records import RecordsWriter, log_name
 from elasticps.launch.reshard import PServerResharder
 from elasticps.launch.standby import STANDBY_BOUND_S, DeferredStandbys
 from elasticps.launch.supervisor import JobState, Supervisor
-from elasticps.launch.threads import ThreadPlan, plan_threads
+from elasticps.launch.threads import ThreadPlan, plan_threads, usable_cores
 from elasticps.launch.workdir import TOKEN_FILE, prepare_workdir, write_token
 from elasticps.private_files import make_private_dir, replace_private
 from elasticps.rpc.job_ca import write_job_identities
@@ -162,7 +162,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
 
 def thread_plan(opts: LaunchOptions, mode: str, base_env: dict[str, str]) -> ThreadPlan:
     """How this job's processes split the machine's cores (launch/threads.py)."""
-    return plan_threads(os.cpu_count() or 1, opts.trainers, opts.pservers, mode,
+    return plan_threads(usable_cores(), opts.trainers, opts.pservers, mode,
                         trainer_threads=opts.trainer_threads,
                         pserver_threads=opts.pserver_threads, env=base_env)
 

@@ -13,6 +13,10 @@ one (26.5k against 26.7k samples/s, ``benchmarks/ctr_throughput.py``) for half a
 per sample (0.049 against 0.032 s per 1,000 samples).
 Every pserver and master gets one thread.
 
+The cores are the ones this process may run on (``sched_getaffinity``: ``taskset``, a cpuset),
+not every core of the machine, as torch counts them for its own default: a job started on 8 of
+16 cores plans for 8.
+
 As torchrun does, an ``OMP_NUM_THREADS`` the launcher's own environment sets is what every
 role gets; ``--trainer-threads`` and ``--pserver-threads`` set one role's count whatever the
 environment says. The plan is made once, for the job's first counts: a trainer added later
@@ -21,6 +25,7 @@ environment says. The plan is made once, for the job's first counts: a trainer a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +36,14 @@ THREADS_VAR = "OMP_NUM_THREADS"
 # Cores one pserver keeps out of the trainers' share, by training mode. A mode not listed
 # (one newer than this table) is treated as the busiest: a core per pserver.
 PSERVER_CORES: Mapping[str, int] = {"async": 1, "sync": 1, "geo": 1, "hybrid": 1}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), where the OS says; else every
+    core of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ carry it to every role, and the line that says it."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from elasticps.cli import build_parser
 from elasticps.errors import ConfigError
 from elasticps.launch.launcher import Launch, LaunchOptions, build_specs
 from elasticps.launch.threads import plan_threads
+from tests.helpers import REPO
 
 
 def _counts(cpus: int, trainers: int, pservers: int, mode: str = "async",
@@ -79,3 +83,16 @@ def test_the_flags_reach_the_options_and_the_split_is_printed(tmp_path: Path) ->
     assert "each trainer 4 threads, each pserver 1 thread" in line
     assert "--trainer-threads given" in line
     assert launch.threads.summary()["trainer"] == 4
+
+
+def test_a_job_plans_for_the_cores_it_may_run_on() -> None:
+    # Started by taskset on one core of this machine, the launcher plans for one core, as
+    # torch's own default does there; not for every core of the machine.
+    script = ("from elasticps.launch.launcher import LaunchOptions, thread_plan; import torch; "
+              "plan = thread_plan(LaunchOptions(script='train.py'), 'async', {}); "
+              "print(plan.cpus, torch.get_num_threads())")
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", script],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
