@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -52,6 +53,7 @@ from elasticps.errors import (
 )
 from elasticps.gradients import finite
 from elasticps.proto import common_pb2, pserver_pb2, pserver_pb2_grpc
+from elasticps.pserver.dense_table import strictly_increasing
 from elasticps.pserver.dense_tag import DenseTag, TaggedDense
 from elasticps.pserver.routing import dense_parts, route_ids
 from elasticps.pserver.sync_wait import CrossShardWait
@@ -355,8 +357,15 @@ class PServerClient:
         shards = len(requests)
         if sequential:
             return [self._call(i, method, r, shards) for i, r in enumerate(requests)]
-        futures = [self._pool.submit(self._call, i, method, r, shards)
-                   for i, r in enumerate(requests)]
+        return self._each([partial(self._call, i, method, r, shards)
+                           for i, r in enumerate(requests)])
+
+    def _each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """Every call's answer, in order: on the pool in parallel, or on this thread when there
+        is one (a one-shard job's every call: no hand-off to another thread and back)."""
+        if len(calls) == 1:
+            return [calls[0]()]
+        futures = [self._pool.submit(c) for c in calls]
         return [f.result() for f in futures]
 
     # -- tables and initialisation ----------------------------------------------------------
@@ -553,12 +562,16 @@ class PServerClient:
     # -- sparse -----------------------------------------------------------------------------
 
     @staticmethod
-    def _route(ids: np.ndarray, shards: int) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(order, per-shard positions into ``ids``): positions grouped by ``id % shards``."""
+    def _route(ids: np.ndarray, shards: int) -> list[np.ndarray | slice]:
+        """Per shard, the positions in ``ids`` of the ids it owns (``id % shards``), in order;
+        with one shard, all of them as a slice, so that ids and rows go as they are: viewed,
+        not gathered."""
+        if shards == 1:
+            return [slice(None)]
         owner = route_ids(ids, shards)
         order = np.argsort(owner, kind="stable")
         bounds = np.searchsorted(owner[order], np.arange(shards + 1))
-        return order, [order[bounds[i]:bounds[i + 1]] for i in range(shards)]
+        return [order[bounds[i]:bounds[i + 1]] for i in range(shards)]
 
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Rows for ``ids`` (int64 [n]) in their order, float32 [n, dim]."""
@@ -578,33 +591,40 @@ class PServerClient:
             raise InvalidArgumentError(
                 f"ids must be an integer vector, got {ids.dtype} {ids.shape}"
             )
-        unique, inverse = np.unique(ids.astype(np.int64, copy=False), return_inverse=True)
+        ids = ids.astype(np.int64, copy=False)
+        inverse: np.ndarray | None = None
+        if strictly_increasing(ids):  # a trainer's layers pull their sorted unique ids
+            unique = ids
+        else:
+            unique, inverse = np.unique(ids, return_inverse=True)
         rows, marks = self._routed(lambda n: self._pull_unique(table, unique, held, n))
         if rows is None:
             dim = int(self._tables()[table].dim) if table in self._tables() else 0
             return np.zeros((0, dim), dtype=np.float32), marks if held else None
+        if inverse is None:
+            return rows, marks if held else None
         return rows[inverse], marks[inverse] if held else None
 
     def _pull_unique(self, table: str, unique: np.ndarray, held: bool, shards: int
                      ) -> tuple[np.ndarray | None, np.ndarray]:
-        _, groups = self._route(unique, shards)
-        requests = [pserver_pb2.PullSparseRequest(table=table, ids=encode_tensor(unique[g]),
-                                                  held=held)
-                    for g in groups]
-        futures = [self._pool.submit(self._call, i, "PullSparse", r, shards)
-                   for i, r in enumerate(requests) if groups[i].size]
+        groups = self._route(unique, shards)
+        shard_ids = [unique[g] for g in groups]
+        live = [i for i, part_ids in enumerate(shard_ids) if part_ids.size]
+        responses = self._each([partial(
+            self._call, i, "PullSparse",
+            pserver_pb2.PullSparseRequest(table=table, ids=encode_tensor(shard_ids[i]),
+                                          held=held), shards) for i in live])
         rows: np.ndarray | None = None
         marks = np.zeros(unique.size, dtype=np.bool_)
-        for i, future in zip([i for i, g in enumerate(groups) if g.size], futures, strict=True):
-            response = future.result()
-            part = decode_tensor(response.rows, dtype=np.float32,
-                                 shape=(groups[i].size, None), name=f"rows from shard {i}")
+        for i, response in zip(live, responses, strict=True):
+            size = shard_ids[i].size
+            part = decode_tensor(response.rows, dtype=np.float32, shape=(size, None),
+                                 name=f"rows from shard {i}")
             if rows is None:
                 rows = np.empty((unique.size, part.shape[1]), dtype=np.float32)
             rows[groups[i]] = part
             if held:
-                marks[groups[i]] = decode_tensor(response.held, dtype=np.bool_,
-                                                 shape=(groups[i].size,),
+                marks[groups[i]] = decode_tensor(response.held, dtype=np.bool_, shape=(size,),
                                                  name=f"held marks from shard {i}")
         return rows, marks
 
@@ -630,9 +650,8 @@ class PServerClient:
             if sendable:
                 self._split(requests, dense_grads, sparse_grads, counts or {})
             wait = CrossShardWait()
-            futures = [self._pool.submit(self._push_until_closed, i, r, shards, wait)
-                       for i, r in enumerate(requests)]
-            return [f.result() for f in futures]
+            return self._each([partial(self._push_until_closed, i, r, shards, wait)
+                               for i, r in enumerate(requests)])
 
         return self._routed(push_all)
 
@@ -669,14 +688,14 @@ class PServerClient:
         for name, (ids, rows) in sparse.items():
             ids = np.asarray(ids, dtype=np.int64)
             rows = np.asarray(rows, dtype=np.float32)
-            _, groups = self._route(ids, shards)
+            groups = self._route(ids, shards)
             shown = (counts or {}).get(name)
             if shown is not None and not (len(shown[0]) == len(shown[1]) == ids.shape[0]):
                 raise InvalidArgumentError(
                     f"show/click counts for table {name!r} have {len(shown[0])} / "
                     f"{len(shown[1])} entries for {ids.shape[0]} ids; give one per id")
             for i, g in enumerate(groups):
-                if g.size:
+                if ids[g].size:
                     entry = pserver_pb2.SparseGrad(table=name, grad=encode_sparse(ids[g], rows[g]))
                     if shown is not None:
                         entry.shows.CopyFrom(encode_tensor(

@@ -252,3 +252,38 @@ def test_concurrent_pushes_from_processes_equal_serial(cluster, etcd_server, job
         applied = client.list_applied(0)
         for shard in applied:
             assert [(t.task_id, t.below, list(t.extra)) for t in shard.tasks] == [(0, 24, [])]
+
+
+def test_one_pserver_takes_rows_in_any_order_as_the_shard_does(
+        tmp_path: Path, job_name: str, etcd_server) -> None:
+    """One shard: ids and rows travel as they are (no routing copies), calls run on the
+    caller's thread; sorted unique ids, any order, repeats and held marks all come back as an
+    in-process shard gives them."""
+    store = open_store(etcd_server.url, job_name)
+    servers = PServers(tmp_path, etcd_server.url, job_name, num=1)
+    try:
+        servers.wait_slots(store, {servers.start().pid})
+        batches = _batches(4, seed=3)
+        ref = _reference(batches)
+        with PServerClient(store, job_credentials(servers.job), 1, deadline=30) as client:
+            client.declare_tables(SPECS)
+            client.initialize({"w": W0})
+            for seq, (w, ids, rows) in enumerate(batches):
+                responses = client.push(common_pb2.BatchRef(pass_id=0, task_id=0, seq=seq),
+                                        {"w": w}, {"emb": (ids, rows)})
+                assert [r.applied for r in responses] == [True]
+            trained = np.unique(np.concatenate([ids for _, ids, _ in batches]))
+            never = np.setdiff1d(np.arange(1000), trained)[:50]
+            sorted_unique = np.union1d(trained, never)  # some rows, some start values
+            shuffled = np.random.default_rng(0).permutation(
+                np.concatenate([sorted_unique, sorted_unique[:30]]))  # repeats, any order
+            for ids in (sorted_unique, shuffled, sorted_unique[::-1].copy()):
+                rows = client.pull_sparse("emb", ids)
+                np.testing.assert_array_equal(rows, ref.pull_sparse("emb", ids))
+                assert rows.flags.writeable
+                held_rows, held = client.pull_held("emb", ids)
+                np.testing.assert_array_equal(held_rows, rows)
+                np.testing.assert_array_equal(held, np.isin(ids, trained))
+    finally:
+        servers.stop_all()
+        store.close()
