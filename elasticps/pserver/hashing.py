@@ -17,4 +17,7 @@ def uniform01(seed: int, keys: np.ndarray, width: int, stream: int) -> np.ndarra
     base = splitmix64(keys.astype(np.uint64) ^ splitmix64(np.array([seed], dtype=np.uint64)))
     cols = np.arange(width, dtype=np.uint64) * np.uint64(2) + np.uint64(stream)
     bits = splitmix64(base[:, None] + cols[None, :] * np.uint64(0xD1B54A32D192ED03))
-    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    bits >>= np.uint64(11)  # in place, as below: a pull's new rows are 100k values
+    out = bits.astype(np.float64)
+    out *= 1.0 / (1 << 53)
+    return out
