@@ -96,15 +96,22 @@ def counts(text: str) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=MODES, default="hybrid")
+    parser.add_argument("--mode", choices=MODES, default="hybrid",
+                        help="elasticps run --mode of every job (default hybrid)")
     parser.add_argument("--trainers", type=counts, default=[1, 2, 4, 8],
                         help="trainer counts to run, comma-separated (default 1,2,4,8)")
-    parser.add_argument("--pservers", type=int, default=2)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--test-rows", type=int, default=50_000)
-    parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--hidden", default="400,400,400")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--pservers", type=int, default=2,
+                        help="pservers of every job (default 2)")
+    parser.add_argument("--rows", type=int, default=1_000_000,
+                        help="synthetic training rows, shared by the trainers (default 1M)")
+    parser.add_argument("--test-rows", type=int, default=50_000,
+                        help="held-out rows the exported model is scored on (default 50k)")
+    parser.add_argument("--batch-size", type=int, default=1000,
+                        help="each trainer's batch (default 1000)")
+    parser.add_argument("--hidden", default="400,400,400",
+                        help="the CTR-DNN's hidden layers (default 400,400,400)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each count; medians reported (default 1)")
     parser.add_argument("--data", help="an existing dataset with a test split (default: "
                         "generate --rows synthetic rows)")
     parser.add_argument("--quick", action="store_true",
