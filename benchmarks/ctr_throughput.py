@@ -81,6 +81,7 @@ from elasticps.data import FeatureConfig, open_dataset  # noqa: E402
 from elasticps.data.batch import TensorBatch  # noqa: E402
 from elasticps.data.metrics import auc  # noqa: E402
 from elasticps.data.synth import synth_ctr  # noqa: E402
+from elasticps.launch.threads import usable_cores  # noqa: E402
 
 
 class ColumnsEmbedding(torch.nn.Embedding):
@@ -410,7 +411,7 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
                                      for k in timers[0]},
         "rows": args.rows, "test_rows": args.test_rows, "batch_size": args.batch_size,
         "hidden": list(args.hidden), "repeat": args.repeat, "prefetch": not args.no_prefetch,
-        "dense_sync_every": args.dense_sync_every, "cpus": len(os.sched_getaffinity(0)),
+        "dense_sync_every": args.dense_sync_every, "cpus": usable_cores(),
         "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in run.items()
                   if k not in ("timers", "elasticps_threads")} for run in runs],
     }

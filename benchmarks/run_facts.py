@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from elasticps.launch.threads import usable_cores
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -29,5 +31,5 @@ def run_facts(options: dict[str, Any]) -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
     return {"date": datetime.date.today().isoformat(), "cpu": cpu_model(),
-            "cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "cores": usable_cores(), "load_average": os.getloadavg(),
             "commit": commit, "options": options}

@@ -43,6 +43,7 @@ from elasticps.data.write_defaults import (  # noqa: E402
     DEFAULT_ROWS_PER_CHUNK,
     SMALL_CHUNK_ROWS,
 )
+from elasticps.launch.threads import usable_cores  # noqa: E402
 
 
 def job(trainers: int, data: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def main() -> int:
                       f"{run['samples_per_sec']:,.0f} samples/s, auc {run['auc']}", flush=True)
     rows = scaling(runs)
     print(f"\n{args.mode}, {args.pservers} pserver(s), {args.rows:,} rows, "
-          f"{len(os.sched_getaffinity(0))} cores (medians of {args.repeat}):")
+          f"{usable_cores()} cores (medians of {args.repeat}):")
     for row in rows:
         print(f"  {row['trainers']:>2} trainer(s): {row['samples_per_sec']:>9,.0f} samples/s, "
               f"{row['per_trainer_sps']:>9,.0f} per trainer, efficiency "

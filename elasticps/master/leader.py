@@ -350,6 +350,7 @@ class Leader(Lifecycle[LeaderState]):
             yield
         finally:
             self._halt.set()
+            state.reconcile_wanted.set()  # ends the reconciler's wait now, not at its next poll
             shards.close()  # before the join: it ends a call waiting for a shard that is down
             thread.join(timeout=_JOIN_S)
 

@@ -695,8 +695,10 @@ class PServerClient:
                     f"show/click counts for table {name!r} have {len(shown[0])} / "
                     f"{len(shown[1])} entries for {ids.shape[0]} ids; give one per id")
             for i, g in enumerate(groups):
-                if ids[g].size:
-                    entry = pserver_pb2.SparseGrad(table=name, grad=encode_sparse(ids[g], rows[g]))
+                shard_ids = ids[g]
+                if shard_ids.size:
+                    entry = pserver_pb2.SparseGrad(table=name,
+                                                   grad=encode_sparse(shard_ids, rows[g]))
                     if shown is not None:
                         entry.shows.CopyFrom(encode_tensor(
                             np.asarray(shown[0], dtype=np.float32)[g]))

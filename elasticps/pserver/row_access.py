@@ -5,7 +5,8 @@ fancy indexing.
 which copies each row's elements one by one; a push's 12k rows of a CTR table (values and two
 Adam slots each read and written) spend most of the pserver's table time there. ``take`` along
 the first axis, and an assignment through a view that makes each row one fixed-size element,
-copy a row as one block: 2-3.5x faster, the same bytes (``tests/unit/pserver/test_row_access.py``).
+copy a row as one block, the same bytes (``tests/unit/pserver/test_row_access.py``); the
+speed-up is in ``benchmarks/results.md`` (``benchmarks/pserver_throughput.py``).
 """
 
 from __future__ import annotations
