@@ -173,6 +173,7 @@ MODES = ("async", "sync", "geo", "hybrid")  # how trainers' updates reach the ps
 # averaged by all-reduce; only sparse rows go through the pservers (elasticps/trainer/hybrid/).
 MAX_DENSE_TIMEOUT = 3600
 DENSE_GRAD_DTYPES = ("float32", "bfloat16")  # how a push's dense part travels
+COMPUTE_DTYPES = ("float32", "bfloat16")  # what a trainer's forward and backward compute in
 
 # PADDLE_MAX_CONCURRENT_RPCS when unset. An async or geo pserver's calls wait in gRPC's queue for
 # its 16 workers with their requests unread, so admitting more of them costs no request memory
@@ -201,11 +202,13 @@ def _parse_mode(text: str) -> str:
     return mode
 
 
-def _parse_dense_grad_dtype(text: str) -> str:
-    dtype = text.strip().lower() or "float32"
-    if dtype not in DENSE_GRAD_DTYPES:
-        raise ValueError(f"is not one of {', '.join(DENSE_GRAD_DTYPES)}")
-    return dtype
+def _parse_dtype(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        dtype = text.strip().lower() or "float32"
+        if dtype not in choices:
+            raise ValueError(f"is not one of {', '.join(choices)}")
+        return dtype
+    return parse
 
 
 def _parse_log_format(text: str) -> str:
@@ -328,10 +331,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "step; sparse rows through the pservers as in async)."),
     EnvVar("PADDLE_GEO_STEPS", "geo_steps", _parse_int(1, MAX_GEO_STEPS),
            "geo mode: local steps a trainer takes between two pushes of its deltas."),
-    EnvVar("PADDLE_DENSE_GRAD_DTYPE", "dense_grad_dtype", _parse_dense_grad_dtype,
+    EnvVar("PADDLE_DENSE_GRAD_DTYPE", "dense_grad_dtype", _parse_dtype(DENSE_GRAD_DTYPES),
            "How a trainer sends its dense gradients (and geo deltas): float32, or bfloat16 "
            "(half the bytes; each value rounded to the nearest bfloat16, the same rounding in "
            "the trainer's own replica of the update)."),
+    EnvVar("PADDLE_COMPUTE_DTYPE", "compute_dtype", _parse_dtype(COMPUTE_DTYPES),
+           "What a trainer's forward and backward passes compute in: float32, or bfloat16 "
+           "(torch.autocast: products in bfloat16 on CPUs with AMX or AVX-512 BF16 and on "
+           "GPUs; parameters, gradients and optimizer state stay float32)."),
     EnvVar("PADDLE_DENSE_TIMEOUT", "dense_timeout", _parse_float(1, MAX_DENSE_TIMEOUT),
            "hybrid mode: seconds a trainer waits in one collective of the dense group, or for "
            "the members of a new generation to arrive, before it ends that generation and "
@@ -403,6 +410,7 @@ class Config:
     mode: str = "async"
     geo_steps: int = 10
     dense_grad_dtype: str = "float32"
+    compute_dtype: str = "float32"
     dense_timeout: float = 60.0
     stream_poll_s: float = 2.0
     stream_period_s: float = 86_400.0

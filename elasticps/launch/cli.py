@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from elasticps.autoscale_policy import AutoscaleConfig
-from elasticps.config import MODES, hold_env_token, load_config
+from elasticps.config import COMPUTE_DTYPES, MODES, hold_env_token, load_config
 from elasticps.errors import ConfigError, ElasticPSError
 from elasticps.launch.threads import usable_cores
 from elasticps.telemetry.stream_capture import report_exception
@@ -97,6 +97,11 @@ def register(subparsers: Any) -> None:
     run.add_argument("--pserver-threads", type=int, default=None, metavar="M",
                      help="OMP_NUM_THREADS of each pserver (default: OMP_NUM_THREADS if the "
                      "environment sets it, else 1: a pserver's numpy work runs on one core)")
+    run.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, default=None,
+                     help="what the trainers' forward and backward passes compute in: float32 "
+                     "(default) or bfloat16 (torch.autocast, mixed precision: faster on CPUs "
+                     "with AMX or AVX-512 BF16 and on GPUs; parameters, gradients and optimizer "
+                     "state stay float32) (PADDLE_COMPUTE_DTYPE)")
     run.add_argument("--log-format", choices=("text", "json"), default=None,
                      help="the roles' log lines: text (default) or json lines "
                           "(PADDLE_LOG_FORMAT); every line names the job, the role and the node")
@@ -146,7 +151,8 @@ def run_command(args: argparse.Namespace) -> int:
         grace=args.grace, max_restarts=args.max_restarts, standby_masters=args.standby_masters,
         log_format=args.log_format, insecure=args.insecure, autoscale=_autoscale(args),
         mode=args.mode, geo_steps=_geo_steps(args), trainer_threads=args.trainer_threads,
-        pserver_threads=args.pserver_threads, warm_start=args.warm_start)
+        pserver_threads=args.pserver_threads, warm_start=args.warm_start,
+        compute_dtype=args.compute_dtype)
     return run_job(opts)
 
 

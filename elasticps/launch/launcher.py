@@ -86,6 +86,8 @@ class LaunchOptions:
     pserver_threads: int | None = None
     # PADDLE_WARM_START: an export (or model directory) the tables start from when first made.
     warm_start: str | None = None
+    # PADDLE_COMPUTE_DTYPE of the trainers (None: the environment's, or float32).
+    compute_dtype: str | None = None
 
 
 def default_job_name(script: str) -> str:
@@ -130,6 +132,7 @@ def build_specs(opts: LaunchOptions, workdir: Path, store_url: str, job_name: st
         insecure=opts.insecure, **({"mode": opts.mode} if opts.mode else {}),
         **({"geo_steps": opts.geo_steps} if opts.geo_steps is not None else {}),
         **({"warm_start": str(Path(opts.warm_start).resolve())} if opts.warm_start else {}),
+        **({"compute_dtype": opts.compute_dtype} if opts.compute_dtype else {}),
     )
     env = {**base_env, **config.to_env(), "PADDLE_JOB_TOKEN_FILE": str(workdir / TOKEN_FILE)}
     env.pop("PADDLE_TLS_DIR", None)  # each role gets its own identity below

@@ -22,8 +22,9 @@ answer it with "unchanged" instead of the values.
 
 The sparse rows pulled for a batch are the ones its layers say they will look up
 (:class:`~elasticps.trainer.sparse_rows.SparseTables`, one pull per table); the model is called
-as ``model(batch)`` or through the trainer's ``feed`` (feed.py), and the loss and labels follow
-the dataset's label kind (objective.py).
+as ``model(batch)`` or through the trainer's ``feed`` (feed.py), in float32 or under bfloat16
+autocast (precision.py), and the loss, computed in float32, and labels follow the dataset's
+label kind (objective.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from elasticps.trainer.feed import Feed, call_model
 from elasticps.trainer.metrics import to_host
 from elasticps.trainer.objective import TrainingObjective
 from elasticps.trainer.own_update import OwnDenseUpdate, corrected
+from elasticps.trainer.precision import ComputePrecision
 from elasticps.trainer.sparse_rows import PulledRows, SparseTables
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ class StepRunner:
         on_flush: Callable[[], None] | None = None,
         dense_after_push: bool = False,
         early_update: EarlyUpdate | None = None,
+        precision: ComputePrecision | None = None,
     ) -> None:
         self.model = model
         self.objective = objective
@@ -122,6 +125,7 @@ class StepRunner:
         self.dense_after_push = dense_after_push
         # Hybrid mode, a lone trainer: its dense update computed as the backward pass goes.
         self.early_update = early_update
+        self.precision = precision or ComputePrecision()
         # (dense values batch k ran on, the same after its update) until batch k+1 loads them
         self._own: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
         self._step = 0
@@ -199,7 +203,9 @@ class StepRunner:
             tensors = self.tables.placement.batch(batch)  # on the model's device
             self.model.train()
             self.dense.zero_grad()
-            scored = self.objective.score(call_model(self.model, self.feed, tensors), tensors)
+            with self.precision.autocast():
+                output = call_model(self.model, self.feed, tensors)
+            scored = self.objective.score(self.precision.outputs(output), tensors)
             loss = scored.loss
             t_forward = time.perf_counter()
             if self.early_update is not None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from elasticps.config import Config, current
+from elasticps.config import COMPUTE_DTYPES, Config, current
 from elasticps.data.dataset import reading_schema
 from elasticps.data.manifest import read_manifest
 from elasticps.data.model_inputs import model_inputs
@@ -74,6 +74,7 @@ from elasticps.trainer.objective import (
 )
 from elasticps.trainer.optim import Adam, OptimizerSpec
 from elasticps.trainer.own_update import OwnDenseUpdate
+from elasticps.trainer.precision import ComputePrecision, warn_if_emulated
 from elasticps.trainer.progress import ProgressRecord
 from elasticps.trainer.result import default_result
 from elasticps.trainer.row_policy import policy_from_settings
@@ -119,7 +120,9 @@ class Trainer:
     model's arguments (default: ``model(batch)``; see feed.py). ``label_kind`` (binary, float,
     multi_label, class) overrides the one the dataset's schema declares. ``device`` (default:
     ``cuda:0`` when the job's ``PADDLE_USE_GPU`` is true, else the CPU) is where the model
-    computes; see device.py.
+    computes; see device.py. ``compute_dtype`` (float32 or bfloat16; default: the job's
+    ``PADDLE_COMPUTE_DTYPE``, float32 outside a job) is what its training steps compute in;
+    see precision.py.
     """
 
     def __init__(
@@ -136,6 +139,7 @@ class Trainer:
         prefetch: bool = True,
         progress_every: int = 20,
         device: str | torch.device | Placement | None = None,
+        compute_dtype: str | None = None,
         **removed: Any,
     ) -> None:
         for name in removed:
@@ -146,6 +150,9 @@ class Trainer:
             raise ConfigError(
                 f"optimizer={optimizer!r} must be an elasticps.optim spec (SGD, Momentum, "
                 "Adagrad, Adam, AdamW): the optimizer runs on the pservers")
+        if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
+            raise ConfigError(f"compute_dtype={compute_dtype!r} is not one of "
+                              f"{', '.join(COMPUTE_DTYPES)}")
         if label_kind is not None and label_kind not in LABEL_KINDS:
             raise ConfigError(f"label_kind={label_kind!r} is not one of {', '.join(LABEL_KINDS)}")
         if metrics is not None and not callable(metrics):
@@ -163,6 +170,7 @@ class Trainer:
         self.metrics = metrics
         self.heads = heads
         self.progress_every = progress_every
+        self.compute_dtype = compute_dtype
         self._device = device if isinstance(device, Placement | None) \
             else Placement.for_device(device)
         self.dense = DenseSync(model, dense_sync_every)
@@ -416,7 +424,7 @@ class Trainer:
             geo = GeoParams(self.params, self.config.geo_steps)
             return StepRunner(self.model, objective or self.objective(), geo, self.dense,
                               prefetch=False, feed=self.feed, tables=self.tables,
-                              on_flush=geo.flush)
+                              on_flush=geo.flush, precision=self.precision())
         chain = (DenseChain(self.params, self.dense.names)
                  if own is not None and isinstance(self.params, TaggedDenseClient) else None)
         # hybrid: its last sparse push may be in flight (trainer/hybrid/params.py), and the
@@ -427,7 +435,17 @@ class Trainer:
         return StepRunner(self.model, objective or self.objective(), self.params, self.dense,
                           prefetch=prefetch, feed=self.feed, tables=self.tables,
                           own_update=own, dense_chain=chain, on_flush=on_flush,
-                          dense_after_push=hybrid, early_update=early)
+                          dense_after_push=hybrid, early_update=early,
+                          precision=self.precision())
+
+    def precision(self) -> ComputePrecision:
+        """What the training steps compute in (``compute_dtype``, else the job's), said in the
+        log once per runner, with a warning where this CPU would emulate it."""
+        dtype = self.compute_dtype or (self.config.compute_dtype if self.config is not None
+                                       else "float32")
+        precision = ComputePrecision(dtype, self.placement.device)
+        warn_if_emulated(precision, self.name or "(not in a job)")
+        return precision
 
     def train(self, reader: Any, num_passes: int,
               event_handler: Callable[[Event], None] | None = None, *,

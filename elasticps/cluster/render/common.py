@@ -96,10 +96,10 @@ OPTIONAL_ROLE_ENV: dict[str, tuple[str, ...]] = {
     "trainer": ("PADDLE_DATA", "PADDLE_TLS_DIR", "PADDLE_SPARSE_POLICIES", *DENSE_CHECKPOINT_ENV),
 }
 # Rendered only when the spec's `env:` sets them (a stream's polling and partition-time pass,
-# a warm start): the role that reads each.
+# a warm start, mixed precision): the role that reads each.
 SPEC_ENV_ONLY: dict[str, tuple[str, ...]] = {
     "master": ("PADDLE_STREAM_POLL_S",), "pserver": ("PADDLE_STREAM_PERIOD_S",),
-    "trainer": ("PADDLE_WARM_START",),
+    "trainer": ("PADDLE_WARM_START", "PADDLE_COMPUTE_DTYPE"),
 }
 # Defaults written explicitly so a pod's environment documents itself.
 _DEFAULT_VALUES = {

@@ -424,3 +424,15 @@ def test_hybrid_trainers_checkpoint_the_dense_state_where_the_pservers_do_if_it_
         assert ("checkpoints" in mounted, claims) == (claim is not None,
                                                       [claim] if claim else []), backend
         assert config.dense_timeout == 60.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_compute_dtype_in_the_spec_env_reaches_the_trainers(backend: str,
+                                                               token_file: Path) -> None:
+    spec = {**JOBS["small"], "env": {"PADDLE_COMPUTE_DTYPE": "bfloat16"}}
+    templates = workload_templates(render(Job.from_dict(spec), backend))
+    (trainer,) = templates["trainer"]["spec"]["containers"]
+    assert load_config(env=_resolve(trainer["env"], 0, token_file)).compute_dtype == "bfloat16"
+    plain = workload_templates(render(Job.from_dict(JOBS["small"]), backend))
+    (trainer,) = plain["trainer"]["spec"]["containers"]
+    assert "PADDLE_COMPUTE_DTYPE" not in {e["name"] for e in trainer["env"]}

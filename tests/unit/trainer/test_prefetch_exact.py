@@ -20,6 +20,7 @@ from elasticps.trainer.device import CPU, Placement
 from elasticps.trainer.objective import Objective
 from elasticps.trainer.optim import SGD
 from elasticps.trainer.own_update import OwnDenseUpdate
+from elasticps.trainer.precision import ComputePrecision
 from elasticps.trainer.sparse import SparseEmbedding
 from elasticps.trainer.sparse_bag import SparseEmbeddingBag
 from elasticps.trainer.sparse_rows import SparseTables
@@ -44,11 +45,14 @@ class Model(nn.Module):
         self.tags_mean = bag("b", "tags", "mean", False)
         self.tags_sum = bag("b", "tags", "sum", True)
         self.out = nn.Linear(2 * 4 + 4 + 2 + 2 + 2, 1)
+        self.seen: list[torch.dtype] = []  # the dtype the output layer computed in, per call
 
     def forward(self, batch: TensorBatch) -> torch.Tensor:
         parts = [batch.dense, self.pair(batch).flatten(1), self.shop(batch),
                  self.tags_mean(batch), self.tags_sum(batch)]
-        return self.out(torch.cat(parts, 1)).squeeze(1)
+        out = self.out(torch.cat(parts, 1))
+        self.seen.append(out.dtype)
+        return out.squeeze(1)
 
 
 class LocalEmbedding(nn.Module):
@@ -90,7 +94,8 @@ def batches(count: int = 6, rows: int = 8) -> list[Batch]:
 
 
 def distributed(prefetch: bool, data: list[Batch], placement: Placement = CPU,
-                own_dense: bool = False) -> tuple[SgdTables, Model]:
+                own_dense: bool = False, precision: ComputePrecision | None = None
+                ) -> tuple[SgdTables, Model]:
     torch.manual_seed(0)
     model = Model(lambda t, cols: SparseEmbedding(t, IDS, DIMS[t], columns=cols),
                   lambda t, col, mode, w: SparseEmbeddingBag(t, IDS, DIMS[t], column=col,
@@ -104,7 +109,7 @@ def distributed(prefetch: bool, data: list[Batch], placement: Placement = CPU,
     client.initialize(dense.values())
     own = OwnDenseUpdate(dense.table_specs(SGD(lr=LR)), 1) if own_dense else None
     runner = StepRunner(model, Objective("binary"), client, dense, prefetch=prefetch,
-                        tables=tables, own_update=own)
+                        tables=tables, own_update=own, precision=precision)
     for k, batch in enumerate(data):
         runner.run(batch, common_pb2.BatchRef(seq=k), data[k + 1] if k + 1 < len(data) else None)
     runner.close()
