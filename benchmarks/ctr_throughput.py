@@ -42,6 +42,12 @@ on the same machine, in the same minutes. ``--bf16-cost`` does the same with the
 gradients sent as bfloat16 (``PADDLE_DENSE_GRAD_DTYPE=bfloat16``): ``bf16_sps``, ``auc_bf16``
 and ``bf16_over_float32``.
 
+``--compute-dtype bfloat16`` runs both sides in mixed precision: PyTorch with its model's call
+under ``torch.autocast`` (bfloat16) and the loss on the float32 output, as PyTorch's AMP recipe
+writes it, and elasticps with ``--compute-dtype bfloat16``; the ratio stays like for like. Each
+repeat then also runs PyTorch as a user who leaves it in float32 gets it (``torch_float32_sps``,
+``auc_torch_float32``, ``ratio_vs_torch_float32``).
+
 ``--device cuda`` (a machine with a GPU and a CUDA build of torch) runs PyTorch with its model,
 embedding table included, on the GPU (single-GPU PyTorch) and the elasticps trainer with
 ``PADDLE_USE_GPU=true``; ``taskset -c 0-7 python benchmarks/ctr_throughput.py ...`` runs both on
@@ -101,11 +107,12 @@ BENCH_MODES = ("async", "sync", "geo", "hybrid")
 ROLES = ("trainer", "pserver", "master", "launcher")
 
 
-def torch_run(data: str, args: argparse.Namespace, threads: int | None = None
-              ) -> dict[str, float]:
+def torch_run(data: str, args: argparse.Namespace, threads: int | None = None,
+              compute_dtype: str | None = None) -> dict[str, float]:
     """Samples per second of plain PyTorch on the same batches, its test AUC and its CPU
     seconds per 1,000 samples (whole run, and in the timed loop); ``threads`` overrides
-    ``--threads`` (the one-thread arm)."""
+    ``--threads`` (the one-thread arm), ``compute_dtype`` ``--compute-dtype``."""
+    mixed = (compute_dtype or args.compute_dtype) == "bfloat16"
     cpu_start = time.process_time()  # this process, every thread
     torch.set_num_threads(threads or args.threads or DEFAULT_THREADS)
     torch.manual_seed(args.seed)
@@ -132,7 +139,9 @@ def torch_run(data: str, args: argparse.Namespace, threads: int | None = None
                                                               features=features)):
         dense_opt.zero_grad()
         sparse_opt.zero_grad()
-        loss_fn(model(batch.to_torch(device)), torch.from_numpy(batch.label).to(device)).backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed):
+            output = model(batch.to_torch(device))
+        loss_fn(output.float(), torch.from_numpy(batch.label).to(device)).backward()
         dense_opt.step()
         sparse_opt.step()
         trained += len(batch)
@@ -189,6 +198,7 @@ def elasticps_run(data: str, workdir: Path, args: argparse.Namespace,
     children_before = _children_cpu()
     with tempfile.TemporaryFile("w+") as err:
         env = {**os.environ, "PYTHONPATH": str(REPO), "PADDLE_DENSE_GRAD_DTYPE": dense_grad_dtype,
+               "PADDLE_COMPUTE_DTYPE": args.compute_dtype,
                "PADDLE_USE_GPU": "true" if args.device == "cuda" else "false"}
         proc = subprocess.Popen(argv, env=env,
                                 stdout=subprocess.DEVNULL, stderr=err, text=True)
@@ -253,6 +263,11 @@ def main() -> int:
                         help="where both sides compute: cuda puts PyTorch's model, embedding "
                              "table included, on the GPU and runs the elasticps trainer with "
                              "PADDLE_USE_GPU=true (its rows stay on the pservers)")
+    parser.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="what both sides' forward and backward passes compute in: "
+                             "float32 (default), or bfloat16 (PyTorch under torch.autocast, "
+                             "elasticps with --compute-dtype bfloat16; PyTorch in float32 is "
+                             "then run too, as the user who leaves it at its default gets it)")
     parser.add_argument("--data", help="an existing dataset with a test split (default: "
                         "generate one)")
     parser.add_argument("--dense-sync-every", type=int, default=None,
@@ -296,6 +311,10 @@ def main() -> int:
             run.update(torch_1thread_sps=torch_one["sps"],
                        torch_1thread_cpu_s_per_1k=torch_one["cpu_s_per_1k"],
                        torch_1thread_cpu_s_per_1k_training=torch_one["cpu_s_per_1k_training"])
+            if args.compute_dtype != "float32":  # what PyTorch left at its defaults does
+                torch_float32 = torch_run(data, args, compute_dtype="float32")
+                run.update(torch_float32_sps=torch_float32["sps"],
+                           auc_torch_float32=torch_float32["auc"])
             if args.tls_cost and i % 2:  # alternate the order: drift hits both alike
                 run["plaintext_sps"] = elasticps_run(data, Path(tmp) / f"plain-{i}", args,
                                                      insecure=True)["samples_per_sec"]
@@ -350,6 +369,10 @@ def main() -> int:
         print(f"elasticps with mutual TLS {result['elasticps_sps']:,.0f} samples/s, with "
               f"--insecure {result['plaintext_sps']:,.0f} samples/s: TLS / plaintext "
               f"{result['tls_over_plaintext']:.3f}")
+    if args.compute_dtype != "float32":
+        print(f"PyTorch in float32 (no autocast) {result['torch_float32_sps']:,.0f} samples/s "
+              f"(auc {result['auc_torch_float32']:.4f}): elasticps in {args.compute_dtype} / "
+              f"PyTorch in float32 {result['ratio_vs_torch_float32']:.3f}")
     if args.bf16_cost:
         print(f"elasticps with bfloat16 dense gradients {result['bf16_sps']:,.0f} samples/s "
               f"(auc {result['auc_bf16']:.4f}), with float32 {result['elasticps_sps']:,.0f} "
@@ -398,7 +421,7 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         "auc_elasticps": round(median("auc_elasticps"), 4),
         "auc_torch": round(median("auc_torch"), 4),
         "torch_threads": int(median("torch_threads")),
-        "mode": args.mode, "device": args.device,
+        "mode": args.mode, "device": args.device, "compute_dtype": args.compute_dtype,
         "elasticps_threads": runs[-1]["elasticps_threads"],
         "cpu_s_per_1k": median_by_key("cpu_s_per_1k"),
         "cpu_s_per_1k_training": median_by_key("cpu_s_per_1k_training"),
@@ -417,6 +440,11 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     }
     steady = result["elasticps_sps_training"]
     result["ratio_training"] = round(steady / t, 3) if steady is not None else None
+    if args.compute_dtype != "float32":
+        f32 = median("torch_float32_sps")
+        result.update(torch_float32_sps=round(f32, 1),
+                      auc_torch_float32=round(median("auc_torch_float32"), 4),
+                      ratio_vs_torch_float32=round(e / f32, 3))
     if args.bf16_cost:
         b = median("bf16_sps")
         result.update(bf16_sps=round(b, 1), auc_bf16=round(median("auc_bf16"), 4),

@@ -53,6 +53,24 @@ def test_the_quick_run_reports_speed_auc_and_every_roles_cpu_per_sample(tmp_path
     assert abs(report["auc_bf16"] - report["auc_elasticps"]) < 0.02
 
 
+@pytest.mark.slow
+def test_a_bfloat16_run_compares_like_for_like_and_beside_pytorch_in_float32(
+        tmp_path: Path) -> None:
+    out = tmp_path / "ctr.json"
+    run = subprocess.run([sys.executable, str(BENCH), "--quick", "--mode", "hybrid",
+                          "--compute-dtype", "bfloat16", "--json", str(out)],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["compute_dtype"] == "bfloat16"
+    assert report["torch_float32_sps"] > 0
+    assert report["ratio_vs_torch_float32"] == pytest.approx(
+        report["elasticps_sps"] / report["torch_float32_sps"], abs=0.002)
+    for key in ("auc_elasticps", "auc_torch"):  # bfloat16 products learn as float32 ones
+        assert abs(report[key] - report["auc_torch_float32"]) < 0.02, key
+    assert "elasticps in bfloat16 / PyTorch in float32" in run.stdout
+
+
 def load_benchmark() -> ModuleType:
     spec = importlib.util.spec_from_file_location("ctr_throughput", BENCH)
     assert spec is not None
