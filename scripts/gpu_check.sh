@@ -6,6 +6,7 @@
 #   scripts/gpu_check.sh                 # 1M rows, 1 pass (the README's demo size)
 #   ROWS=200000 scripts/gpu_check.sh     # quicker
 #   scripts/gpu_check.sh --cpu-only      # just the CPU leg (checks the script without a GPU)
+#   PADDLE_COMPUTE_DTYPE=bfloat16 scripts/gpu_check.sh   # both legs under bfloat16 autocast
 #
 # Each leg is `elasticps run --trainers 1 --pservers 1 examples/ctr/train.py` with
 # PADDLE_USE_GPU=true|false; the figures come from each job's summary.json.
