@@ -241,15 +241,22 @@ def check_mode(mode: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=200_000,
+                        help="training rows of the generated dataset (default 200000)")
     parser.add_argument("--test-rows", type=int, default=20_000,
                         help="held-out rows both sides are scored on")
-    parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--hidden", default="400,400,400")
-    parser.add_argument("--id-space", type=int, default=1_000_001)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=1000,
+                        help="rows per batch on both sides (default 1000)")
+    parser.add_argument("--hidden", default="400,400,400",
+                        help="the CTR-DNN's hidden layer widths, comma-separated")
+    parser.add_argument("--id-space", type=int, default=1_000_001,
+                        help="rows of the embedding table the slots hash into")
+    parser.add_argument("--lr", type=float, default=1e-3,
+                        help="Adam's learning rate on both sides (default 0.001)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seeds the generated data and both sides' models")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="repeats of the PyTorch-then-elasticps pair; medians are reported")
     parser.add_argument("--mode", choices=BENCH_MODES, default="async",
                         help="elasticps run --mode (default async)")
     parser.add_argument("--trainer-threads", type=int, default=None,
