@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,9 @@ import pytest
 
 from elasticps.cluster.manifests import BACKENDS, job_secrets, render, to_yaml
 from elasticps.cluster.spec import Job
-from elasticps.cluster.spec_env import MAX_ENV_TOTAL
+from elasticps.cluster.spec_env import MAX_ENV_TOTAL, TUNABLE_ENV
 from elasticps.errors import ConfigError
+from tests.helpers import REPO
 
 ACCESS_KEY = "AKIA-not-a-secret-id"
 SECRET_KEY = "wJalr-SECRET-value-0123456789"
@@ -131,3 +133,11 @@ def test_the_whole_env_is_bounded_and_the_largest_renders_a_storable_volcano_job
                 and o["apiVersion"].startswith("batch.volcano.sh")]
     size = len(json.dumps(vcjob).encode())
     assert 4 * MAX_ENV_TOTAL < size < 1.5 * 2**20  # three roles and the fetch init container
+
+
+def test_the_spec_reference_lists_exactly_the_paddle_names_env_may_set() -> None:
+    """docs/cluster.md's `env` row names the PADDLE_* variables a spec may set: the same set
+    the spec check allows, so neither drifts from the other."""
+    row = next(line for line in (REPO / "docs" / "cluster.md").read_text().splitlines()
+               if line.startswith("| `env` |"))
+    assert set(re.findall(r"`(PADDLE_[A-Z0-9_]+)`", row)) == set(TUNABLE_ENV)
