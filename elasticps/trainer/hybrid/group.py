@@ -170,8 +170,11 @@ class DenseGroup:
         return collectives is not None and collectives.size == 1
 
     def values(self) -> dict[str, np.ndarray]:
+        """The replica's values now: its own arrays, not copies. A round, a synchronisation or a
+        restore replaces the arrays and never writes into them (optimizer steps compute into
+        fresh ones), so these keep the values they had; read them, never write to them."""
         with self.lock:
-            return {name: v.copy() for name, v in self.replica.values().items()}
+            return self.replica.values()
 
     def leave(self) -> None:
         """Leave the group: say so in the next round, stop the member, drop the member key."""

@@ -8,7 +8,7 @@ import pytest
 from elasticps.errors import InvalidArgumentError
 from elasticps.proto import common_pb2, pserver_pb2
 from elasticps.trainer.hybrid.replica import DenseReplica
-from elasticps.trainer.optim import SGD, Adam, OptimizerSpec
+from elasticps.trainer.optim import SGD, Adagrad, Adam, AdamW, Momentum, OptimizerSpec
 
 
 def specs(optimizer: OptimizerSpec) -> list[pserver_pb2.TableSpec]:
@@ -59,6 +59,34 @@ def test_a_snapshot_restores_the_state_and_its_key() -> None:
     target.restore(source.snapshot())
     assert target.key == source.key
     assert target.pack()[1].tobytes() == source.pack()[1].tobytes()
+
+
+@pytest.mark.parametrize("optimizer", [
+    SGD(lr=0.5), Momentum(lr=0.1), Adagrad(lr=0.1), Adam(lr=0.01, clip_norm=0.5),
+    AdamW(lr=0.01, weight_decay=0.1), SGD(lr=0.5, weight_decay=0.1)], ids=repr)
+def test_values_once_read_never_change(optimizer: OptimizerSpec) -> None:
+    """The dense group hands the step the replica's own arrays, not copies: every change of
+    state (a round, a broadcast's state, a checkpoint's) must replace them, never write into
+    them, or a batch's values would move under it."""
+    replica = trained(optimizer)
+    other, third = trained(optimizer), trained(optimizer)
+    other.apply(np.ones(other.size, np.float32), 7)
+    third.apply(np.full(third.size, -2.0, np.float32), 7)
+    rng = np.random.default_rng(2)
+    changes = [
+        lambda: replica.apply(rng.normal(size=replica.size).astype(np.float32), 3),
+        lambda: replica.commit({n: t.compute(np.ones(t.length, np.float32))
+                                for n, t in replica.tables.items()}),
+        lambda: replica.unpack(*other.pack()),
+        lambda: replica.restore(third.snapshot()),
+    ]
+    for change in changes:
+        held = replica.values()
+        before = {name: array.copy() for name, array in held.items()}
+        change()
+        for name, array in held.items():
+            np.testing.assert_array_equal(array, before[name], err_msg=name)
+        assert any(not np.array_equal(replica.values()[n], before[n]) for n in before)
 
 
 def test_a_state_of_other_tables_is_refused() -> None:
