@@ -39,7 +39,8 @@ from tests.unit.trainer.test_prefetch_exact import (
 
 
 def _distributed(dtype: str, data: list[Batch]) -> tuple[SgdTables, list[torch.dtype]]:
-    """The step runner's training (no prefetch), with the dtypes the output layer saw."""
+    """The step runner's training (no prefetch), with the dtype the output layer computed in,
+    batch by batch."""
     client, model = distributed(False, data, precision=ComputePrecision(dtype))
     return client, model.seen
 
