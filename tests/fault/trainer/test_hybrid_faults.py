@@ -43,8 +43,11 @@ REFORM_SLACK_S = 8.0  # beyond the lease TTL: a loaded 2-core machine's scheduli
 @pytest.mark.slow
 def test_a_killed_trainer_leaves_a_group_that_reforms_within_the_bound(
         tmp_path: Path) -> None:
-    # trainer 0 waits after 5 batches until trainer 1 joined: both then train
-    with running(start(tmp_path, write_data(tmp_path), trainers=2, hold_at=5)) as job:
+    # trainer 1 starts once trainer 0 trained 5 batches, and trainer 0 waits there until it
+    # joined (else a trainer 1 that started first could train the whole job alone): both then
+    # train
+    with running(start(tmp_path, write_data(tmp_path), trainers=2, join_after=5,
+                       hold_at=5)) as job:
         wait_for(lambda: ready(tmp_path, 1), "trainer 1 to join")
         go(tmp_path)
         wait_for(lambda: lines(tmp_path, 0) >= 10 and lines(tmp_path, 1) >= 10,
