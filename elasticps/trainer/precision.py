@@ -62,9 +62,7 @@ def as_float32(output: Any) -> Any:
     """``output`` with every reduced-precision floating tensor in it (alone, or in a tuple,
     list or dict) as float32; everything else as it is."""
     if isinstance(output, torch.Tensor):
-        if output.is_floating_point() and output.dtype in (torch.bfloat16, torch.float16):
-            return output.float()
-        return output
+        return output.float() if output.dtype in (torch.bfloat16, torch.float16) else output
     if isinstance(output, tuple):
         items = [as_float32(item) for item in output]
         return type(output)(*items) if hasattr(output, "_fields") else tuple(items)
